@@ -1,0 +1,50 @@
+"""Compile OpenCL C test kernels with Debian's clang-19 (the LLVM oracle), cached on disk."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+KERNELS = Path(__file__).parent / "kernels"
+CACHE = Path(os.environ.get("AMDQ_TEST_CACHE", Path.home() / ".cache" / "amdq-tests"))
+
+
+def tool(name: str) -> str:
+    """Path of an LLVM 19 tool, or skip the test when the toolchain is missing."""
+    for cand in (f"{name}-19", f"/usr/lib/llvm-19/bin/{name}"):
+        p = shutil.which(cand) or (cand if os.path.exists(cand) else None)
+        if p:
+            return p
+    pytest.skip(f"{name}-19 not installed (apt-get install clang-19 llvm-19 lld-19)")
+
+
+def run(*args: str) -> str:
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{r.stderr}")
+    return r.stdout
+
+
+def compile_cl(src: str | Path, arch: str = "gfx1100", link: bool = True, flags: tuple[str, ...] = ()) -> Path:
+    """OpenCL C (text or a file under tests/kernels) -> ET_REL .o or, with link, an ET_DYN .hsaco."""
+    if isinstance(src, Path) or (isinstance(src, str) and src.endswith(".cl") and "\n" not in src):
+        src = (KERNELS / src).read_text() if not Path(src).is_absolute() else Path(src).read_text()
+    prelude = (KERNELS / "amdq_cl.h").read_text()
+    key = hashlib.sha256(f"{arch}|{link}|{flags}|{prelude}|{src}".encode()).hexdigest()[:20]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    obj = CACHE / f"{key}.o"
+    out = CACHE / (f"{key}.hsaco" if link else f"{key}.o")
+    if not out.exists():
+        cl = CACHE / f"{key}.cl"
+        cl.write_text(src)
+        run(tool("clang"), "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}",
+            "-nogpulib", "-O2", "-include", str(KERNELS / "amdq_cl.h"), *flags, "-c", str(cl), "-o", str(obj) + ".tmp")
+        os.replace(str(obj) + ".tmp", obj)
+        if link:
+            run(tool("ld.lld"), "-shared", str(obj), "-o", str(out) + ".tmp")
+            os.replace(str(out) + ".tmp", out)
+    return out
