@@ -6,7 +6,7 @@ __kernel void atomics_float(__global atomic_float *acc, __global const float *x,
   barrier(CLK_LOCAL_MEM_FENCE);
   old[i] = __opencl_atomic_fetch_add(&acc[0], x[i], __ATOMIC_RELAXED, __OPENCL_MEMORY_SCOPE_DEVICE);
   __builtin_amdgcn_global_atomic_fadd_f32((__global float *)&acc[1], x[i]);
-  __atomic_fetch_add(&s, x[i], __ATOMIC_RELAXED);
+  __scoped_atomic_fetch_add(&s, x[i], __ATOMIC_RELAXED, __MEMORY_SCOPE_WRKGRP);
   barrier(CLK_LOCAL_MEM_FENCE);
   if (get_local_id(0) == 0) __opencl_atomic_fetch_add(&acc[2], s, __ATOMIC_RELAXED, __OPENCL_MEMORY_SCOPE_DEVICE);
 }

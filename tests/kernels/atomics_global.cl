@@ -15,10 +15,10 @@ __kernel void atomics_global(__global int *g, __global uint *gu, __global long *
   old[10 * N + i] = (int)__builtin_amdgcn_atomic_dec32(&gu[10], 17u, __ATOMIC_RELAXED, "agent");
   old[11 * N + i] = atom_xchg(&g[11], x);
   int e = i;
-  __atomic_compare_exchange_n(&g[12], &e, x, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  __scoped_atomic_compare_exchange_n(&g[12], &e, x, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
   old[12 * N + i] = e;
   /* 64-bit: add, max, cmpxchg */
   g64[i + 3] = atom_add(&g64[0], (long)x << 33) + atom_max(&g64[1], (long)x);
   long e64 = 0;
-  __atomic_compare_exchange_n(&g64[2], &e64, (long)i + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  __scoped_atomic_compare_exchange_n(&g64[2], &e64, (long)i + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
 }

@@ -19,7 +19,7 @@ __kernel void atomics_lds(__global const int *init, __global const int *v, __glo
   old[10 * N + i] = (int)__builtin_amdgcn_atomic_dec32(&su[10], 17u, __ATOMIC_RELAXED, "workgroup");
   old[11 * N + i] = atom_xchg(&s[11], x);
   int e = l;
-  __atomic_compare_exchange_n(&s[12], &e, x, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  __scoped_atomic_compare_exchange_n(&s[12], &e, x, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
   old[12 * N + i] = e;
   barrier(CLK_LOCAL_MEM_FENCE);
   if (l < 13) final[get_group_id(0) * 13 + l] = s[l];
