@@ -53,3 +53,19 @@ class UnsupportedInstruction(GPUFault):
 
 class InvalidArgument(AmdqError, TypeError):
     """A kernel argument that does not fit its declared kind (also a TypeError)."""
+
+
+class TargetMismatch(CodeObjectError):
+    """A code object built for another target than the device's."""
+
+
+class UnsupportedCodeObjectTarget(UnsupportedTarget, CodeObjectError):
+    """A code object whose ELF machine is not a target amdq supports."""
+
+
+class LDSLimitExceeded(AmdqError):
+    """A dispatch asks for more LDS than a workgroup may have on the target."""
+
+
+class KernelLDSTooLarge(CodeObjectError, LDSLimitExceeded):
+    """A kernel's static LDS alone exceeds the target's limit (raised at load)."""

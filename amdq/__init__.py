@@ -1,0 +1,8 @@
+"""amdq: a userspace driver and runtime for AMD GPUs, with a simulated GPU for machines without one."""
+from . import errors
+from .codeobj import compile, load_code_object
+from .errors import AmdqError
+from .hw.targets import TARGETS, get_target
+
+__version__ = "0.1.0"
+__all__ = ["compile", "load_code_object", "errors", "AmdqError", "TARGETS", "get_target"]

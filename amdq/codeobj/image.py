@@ -1,0 +1,194 @@
+"""ProgramImage: a code object laid out as the bytes the GPU executes, relocatable to any base."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ..errors import CodeObjectError, KernelLDSTooLarge, TargetMismatch
+from ..hw.targets import Target, get_target, target_from_mach
+from . import reloc
+from .descriptor import KernelDescriptor
+from .elf import SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, SHT_NOBITS, SHT_RELA, ElfImage
+from .metadata import KernelMeta, Metadata, find_metadata
+
+MAX_IMAGE = 256 << 20          # a code object larger than this is refused as malformed
+IMAGE_ALIGN = 4096             # GPU base alignment of an image
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    meta: KernelMeta
+    descriptor: KernelDescriptor
+    kd_offset: int             # image offset of the 64-byte descriptor
+    entry_offset: int          # image offset of the first instruction
+    code_size: int             # size of the entry symbol (0 if unknown)
+
+
+class ProgramImage:
+    """The loadable bytes of one code object, its relocations, kernels and metadata."""
+
+    def __init__(self, data: bytes, arch: str | None = None):
+        self.elf = elf = ElfImage(data)
+        self.sha256 = hashlib.sha256(elf.data).hexdigest()
+        self.target: Target = target_from_mach(elf.mach)
+        if arch is not None and get_target(arch).arch != self.target.arch:
+            raise TargetMismatch(f"code object is for {self.target.arch}, the device is {get_target(arch).arch}: "
+                                 f"recompile with -mcpu={get_target(arch).arch}")
+        self.cov = elf.cov
+        self.kind = elf.type
+        self.metadata: Metadata = find_metadata(elf.notes)
+        tgt = self.metadata.target
+        if tgt and tgt.split("--")[-1].split(":")[0] != self.target.arch:
+            raise CodeObjectError(f"metadata target {tgt!r} disagrees with the ELF machine ({self.target.arch})")
+        self.section_offsets: dict[int, int] = {}
+        if self.kind == "ET_REL":
+            self._layout_relocatable()
+        else:
+            self._layout_shared()
+        self._collect_symbols()
+        self._collect_fixups()
+        self.kernels: dict[str, KernelInfo] = {}
+        zero = self.at(0)
+        for km in self.metadata.kernels:
+            self.kernels[km.name] = self._kernel(km, zero)
+
+    # -- layout ---------------------------------------------------------------------------------
+    def _layout_relocatable(self, placement: dict[str, int] | None = None) -> None:
+        """Place SHF_ALLOC sections: read-only data, then code, then writable data."""
+        secs = [s for s in self.elf.sections if s.flags & SHF_ALLOC and s.index]
+        group = lambda s: 1 if s.flags & SHF_EXECINSTR else 2 if s.flags & SHF_WRITE else 0  # noqa: E731
+        off = 0
+        for s in sorted(secs, key=lambda s: (group(s), s.index)):
+            if placement is not None:
+                if s.name not in placement:
+                    raise CodeObjectError(f"no placement given for section {s.name}")
+                off = placement[s.name]
+            off = (off + s.align - 1) & -s.align
+            if off + s.size > MAX_IMAGE:
+                raise CodeObjectError(f"section {s.name} ({s.size} bytes) makes the image larger than {MAX_IMAGE >> 20} MiB")
+            self.section_offsets[s.index] = off
+            off += s.size
+        self.size = max([self.section_offsets[s.index] + s.size for s in secs], default=0)
+        self._image = bytearray(self.size)
+        for s in secs:
+            if s.type != SHT_NOBITS:
+                o = self.section_offsets[s.index]
+                self._image[o:o + s.size] = s.data
+
+    def _layout_shared(self) -> None:
+        segs = self.elf.segments
+        if not segs:
+            raise CodeObjectError("shared code object has no PT_LOAD segment")
+        self.size = max(s.vaddr + s.memsz for s in segs)
+        if self.size > MAX_IMAGE:
+            raise CodeObjectError(f"PT_LOAD segments span {self.size} bytes, more than {MAX_IMAGE >> 20} MiB")
+        self._image = bytearray(self.size)
+        for s in segs:
+            self._image[s.vaddr:s.vaddr + s.filesz] = self.elf.data[s.offset:s.offset + s.filesz]
+        for s in self.elf.sections:
+            if s.flags & SHF_ALLOC and s.index:
+                self.section_offsets[s.index] = s.addr
+
+    @classmethod
+    def with_placement(cls, data: bytes, placement: dict[str, int]) -> "ProgramImage":
+        """Load a relocatable object with sections at given image offsets (to compare with a linker)."""
+        self = cls.__new__(cls)
+        self.__init__(data)
+        if self.kind != "ET_REL":
+            raise CodeObjectError("placement applies to relocatable objects only")
+        self.section_offsets = {}
+        self._layout_relocatable(placement)
+        self._collect_symbols()
+        self._collect_fixups()
+        return self
+
+    # -- symbols and relocations ----------------------------------------------------------------
+    def _sym_offset(self, sym) -> tuple[int, bool]:
+        """(image offset, is absolute) of a defined symbol."""
+        if sym.shndx == "SHN_ABS":
+            return sym.value, True
+        if sym.shndx == "SHN_UNDEF":
+            if sym.bind == "STB_WEAK":
+                return 0, True
+            raise CodeObjectError(f"undefined symbol {sym.name!r}: amdq loads self-contained code objects only")
+        if not isinstance(sym.shndx, int):
+            raise CodeObjectError(f"symbol {sym.name!r} has unsupported section index {sym.shndx}")
+        if self.kind == "ET_DYN":
+            return sym.value, False
+        if sym.shndx not in self.section_offsets:
+            raise CodeObjectError(f"symbol {sym.name!r} lies in a section that is not loaded")
+        return self.section_offsets[sym.shndx] + sym.value, False
+
+    def _collect_symbols(self) -> None:
+        self.symbols: dict[str, tuple[int, int, str]] = {}
+        for s in self.elf.symbols or self.elf.dynsymbols:
+            if s.name and s.shndx not in ("SHN_UNDEF", "SHN_ABS") and s.type in ("STT_FUNC", "STT_OBJECT"):
+                off, _ = self._sym_offset(s)
+                self.symbols[s.name] = (off, s.size, s.type)
+
+    def _collect_fixups(self) -> None:
+        self.fixups: list[reloc.Fixup] = []
+        secs = self.elf.sections
+        for r in self.elf.relocs:
+            rs = self.elf.by_name[r.section]
+            if self.kind == "ET_DYN":
+                if not rs.flags & SHF_ALLOC:      # static relocations kept by --emit-relocs: already applied
+                    continue
+                where = r.offset
+            else:
+                if r.target not in self.section_offsets:    # relocations of debug or other unloaded sections
+                    continue
+                where = self.section_offsets[r.target] + r.offset
+            if r.type == reloc.NONE:
+                continue
+            reloc.check_type(r.type, r.section)
+            width = 8 if r.type in (reloc.ABS64, reloc.REL64, reloc.RELATIVE64) else 4
+            if where < 0 or where + width > self.size:
+                raise CodeObjectError(f"relocation in {r.section} patches {where:#x}, outside the {self.size}-byte image")
+            if r.type == reloc.RELATIVE64:
+                self.fixups.append(reloc.Fixup(where, r.type, None, False, r.addend, r.section))
+                continue
+            if r.sym is None:
+                raise CodeObjectError(f"relocation {r.type} in {r.section} at {r.offset:#x} has no symbol")
+            s_off, s_abs = self._sym_offset(r.sym)
+            if r.sym.type == "STT_SECTION" and isinstance(r.sym.shndx, int) and self.kind == "ET_REL":
+                s_off, s_abs = self.section_offsets.get(r.sym.shndx, 0), False
+            self.fixups.append(reloc.Fixup(where, r.type, s_off, s_abs, r.addend, r.section))
+        del secs
+
+    def at(self, base: int) -> bytearray:
+        """The image bytes relocated for GPU address `base`."""
+        if base % IMAGE_ALIGN:
+            raise CodeObjectError(f"image base {base:#x} is not {IMAGE_ALIGN}-byte aligned")
+        img = bytearray(self._image)
+        reloc.apply(img, self.fixups, base)
+        return img
+
+    # -- kernels --------------------------------------------------------------------------------
+    def _kernel(self, km: KernelMeta, img: bytearray) -> KernelInfo:
+        if km.symbol not in self.symbols:
+            raise CodeObjectError(f"kernel {km.name}: descriptor symbol {km.symbol!r} is missing from the code object")
+        kd_off, kd_size, _ = self.symbols[km.symbol]
+        if kd_off % 64 or kd_off + 64 > self.size:
+            raise CodeObjectError(f"kernel {km.name}: descriptor at {kd_off:#x} is misaligned or outside the image")
+        kd = KernelDescriptor.decode(bytes(img[kd_off:kd_off + 64]), self.target)
+        entry = kd_off + kd.kernel_code_entry_byte_offset
+        if not 0 <= entry < self.size or entry % 256:
+            raise CodeObjectError(f"kernel {km.name}: entry at image offset {entry:#x} is outside the image or not "
+                                  f"256-byte aligned")
+        lds = max(kd.group_segment_fixed_size, km.group_segment_fixed_size)
+        if lds > self.target.lds_bytes:
+            raise KernelLDSTooLarge(f"kernel {km.name} uses {lds} bytes of static LDS; {self.target.arch} allows "
+                                    f"{self.target.lds_bytes} per workgroup")
+        fn = self.symbols.get(km.name)
+        return KernelInfo(km.name, km, kd, kd_off, entry, fn[1] if fn and fn[0] == entry else 0)
+
+    @property
+    def arch(self) -> str:
+        return self.target.arch
+
+
+def load_code_object(data: bytes, arch: str | None = None) -> ProgramImage:
+    """Parse and lay out an AMDGPU code object (ET_REL or ET_DYN); `arch` checks the target."""
+    return ProgramImage(data, arch)

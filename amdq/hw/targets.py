@@ -1,0 +1,106 @@
+"""Supported GPU targets and the per-target facts the runtime and the simulator need.
+
+Sources: LLVM AMDGPUUsage (processor table, EF_AMDGPU_MACH values, wavefront sizes, LDS sizes),
+Linux amdgpu IP discovery (IP versions seen on the reference boards: amdgpu_discovery.c), AMD
+product specifications (CU and shader-engine counts of the reference boards), Linux
+`*_sdma_pkt_open.h` (COPY_LINEAR count width).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import UnsupportedCodeObjectTarget, UnsupportedTarget
+
+IPVersion = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Target:
+    arch: str                      # LLVM processor name, e.g. "gfx1100"
+    family: str                    # RDNA3 | RDNA4 | CDNA3 | CDNA4
+    mach: int                      # ELF e_flags EF_AMDGPU_MACH value
+    board: str                     # reference board the counts below describe
+    wave_size: int                 # default wavefront size
+    lds_bytes: int                 # LDS available to one workgroup
+    cus: int                       # compute units of the reference board
+    ses: int                       # shader engines
+    simds_per_cu: int
+    max_waves_per_simd: int
+    vram_bytes: int
+    ip: dict[str, IPVersion] = field(default_factory=dict)   # GC, SDMA, NBIO, MMHUB, MP0, MP1, OSSSYS, HDP
+    xcc: int = 1                   # compute dies (XCCs) visible as one device
+
+    @property
+    def gfx_version(self) -> int:
+        """Generation number: 9 (CDNA), 11 (RDNA3), 12 (RDNA4)."""
+        return self.ip["GC"][0]
+
+    @property
+    def max_waves_per_cu(self) -> int:
+        return self.simds_per_cu * self.max_waves_per_simd
+
+    @property
+    def scratch_wave_align(self) -> int:
+        """Granule of per-wave scratch (TMPRING_SIZE.WAVESIZE unit) in bytes."""
+        return 256 if self.gfx_version >= 10 else 1024
+
+    @property
+    def sdma_max_copy(self) -> int:
+        """Largest byte count one COPY_LINEAR moves (count field is 22 bits on SDMA 4, 30 on 5+)."""
+        return 0x3FFFE0 if self.ip["SDMA"][0] < 5 else 0x3FFFFFE0
+
+    @property
+    def vgpr_alloc_granule(self) -> int:
+        """VGPRs per GRANULATED_WORKITEM_VGPR_COUNT step for the default wave size."""
+        if self.gfx_version >= 10:
+            return 8 if self.wave_size == 32 else 4   # gfx11 wave32 allocates in blocks of 8
+        return 8 if self.family == "CDNA3" or self.family == "CDNA4" else 4
+
+
+def _t(arch, family, mach, board, wave, lds, cus, ses, simds, waves, vram_gib, ip, xcc=1) -> Target:
+    names = ("GC", "SDMA", "NBIO", "MMHUB", "MP0", "MP1", "OSSSYS", "HDP")
+    return Target(arch, family, mach, board, wave, lds, cus, ses, simds, waves, vram_gib << 30,
+                  dict(zip(names, ip)), xcc)
+
+
+KiB = 1024
+TARGETS: dict[str, Target] = {t.arch: t for t in (
+    _t("gfx1100", "RDNA3", 0x41, "Radeon RX 7900 XTX", 32, 64 * KiB, 96, 6, 2, 16, 24,
+       ((11, 0, 0), (6, 0, 0), (4, 3, 0), (3, 0, 0), (13, 0, 0), (13, 0, 0), (6, 0, 0), (6, 0, 0))),
+    _t("gfx1101", "RDNA3", 0x46, "Radeon RX 7800 XT", 32, 64 * KiB, 60, 3, 2, 16, 16,
+       ((11, 0, 3), (6, 0, 3), (4, 3, 0), (3, 0, 1), (13, 0, 10), (13, 0, 10), (6, 0, 0), (6, 0, 0))),
+    _t("gfx1102", "RDNA3", 0x47, "Radeon RX 7600", 32, 64 * KiB, 32, 2, 2, 16, 8,
+       ((11, 0, 2), (6, 0, 2), (4, 3, 0), (3, 0, 2), (13, 0, 7), (13, 0, 7), (6, 0, 0), (6, 0, 0))),
+    _t("gfx1151", "RDNA3", 0x4A, "Radeon 8060S (Ryzen AI Max+ 395)", 32, 64 * KiB, 40, 2, 2, 16, 32,
+       ((11, 5, 1), (6, 1, 1), (7, 11, 3), (3, 3, 1), (14, 0, 4), (14, 0, 4), (6, 1, 0), (6, 1, 0))),
+    _t("gfx1200", "RDNA4", 0x48, "Radeon RX 9060 XT", 32, 64 * KiB, 32, 2, 2, 16, 16,
+       ((12, 0, 0), (7, 0, 0), (6, 3, 1), (4, 1, 0), (14, 0, 2), (14, 0, 2), (7, 0, 0), (7, 0, 0))),
+    _t("gfx1201", "RDNA4", 0x4E, "Radeon RX 9070 XT", 32, 64 * KiB, 64, 4, 2, 16, 16,
+       ((12, 0, 1), (7, 0, 1), (6, 3, 1), (4, 1, 0), (14, 0, 3), (14, 0, 3), (7, 0, 0), (7, 0, 0))),
+    _t("gfx942", "CDNA3", 0x4C, "Instinct MI300X", 64, 64 * KiB, 304, 32, 4, 8, 192,
+       ((9, 4, 3), (4, 4, 2), (7, 9, 0), (1, 8, 0), (13, 0, 6), (13, 0, 6), (4, 4, 2), (4, 4, 2)), xcc=8),
+    _t("gfx950", "CDNA4", 0x4F, "Instinct MI355X", 64, 160 * KiB, 256, 32, 4, 8, 288,
+       ((9, 5, 0), (4, 4, 5), (7, 9, 1), (1, 8, 1), (13, 0, 14), (13, 0, 12), (4, 4, 5), (4, 4, 5)), xcc=8),
+)}
+
+MACH_TO_ARCH: dict[int, str] = {t.mach: t.arch for t in TARGETS.values()}
+
+
+def supported() -> list[str]:
+    return list(TARGETS)
+
+
+def get_target(arch: str) -> Target:
+    """The Target for an LLVM processor name (feature suffixes such as ':xnack-' are ignored)."""
+    base = arch.split(":")[0].strip().lower()
+    if base not in TARGETS:
+        raise UnsupportedTarget(f"unsupported target {arch!r}: amdq supports {', '.join(TARGETS)}")
+    return TARGETS[base]
+
+
+def target_from_mach(mach: int) -> Target:
+    """The Target for an ELF EF_AMDGPU_MACH value."""
+    if mach not in MACH_TO_ARCH:
+        raise UnsupportedCodeObjectTarget(f"code object machine 0x{mach:02x} is not a supported target: "
+                                f"amdq supports {', '.join(TARGETS)}")
+    return TARGETS[MACH_TO_ARCH[mach]]
