@@ -38,6 +38,14 @@ def _with_defaults(ir: str) -> str:
     return ir
 
 
+def _bind_locally(mod) -> None:
+    """Give defined globals with default visibility protected visibility: a code object is loaded on
+    its own, so nothing can preempt them, and their addresses need no GOT (no GOTPCREL relocations)."""
+    for v in list(mod.global_variables) + list(mod.functions):
+        if not v.is_declaration and v.visibility.name == "default" and v.linkage.name not in ("internal", "private"):
+            v.visibility = "protected"
+
+
 def compile(llvm_ir: str, arch: str = "gfx1100", opt: int = 2) -> bytes:
     """Compile LLVM IR for `arch`; returns a relocatable AMDGPU ELF code object (load it with Device.load)."""
     import llvmlite.binding as llvm
@@ -52,6 +60,7 @@ def compile(llvm_ir: str, arch: str = "gfx1100", opt: int = 2) -> bytes:
         except RuntimeError as e:
             raise CompileError(f"LLVM rejected the IR for {tgt.arch}: {str(e).strip()}") from None
         mod.triple = TRIPLE
+        _bind_locally(mod)
         try:
             if opt:
                 pto = llvm.create_pipeline_tuning_options(speed_level=opt)

@@ -28,7 +28,7 @@ class KernelInfo:
 class ProgramImage:
     """The loadable bytes of one code object, its relocations, kernels and metadata."""
 
-    def __init__(self, data: bytes, arch: str | None = None):
+    def __init__(self, data: bytes, arch: str | None = None, placement: dict[str, int] | None = None):
         self.elf = elf = ElfImage(data)
         self.sha256 = hashlib.sha256(elf.data).hexdigest()
         self.target: Target = target_from_mach(elf.mach)
@@ -42,8 +42,11 @@ class ProgramImage:
         if tgt and tgt.split("--")[-1].split(":")[0] != self.target.arch:
             raise CodeObjectError(f"metadata target {tgt!r} disagrees with the ELF machine ({self.target.arch})")
         self.section_offsets: dict[int, int] = {}
+        self.link_base = 0
         if self.kind == "ET_REL":
-            self._layout_relocatable()
+            self._layout_relocatable(placement)
+        elif placement is not None:
+            raise CodeObjectError("placement applies to relocatable objects only")
         else:
             self._layout_shared()
         self._collect_symbols()
@@ -65,7 +68,7 @@ class ProgramImage:
                     raise CodeObjectError(f"no placement given for section {s.name}")
                 off = placement[s.name]
             off = (off + s.align - 1) & -s.align
-            if off + s.size > MAX_IMAGE:
+            if off + s.size > MAX_IMAGE or off < 0:
                 raise CodeObjectError(f"section {s.name} ({s.size} bytes) makes the image larger than {MAX_IMAGE >> 20} MiB")
             self.section_offsets[s.index] = off
             off += s.size
@@ -77,31 +80,20 @@ class ProgramImage:
                 self._image[o:o + s.size] = s.data
 
     def _layout_shared(self) -> None:
+        """Copy PT_LOAD segments; an image linked at a non-zero base is rebased to offset 0."""
         segs = self.elf.segments
         if not segs:
             raise CodeObjectError("shared code object has no PT_LOAD segment")
-        self.size = max(s.vaddr + s.memsz for s in segs)
+        self.link_base = lb = min(s.vaddr for s in segs) & ~(IMAGE_ALIGN - 1)
+        self.size = max(s.vaddr + s.memsz for s in segs) - lb
         if self.size > MAX_IMAGE:
             raise CodeObjectError(f"PT_LOAD segments span {self.size} bytes, more than {MAX_IMAGE >> 20} MiB")
         self._image = bytearray(self.size)
         for s in segs:
-            self._image[s.vaddr:s.vaddr + s.filesz] = self.elf.data[s.offset:s.offset + s.filesz]
+            self._image[s.vaddr - lb:s.vaddr - lb + s.filesz] = self.elf.data[s.offset:s.offset + s.filesz]
         for s in self.elf.sections:
-            if s.flags & SHF_ALLOC and s.index:
-                self.section_offsets[s.index] = s.addr
-
-    @classmethod
-    def with_placement(cls, data: bytes, placement: dict[str, int]) -> "ProgramImage":
-        """Load a relocatable object with sections at given image offsets (to compare with a linker)."""
-        self = cls.__new__(cls)
-        self.__init__(data)
-        if self.kind != "ET_REL":
-            raise CodeObjectError("placement applies to relocatable objects only")
-        self.section_offsets = {}
-        self._layout_relocatable(placement)
-        self._collect_symbols()
-        self._collect_fixups()
-        return self
+            if s.flags & SHF_ALLOC and s.index and s.addr >= lb:
+                self.section_offsets[s.index] = s.addr - lb
 
     # -- symbols and relocations ----------------------------------------------------------------
     def _sym_offset(self, sym) -> tuple[int, bool]:
@@ -115,7 +107,7 @@ class ProgramImage:
         if not isinstance(sym.shndx, int):
             raise CodeObjectError(f"symbol {sym.name!r} has unsupported section index {sym.shndx}")
         if self.kind == "ET_DYN":
-            return sym.value, False
+            return sym.value - self.link_base, False
         if sym.shndx not in self.section_offsets:
             raise CodeObjectError(f"symbol {sym.name!r} lies in a section that is not loaded")
         return self.section_offsets[sym.shndx] + sym.value, False
@@ -129,13 +121,12 @@ class ProgramImage:
 
     def _collect_fixups(self) -> None:
         self.fixups: list[reloc.Fixup] = []
-        secs = self.elf.sections
         for r in self.elf.relocs:
             rs = self.elf.by_name[r.section]
             if self.kind == "ET_DYN":
                 if not rs.flags & SHF_ALLOC:      # static relocations kept by --emit-relocs: already applied
                     continue
-                where = r.offset
+                where = r.offset - self.link_base
             else:
                 if r.target not in self.section_offsets:    # relocations of debug or other unloaded sections
                     continue
@@ -147,15 +138,12 @@ class ProgramImage:
             if where < 0 or where + width > self.size:
                 raise CodeObjectError(f"relocation in {r.section} patches {where:#x}, outside the {self.size}-byte image")
             if r.type == reloc.RELATIVE64:
-                self.fixups.append(reloc.Fixup(where, r.type, None, False, r.addend, r.section))
+                self.fixups.append(reloc.Fixup(where, r.type, None, False, r.addend - self.link_base, r.section))
                 continue
             if r.sym is None:
                 raise CodeObjectError(f"relocation {r.type} in {r.section} at {r.offset:#x} has no symbol")
             s_off, s_abs = self._sym_offset(r.sym)
-            if r.sym.type == "STT_SECTION" and isinstance(r.sym.shndx, int) and self.kind == "ET_REL":
-                s_off, s_abs = self.section_offsets.get(r.sym.shndx, 0), False
             self.fixups.append(reloc.Fixup(where, r.type, s_off, s_abs, r.addend, r.section))
-        del secs
 
     def at(self, base: int) -> bytearray:
         """The image bytes relocated for GPU address `base`."""
@@ -189,6 +177,6 @@ class ProgramImage:
         return self.target.arch
 
 
-def load_code_object(data: bytes, arch: str | None = None) -> ProgramImage:
+def load_code_object(data: bytes, arch: str | None = None, placement: dict[str, int] | None = None) -> ProgramImage:
     """Parse and lay out an AMDGPU code object (ET_REL or ET_DYN); `arch` checks the target."""
-    return ProgramImage(data, arch)
+    return ProgramImage(data, arch, placement)
