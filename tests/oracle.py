@@ -73,11 +73,11 @@ def asm_directives(src: str, arch: str, flags: tuple[str, ...] = ()) -> dict[str
     key = hashlib.sha256(f"S|{arch}|{flags}|{(KERNELS / 'amdq_cl.h').read_text()}|{text}".encode()).hexdigest()[:20]
     out = CACHE / f"{key}.s"
     if not out.exists():
-        cl = CACHE / f"{key}.cl"
+        cl = CACHE / f"{key}.{os.getpid()}.cl"
         cl.write_text(text)
         run(tool("clang"), "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}", "-nogpulib",
-            "-O2", "-include", str(KERNELS / "amdq_cl.h"), *flags, "-S", str(cl), "-o", str(out) + ".tmp")
-        os.replace(str(out) + ".tmp", out)
+            "-O2", "-include", str(KERNELS / "amdq_cl.h"), *flags, "-S", str(cl), "-o", str(out) + f".{os.getpid()}.tmp")
+        os.replace(str(out) + f".{os.getpid()}.tmp", out)
     kernels, cur = {}, None
     for line in out.read_text().splitlines():
         line = line.strip()
@@ -94,8 +94,8 @@ def link_at(obj: Path, base: int) -> Path:
     """ld.lld-19 -shared with the image based at `base` and dynamic relocations applied in the file."""
     out = obj.with_suffix(f".{base:x}.so")
     if not out.exists():
-        run(tool("ld.lld"), "-shared", f"--image-base={base:#x}", "--apply-dynamic-relocs", str(obj), "-o", str(out) + ".tmp")
-        os.replace(str(out) + ".tmp", out)
+        run(tool("ld.lld"), "-shared", f"--image-base={base:#x}", "--apply-dynamic-relocs", str(obj), "-o", str(out) + f".{os.getpid()}.tmp")
+        os.replace(str(out) + f".{os.getpid()}.tmp", out)
     return out
 
 

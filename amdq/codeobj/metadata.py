@@ -74,16 +74,16 @@ def _need(m: dict, key: str, typ: type | tuple, where: str):
         raise CodeObjectError(f"metadata of {where} lacks {key}")
     v = m[key]
     if not isinstance(v, typ) or isinstance(v, bool) and typ is int:
-        raise CodeObjectError(f"metadata {where}{key} is {type(v).__name__}, expected {getattr(typ, '__name__', typ)}")
+        raise CodeObjectError(f"metadata of {where}: {key} is {type(v).__name__}, expected {getattr(typ, '__name__', typ)}")
     return v
 
 
 def _arg(a: Any, where: str) -> ArgMeta:
     if not isinstance(a, dict):
-        raise CodeObjectError(f"metadata {where} is not a map")
+        raise CodeObjectError(f"metadata of {where} is not a map")
     off, size = _need(a, ".offset", int, where), _need(a, ".size", int, where)
     if off < 0 or size < 0:
-        raise CodeObjectError(f"metadata {where} has a negative offset or size")
+        raise CodeObjectError(f"metadata of {where} has a negative offset or size")
     return ArgMeta(off, size, _need(a, ".value_kind", str, where), str(a.get(".name", "")),
                    str(a.get(".type_name", "")), a.get(".address_space"), a.get(".access"),
                    a.get(".pointee_align"), bool(a.get(".is_const", False)))
@@ -93,15 +93,15 @@ def _kernel(k: Any, i: int) -> KernelMeta:
     if not isinstance(k, dict):
         raise CodeObjectError(f"metadata amdhsa.kernels[{i}] is not a map")
     name = _need(k, ".name", str, f"amdhsa.kernels[{i}]")
-    w = f"kernel {name}: "
+    w = f"kernel {name}"
     args = k.get(".args", [])
     if not isinstance(args, list):
-        raise CodeObjectError(f"metadata {w}.args is not a list")
+        raise CodeObjectError(f"metadata of {w}: .args is not a list")
     rw = k.get(".reqd_workgroup_size")
     g = lambda key, dflt=0: _need(k, key, int, w) if key in k else dflt  # noqa: E731
     return KernelMeta(
         name=name, symbol=_need(k, ".symbol", str, w),
-        args=[_arg(a, f"{w}.args[{j}]") for j, a in enumerate(args)],
+        args=[_arg(a, f"{w} .args[{j}]") for j, a in enumerate(args)],
         kernarg_segment_size=_need(k, ".kernarg_segment_size", int, w),
         kernarg_segment_align=_need(k, ".kernarg_segment_align", int, w),
         group_segment_fixed_size=_need(k, ".group_segment_fixed_size", int, w),

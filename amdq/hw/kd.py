@@ -53,7 +53,7 @@ RSRC1 = {
 RSRC2 = {
     9: Bits("COMPUTE_PGM_RSRC2", {**_RSRC2_COMMON, "ENABLE_TRAP_HANDLER": (6, 6)}),
     11: Bits("COMPUTE_PGM_RSRC2", {**_RSRC2_COMMON, "ENABLE_TRAP_HANDLER": (6, 6)}),
-    12: Bits("COMPUTE_PGM_RSRC2", {**_RSRC2_COMMON, "ENABLE_DYNAMIC_VGPR": (6, 6)}),
+    12: Bits("COMPUTE_PGM_RSRC2", _RSRC2_COMMON),      # bit 6 is reserved on GFX12 (LLVM 19 header)
 }
 RSRC3 = {
     # GFX90A/GFX942: ACCUM_OFFSET is (AGPR base / 4) - 1, TG_SPLIT places waves of a group on any CU.

@@ -1,0 +1,79 @@
+"""Hardware tables: layouts, targets, and the kernel-descriptor tables checked against the facts files."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from amdq.errors import UnsupportedTarget
+from amdq.hw import kd as KD
+from amdq.hw.layout import Bits, Struct
+from amdq.hw.targets import TARGETS, get_target
+
+FACTS = Path(__file__).resolve().parents[2] / "shared" / "facts"
+
+
+def test_bits_roundtrip():
+    b = Bits("R", {"A": (0, 3), "B": (4, 4), "C": (8, 15)})
+    w = b.encode(A=5, B=1, C=0xAB)
+    assert w == 5 | 16 | 0xAB00 and b.decode(w) == {"A": 5, "B": 1, "C": 0xAB}
+    with pytest.raises(ValueError):
+        b.encode(A=16)
+    with pytest.raises(KeyError):
+        b.encode(D=1)
+
+
+def test_struct_roundtrip():
+    s = Struct("S", 16, [("a", 0, "u32"), ("b", 4, "i64"), ("c", 12, "4b")])
+    raw = s.pack(a=7, b=-2, c=b"xy")
+    assert len(raw) == 16 and s.unpack(raw) == {"a": 7, "b": -2, "c": b"xy\0\0"}
+    with pytest.raises(ValueError):
+        s.unpack(raw[:10])
+
+
+def test_targets_table():
+    assert list(TARGETS) == ["gfx1100", "gfx1101", "gfx1102", "gfx1151", "gfx1200", "gfx1201", "gfx942", "gfx950"]
+    for t in TARGETS.values():
+        assert t.family in ("RDNA3", "RDNA4", "CDNA3", "CDNA4")
+        assert t.wave_size == (64 if t.family.startswith("CDNA") else 32)
+        assert set(t.ip) == {"GC", "SDMA", "NBIO", "MMHUB", "MP0", "MP1", "OSSSYS", "HDP"}
+        assert t.gfx_version == {"RDNA3": 11, "RDNA4": 12, "CDNA3": 9, "CDNA4": 9}[t.family]
+        assert t.lds_bytes >= 64 * 1024 and t.cus > 0 and t.max_waves_per_cu > 0
+    assert get_target("gfx942:sramecc+:xnack-").arch == "gfx942"
+
+
+def test_unsupported_target_lists_supported():
+    with pytest.raises(UnsupportedTarget) as e:
+        get_target("gfx90a")
+    for arch in TARGETS:
+        assert arch in str(e.value)
+
+
+def _facts(name: str) -> dict:
+    p = FACTS / name
+    if not p.exists():
+        pytest.skip("shared facts not present")
+    return json.loads(p.read_text())
+
+
+def test_descriptor_struct_matches_facts():
+    st = _facts("amdgpu_kd.json")["structs"]["llvm_amdhsa_kernel_descriptor_t"]
+    assert st["size"] == KD.KERNEL_DESCRIPTOR.size
+    for f in st["fields"]:
+        off, typ = KD.KERNEL_DESCRIPTOR.fields[f["name"]]
+        assert off == f["offset"] and KD.KERNEL_DESCRIPTOR.field_size(typ) == f["size"]
+
+
+@pytest.mark.parametrize("table,prefix", [("RSRC1", "COMPUTE_PGM_RSRC1"), ("RSRC2", "COMPUTE_PGM_RSRC2"),
+                                          ("RSRC3", "COMPUTE_PGM_RSRC3"), ("CODE_PROPERTIES", "KERNEL_CODE_PROPERTY")])
+def test_descriptor_bits_match_facts(table, prefix):
+    consts = _facts("amdgpu_kd.json")["constants"]
+    tables = getattr(KD, table)
+    tables = tables.values() if isinstance(tables, dict) else [tables]
+    for bits in tables:
+        for name, f in bits.fields.items():
+            pat = re.compile(rf"{prefix}_(?:[A-Z0-9]+_)*?{name}_SHIFT$")
+            cands = {(consts[k], consts[k[:-6] + "_WIDTH"]) for k in consts if pat.match(k)}
+            assert (f.lo, f.hi - f.lo + 1) in cands, f"{bits.name}.{name} at {f.lo}:{f.hi}, facts say {cands}"
