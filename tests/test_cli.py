@@ -58,3 +58,13 @@ def test_demo_runs():
     r = run("demo")
     assert r.returncode == 0, r.stderr
     assert "kernel vadd" in r.stdout
+
+
+def test_disasm_lists_every_function():
+    from pathlib import Path
+    src = str(Path(__file__).parent / "codeobj" / "globals.cl")
+    r = run("disasm", str(compile_cl(src, "gfx1100")))
+    assert r.returncode == 0, r.stderr
+    assert "use_globals:" in r.stdout and "twice:" in r.stdout and "s_endpgm" in r.stdout and "s_setpc_b64" in r.stdout
+    r = run("disasm", str(compile_cl(src, "gfx1100")), "--kernel", "missing")
+    assert r.returncode != 0 and "no function 'missing'" in r.stderr
