@@ -16,7 +16,7 @@ from amdq.sim.shader.decode import DPP8, EXEC_LO, FLOAT_CONST, M0, NULL, SPECIAL
 # LLVM assembler names of message ids and hardware registers (AMD RDNA3 ISA guide, S_SENDMSG / S_GETREG tables).
 MSG = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN",
        6: "MSG_HALT_WAVES", 9: "MSG_GS_ALLOC_REQ"}
-MSG.update({v: k for k, v in isa.tables().NAMES["MSG"].items()})
+MSG.update({v: k for k, v in isa.tables().NAMES["MSG"].items() if k != "MSG_RTN_ILLEGAL_MSG"})
 HWREG_SYNTAX = {"HW_REG_SHADER_FLAT_SCRATCH_LO": "HW_REG_FLAT_SCR_LO", "HW_REG_SHADER_FLAT_SCRATCH_HI": "HW_REG_FLAT_SCR_HI"}
 HWREG_UNNAMED = {13, 14, 16, 17, 25, 26, 28}      # registers gfx11 assembler syntax leaves numeric
 HWREG = {v: HWREG_SYNTAX.get(k, k) for k, v in isa.tables().NAMES["HWREG"].items() if v not in HWREG_UNNAMED}
@@ -28,6 +28,9 @@ DEPCTR = [("depctr_hold_cnt", 7, 1), ("depctr_sa_sdst", 0, 1), ("depctr_va_vdst"
           ("depctr_va_ssrc", 8, 1), ("depctr_va_vcc", 1, 1), ("depctr_vm_vsrc", 2, 3)]
 FLOAT_TEXT = {240: "0.5", 241: "-0.5", 242: "1.0", 243: "-1.0", 244: "2.0", 245: "-2.0", 246: "4.0", 247: "-4.0"}
 INV2PI = {0: "0.15915494", 1: "0.15915494", 2: "0.15915494309189532"}
+_T = isa.tables().OPCODES
+PROMOTED = {r[0][:-4] for r in _T["VOP3Op"].values() if r[0].endswith("_E64")} | \
+    {r[0] for n, r in _T["VOP3SDOp"].items() if n < 512}     # VOP1/VOP2/VOPC operations that also have a VOP3 form
 NO_SUFFIX = {"V_READFIRSTLANE_B32_E32", "V_NOP_E32", "V_FMAMK_F32_E32", "V_FMAAK_F32_E32", "V_FMAMK_F16_E32",
              "V_FMAAK_F16_E32", "V_PIPEFLUSH_E32", "V_READFIRSTLANE_B32_E64"}
 
@@ -87,7 +90,7 @@ def src_text(op: Operand) -> str:
     if op.abs:
         t = f"|{t}|"
     if op.neg:
-        t = f"-{t}"
+        t = f"neg({t})" if op.kind == "c" and not op.literal and op.code <= 208 else f"-{t}"
     return t
 
 
@@ -102,7 +105,7 @@ def waitcnt(v: int) -> str:
 
 def delay_alu(v: int) -> str:
     id0, skip, id1 = v & 0xF, v >> 4 & 7, v >> 7 & 0xF
-    if v >> 11 or id0 >= len(DELAY_ID) or id1 >= len(DELAY_ID) or skip >= len(DELAY_SKIP):
+    if id0 >= len(DELAY_ID) or id1 >= len(DELAY_ID) or skip >= len(DELAY_SKIP):
         return f"{v:#x}"
     parts = [f"instid0({DELAY_ID[id0]})" if id0 else "", f"instskip({DELAY_SKIP[skip]})" if skip else "",
              f"instid1({DELAY_ID[id1]})" if id1 else ""]
@@ -128,7 +131,7 @@ def hwreg(v: int) -> str:
 def sendmsg(v: int) -> str:
     if v in MSG:
         return f"sendmsg({MSG[v]})"
-    return f"sendmsg({v & 0xFF}, {v >> 4 & 7}, {v >> 8 & 3})" if v < 256 else f"{v:#x}"
+    return f"sendmsg({v}, 0, 0)" if v < 256 else str(v)
 
 
 def _sopp(i: Inst) -> str:
@@ -144,9 +147,11 @@ def _sopp(i: Inst) -> str:
         return f"{m} {depctr(v)}"
     if m in ("s_sendmsg", "s_sendmsghalt"):
         return f"{m} {sendmsg(v)}"
+    if i.target is not None:
+        return f"{m} {v}"
     if m in ("s_clause", "s_set_inst_prefetch_distance", "s_round_mode", "s_wait_event", "s_ttracedata_imm"):
         return f"{m} {v:#x}"
-    return f"{m} {v}"
+    return f"{m} {v}" if v <= 64 else f"{m} {v:#x}"
 
 
 def _sopk(i: Inst) -> str:
@@ -156,7 +161,9 @@ def _sopk(i: Inst) -> str:
     if m == "s_setreg_imm32_b32":
         return f"{m} {hwreg(v)}, {src_text(i.src[0])}"
     if m == "s_version":
-        return f"{m} {v}"
+        return f"{m} {v}" if v <= 255 else f"{m} {v:#x}"
+    if m.startswith("s_subvector_loop"):
+        return f"{m} {reg(Operand('s', i.fields['sdst']))}, {v}"
     if m == "s_call_b64":
         return f"{m} {reg(i.dst[0])}, {v}"
     return f"{m} {reg(i.dst[0])}, {v:#x}" if i.dst else f"{m} {v:#x}"
@@ -180,6 +187,9 @@ def _salu(i: Inst) -> str:
 def _smem(i: Inst) -> str:
     m = i.mnemonic
     ops = [reg(d) for d in i.dst]
+    if m.startswith("s_atc_probe"):    # sdata holds a 7-bit immediate
+        v = i.fields["sdata"]
+        ops = [str(v) if v <= 64 else f"{v:#x}"]
     if i.sbase is not None:
         ops.append(reg(i.sbase))
         if i.soffset is not None:
@@ -238,7 +248,7 @@ def _vname(i: Inst) -> str:
     if i.dpp is not None:
         return base + ("_e64_dpp" if i.enc in ("VOP3", "VOP3SD") and i.op < 512 else "_dpp")
     if n.endswith("_E32"):
-        return base + "_e32"
+        return base + "_e32" if n[:-4] in PROMOTED else base
     if n.endswith("_E64") or (i.enc == "VOP3SD" and i.op < 512):
         return base + "_e64"
     return base
@@ -263,7 +273,7 @@ def _valu(i: Inst) -> str:
         ops[len(dst) + k] = f"{srcs[k].value:#x}"
     mods = []
     if i.enc in ("VOP3", "VOP3SD"):
-        if i.opsel:
+        if i.opsel and any(o.bits == 16 for o in (*dst, *srcs)):
             nsrc = len(srcs)
             mods.append("op_sel:" + _bits_list((i.opsel & ((1 << nsrc) - 1)) | (i.opsel >> 3 & 1) << nsrc, nsrc + 1))
         if i.clamp:
@@ -272,17 +282,25 @@ def _valu(i: Inst) -> str:
             mods.append({1: "mul:2", 2: "mul:4", 3: "div:2"}[i.omod])
     if i.enc == "VOP3P":
         n = len(srcs)
-        full = (1 << n) - 1
+        mix = m.startswith("v_fma_mix")
+        full = 0 if mix else (1 << n) - 1
         if i.opsel:
             mods.append("op_sel:" + _bits_list(i.opsel, n))
-        if i.opsel_hi & full != full:
+        if i.opsel_hi & ((1 << n) - 1) != full:
             mods.append("op_sel_hi:" + _bits_list(i.opsel_hi, n))
-        neg_lo = sum(1 << k for k, s in enumerate(srcs) if s.neg)
-        ops = [reg(d) for d in dst] + [src_text(_plain(s)) for s in srcs]
-        if neg_lo:
-            mods.append("neg_lo:" + _bits_list(neg_lo, n))
-        if i.neg_hi:
-            mods.append("neg_hi:" + _bits_list(i.neg_hi, n))
+        if mix:   # mixed-precision FMA: neg/abs per source like VOP3 (neg_hi holds abs)
+            ops = [reg(d) for d in dst]
+            for k, sv in enumerate(srcs):
+                c = _plain(sv)
+                c.neg, c.abs = sv.neg, bool(i.neg_hi >> k & 1)
+                ops.append(src_text(c))
+        else:
+            neg_lo = sum(1 << k for k, sv in enumerate(srcs) if sv.neg)
+            ops = [reg(d) for d in dst] + [src_text(_plain(sv)) for sv in srcs]
+            if neg_lo:
+                mods.append("neg_lo:" + _bits_list(neg_lo, n))
+            if i.neg_hi:
+                mods.append("neg_hi:" + _bits_list(i.neg_hi, n))
         if i.clamp:
             mods.append("clamp")
     if i.dpp is not None:
@@ -370,10 +388,12 @@ def _mubuf(i: Inst) -> str:
     if "cmpswap" in m or ("atomic" in m):
         data = i.data
     ops = [reg(data), reg(i.addr) if i.addr is not None else "off", reg(i.srsrc), src_text(i.soffset)]
+    if "_lds_" in m:
+        ops = ops[1:]
     mods = [n for n, b in (("idxen", i.idxen), ("offen", i.offen)) if b]
     if i.offset:
         mods.append(f"offset:{i.offset}")
-    return " ".join([m + " " + ", ".join(ops)] + mods + _cache(i))
+    return " ".join([m + " " + ", ".join(ops)] + mods + _cache(i) + (["tfe"] if i.fields.get("tfe") else []))
 
 
 FORMATTERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,

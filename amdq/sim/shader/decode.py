@@ -196,7 +196,7 @@ def _src(ctx: _Ctx, code: int, opinfo: tuple | None, mask_bits: int = 32) -> Ope
     if code >= 256:
         return Operand("v", code - 256, n, bits=bits)
     if code < 128:
-        return Operand("s", code, n, bits=bits)
+        return _sreg(code, bits)
     if code <= 208:
         v = code - 128 if code <= 192 else 192 - code
         return Operand("c", code, n, v & ((1 << max(bits, 32)) - 1), bits=bits)
@@ -217,7 +217,11 @@ def _src(ctx: _Ctx, code: int, opinfo: tuple | None, mask_bits: int = 32) -> Ope
 
 
 def _sreg(code: int, bits: int) -> Operand:
-    return Operand("s", code, _nregs(bits), bits=bits)
+    """An SGPR-space register (tuple); 64-bit tuples are even-aligned and wider ones 4-aligned, as hardware reads them."""
+    n = _nregs(bits)
+    if n > 1:
+        code &= ~1 if n == 2 else ~3
+    return Operand("s", code, n, bits=bits)
 
 
 def _vreg(idx: int, bits: int) -> Operand:
@@ -248,7 +252,9 @@ def _sop(ctx: _Ctx, enc: str) -> Inst:
     inst.fields = f
     srcs = []
     for fld in ("ssrc0", "ssrc1"):
-        if fld in opr:
+        if fld in opr and opr[fld][2] == "SENDMSG_RTN":      # a message id, not an operand code
+            srcs.append(Operand("c", f[fld], 1, f[fld]))
+        elif fld in opr:
             srcs.append(_src(ctx, f[fld], opr[fld]))
     if name in ("S_FMAAK_F32", "S_FMAMK_F32"):
         srcs.append(Operand("c", LITERAL, 1, ctx.literal(), literal=True))
@@ -493,7 +499,7 @@ def _flat(ctx: _Ctx) -> Inst:
     inst = Inst(ctx.pc, enc, f["op"], name)
     inst.fields, inst.size = f, 8
     inst.glc, inst.slc, inst.dlc, inst.sve = f["glc"], f["slc"], f["dlc"], f["sve"]
-    inst.offset = _sext(f["offset"], 13)
+    inst.offset = f["offset"] if enc == "FLAT" else _sext(f["offset"], 13)
     has_saddr = f["saddr"] != NULL and "saddr" in opr
     if has_saddr:
         inst.saddr = _sreg(f["saddr"], opr["saddr"][1])
@@ -528,7 +534,7 @@ def _mubuf(ctx: _Ctx) -> Inst:
         inst.addr = _vreg(f["vaddr"], 32 * nv) if nv else None
         inst.srsrc = _sreg(f["srsrc"] * 4, 128)
         inst.soffset = _src(ctx, f["soffset"], ("NUM_B32", 32, "SSRC"))
-        bits = opr["vdata"][1] if "vdata" in opr else 32
+        bits = (opr["vdata"][1] if "vdata" in opr else 32) + 32 * f["tfe"]
         inst.data = _vreg(f["vdata"], bits)
         if "LOAD" in name or ("ATOMIC" in name and inst.glc):
             inst.dst = (_vreg(f["vdata"], bits // 2 if "CMPSWAP" in name else bits),)
@@ -553,6 +559,7 @@ def decode(code: bytes, pc: int, base: int = 0, wave64: bool = False) -> Inst:
     e = isa.match(ctx.bits & 0xFFFFFFFF, ARCH)
     if e is None or e.name not in DECODERS:
         raise _fail(ctx, f"unsupported encoding {e.name if e else '(none)'}")
+    ctx.lit_pos = e.size * 8
     inst = DECODERS[e.name](ctx)
     inst.mask_bits = 64 if wave64 else 32
     inst.size = max(inst.size, ctx.lit_pos // 8) if inst.dpp else inst.size
