@@ -1,0 +1,121 @@
+"""Kernel arguments laid out as the code object's metadata says (explicit, then code object v5 hidden ones).
+
+Source: LLVM AMDGPUUsage, "Code Object V5 Metadata" (.args value kinds) and "Kernel Argument
+Layout"; the hidden argument offsets come from each argument's `.offset` in the metadata.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..codeobj.metadata import ArgMeta, KernelMeta
+from ..errors import InvalidArgument, LDSLimitExceeded
+
+SHARED_APERTURE_HI = 0x0001_0000       # what src_shared_base reads: high half of the LDS aperture
+PRIVATE_APERTURE_HI = 0x0002_0000
+
+
+@dataclass(frozen=True)
+class LDS:
+    """A `__local` pointer argument: `nbytes` of LDS added to the dispatch's group segment."""
+    nbytes: int
+
+
+_FLOAT_TYPES = {"float": "f", "double": "d", "half": "e", "_Float16": "e", "__fp16": "e"}
+_INT_FMT = {1: "b", 2: "h", 4: "i", 8: "q"}
+
+
+def _scalar_bytes(a: ArgMeta, v: Any, name: str) -> bytes:
+    tn = a.type_name.strip()
+    base = tn.rstrip("*").strip()
+    fl = _FLOAT_TYPES.get(base)
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v.item()
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, (bytes, bytearray)):
+        if len(v) != a.size:
+            raise InvalidArgument(f"argument {name}: {len(v)} bytes given, the kernel takes {a.size}")
+        return bytes(v)
+    if fl and a.size == struct.calcsize(fl):
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise InvalidArgument(f"argument {name} ({tn}): expected a number, got {type(v).__name__}")
+        return struct.pack("<" + fl, float(v))
+    if a.size in _INT_FMT and not fl:
+        if isinstance(v, float):
+            if not v.is_integer():
+                raise InvalidArgument(f"argument {name} ({tn or 'integer'}): {v!r} is not an integer")
+            v = int(v)
+        if not isinstance(v, int):
+            raise InvalidArgument(f"argument {name} ({tn or 'integer'}): expected an integer, got {type(v).__name__}")
+        bits = 8 * a.size
+        if not -(1 << (bits - 1)) <= v < (1 << bits):      # either signedness, two's complement
+            raise InvalidArgument(f"argument {name} ({tn or 'integer'}): {v} does not fit {bits} bits")
+        return (v & ((1 << bits) - 1)).to_bytes(a.size, "little")
+    raise InvalidArgument(f"argument {name}: cannot pack a {type(v).__name__} into {a.size} bytes of {tn or 'by_value'}")
+
+
+def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple[int, int, int],
+         address_of: Callable[[Any], int], static_lds: int, lds_limit: int | None = None,
+         extra: dict[str, int] | None = None) -> tuple[bytes, int]:
+    """(kernarg bytes, dynamic LDS bytes) for a dispatch of `grid` workgroups of `block` work-items.
+
+    `address_of(obj)` gives the device address of a buffer argument (ints pass through).
+    """
+    explicit = meta.explicit_args
+    if len(args) != len(explicit):
+        names = ", ".join(a.name or f"#{i}" for i, a in enumerate(explicit))
+        raise InvalidArgument(f"kernel {meta.name} takes {len(explicit)} arguments ({names}), {len(args)} given")
+    buf = bytearray(max(meta.kernarg_segment_size, 8))
+    dyn_lds = 0
+    lds_offset = static_lds
+    for i, (a, v) in enumerate(zip(explicit, args)):
+        name = a.name or f"#{i}"
+        if a.value_kind == "global_buffer" or (a.value_kind == "by_value" and a.address_space == "global"):
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                addr = int(v)
+            else:
+                try:
+                    addr = address_of(v)
+                except (TypeError, AttributeError):
+                    raise InvalidArgument(f"argument {name} of {meta.name} is a global pointer: pass a Buffer or "
+                                          f"a device address, not {type(v).__name__}") from None
+            if not 0 <= addr < 1 << 64:
+                raise InvalidArgument(f"argument {name}: address {addr:#x} is not a 64-bit address")
+            buf[a.offset:a.offset + 8] = addr.to_bytes(8, "little")
+        elif a.value_kind == "dynamic_shared_pointer":
+            if not isinstance(v, LDS):
+                raise InvalidArgument(f"argument {name} of {meta.name} is a __local pointer: pass amdq.LDS(nbytes), "
+                                      f"not {type(v).__name__}")
+            align = max(a.pointee_align or 4, 4)
+            lds_offset = (lds_offset + align - 1) & -align
+            buf[a.offset:a.offset + a.size] = lds_offset.to_bytes(a.size, "little")
+            lds_offset += v.nbytes
+            dyn_lds = lds_offset - static_lds
+        elif a.value_kind == "by_value":
+            if isinstance(v, LDS) or hasattr(v, "addr"):
+                raise InvalidArgument(f"argument {name} of {meta.name} is passed by value ({a.type_name}), "
+                                      f"not a {type(v).__name__}")
+            buf[a.offset:a.offset + a.size] = _scalar_bytes(a, v, name)
+        else:
+            raise InvalidArgument(f"argument {name} of {meta.name}: value kind {a.value_kind} is not supported")
+    if lds_limit is not None and static_lds + dyn_lds > lds_limit:
+        raise LDSLimitExceeded(f"kernel {meta.name}: {static_lds} bytes of static LDS + {dyn_lds} dynamic exceed "
+                               f"the {lds_limit} bytes a workgroup may use")
+    hidden = {
+        "hidden_block_count_x": grid[0], "hidden_block_count_y": grid[1], "hidden_block_count_z": grid[2],
+        "hidden_group_size_x": block[0], "hidden_group_size_y": block[1], "hidden_group_size_z": block[2],
+        "hidden_remainder_x": 0, "hidden_remainder_y": 0, "hidden_remainder_z": 0,
+        "hidden_global_offset_x": 0, "hidden_global_offset_y": 0, "hidden_global_offset_z": 0,
+        "hidden_grid_dims": 3 if grid[2] * block[2] > 1 else 2 if grid[1] * block[1] > 1 else 1,
+        "hidden_dynamic_lds_size": dyn_lds,
+        "hidden_private_base": PRIVATE_APERTURE_HI, "hidden_shared_base": SHARED_APERTURE_HI,
+        **(extra or {}),
+    }
+    for a in meta.args:
+        if a.hidden and a.value_kind in hidden:
+            buf[a.offset:a.offset + a.size] = (hidden[a.value_kind] & ((1 << (8 * a.size)) - 1)).to_bytes(a.size, "little")
+    return bytes(buf), dyn_lds

@@ -1,0 +1,279 @@
+"""The compute units: turn a dispatch (the COMPUTE_* register state) into waves and run them.
+
+Waves of a dispatch are created in batches of whole workgroups. Within a batch the scheduler picks
+the lowest program counter among runnable waves and executes that instruction once for every wave
+sitting there: one numpy step. Divergent scalar branches split waves across PCs; they merge again
+when their PCs meet. `s_barrier` parks a wave until every live wave of its workgroup has arrived.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import GPUFault, UnsupportedInstruction
+from ...hw import kd as KD
+from . import decode
+from .memory import GPUMemory
+from .ops import CONTROL, build
+from .wave import BARRIER, DONE, EXEC, RUN, WaveState
+
+# importing the families registers their handlers
+from . import salu, smem, valu, vmem, lds  # noqa: E402,F401  isort: skip
+
+
+@dataclass
+class DispatchRegs:
+    """What the command processor hands the compute units for one dispatch."""
+    pgm_addr: int                       # COMPUTE_PGM_LO/HI << 8: address of the first instruction
+    rsrc1: int
+    rsrc2: int
+    rsrc3: int
+    grid: tuple[int, int, int]          # workgroups in x, y, z
+    block: tuple[int, int, int]         # work-items per workgroup
+    user_data: list[int]                # COMPUTE_USER_DATA_0..15
+    wave64: bool = False                # DISPATCH_INITIATOR.CS_W32_EN clear
+    lds_bytes: int = 0                  # LDS per workgroup (static + dynamic)
+    scratch_base: int = 0               # COMPUTE_DISPATCH_SCRATCH_BASE
+    scratch_wave_bytes: int = 0         # from COMPUTE_TMPRING_SIZE.WAVESIZE
+    scratch_waves: int = 0              # COMPUTE_TMPRING_SIZE.WAVES: wave slots backed by scratch
+    start: tuple[int, int, int] = (0, 0, 0)
+    partial: tuple[int, int, int] = (0, 0, 0)   # work-items in the last workgroup per dimension (0 = full)
+    gfx: int = 11
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Stats:
+    steps: int = 0                     # numpy steps (instruction x group of waves)
+    wave_instructions: int = 0         # instructions executed, counted per wave
+    lane_steps: int = 0                # sum over steps of lanes in the step
+    waves: int = 0
+    workgroups: int = 0
+
+
+class ICache:
+    """Decoded and built instructions by PC, fetched through the memory model as hardware fetches them."""
+
+    LINE = 64
+
+    def __init__(self, mem: GPUMemory):
+        self.mem, self.steps, self.insts = mem, {}, {}
+
+    def invalidate(self) -> None:
+        self.steps.clear()
+        self.insts.clear()
+
+    def _fetch(self, pc: int) -> tuple[bytes, int]:
+        from .memory import load
+        line = pc & ~(self.LINE - 1)
+        out = b""
+        for a in (line, line + self.LINE):
+            try:
+                out += load(self.mem, np.array([a + 4 * i for i in range(self.LINE // 4)], np.uint64), 4).tobytes()
+            except GPUFault:
+                if not out:
+                    raise GPUFault(f"GPU page fault: instruction fetch at {pc:#x} (not mapped)", address=pc,
+                                   fetch=True) from None
+                break
+        return out, line
+
+    def get(self, pc: int, wave64: bool):
+        key = (pc, wave64)
+        st = self.steps.get(key)
+        if st is None:
+            code, base = self._fetch(pc)
+            inst = decode.decode(code, pc, base, wave64)
+            st = (build(inst), inst, inst.key in CONTROL)
+            self.steps[key] = st
+        return st
+
+
+class Batch:
+    """A set of whole workgroups resident together."""
+
+    def __init__(self, d: DispatchRegs, wg_ids: np.ndarray, core: "ShaderCore"):
+        self.d, self.core = d, core
+        gen = KD.generation(d.gfx)
+        r1, r2 = KD.RSRC1[gen].decode(d.rsrc1), KD.RSRC2[gen].decode(d.rsrc2)
+        lanes = 64 if d.wave64 else 32
+        granule = 8 if (gen >= 11 and lanes == 32) or gen == 9 else 4
+        nvgpr = (r1["GRANULATED_WORKITEM_VGPR_COUNT"] + 1) * granule
+        bx, by, bz = d.block
+        threads = bx * by * bz
+        wpg = -(-threads // lanes)                     # waves per workgroup
+        nwg = len(wg_ids)
+        w = self.w = WaveState(nwg * wpg, lanes, nvgpr)
+        w.wg = np.repeat(np.arange(nwg), wpg)
+        w.pc[:] = d.pgm_addr
+        self.nwg, self.wpg, self.lanes = nwg, wpg, lanes
+        gx, gy, _ = d.grid
+        wgx = d.start[0] + wg_ids % gx
+        wgy = d.start[1] + (wg_ids // gx) % gy
+        wgz = d.start[2] + wg_ids // (gx * gy)
+        # work-item ids of every lane; lanes past the workgroup's size (and past partial edges) are off
+        t = np.arange(wpg * lanes)
+        tx, ty, tz = t % bx, (t // bx) % by, t // (bx * by)
+        valid = np.tile(t < threads, (nwg, 1))
+        for dim, (tid, wgd, g) in enumerate(((tx, wgx, d.grid[0]), (ty, wgy, d.grid[1]), (tz, wgz, d.grid[2]))):
+            if d.partial[dim]:
+                last = wgd == d.start[dim] + g - 1
+                valid &= ~(last[:, None] & (tid[None, :] >= d.partial[dim]))
+        valid = valid.reshape(nwg * wpg, lanes)
+        if lanes == 32:
+            w.s[EXEC] = (valid.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(1).astype(np.uint32)
+        else:
+            bits = (valid.astype(np.uint64) << np.arange(64, dtype=np.uint64)).sum(1, dtype=np.uint64)
+            w.s[EXEC] = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            w.s[EXEC + 1] = (bits >> np.uint64(32)).astype(np.uint32)
+        w.refresh_exec(slice(None))
+        # user SGPRs, then system SGPRs (AMDGPUUsage "Initial Kernel Execution State")
+        nuser = r2["USER_SGPR_COUNT"]
+        for i in range(min(nuser, len(d.user_data))):
+            w.s[i] = np.uint32(d.user_data[i] & 0xFFFFFFFF)
+        n = nuser
+        per_wave = lambda a: np.repeat(a, wpg).astype(np.uint32)  # noqa: E731
+        for flag, vals in (("ENABLE_SGPR_WORKGROUP_ID_X", per_wave(wgx)), ("ENABLE_SGPR_WORKGROUP_ID_Y", per_wave(wgy)),
+                           ("ENABLE_SGPR_WORKGROUP_ID_Z", per_wave(wgz))):
+            if r2[flag]:
+                w.s[n] = vals
+                n += 1
+        if r2["ENABLE_SGPR_WORKGROUP_INFO"]:
+            w.s[n] = np.uint32(threads)
+            n += 1
+        # scratch: one slot per wave of the dispatch, in order
+        self.scratch_slot = (wg_ids.repeat(wpg) * wpg + np.tile(np.arange(wpg), nwg)).astype(np.int64)
+        if r2["ENABLE_PRIVATE_SEGMENT"]:
+            w.s[n] = (self.scratch_slot * d.scratch_wave_bytes).astype(np.uint32)
+            n += 1
+        # work-item ids: gfx11+ and gfx90a+ pack x | y << 10 | z << 20 into v0
+        dims = r2["ENABLE_VGPR_WORKITEM_ID"]
+        ids = tx.astype(np.uint32)
+        if dims >= 1:
+            ids = ids | ty.astype(np.uint32) << 10
+        if dims >= 2:
+            ids = ids | tz.astype(np.uint32) << 20
+        w.v[0] = np.tile(ids.reshape(wpg, lanes), (nwg, 1))
+        w.mode[:] = r1["FLOAT_ROUND_MODE_32"] | r1["FLOAT_ROUND_MODE_16_64"] << 2 | \
+            r1["FLOAT_DENORM_MODE_32"] << 4 | r1["FLOAT_DENORM_MODE_16_64"] << 6
+        # LDS, one block per workgroup
+        self.lds_bytes = d.lds_bytes
+        self.lds = np.zeros(max(nwg * d.lds_bytes, 4), np.uint8)
+        w.lds_base = (w.wg * d.lds_bytes).astype(np.int64)
+        w.lds_size = d.lds_bytes
+        w.lds = self.lds
+        w.mem = core.mem
+        w.scratch_base = np.uint64(d.scratch_base) + (self.scratch_slot * d.scratch_wave_bytes).astype(np.uint64)
+        w.scratch_wave_bytes = d.scratch_wave_bytes
+        w.dispatch = d
+
+    def run(self, stats: Stats, max_steps: int | None = None) -> bool:
+        """Execute until every wave ended (True) or max_steps steps were taken (False)."""
+        w, icache, wave64 = self.w, self.core.icache, self.lanes == 64
+        steps = 0
+        while True:
+            runnable = w.status == RUN
+            if not runnable.any():
+                if (w.status == DONE).all():
+                    return True
+                self._release_barriers()
+                if not (w.status == RUN).any():
+                    raise GPUFault("all live waves wait at a barrier that can never complete", address=None)
+                continue
+            pcs = w.pc[runnable]
+            pc = int(pcs.min())
+            if pcs.max() == pc and runnable.all():
+                sel = slice(None)
+                k = w.n
+            else:
+                sel = np.flatnonzero(runnable & (w.pc == pc))
+                k = len(sel)
+            fn, inst, control = icache.get(pc, wave64)
+            try:
+                fn(w, sel)
+            except IndexError as e:
+                raise GPUFault(f"{inst.mnemonic} at pc {pc:#x}: register out of the wave's allocation ({e})",
+                               address=pc, pc=pc) from None
+            except GPUFault as e:
+                e.info.setdefault("pc", pc)
+                e.info.setdefault("instruction", inst.mnemonic)
+                if f"pc {pc:#x}" not in str(e):
+                    e.args = (f"{e.args[0]} by {inst.mnemonic} at pc {pc:#x}",)
+                raise
+            if not control:
+                w.pc[sel] += inst.size
+            stats.steps += 1
+            stats.wave_instructions += k
+            stats.lane_steps += k * self.lanes
+            if w.barrier_pending:
+                w.barrier_pending = False
+                self._release_barriers()
+            steps += 1
+            if max_steps is not None and steps >= max_steps:
+                return False
+
+    def _release_barriers(self) -> None:
+        w = self.w
+        at = w.status == BARRIER
+        if not at.any():
+            return
+        alive = np.bincount(w.wg[w.status != DONE], minlength=self.nwg)
+        waiting = np.bincount(w.wg[at], minlength=self.nwg)
+        ready = (waiting == alive) & (alive > 0)
+        w.status[at & ready[w.wg]] = RUN
+
+
+class ShaderCore:
+    """The compute units of one device (or of a standalone run over a flat memory)."""
+
+    def __init__(self, mem: GPUMemory, max_lanes: int = 1 << 20):
+        self.mem, self.max_lanes = mem, max_lanes
+        self.icache = ICache(mem)
+
+    def dispatch(self, d: DispatchRegs, max_steps: int | None = None) -> Stats:
+        """Run a whole dispatch to completion."""
+        run = self.start(d)
+        while not run.step(max_steps or 1 << 62):
+            pass
+        return run.stats
+
+    def start(self, d: DispatchRegs) -> "Run":
+        return Run(self, d)
+
+
+class Run:
+    """A dispatch in progress: batches of workgroups executed in order, resumable."""
+
+    def __init__(self, core: ShaderCore, d: DispatchRegs):
+        self.core, self.d, self.stats = core, d, Stats()
+        gx, gy, gz = d.grid
+        self.total = gx * gy * gz
+        threads = d.block[0] * d.block[1] * d.block[2]
+        if threads == 0 or threads > 1024:
+            raise GPUFault(f"dispatch workgroup of {threads} work-items (1..1024 allowed)", address=None)
+        lanes = 64 if d.wave64 else 32
+        per_wg = -(-threads // lanes) * lanes
+        self.per_batch = max(1, core.max_lanes // per_wg)
+        self.next_wg = 0
+        self.batch: Batch | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.batch is None and self.next_wg >= self.total
+
+    def step(self, max_steps: int) -> bool:
+        """Advance by up to max_steps numpy steps; True when the dispatch has finished."""
+        while not self.done:
+            if self.batch is None:
+                ids = np.arange(self.next_wg, min(self.total, self.next_wg + self.per_batch))
+                self.next_wg += len(ids)
+                self.batch = Batch(self.d, ids, self.core)
+                self.stats.waves += self.batch.w.n
+                self.stats.workgroups += len(ids)
+            if not self.batch.run(self.stats, max_steps):
+                return False
+            self.batch = None
+        return True
+
+
+__all__ = ["ShaderCore", "DispatchRegs", "Stats", "UnsupportedInstruction"]

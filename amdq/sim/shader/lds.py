@@ -1,0 +1,1 @@
+"""Local data share: DS instructions over each workgroup's LDS block."""

@@ -1,0 +1,218 @@
+"""Operand access and the handler registry shared by the instruction families.
+
+A handler builder takes a decoded `Inst` and returns `step(w, sel)`: the instruction executed for the
+waves `sel` (a slice or an index array into the batch) of WaveState `w`. Builders run once per PC,
+so everything that depends only on the instruction is resolved before the first step.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ...errors import UnsupportedInstruction
+from .decode import Inst, Operand
+from .wave import EXEC, NULL, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI, WaveState, bits_to_mask, mask_to_bits
+
+Step = Callable[[WaveState, object], None]
+HANDLERS: dict[str, Callable[[Inst], Step]] = {}
+CONTROL: set[str] = set()          # handlers that set the PC themselves
+
+U32, U64, I32, I64, F32, F64 = np.uint32, np.uint64, np.int32, np.int64, np.float32, np.float64
+M32 = 0xFFFFFFFF
+
+
+def handler(*keys: str, control: bool = False):
+    """Register a handler builder for instruction keys (lower-case mnemonics without _e32/_e64)."""
+    def reg(fn):
+        for k in keys:
+            HANDLERS[k] = fn
+            if control:
+                CONTROL.add(k)
+        return fn
+    return reg
+
+
+def unsupported(inst: Inst, why: str = "not implemented by the shader core") -> UnsupportedInstruction:
+    return UnsupportedInstruction(f"{inst.mnemonic} ({inst.enc}) at pc {inst.pc:#x}: {why}", address=inst.pc,
+                                  pc=inst.pc, mnemonic=inst.mnemonic, encoding=inst.enc)
+
+
+def build(inst: Inst) -> Step:
+    b = HANDLERS.get(inst.key)
+    if b is None:
+        raise unsupported(inst)
+    return b(inst)
+
+
+# ---------------------------------------------------------------- scalar operands: (k,) per wave
+
+def _special(op: Operand) -> Callable:
+    code = op.reg
+    if code == 253:                                        # src_scc
+        return lambda w, sel: w.scc[sel]
+    if code == 252:                                        # src_execz
+        return lambda w, sel: (w.exec_bits(sel) == 0).astype(U32)
+    if code == 251:                                        # src_vccz
+        return lambda w, sel: ((w.s[106][sel] | (w.s[107][sel] if w.lanes == 64 else 0)) == 0).astype(U32)
+    if code in (235, 236):                                 # src_shared_base / limit
+        v = U32(SHARED_APERTURE_HI if code == 235 else SHARED_APERTURE_HI | 0xFFFF)
+        return lambda w, sel: np.full(np.shape(w.scc[sel]), v, U32)
+    if code in (237, 238):                                 # src_private_base / limit
+        v = U32(PRIVATE_APERTURE_HI if code == 237 else PRIVATE_APERTURE_HI | 0xFFFF)
+        return lambda w, sel: np.full(np.shape(w.scc[sel]), v, U32)
+    raise UnsupportedInstruction(f"source operand code {code} is not supported")
+
+
+def sread(op: Operand) -> Callable[[WaveState, object], np.ndarray]:
+    """Reader of a 32-bit scalar operand: (k,) uint32, or a 0-d constant."""
+    if op.kind == "c":
+        c = np.array(op.value & M32, U32)
+        return lambda w, sel: c
+    if op.kind == "x":
+        return _special(op)
+    r = op.reg
+    if r == NULL:
+        z = np.array(0, U32)
+        return lambda w, sel: z
+    return lambda w, sel: w.s[r][sel]
+
+
+def sread64(op: Operand) -> Callable[[WaveState, object], np.ndarray]:
+    """Reader of a 64-bit scalar operand (SGPR pair or constant): (k,) uint64."""
+    if op.kind == "c":
+        c = np.array(op.value & (2**64 - 1), U64)
+        return lambda w, sel: c
+    if op.kind == "x":
+        f = _special(op)
+        return lambda w, sel: f(w, sel).astype(U64)
+    r = op.reg
+    if r == NULL:
+        z = np.array(0, U64)
+        return lambda w, sel: z
+    return lambda w, sel: w.s[r][sel].astype(U64) | w.s[r + 1][sel].astype(U64) << U64(32)
+
+
+def swrite(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
+    """Writer of a 32-bit scalar destination."""
+    r = op.reg
+    if r == NULL:
+        return lambda w, sel, v: None
+    if r in (EXEC, EXEC + 1):
+        def wr(w, sel, v):
+            w.s[r][sel] = v
+            w.refresh_exec(sel)
+        return wr
+
+    def wr(w, sel, v):
+        w.s[r][sel] = v
+    return wr
+
+
+def swrite64(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
+    r = op.reg
+    if r == NULL:
+        return lambda w, sel, v: None
+    touches_exec = r in (EXEC, EXEC - 1, EXEC + 1)
+
+    def wr(w, sel, v):
+        v = np.asarray(v, U64)
+        w.s[r][sel] = (v & U64(M32)).astype(U32)
+        w.s[r + 1][sel] = (v >> U64(32)).astype(U32)
+        if touches_exec:
+            w.refresh_exec(sel)
+    return wr
+
+
+def swrite_n(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
+    """Writer of an n-dword scalar destination from (k, n) uint32 (s_load_b64..b512)."""
+    r, n = op.reg, op.n
+
+    def wr(w, sel, v):
+        if r == NULL:
+            return
+        for i in range(n):
+            w.s[r + i][sel] = v[:, i]
+        if r <= EXEC + 1 < r + n + 1 and r + n > EXEC:
+            w.refresh_exec(sel)
+    return wr
+
+
+# ---------------------------------------------------------------- vector operands: (k, lanes)
+
+def vread(op: Operand) -> Callable[[WaveState, object], np.ndarray]:
+    """Reader of a 32-bit lane operand: (k, lanes) for a VGPR, (k, 1) for an SGPR, 0-d for a constant."""
+    if op.kind == "v":
+        r = op.reg
+        return lambda w, sel: w.v[r][sel]
+    f = sread(op)
+    if op.kind == "c":
+        return f
+    return lambda w, sel: f(w, sel)[:, None]
+
+
+def vread64(op: Operand) -> Callable[[WaveState, object], np.ndarray]:
+    """Reader of a 64-bit lane operand (VGPR pair, SGPR pair or 64-bit constant) as uint64."""
+    if op.kind == "v":
+        r = op.reg
+        return lambda w, sel: w.v[r][sel].astype(U64) | w.v[r + 1][sel].astype(U64) << U64(32)
+    f = sread64(op)
+    if op.kind == "c":
+        return f
+    return lambda w, sel: f(w, sel)[:, None]
+
+
+def vwrite(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
+    """EXEC-masked writer of a 32-bit VGPR destination."""
+    r = op.reg
+    return lambda w, sel, v: w.write_v(r, sel, v)
+
+
+def vwrite64(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
+    r = op.reg
+
+    def wr(w, sel, v):
+        v = np.asarray(v, U64)
+        w.write_v(r, sel, (v & U64(M32)).astype(U32))
+        w.write_v(r + 1, sel, (v >> U64(32)).astype(U32))
+    return wr
+
+
+def vwrite_n(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
+    """EXEC-masked writer of n consecutive VGPRs from (k, lanes, n) uint32."""
+    r, n = op.reg, op.n
+
+    def wr(w, sel, v):
+        for i in range(n):
+            w.write_v(r + i, sel, v[..., i])
+    return wr
+
+
+def mask_read(op: Operand) -> Callable[[WaveState, object], np.ndarray]:
+    """A lane-mask operand (VCC or an SGPR pair/constant) as (k, lanes) bool."""
+    if op.kind == "c":
+        def rd(w, sel):
+            k = len(w.scc[sel]) if not np.isscalar(w.scc[sel]) else 1
+            bits = np.full(k, op.value & M32, U32)
+            hi = np.full(k, (op.value >> 32) & M32, U32) if w.lanes == 64 else None
+            return bits_to_mask(bits, hi, w.lanes)
+        return rd
+    r = op.reg
+    return lambda w, sel: bits_to_mask(w.s[r][sel], w.s[r + 1][sel] if w.lanes == 64 else None, w.lanes)
+
+
+def mask_write(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
+    """Write a (k, lanes) bool lane mask into an SGPR (pair); EXEC's unpacked copy follows."""
+    r = op.reg
+    if r == NULL:
+        return lambda w, sel, m: None
+
+    def wr(w, sel, m):
+        bits = mask_to_bits(m)
+        w.s[r][sel] = bits[:, 0]
+        if w.lanes == 64:
+            w.s[r + 1][sel] = bits[:, 1]
+        if r in (EXEC, EXEC + 1):
+            w.em[sel] = m
+            w.full[sel] = m.all(axis=1)
+    return wr

@@ -1,0 +1,60 @@
+"""Scalar memory: SMEM loads (s_load_*, s_buffer_load_*) and cache controls.
+
+Source: AMD RDNA3 ISA guide, "Scalar Memory Operations": address = SBASE + OFFSET (signed 21-bit
+immediate) + SOFFSET (SGPR), dword aligned.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .decode import Inst
+from .memory import load
+from .ops import U32, U64, handler, sread, sread64, swrite_n
+
+
+def _addr(inst: Inst):
+    base = sread64(inst.sbase)
+    soff = sread(inst.soffset) if inst.soffset is not None else None
+    imm = np.int64(inst.offset)
+
+    def addr(w, sel):
+        a = np.atleast_1d(base(w, sel)).astype(np.int64) + imm
+        if soff is not None:
+            a = a + np.asarray(soff(w, sel)).astype(np.int64)
+        return (a & ~np.int64(3)).astype(U64)
+    return addr
+
+
+@handler("s_load_b32", "s_load_b64", "s_load_b128", "s_load_b256", "s_load_b512")
+def _s_load(inst: Inst):
+    addr, d = _addr(inst), swrite_n(inst.dst[0])
+    nbytes = 4 * inst.dst[0].n
+
+    def step(w, sel):
+        d(w, sel, load(w.mem, addr(w, sel), nbytes))
+    return step
+
+
+@handler("s_buffer_load_b32", "s_buffer_load_b64", "s_buffer_load_b128", "s_buffer_load_b256",
+         "s_buffer_load_b512")
+def _s_buffer_load(inst: Inst):
+    r = inst.sbase.reg
+    d, n = swrite_n(inst.dst[0]), inst.dst[0].n
+    soff = sread(inst.soffset) if inst.soffset is not None else None
+
+    def step(w, sel):
+        base = w.s[r][sel].astype(U64) | (w.s[r + 1][sel].astype(U64) & U64(0xFFFF)) << U64(32)
+        size = w.s[r + 2][sel].astype(np.int64)
+        off = np.int64(inst.offset) + (np.asarray(soff(w, sel)).astype(np.int64) if soff is not None else 0)
+        off = np.broadcast_to(off & ~np.int64(3), base.shape)
+        out = np.zeros((base.shape[0], n), U32)
+        for i in range(n):                                 # dwords past NUM_RECORDS read as zero
+            ok = off + 4 * i + 4 <= size
+            if ok.any():
+                out[ok, i] = load(w.mem, (base[ok] + (off[ok] + 4 * i).astype(U64)), 4)[:, 0]
+        d(w, sel, out)
+    return step
+
+
+for k in ("s_dcache_inv", "s_gl1_inv", "s_atc_probe", "s_atc_probe_buffer"):
+    handler(k)(lambda inst: (lambda w, sel: None))
