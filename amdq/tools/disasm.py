@@ -18,7 +18,7 @@ MSG = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "M
        6: "MSG_HALT_WAVES", 9: "MSG_GS_ALLOC_REQ"}
 MSG.update({v: k for k, v in isa.tables().NAMES["MSG"].items() if k != "MSG_RTN_ILLEGAL_MSG"})
 HWREG_SYNTAX = {"HW_REG_SHADER_FLAT_SCRATCH_LO": "HW_REG_FLAT_SCR_LO", "HW_REG_SHADER_FLAT_SCRATCH_HI": "HW_REG_FLAT_SCR_HI"}
-HWREG_UNNAMED = {13, 14, 16, 17, 25, 26, 28}      # registers gfx11 assembler syntax leaves numeric
+HWREG_UNNAMED = {8, 9, 13, 14, 16, 17, 25, 26, 28}      # registers gfx11 assembler syntax leaves numeric
 HWREG = {v: HWREG_SYNTAX.get(k, k) for k, v in isa.tables().NAMES["HWREG"].items() if v not in HWREG_UNNAMED}
 DELAY_ID = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "TRANS32_DEP_1", "TRANS32_DEP_2",
             "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2", "SALU_CYCLE_3"]
@@ -87,10 +87,12 @@ def src_text(op: Operand) -> str:
         t = SPECIAL[op.code]
     else:
         t = reg(op)
+    if op.fmt.startswith(("NUM_I", "NUM_U")):    # integer operands take no input modifiers
+        return t
     if op.abs:
         t = f"|{t}|"
     if op.neg:
-        t = f"neg({t})" if op.kind == "c" and not op.literal and op.code <= 208 else f"-{t}"
+        t = f"neg({t})" if op.kind == "c" and not op.abs and (op.literal or op.code <= 208) else f"-{t}"
     return t
 
 
@@ -246,6 +248,8 @@ def _vname(i: Inst) -> str:
     if n in NO_SUFFIX:
         return base
     if i.dpp is not None:
+        if i.enc == "VOPC":
+            return base
         return base + ("_e64_dpp" if i.enc in ("VOP3", "VOP3SD") and i.op < 512 else "_dpp")
     if n.endswith("_E32"):
         return base + "_e32" if n[:-4] in PROMOTED else base
@@ -370,7 +374,7 @@ def _flat(i: Inst) -> str:
     ops = [reg(d) for d in i.dst]
     if i.enc == "FLAT":
         ops.append(reg(i.addr))
-    else:
+    elif "addtid" not in m:
         ops.append(reg(i.addr) if i.addr is not None else "off")
     if i.data is not None:
         ops.append(reg(i.data))

@@ -38,16 +38,18 @@ class Operand:
 
     reg: register index (SGPR 0..127, VGPR 0..255) or special code; n: dwords; value: constant bit pattern
     (for 'c'); code: the 9-bit source code as encoded (VGPRs 256+); neg/abs: VOP3 input modifiers;
-    literal: the constant came from a literal dword; bits: operand width in bits.
+    literal: the constant came from a literal dword; bits: operand width in bits; fmt: the operand's data format
+    from the ISA tables (e.g. 'NUM_F32', 'NUM_I16', 'NUM_PK2_F16', 'ANY').
     """
 
-    __slots__ = ("kind", "reg", "n", "value", "code", "neg", "abs", "literal", "bits")
+    __slots__ = ("kind", "reg", "n", "value", "code", "neg", "abs", "literal", "bits", "fmt")
 
     def __init__(self, kind: str, reg: int, n: int = 1, value: int | None = None, code: int | None = None,
                  bits: int = 32, literal: bool = False):
         self.kind, self.reg, self.n, self.value, self.bits, self.literal = kind, reg, n, value, bits, literal
         self.code = code if code is not None else (reg + 256 if kind == "v" else reg)
         self.neg = self.abs = False
+        self.fmt = ""
 
     def __repr__(self) -> str:
         if self.kind == "c":
@@ -187,11 +189,17 @@ def _float_kind(fmt: str, bits: int) -> int:
     return 2 if bits == 64 else 1
 
 
-def _src(ctx: _Ctx, code: int, opinfo: tuple | None, mask_bits: int = 32) -> Operand:
+def _src(ctx: _Ctx, code: int, opinfo: tuple | None, mask_bits: int = 32, salu: bool = False) -> Operand:
     """A 9-bit (VALU) or 8-bit (SALU) source operand, resolved against its format."""
     fmt, bits, typ = opinfo if opinfo else ("NUM_B32", 32, "SRC")
     if fmt == "NUM_M64":
         bits = mask_bits
+    op = _src_op(ctx, code, fmt, bits, salu)
+    op.fmt = fmt
+    return op
+
+
+def _src_op(ctx: _Ctx, code: int, fmt: str, bits: int, salu: bool) -> Operand:
     n = _nregs(bits)
     if code >= 256:
         return Operand("v", code - 256, n, bits=bits)
@@ -209,7 +217,7 @@ def _src(ctx: _Ctx, code: int, opinfo: tuple | None, mask_bits: int = 32) -> Ope
         elif bits == 64:
             v = lit | (0xFFFFFFFF00000000 if lit >> 31 and fmt.startswith("NUM_I") else 0)
         else:
-            v = lit & ((1 << max(bits, 16)) - 1) if bits == 16 else lit
+            v = lit & 0xFFFF if bits == 16 and not salu else lit    # SALU 16-bit operands keep the dword
         return Operand("c", code, n, v, bits=bits, literal=True)
     if code in SPECIAL:
         return Operand("x", code, 1, bits=bits)
@@ -255,7 +263,7 @@ def _sop(ctx: _Ctx, enc: str) -> Inst:
         if fld in opr and opr[fld][2] == "SENDMSG_RTN":      # a message id, not an operand code
             srcs.append(Operand("c", f[fld], 1, f[fld]))
         elif fld in opr:
-            srcs.append(_src(ctx, f[fld], opr[fld]))
+            srcs.append(_src(ctx, f[fld], opr[fld], salu=True))
     if name in ("S_FMAAK_F32", "S_FMAMK_F32"):
         srcs.append(Operand("c", LITERAL, 1, ctx.literal(), literal=True))
     if "sdst" in opr:
