@@ -1,71 +1,518 @@
 """Vector memory: GLOBAL, FLAT, SCRATCH and MUBUF loads, stores and atomics, through the memory model.
 
 Source: AMD RDNA3 ISA guide, "Flat, Scratch and Global Instructions" and "Vector Memory Buffer
-Instructions". Inactive lanes touch nothing.
+Instructions"; LLVM AMDGPUUsage (apertures, architected flat scratch). Inactive lanes touch nothing.
+
+- GLOBAL: SADDR (64-bit SGPR pair) + VADDR (32-bit unsigned offset), or VADDR (64-bit); + signed OFFSET.
+- FLAT: VADDR (64-bit) + OFFSET is a generic address. A lane whose high 32 bits equal the shared
+  aperture goes to its workgroup's LDS (low 32 bits = LDS address), the private aperture to its
+  scratch (low 32 bits = private address), anything else to global memory.
+- SCRATCH: private address = SADDR (32-bit SGPR, or none) + VADDR (when SVE) + OFFSET, per lane. The
+  backing store is the dispatch's scratch at `scratch_base[wave]`, swizzled by dword: byte a of lane l
+  is at wave_base + ((a // 4) * lanes + l) * 4 + a % 4. A private access outside the per-lane size
+  (scratch_wave_bytes / lanes) is a GPUFault naming the private address.
+- MUBUF: a V# in four SGPRs (base [47:0], stride [61:48], swizzle [63:62], num_records [95:64],
+  add_tid [119], oob_select [125:124]). Address = base + SOFFSET + OFFSET + voffset + stride * index.
+  Range check on index / (voffset + OFFSET) by OOB_SELECT: 0 index >= num_records or offset+size >
+  stride; 1 index >= num_records; 2 num_records == 0; 3 (raw) offset+size > num_records, checked per
+  dword for multi-dword loads/stores, all-or-nothing for atomics. Out of range: loads return 0,
+  stores and atomics do nothing (atomics return 0). Swizzled buffers and typed (FORMAT) access are
+  not implemented.
+- Atomics: applied lane by lane in lane order (memory.rmw); CMPSWAP data is (src, cmp): the low half of
+  the data registers is the new value, the high half the compare value. Old values return with GLC.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .decode import Inst
-from .memory import load, store
-from .ops import I64, U32, U64, handler, sread, sread64, vread, vread64
+from ...errors import GPUFault
+from . import lds as LDSM
+from .decode import OPS, Inst
+from .memory import ATOMICS, AtomicOp, atomic, load, store
+from .ops import U32, U64, handler, sread, sread64, unsupported, vread, vread64
+from .wave import PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
 
-WIDTH = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2, "b16": 2, "d16_b16": 2}
+WIDTH = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2, "b16": 2, "b8": 1}
+M64 = (1 << 64) - 1
 
+
+# ---------------------------------------------------------------- lanes of one step
+
+class Step:
+    """The active lanes of the waves `sel` executing one instruction (flattened wave-major)."""
+
+    __slots__ = ("w", "sel", "em", "shape", "_wv", "_ln")
+
+    def __init__(self, w, sel):
+        self.w, self.sel = w, sel
+        em = w.em[sel]
+        self.shape = em.shape
+        self.em = None if w.all_on(sel) else em
+        self._wv = self._ln = None
+
+    @property
+    def n(self) -> int:
+        return self.shape[0] * self.shape[1] if self.em is None else int(self.em.sum())
+
+    def pick(self, x) -> np.ndarray:
+        """(k, lanes)-broadcastable values -> (n,) values of the active lanes."""
+        x = np.broadcast_to(x, self.shape)
+        return x.reshape(-1) if self.em is None else x[self.em]
+
+    def reg(self, r: int) -> np.ndarray:
+        return self.pick(self.w.v[r][self.sel])
+
+    def put(self, r: int, vals: np.ndarray) -> None:
+        """Write (n,) values into VGPR r of the active lanes."""
+        w, sel = self.w, self.sel
+        if self.em is None:
+            w.v[r][sel] = vals.reshape(self.shape)
+        elif isinstance(sel, slice):
+            w.v[r][sel][self.em] = vals
+        else:
+            rows, cols = np.nonzero(self.em)
+            w.v[r][np.asarray(sel)[rows], cols] = vals
+
+    @property
+    def waves(self) -> np.ndarray:
+        if self._wv is None:
+            self._wv = self.pick(np.arange(self.w.n)[self.sel][:, None])
+        return self._wv
+
+    @property
+    def lanes(self) -> np.ndarray:
+        if self._ln is None:
+            self._ln = self.pick(np.arange(self.w.lanes)[None, :])
+        return self._ln
+
+
+def read_regs(st: Step, r: int, n: int) -> np.ndarray:
+    return np.stack([st.reg(r + i) for i in range(n)], axis=1) if n > 1 else st.reg(r)[:, None]
+
+
+def write_regs(st: Step, r: int, data: np.ndarray) -> None:
+    for i in range(data.shape[1]):
+        st.put(r + i, data[:, i])
+
+
+def to64(d: np.ndarray) -> np.ndarray:
+    """(n, 2) uint32 -> (n,) uint64."""
+    return d[:, 0].astype(U64) | d[:, 1].astype(U64) << U64(32)
+
+
+def from64(v: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(v, U64).view(U32).reshape(-1, 2)
+
+
+# ---------------------------------------------------------------- data conversion
+
+def parse_load(key: str) -> tuple[str, str]:
+    """'global_load_d16_hi_u8' -> ('hi', 'u8'); 'flat_load_b64' -> ('', 'b64')."""
+    rest = key.split("_load_", 1)[1]
+    if rest.startswith("d16_hi_"):
+        return "hi", rest[7:]
+    if rest.startswith("d16_"):
+        return "lo", rest[4:]
+    return "", rest
+
+
+def parse_store(key: str) -> tuple[str, str]:
+    rest = key.split("_store_", 1)[1]
+    return ("hi", rest[7:]) if rest.startswith("d16_hi_") else ("", rest)
+
+
+def finish_load(d16: str, kind: str, raw: np.ndarray, cur: np.ndarray | None) -> np.ndarray:
+    """Raw loaded words (n, words) -> register values: sign extension and D16 merging."""
+    v = raw
+    if kind == "i8":
+        v = raw.astype(np.uint8).view(np.int8).astype(np.int32).view(U32)
+    elif kind == "i16":
+        v = raw.astype(np.uint16).view(np.int16).astype(np.int32).view(U32)
+    if not d16:
+        return v
+    h = v[:, 0] & U32(0xFFFF)
+    if d16 == "lo":
+        return ((cur & U32(0xFFFF0000)) | h)[:, None]
+    return ((cur & U32(0xFFFF)) | h << U32(16))[:, None]
+
+
+def store_data(st: Step, r: int, d16: str, nbytes: int) -> np.ndarray:
+    data = read_regs(st, r, max(1, nbytes // 4))
+    if d16 == "hi":
+        data = data >> U32(16)
+    return data
+
+
+def parse_atomic(key: str) -> tuple[AtomicOp, int, bool]:
+    """'global_atomic_cmpswap_b64' -> (op, width bytes, has a compare value)."""
+    body = key.split("_atomic_", 1)[1]
+    name, typ = body.rsplit("_", 1)
+    width = 8 if typ.endswith("64") else 4
+    if name == "cmpswap":
+        return ATOMICS["cmpswap_f" if typ[0] == "f" else "cmpswap"], width, True
+    if name in ("min", "max"):
+        return ATOMICS[f"{name}_{typ[0]}"], width, False
+    if typ[0] == "f":
+        return ATOMICS[name + "_f"], width, False
+    return ATOMICS[name], width, False
+
+
+def atomic_data(st: Step, r: int, width: int, has_cmp: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    nw = width // 4
+    d = read_regs(st, r, nw * (2 if has_cmp else 1))
+    if width == 4:
+        return d[:, 0].copy(), (d[:, 1].copy() if has_cmp else None)
+    return to64(d[:, :2]), (to64(d[:, 2:4]) if has_cmp else None)
+
+
+def atomic_result(old: np.ndarray) -> np.ndarray:
+    return old[:, None] if old.dtype == U32 else from64(old)
+
+
+# ---------------------------------------------------------------- private (scratch) memory
+
+def private_phys(st: Step, wv: np.ndarray, ln: np.ndarray, a: np.ndarray, nbytes: int, write: bool) -> np.ndarray:
+    """Physical (scratch-backing) address of private byte address a of each lane, after a range check."""
+    w = st.w
+    per_lane = w.scratch_wave_bytes // w.lanes
+    bad = (a < 0) | (a + nbytes > per_lane)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise GPUFault(f"GPU fault: private {'write' if write else 'read'} of {nbytes} bytes at {int(a[i]):#x} by lane "
+                       f"{int(ln[i])} of wave {int(wv[i])}, outside its {per_lane}-byte private segment",
+                       address=int(a[i]), write=write, private=True)
+    return w.scratch_base[wv] + ((a >> 2) * w.lanes + ln).astype(U64) * U64(4) + (a & 3).astype(U64)
+
+
+def private_load(st: Step, wv, ln, a: np.ndarray, nbytes: int) -> np.ndarray:
+    words = max(1, nbytes // 4)
+    if nbytes >= 4 and not (a & 3).any():
+        return np.stack([load(st.w.mem, private_phys(st, wv, ln, a + 4 * j, 4, False), 4)[:, 0] for j in range(words)], 1)
+    if nbytes < 4 and ((a & 3) + nbytes <= 4).all():
+        return load(st.w.mem, private_phys(st, wv, ln, a, nbytes, False), nbytes)
+    private_phys(st, wv, ln, a, nbytes, False)
+    b = np.zeros((len(a), 4 * words), np.uint8)
+    for j in range(nbytes):
+        b[:, j] = load(st.w.mem, private_phys(st, wv, ln, a + j, 1, False), 1)[:, 0]
+    return b.view(U32).reshape(-1, words)
+
+
+def private_store(st: Step, wv, ln, a: np.ndarray, data: np.ndarray, nbytes: int) -> None:
+    if nbytes >= 4 and not (a & 3).any():
+        for j in range(nbytes // 4):
+            store(st.w.mem, private_phys(st, wv, ln, a + 4 * j, 4, True), data[:, j], 4)
+    elif nbytes < 4 and ((a & 3) + nbytes <= 4).all():
+        store(st.w.mem, private_phys(st, wv, ln, a, nbytes, True), data[:, 0], nbytes)
+    else:
+        private_phys(st, wv, ln, a, nbytes, True)
+        b = np.ascontiguousarray(data, U32).view(np.uint8).reshape(len(a), -1)
+        for j in range(nbytes):
+            store(st.w.mem, private_phys(st, wv, ln, a + j, 1, True), b[:, j].astype(U32), 1)
+
+
+def private_atomic(st: Step, wv, ln, a: np.ndarray, op: AtomicOp, src, cmp) -> np.ndarray:
+    if src.dtype == U64:
+        raise GPUFault("64-bit atomic on private memory: its dwords are not contiguous (swizzled scratch)",
+                       address=int(a[0]) if len(a) else None)
+    return atomic(st.w.mem, private_phys(st, wv, ln, a, 4, True), op, src, cmp)
+
+
+# ---------------------------------------------------------------- address forms
 
 def global_addr(inst: Inst):
     """Per-lane address of a GLOBAL instruction: SADDR + VADDR(32-bit offset) or VADDR(64-bit), + OFFSET."""
-    off = np.int64(inst.offset)
+    off = U64(inst.offset & M64)
+    if inst.addr is None:            # ADDTID forms: SADDR + OFFSET + lane * 4
+        sa = sread64(inst.saddr) if inst.saddr is not None else (lambda w, sel: np.zeros(1, U64))
+        return lambda w, sel: np.asarray(sa(w, sel), U64).reshape(-1, 1) + off + \
+            (w.lane_ids.astype(U64) * U64(4))[None, :]
     if inst.saddr is not None:
         sa, va = sread64(inst.saddr), vread(inst.addr)
-        return lambda w, sel: (np.asarray(sa(w, sel)).astype(I64)[:, None] + np.asarray(va(w, sel)).astype(I64) + off).astype(U64)
+        return lambda w, sel: np.asarray(sa(w, sel), U64)[:, None] + np.asarray(va(w, sel)).astype(U64) + off
     va = vread64(inst.addr)
-    return lambda w, sel: (np.asarray(va(w, sel)).astype(I64) + off).astype(U64)
+    return lambda w, sel: np.asarray(va(w, sel), U64) + off
 
 
-def _active(w, sel, addr):
-    em = w.em[sel]
-    addr = np.broadcast_to(addr, em.shape)
-    return em, addr[em]
+def scratch_addr(inst: Inst):
+    """Per-lane private address of a SCRATCH instruction: SADDR + VADDR (with SVE) + OFFSET, as int64."""
+    off = np.int64(inst.offset)
+    sa = sread(inst.saddr) if inst.saddr is not None else None
+    va = vread(inst.addr) if inst.addr is not None else None
+
+    def addr(w, sel):
+        a = np.int64(off)
+        if sa is not None:
+            a = a + np.asarray(sa(w, sel)).astype(np.int64)[:, None]
+        if va is not None:
+            a = a + np.asarray(va(w, sel)).astype(np.int64)
+        return a
+    return addr
 
 
-@handler("global_load_b32", "global_load_b64", "global_load_b96", "global_load_b128", "global_load_u8",
-         "global_load_i8", "global_load_u16", "global_load_i16")
-def _global_load(inst: Inst):
-    kind = inst.key.rsplit("_", 1)[1]
+class Space:
+    """One segment's load/store/atomic on active lanes given their addresses."""
+
+    @staticmethod
+    def split(st: Step, addr: np.ndarray):
+        """FLAT: lane subsets (idx or None=all) per segment: [('g'|'l'|'p', idx, addr)]."""
+        hi = addr >> U64(32)
+        sh, pr = hi == U64(SHARED_APERTURE_HI), hi == U64(PRIVATE_APERTURE_HI)
+        if not sh.any() and not pr.any():
+            return [("g", None, addr)]
+        out = []
+        lo = (addr & U64(0xFFFFFFFF)).astype(np.int64)
+        for name, m in (("g", ~(sh | pr)), ("l", sh), ("p", pr)):
+            idx = np.flatnonzero(m)
+            if len(idx):
+                out.append((name, idx, addr[idx] if name == "g" else lo[idx]))
+        return out
+
+
+def _sub(arr, idx):
+    return arr if idx is None else arr[idx]
+
+
+def seg_load(st: Step, seg: str, idx, a, nbytes: int) -> np.ndarray:
+    if seg == "g":
+        return load(st.w.mem, a, nbytes)
+    if seg == "l":
+        return LDSM.lds_read(st.w, _sub(st.waves, idx), a, nbytes)
+    return private_load(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, nbytes)
+
+
+def seg_store(st: Step, seg: str, idx, a, data, nbytes: int) -> None:
+    if seg == "g":
+        store(st.w.mem, a, data, nbytes)
+    elif seg == "l":
+        LDSM.lds_write(st.w, _sub(st.waves, idx), a, data, nbytes)
+    else:
+        private_store(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, data, nbytes)
+
+
+def seg_atomic(st: Step, seg: str, idx, a, op, src, cmp):
+    if seg == "g":
+        return atomic(st.w.mem, a, op, src, cmp)
+    if seg == "l":
+        return LDSM.lds_rmw(st.w, _sub(st.waves, idx), a, op, src, cmp)
+    return private_atomic(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, op, src, cmp)
+
+
+def _segments(enc: str, st: Step, addr):
+    a = st.pick(addr)
+    if enc == "FLAT":
+        return Space.split(st, a)
+    return [("p" if enc == "SCRATCH" else "g", None, a)]
+
+
+# ---------------------------------------------------------------- FLAT / GLOBAL / SCRATCH
+
+def _flat_addr(inst: Inst):
+    if inst.enc == "SCRATCH":
+        return scratch_addr(inst)
+    if inst.enc == "GLOBAL":
+        return global_addr(inst)
+    va, off = vread64(inst.addr), U64(inst.offset & M64)
+    return lambda w, sel: np.asarray(va(w, sel), U64) + off
+
+
+def _flat_load(inst: Inst):
+    d16, kind = parse_load(inst.key)
+    if "lds" in inst.key.split("_"):
+        raise unsupported(inst, "loads into LDS are not implemented")
     nbytes = WIDTH[kind]
-    addr = global_addr(inst)
-    r, n = inst.dst[0].reg, max(1, nbytes // 4)
+    addr = _flat_addr(inst)
+    r, enc = inst.dst[0].reg, inst.enc
 
     def step(w, sel):
-        em, a = _active(w, sel, addr(w, sel))
-        if not len(a):
+        st = Step(w, sel)
+        if st.n == 0:
             return
-        data = load(w.mem, a, nbytes)
-        if kind == "i8":
-            data = data.astype(np.uint8).view(np.int8).astype(np.int32).view(U32)
-        elif kind == "i16":
-            data = data.astype(np.uint16).view(np.int16).astype(np.int32).view(U32)
-        for i in range(n):
-            cur = w.v[r + i][sel]
-            cur[em] = data[:, i]
-            w.v[r + i][sel] = cur
+        parts = _segments(enc, st, addr(w, sel))
+        if len(parts) == 1:
+            raw = seg_load(st, *parts[0][:3], nbytes)
+        else:
+            raw = np.zeros((st.n, max(1, nbytes // 4)), U32)
+            for seg, idx, a in parts:
+                raw[idx] = seg_load(st, seg, idx, a, nbytes)
+        write_regs(st, r, finish_load(d16, kind, raw, st.reg(r) if d16 else None))
     return step
 
 
-@handler("global_store_b32", "global_store_b64", "global_store_b96", "global_store_b128", "global_store_b8",
-         "global_store_b16")
-def _global_store(inst: Inst):
-    kind = inst.key.rsplit("_", 1)[1]
-    nbytes = {"b8": 1, "b16": 2}.get(kind, WIDTH.get(kind, 4))
-    addr = global_addr(inst)
-    r, n = inst.data.reg, max(1, nbytes // 4)
+def _flat_store(inst: Inst):
+    d16, kind = parse_store(inst.key)
+    nbytes = WIDTH[kind]
+    addr = _flat_addr(inst)
+    r, enc = inst.data.reg, inst.enc
 
     def step(w, sel):
-        em, a = _active(w, sel, addr(w, sel))
-        if not len(a):
+        st = Step(w, sel)
+        if st.n == 0:
             return
-        data = np.stack([w.v[r + i][sel][em] for i in range(n)], axis=1)
-        store(w.mem, a, data, nbytes)
+        data = store_data(st, r, d16, nbytes)
+        for seg, idx, a in _segments(enc, st, addr(w, sel)):
+            seg_store(st, seg, idx, a, _sub(data, idx), nbytes)
     return step
+
+
+def _flat_atomic(inst: Inst):
+    op, width, has_cmp = parse_atomic(inst.key)
+    addr = _flat_addr(inst)
+    r, enc = inst.data.reg, inst.enc
+    dst = inst.dst[0].reg if inst.dst else None
+
+    def step(w, sel):
+        st = Step(w, sel)
+        if st.n == 0:
+            return
+        src, cmp = atomic_data(st, r, width, has_cmp)
+        old = np.zeros(st.n, src.dtype)
+        for seg, idx, a in _segments(enc, st, addr(w, sel)):
+            o = seg_atomic(st, seg, idx, a, op, _sub(src, idx), None if cmp is None else _sub(cmp, idx))
+            if idx is None:
+                old = o
+            else:
+                old[idx] = o
+        if dst is not None:
+            write_regs(st, dst, atomic_result(old))
+    return step
+
+
+def _register_flat() -> None:
+    for enc in ("FLAT", "GLOBAL", "SCRATCH"):
+        for name, _ in OPS[enc + "Op"].values():
+            key = name.lower()
+            if "_load_" in key:
+                handler(key)(_flat_load)
+            elif "_store_" in key:
+                handler(key)(_flat_store)
+            elif "_atomic_" in key:
+                handler(key)(_flat_atomic)
+
+
+_register_flat()
+
+
+# ---------------------------------------------------------------- MUBUF
+
+def _buffer_addr(inst: Inst, nbytes: int, per_dword: bool):
+    """(addresses (n,), in-range mask (n, words)) of the active lanes of a MUBUF access."""
+    rs = inst.srsrc.reg
+    so = sread(inst.soffset)
+    va = inst.addr.reg if inst.addr is not None else None
+    idxen, offen, ioff = inst.idxen, inst.offen, inst.offset
+    words = max(1, nbytes // 4) if per_dword else 1
+
+    def addr(st: Step):
+        w, sel = st.w, st.sel
+        w0, w1, w2, w3 = (w.s[rs + i][sel] for i in range(4))
+        if np.any(w1 >> U32(30)):
+            raise GPUFault("swizzled buffer resources are not implemented by the shader core", address=None)
+        base = st.pick((w0.astype(U64) | (w1 & U32(0xFFFF)).astype(U64) << U64(32))[:, None])
+        stride = st.pick(((w1 >> U32(16)) & U32(0x3FFF)).astype(np.int64)[:, None])
+        nrec = st.pick(w2.astype(np.int64)[:, None])
+        oob = st.pick(((w3 >> U32(28)) & U32(3))[:, None])
+        tid = st.pick(((w3 >> U32(23)) & U32(1))[:, None]).astype(np.int64) * st.lanes
+        index = tid + (st.reg(va).astype(np.int64) if idxen else 0)
+        voff = np.int64(ioff) + (st.reg(va + idxen).astype(np.int64) if offen else np.zeros(st.n, np.int64))
+        soff = st.pick(np.asarray(so(w, sel), U32).reshape(-1, 1)).astype(U64)
+        a = base + soff + (voff + stride * index).astype(U64)
+        dw = np.arange(words) * 4
+        size = np.minimum(nbytes - dw, 4) if per_dword else np.array([nbytes])
+        o = (voff[:, None] + dw[None, :])
+        ok = np.select([oob[:, None] == 0, oob[:, None] == 1, oob[:, None] == 2],
+                       [(index < nrec)[:, None] & (o + size <= stride[:, None]), (index < nrec)[:, None],
+                        (nrec != 0)[:, None]], (o + size <= nrec[:, None]))
+        return a, ok
+    return addr
+
+
+@handler("buffer_gl0_inv", "buffer_gl1_inv")
+def _buffer_inv(inst: Inst):
+    return lambda w, sel: None
+
+
+def _buffer_load(inst: Inst):
+    d16, kind = parse_load(inst.key)
+    if "format" in inst.key or inst.fields.get("lds"):
+        raise unsupported(inst, "typed (FORMAT) and LDS buffer loads are not implemented")
+    nbytes = WIDTH[kind]
+    words = max(1, nbytes // 4)
+    addr = _buffer_addr(inst, nbytes, True)
+    r, tfe = inst.dst[0].reg, inst.fields.get("tfe", 0)
+
+    def step(w, sel):
+        st = Step(w, sel)
+        if st.n == 0:
+            return
+        a, ok = addr(st)
+        raw = np.zeros((st.n, words), U32)
+        if ok.all():
+            raw = load(w.mem, a, nbytes)
+        else:
+            for j in range(words):
+                m = np.flatnonzero(ok[:, j])
+                if len(m):
+                    raw[m, j] = load(w.mem, a[m] + U64(4 * j), min(4, nbytes))[:, 0]
+        write_regs(st, r, finish_load(d16, kind, raw, st.reg(r) if d16 else None))
+        if tfe:
+            st.put(r + words, np.zeros(st.n, U32))
+    return step
+
+
+def _buffer_store(inst: Inst):
+    d16, kind = parse_store(inst.key)
+    if "format" in inst.key:
+        raise unsupported(inst, "typed (FORMAT) buffer stores are not implemented")
+    nbytes = WIDTH[kind]
+    addr = _buffer_addr(inst, nbytes, True)
+    r = inst.data.reg
+
+    def step(w, sel):
+        st = Step(w, sel)
+        if st.n == 0:
+            return
+        a, ok = addr(st)
+        data = store_data(st, r, d16, nbytes)
+        if ok.all():
+            store(w.mem, a, data, nbytes)
+            return
+        for j in range(ok.shape[1]):
+            m = np.flatnonzero(ok[:, j])
+            if len(m):
+                store(w.mem, a[m] + U64(4 * j), data[m, j], min(4, nbytes))
+    return step
+
+
+def _buffer_atomic(inst: Inst):
+    op, width, has_cmp = parse_atomic(inst.key)
+    addr = _buffer_addr(inst, width, False)
+    r = inst.data.reg
+    dst = inst.dst[0].reg if inst.dst else None
+
+    def step(w, sel):
+        st = Step(w, sel)
+        if st.n == 0:
+            return
+        a, ok = addr(st)
+        src, cmp = atomic_data(st, r, width, has_cmp)
+        old = np.zeros(st.n, src.dtype)
+        m = np.flatnonzero(ok[:, 0])
+        if len(m):
+            old[m] = atomic(w.mem, a[m], op, src[m], None if cmp is None else cmp[m])
+        if dst is not None:
+            write_regs(st, dst, atomic_result(old))
+    return step
+
+
+def _register_mubuf() -> None:
+    for name, _ in OPS["MUBUFOp"].values():
+        key = name.lower()
+        if "_load_" in key:
+            handler(key)(_buffer_load)
+        elif "_store_" in key:
+            handler(key)(_buffer_store)
+        elif "_atomic_" in key:
+            handler(key)(_buffer_atomic)
+
+
+_register_mubuf()
