@@ -1,13 +1,20 @@
-"""Declarative layouts: bit fields within a word, and fields within a byte struct.
+"""Declarative layouts: bit fields within a word, fields within a byte struct, and dword packets.
 
-Every hardware table in `amdq.hw` is data built from these two classes, and each has exactly one
-encoder and one decoder.
+Every hardware table in `amdq.hw` is data built from these classes, and each has exactly one
+encoder and one decoder:
+
+* `Bits`   -- named bit fields in one word (a register, one packet dword, a PTE).
+* `Struct` -- a little-endian byte struct; field types are scalars (u8..u64, i8..i64, f32, f64,
+  ptr), raw bytes ('Nb'), nested `Struct`s, `Array`s of either, and `BitField`s inside a storage unit.
+* `Words`  -- a packet made of consecutive 32-bit words (PM4, SDMA), each word a `Bits`, with
+  values split over several words ("wide" fields such as 64-bit addresses) and an optional
+  variable-length tail of raw words.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,50 @@ class Bits:
         return f"Bits({self.name}, {list(self.fields)})"
 
 
-_FMT = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i8": "b", "i16": "h", "i32": "i", "i64": "q"}
+_FMT = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i8": "b", "i16": "h", "i32": "i", "i64": "q",
+        "f32": "f", "f64": "d", "ptr": "Q"}
+
+
+@dataclass(frozen=True)
+class Array:
+    """`count` consecutive elements of a scalar type name or a `Struct` (count 0: flexible array member)."""
+    elem: Any
+    count: int
+
+    @property
+    def stride(self) -> int:
+        return Struct.field_size(self.elem)
+
+    @property
+    def size(self) -> int:
+        return self.stride * self.count
+
+
+@dataclass(frozen=True)
+class BitField:
+    """Bits lo..lo+width-1 of a scalar storage unit (`base`, e.g. 'u8' or 'u32') at the field's offset."""
+    base: str
+    lo: int
+    width: int
+
+    @property
+    def size(self) -> int:
+        return struct.calcsize(_FMT[self.base])
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.lo
 
 
 class Struct:
-    """A little-endian byte struct: named fields at fixed offsets (types u8..u64, i8..i64, or 'Nb' bytes)."""
+    """A little-endian byte struct: named fields at fixed offsets.
 
-    def __init__(self, name: str, size: int, fields: Iterable[tuple[str, int, str]]):
+    A field type is a scalar name (u8..u64, i8..i64, f32, f64, ptr), 'Nb' (N raw bytes), a nested
+    `Struct` (value: dict), an `Array` (value: list) or a `BitField` (value: int). Fields may overlap
+    (unions); `pack` writes only the fields it is given.
+    """
+
+    def __init__(self, name: str, size: int, fields: Iterable[tuple[str, int, Any]]):
         self.name, self.size = name, size
         self.fields = {n: (off, typ) for n, off, typ in fields}
         for n, (off, typ) in self.fields.items():
@@ -73,19 +117,25 @@ class Struct:
                 raise ValueError(f"{name}.{n} runs past the struct's {size} bytes")
 
     @staticmethod
-    def field_size(typ: str) -> int:
-        return int(typ[:-1]) if typ.endswith("b") else struct.calcsize(_FMT[typ])
+    def field_size(typ: Any) -> int:
+        """Size in bytes of a field type (a BitField counts its storage unit)."""
+        if isinstance(typ, str):
+            return int(typ[:-1]) if typ.endswith("b") else struct.calcsize(_FMT[typ])
+        return typ.size
+
+    def offsetof(self, name: str) -> int:
+        return self.fields[name][0]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.fields
+
+    def __repr__(self) -> str:
+        return f"Struct({self.name}, {self.size})"
 
     def unpack(self, buf: bytes | bytearray | memoryview, offset: int = 0) -> dict[str, Any]:
         if len(buf) - offset < self.size:
             raise ValueError(f"{self.name} needs {self.size} bytes, {len(buf) - offset} available")
-        out: dict[str, Any] = {}
-        for n, (off, typ) in self.fields.items():
-            if typ.endswith("b"):
-                out[n] = bytes(buf[offset + off: offset + off + int(typ[:-1])])
-            else:
-                out[n] = struct.unpack_from("<" + _FMT[typ], buf, offset + off)[0]
-        return out
+        return {n: _get(buf, offset + off, typ) for n, (off, typ) in self.fields.items()}
 
     def pack(self, **values: Any) -> bytes:
         buf = bytearray(self.size)
@@ -93,11 +143,174 @@ class Struct:
         return bytes(buf)
 
     def pack_into(self, buf: bytearray | memoryview, offset: int, **values: Any) -> None:
+        if len(buf) - offset < self.size:
+            raise ValueError(f"{self.name} needs {self.size} bytes, {len(buf) - offset} available")
         for n, v in values.items():
             if n not in self.fields:
                 raise KeyError(f"{self.name} has no field {n}")
             off, typ = self.fields[n]
-            if typ.endswith("b"):
-                buf[offset + off: offset + off + int(typ[:-1])] = bytes(v).ljust(int(typ[:-1]), b"\0")
+            _put(buf, offset + off, typ, v, f"{self.name}.{n}")
+
+
+def _get(buf: Any, pos: int, typ: Any) -> Any:
+    if isinstance(typ, str):
+        if typ.endswith("b"):
+            return bytes(buf[pos: pos + int(typ[:-1])])
+        return struct.unpack_from("<" + _FMT[typ], buf, pos)[0]
+    if isinstance(typ, Struct):
+        return typ.unpack(buf, pos)
+    if isinstance(typ, Array):
+        return [_get(buf, pos + k * typ.stride, typ.elem) for k in range(typ.count)]
+    if isinstance(typ, BitField):
+        return (struct.unpack_from("<" + _FMT[typ.base], buf, pos)[0] & typ.mask) >> typ.lo
+    raise TypeError(f"unknown field type {typ!r}")
+
+
+def _put(buf: Any, pos: int, typ: Any, v: Any, what: str) -> None:
+    if isinstance(typ, str):
+        if typ.endswith("b"):
+            n = int(typ[:-1])
+            raw = bytes(v)
+            if len(raw) > n:
+                raise ValueError(f"{what}: {len(raw)} bytes do not fit {n}")
+            buf[pos: pos + n] = raw.ljust(n, b"\0")
+        else:
+            try:
+                struct.pack_into("<" + _FMT[typ], buf, pos, v)
+            except struct.error as e:
+                raise ValueError(f"{what}={v!r} does not fit {typ}") from e
+    elif isinstance(typ, Struct):
+        typ.pack_into(buf, pos, **v)
+    elif isinstance(typ, Array):
+        if len(v) > typ.count:
+            raise ValueError(f"{what}: {len(v)} elements do not fit {typ.count}")
+        for k, e in enumerate(v):
+            _put(buf, pos + k * typ.stride, typ.elem, e, f"{what}[{k}]")
+    elif isinstance(typ, BitField):
+        if not 0 <= v < (1 << typ.width):
+            raise ValueError(f"{what}={v} does not fit {typ.width} bits")
+        fmt = "<" + _FMT[typ.base]
+        word = struct.unpack_from(fmt, buf, pos)[0] & ((1 << (8 * typ.size)) - 1)
+        word = (word & ~typ.mask) | (v << typ.lo)
+        struct.pack_into(fmt, buf, pos, word if typ.base.startswith("u") else _signed(word, 8 * typ.size))
+    else:
+        raise TypeError(f"unknown field type {typ!r}")
+
+
+def _signed(v: int, bits: int) -> int:
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+class Words:
+    """A packet of consecutive 32-bit words: word k is `words[k]` (a `Bits`), field names unique.
+
+    * `wide` maps a value name to its parts ((field, value_shift), ...): e.g. a 64-bit address held
+      in ADDR_LO (bits 31:0) and ADDR_HI (bits 63:32) is {"ADDR": (("ADDR_LO", 0), ("ADDR_HI", 32))}.
+      `decode` reports the wide value instead of its parts; `encode` takes either.
+    * `tail` names a variable-length list of raw words after the fixed words. Its length is free
+      (bounded by the packet size the caller knows), or given by a field: `tail_count=(field, bias)`
+      means len(tail) == field + bias (the field is filled in by `encode` when not given).
+    * `optional` is the number of trailing fixed words that may be absent as a group.
+    """
+
+    def __init__(self, name: str, words: Sequence[Bits], wide: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+                 tail: str | None = None, tail_count: tuple[str, int] | None = None, optional: int = 0):
+        self.name, self.words = name, tuple(words)
+        self.wide = {k: tuple(v) for k, v in (wide or {}).items()}
+        self.tail, self.tail_count, self.optional = tail, tail_count, optional
+        self.where: dict[str, tuple[int, Field]] = {}
+        for k, w in enumerate(self.words):
+            for fname, f in w.fields.items():
+                if fname in self.where:
+                    raise ValueError(f"{name}: field {fname} appears twice")
+                self.where[fname] = (k, f)
+        self._part_of = {p: k for k, parts in self.wide.items() for p, _ in parts}
+        for k, parts in self.wide.items():
+            for p, _ in parts:
+                if p not in self.where:
+                    raise ValueError(f"{name}: wide value {k} names unknown field {p}")
+
+    @property
+    def min_words(self) -> int:
+        return len(self.words) - self.optional
+
+    def field_names(self) -> list[str]:
+        """The names `decode` reports (wide values replace their parts)."""
+        out = [n for n in self.where if n not in self._part_of]
+        out += list(self.wide)
+        return out + ([self.tail] if self.tail else [])
+
+    def encode(self, **values: Any) -> list[int]:
+        """The packet words; absent fields are 0. Raises KeyError/ValueError on an unknown or oversized field."""
+        vals: dict[str, int] = {}
+        tail: list[int] = []
+        for k, v in values.items():
+            if k == self.tail and self.tail:
+                tail = [int(x) for x in v]
+            elif k in self.wide:
+                v = int(v)
+                rebuilt = 0
+                for part, shift in self.wide[k]:
+                    f = self.where[part][1]
+                    pv = (v >> shift) & ((1 << (f.hi - f.lo + 1)) - 1)
+                    vals[part] = pv
+                    rebuilt |= pv << shift
+                if rebuilt != v:
+                    raise ValueError(f"{self.name}.{k}={v:#x} does not fit its fields")
+            elif k in self.where:
+                vals[k] = int(v)
             else:
-                struct.pack_into("<" + _FMT[typ], buf, offset + off, v)
+                raise KeyError(f"{self.name} has no field {k}")
+        if self.tail_count and self.tail_count[0] not in values:
+            field, bias = self.tail_count
+            vals[field] = len(tail) - bias
+        n = len(self.words)
+        if self.optional and not any(self.where[k][0] >= self.min_words for k in vals):
+            n = self.min_words
+        out = [0] * n
+        for k, v in vals.items():
+            idx, f = self.where[k]
+            if idx >= n:
+                continue
+            out[idx] = f.put(out[idx], v)
+        for w in tail:
+            if not 0 <= w < 1 << 32:
+                raise ValueError(f"{self.name}.{self.tail}: {w} is not a 32-bit word")
+        return out + tail
+
+    def length(self, words: Sequence[int]) -> int | None:
+        """Words the packet occupies, from its fixed words, or None when only the caller knows it."""
+        if self.tail is None:
+            return len(self.words) if not self.optional else None
+        if self.tail_count is None:
+            return None
+        idx, f = self.where[self.tail_count[0]]
+        if idx >= len(words):
+            return None
+        return len(self.words) + f.get(words[idx]) + self.tail_count[1]
+
+    def decode(self, words: Sequence[int]) -> dict[str, Any]:
+        """Field values of exactly one packet's words. Raises ValueError if the length does not fit."""
+        n = len(words)
+        nfixed = len(self.words)
+        if n < self.min_words or (n < nfixed and n != self.min_words) or (n > nfixed and not self.tail):
+            raise ValueError(f"{self.name}: {n} words do not fit its layout")
+        out: dict[str, Any] = {}
+        for k in range(min(n, nfixed)):
+            w = words[k]
+            for fname, f in self.words[k].fields.items():
+                out[fname] = f.get(w)
+        for k, parts in self.wide.items():
+            if all(p in out for p, _ in parts):
+                out[k] = sum(out.pop(p) << s for p, s in parts)
+        if self.tail:
+            tail = list(words[nfixed:])
+            if self.tail_count:
+                field, bias = self.tail_count
+                if out[field] + bias != len(tail):
+                    raise ValueError(f"{self.name}: {field}={out[field]} does not match {len(tail)} tail words")
+            out[self.tail] = tail
+        return out
+
+    def __repr__(self) -> str:
+        return f"Words({self.name}, {len(self.words)}{'+' + self.tail if self.tail else ''})"
