@@ -88,16 +88,20 @@ def _view(buf: np.ndarray, dt) -> np.ndarray:
     return buf[:buf.size - buf.size % size].view(dt)
 
 
+def _misaligned(off: np.ndarray, mask: int) -> bool:
+    return bool(np.bitwise_or.reduce(off) & mask) if len(off) else False
+
+
 def gather(buf: np.ndarray, off: np.ndarray, nbytes: int) -> np.ndarray:
     """Bytes at byte offsets `off` of `buf`: uint32 (n, max(1, nbytes/4)); 1- and 2-byte reads zero-extend."""
     words = max(1, nbytes // 4)
     if nbytes >= 4:
-        if not (off & 3).any():
+        if not _misaligned(off, 3):
             w = _view(buf, U32)
-            return w[off >> 2][:, None] if words == 1 else w[(off >> 2)[:, None] + np.arange(words)]
+            return w.take(off >> 2, mode="clip")[:, None] if words == 1 else w[(off >> 2)[:, None] + np.arange(words)]
         return np.ascontiguousarray(buf[off[:, None] + np.arange(nbytes)]).view(U32).reshape(-1, words)
     if nbytes == 2:
-        if not (off & 1).any():
+        if not _misaligned(off, 1):
             return _view(buf, np.uint16)[off >> 1].astype(U32)[:, None]
         b = buf[off[:, None] + np.arange(2)].astype(U32)
         return (b[:, 0] | b[:, 1] << 8)[:, None]
@@ -107,14 +111,14 @@ def gather(buf: np.ndarray, off: np.ndarray, nbytes: int) -> np.ndarray:
 def scatter(buf: np.ndarray, off: np.ndarray, data: np.ndarray, nbytes: int) -> None:
     """Write each lane's low `nbytes` of data (uint32 (n, words) or (n,)) at byte offsets `off` (later lanes win)."""
     data = np.asarray(data, U32).reshape(len(off), -1)
-    if nbytes >= 4 and not (off & 3).any():
+    if nbytes >= 4 and not _misaligned(off, 3):
         words = nbytes // 4
         w = _view(buf, U32)
         if words == 1:
             w[off >> 2] = data[:, 0]
         else:
             w[(off >> 2)[:, None] + np.arange(words)] = data[:, :words]
-    elif nbytes == 2 and not (off & 1).any():
+    elif nbytes == 2 and not _misaligned(off, 1):
         _view(buf, np.uint16)[off >> 1] = data[:, 0].astype(np.uint16)
     elif nbytes == 1:
         buf[off] = data[:, 0].astype(np.uint8)
@@ -228,7 +232,7 @@ FOLD_GROUP = 64            # address groups larger than this use a sequential uf
 
 def _read(buf: np.ndarray, off: np.ndarray, dt) -> np.ndarray:
     size = np.dtype(dt).itemsize
-    if not (off & (size - 1)).any():
+    if not _misaligned(off, size - 1):
         return _view(buf, dt)[off // size]
     return np.ascontiguousarray(buf[off[:, None] + np.arange(size)]).view(dt).reshape(-1)
 
@@ -236,7 +240,7 @@ def _read(buf: np.ndarray, off: np.ndarray, dt) -> np.ndarray:
 def _write(buf: np.ndarray, off: np.ndarray, val: np.ndarray, dt) -> None:
     size = np.dtype(dt).itemsize
     val = np.ascontiguousarray(val, dt)
-    if not (off & (size - 1)).any():
+    if not _misaligned(off, size - 1):
         _view(buf, dt)[off // size] = val
     else:
         buf[off[:, None] + np.arange(size)] = val.view(np.uint8).reshape(-1, size)

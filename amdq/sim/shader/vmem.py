@@ -228,9 +228,31 @@ def global_addr(inst: Inst):
             (w.lane_ids.astype(U64) * U64(4))[None, :]
     if inst.saddr is not None:
         sa, va = sread64(inst.saddr), vread(inst.addr)
-        return lambda w, sel: np.asarray(sa(w, sel), U64)[:, None] + np.asarray(va(w, sel)).astype(U64) + off
-    va = vread64(inst.addr)
-    return lambda w, sel: np.asarray(va(w, sel), U64) + off
+
+        def addr(w, sel):
+            a = np.asarray(va(w, sel)).astype(U64)
+            a += (np.asarray(sa(w, sel), U64) + off)[:, None]
+            return a
+        return addr
+    return vaddr64(inst.addr, off)
+
+
+def vaddr64(op, off):
+    """A 64-bit VGPR-pair address + offset, (k, lanes) uint64."""
+    if op.kind != "v":
+        va = vread64(op)
+        return lambda w, sel: np.asarray(va(w, sel), U64) + off
+    r = op.reg
+
+    def addr(w, sel):
+        lo, hi = w.v[r][sel], w.v[r + 1][sel]
+        a = np.empty(lo.shape + (2,), U32)
+        a[..., 0], a[..., 1] = lo, hi
+        a = a.view(U64)[..., 0]
+        if off:
+            a += off
+        return a
+    return addr
 
 
 def scratch_addr(inst: Inst):
@@ -311,8 +333,7 @@ def _flat_addr(inst: Inst):
         return scratch_addr(inst)
     if inst.enc == "GLOBAL":
         return global_addr(inst)
-    va, off = vread64(inst.addr), U64(inst.offset & M64)
-    return lambda w, sel: np.asarray(va(w, sel), U64) + off
+    return vaddr64(inst.addr, U64(inst.offset & M64))
 
 
 def _flat_load(inst: Inst):
