@@ -847,6 +847,536 @@ LAYOUTS_GFX9: dict[str, Words] = {{
 
 
 # ------------------------------------------------------------------------------------------------
+# sdma.py
+
+# Packets the driver and the simulator use: header-file packet name -> (SDMA_OP_*, SDMA_SUBOP_* or None).
+SDMA_PACKETS = {
+    "NOP": ("NOP", None), "COPY_LINEAR": ("COPY", "COPY_LINEAR"), "WRITE_UNTILED": ("WRITE", "WRITE_LINEAR"),
+    "INDIRECT": ("INDIRECT", None), "FENCE": ("FENCE", None), "TRAP": ("TRAP", None),
+    "POLL_REGMEM": ("POLL_REGMEM", None), "COND_EXE": ("COND_EXE", None), "ATOMIC": ("ATOMIC", None),
+    "CONSTANT_FILL": ("CONST_FILL", None), "TIMESTAMP_SET": ("TIMESTAMP", "TIMESTAMP_SET"),
+    "TIMESTAMP_GET": ("TIMESTAMP", "TIMESTAMP_GET"), "TIMESTAMP_GET_GLOBAL": ("TIMESTAMP", "TIMESTAMP_GET_GLOBAL"),
+    "SRBM_WRITE": ("SRBM_WRITE", None), "GCR_REQ": ("GCR_REQ", "USER_GCR"), "DUMMY_TRAP": ("DUMMY_TRAP", None),
+}
+# Variable tails: packet -> (tail name, count field, bias): len(tail) == count + bias.
+SDMA_TAILS = {"NOP": ("data", "count", 0), "WRITE_UNTILED": ("data", "count", 1)}
+
+
+def sdma_packets(c: dict) -> dict:
+    """packet -> {dword index: (dword name, {field: (lo, hi)})} from SDMA_PKT_<PKT>_<DW>_<field>_{shift,mask,offset}."""
+    names = sorted({k[len("SDMA_PKT_"):-len("_HEADER_op_mask")] for k in c
+                    if k.startswith("SDMA_PKT_") and k.endswith("_HEADER_op_mask")} - {""}, key=len, reverse=True)
+    out: dict = {}
+    for k, v in c.items():
+        m = re.match(r"SDMA_PKT_([A-Z0-9_]+?)_([a-z][a-z0-9_]*)_shift$", k)
+        if not m:
+            continue
+        pre, field = m.groups()
+        pkt = next((n for n in names if pre.startswith(n + "_")), None)
+        if pkt is None:
+            continue
+        dw = pre[len(pkt) + 1:]
+        mask, off = c[k[:-5] + "mask"], c[k[:-5] + "offset"]
+        width = mask.bit_length()
+        assert mask == (1 << width) - 1, k
+        out.setdefault(pkt, {}).setdefault(off, (dw, {}))[1][field] = (v, v + width - 1)
+    return out
+
+
+def sdma_wide(fields: list[str]) -> dict:
+    groups: dict = {}
+    for f in fields:
+        m = re.match(r"(.+)_(\d+)_(\d+)$", f)
+        if m:
+            groups.setdefault(m.group(1), []).append((f, int(m.group(3))))
+    return {k: tuple(sorted(v, key=lambda x: x[1])) for k, v in groups.items() if len(v) > 1}
+
+
+SDMA_RUNTIME = '''
+
+class BadPacket(ValueError):
+    """An SDMA stream that does not decode; `index` is the dword where the bad packet starts."""
+
+    def __init__(self, msg: str, index: int):
+        super().__init__(f"SDMA dword {index}: {msg}")
+        self.index = index
+
+
+@dataclass
+class Packet:
+    name: str
+    op: int
+    sub_op: int
+    fields: dict[str, Any]
+    size: int                     # dwords
+
+
+class SDMASet:
+    """Packet layouts of one SDMA major version (4: gfx9/CDNA, 5: gfx10, 6: gfx11 and gfx12's SDMA 7 use
+    the 6.x layouts here), with the one encoder and decoder of its packets."""
+
+    def __init__(self, version: int, layouts: dict[str, Words], ops: dict[str, tuple[int, int | None]]):
+        self.version, self.layouts, self.ops = version, layouts, ops
+        self.by_op: dict[tuple[int, int | None], str] = {}
+        for name, (op, sub) in ops.items():
+            self.by_op.setdefault((op, sub if "sub_op" in layouts[name].where else None), name)
+
+    def encode(self, name: str, **fields: Any) -> list[int]:
+        """Whole packet; op/sub_op are filled in. 64-bit values go by their base name (src_addr, dst_addr, ...)."""
+        if name not in self.layouts:
+            raise KeyError(f"SDMA {self.version}: unknown packet {name!r}")
+        op, sub = self.ops[name]
+        fields.setdefault("op", op)
+        if "sub_op" in self.layouts[name].where:
+            fields.setdefault("sub_op", sub or 0)
+        return self.layouts[name].encode(**fields)
+
+    def decode(self, dwords: Sequence[int], i: int = 0) -> Packet:
+        """The packet starting at dwords[i]. Raises BadPacket (never anything else) on a malformed stream."""
+        if not 0 <= i < len(dwords):
+            raise BadPacket("read past the end of the stream", i)
+        h = int(dwords[i]) & 0xFFFFFFFF
+        op, sub = h & 0xFF, (h >> 8) & 0xFF
+        name = self.by_op.get((op, sub)) or self.by_op.get((op, None))
+        if name is None:
+            raise BadPacket(f"unknown op {op} sub_op {sub} (header {h:#010x})", i)
+        lay = self.layouts[name]
+        n = lay.length([int(x) & 0xFFFFFFFF for x in dwords[i:i + len(lay.words)]])
+        if n is None or i + n > len(dwords):
+            raise BadPacket(f"{name} runs past the end of the stream", i)
+        try:
+            fields = lay.decode([int(x) & 0xFFFFFFFF for x in dwords[i:i + n]])
+        except ValueError as e:
+            raise BadPacket(str(e), i) from None
+        return Packet(name, op, sub, fields, n)
+
+    def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:
+        """(index, packet) for every packet in dwords[start:end]."""
+        i, end = start, len(dwords) if end is None else end
+        while i < end:
+            p = self.decode(dwords[:end], i)
+            yield i, p
+            i += p.size
+
+
+SDMA4 = SDMASet(4, LAYOUTS_4, OPS_4)
+SDMA5 = SDMASet(5, LAYOUTS_5, OPS_5)
+SDMA6 = SDMASet(6, LAYOUTS_6, OPS_6)
+
+
+def table(version: int = 6) -> SDMASet:
+    """The packet set of an SDMA IP major version (7 uses 6's layouts; the facts stop at 6.0)."""
+    return SDMA4 if version < 5 else SDMA5 if version == 5 else SDMA6
+
+
+def encode(name: str, version: int = 6, **fields: Any) -> list[int]:
+    """Encode one packet for SDMA IP major `version` (see SDMASet.encode)."""
+    return table(version).encode(name, **fields)
+
+
+def decode(dwords: Sequence[int], i: int = 0, version: int = 6) -> Packet:
+    """Decode the packet at dwords[i] for SDMA IP major `version` (see SDMASet.decode)."""
+    return table(version).decode(dwords, i)
+'''
+
+
+def gen_sdma() -> None:
+    parts, srcs, consts = [], [], {}
+    for v in (4, 5, 6):
+        d = load(f"sdma_{v}_0_0.json")
+        c = d["constants"]
+        srcs.append(f"sdma_{v}_0_0.json ({d['source']})")
+        pk = sdma_packets(c)
+        rows, ops = [], []
+        for name, (opn, subn) in SDMA_PACKETS.items():
+            if name not in pk:
+                continue
+            op = c[f"SDMA_OP_{opn}"]
+            sub = c[f"SDMA_SUBOP_{subn}"] if subn else None
+            dws = pk[name]
+            tail = SDMA_TAILS.get(name)
+            nfixed = max(dws) + (0 if tail else 1)
+            words = []
+            for k in range(nfixed):
+                dw, fl = dws.get(k, (f"DW_{k}", {}))
+                fl = dict(sorted(fl.items(), key=lambda kv: kv[1]))
+                words.append(f"Bits('{name}.{dw}', {fl!r})")
+            wide = sdma_wide([f for k in range(nfixed) for f in dws.get(k, ("", {}))[1]])
+            args = [repr(name), "[" + ",\n        ".join(words) + "]"]
+            if wide:
+                args.append(f"wide={wide!r}")
+            if tail:
+                args.append(f"tail={tail[0]!r}, tail_count=({tail[1]!r}, {tail[2]})")
+            rows.append(f"    {name!r}: Words({', '.join(args)}),")
+            ops.append(f"    {name!r}: ({op}, {sub}),")
+        parts.append(f"LAYOUTS_{v}: dict[str, Words] = {{\n" + "\n".join(rows) + "\n}\n"
+                     f"OPS_{v}: dict[str, tuple[int, int | None]] = {{\n" + "\n".join(ops) + "\n}\n")
+        consts[v] = {k: val for k, val in sorted(c.items()) if k.startswith(("SDMA_OP_", "SDMA_SUBOP_", "SDMA_GCR_", "SDMA_ATOMIC_"))}
+    common = {k: val for k, val in consts[6].items() if all(consts[v].get(k) == val for v in (4, 5))}
+    only56 = {k: val for k, val in consts[6].items() if k not in common and consts[5].get(k) == val}
+    only6 = {k: val for k, val in consts[6].items() if k not in common and k not in only56}
+    parts_txt = "\n".join(parts)
+    text = f'''"""SDMA packets: opcodes, sub-opcodes and per-dword layouts for SDMA 4 (gfx9/CDNA), 5 (gfx10) and 6 (gfx11).
+
+Sources: shared/facts/{", ".join(srcs)}; NOTES 3.5. Layouts come straight from the headers'
+SDMA_PKT_<packet>_<dword>_<field>_{{offset,shift,mask}} triples; field names are the headers' (lower
+case). Values split as x_31_0 / x_63_32 (or x_31_3, base_va_31_7 / _47_32, ...) are reported and
+accepted as one value x. NOP and WRITE_UNTILED carry a tail of data dwords sized by their count
+field (NOP: count more dwords, amdgpu's burst NOP; WRITE: count + 1 data dwords).
+{GEN}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from .layout import Bits, Words
+
+# --- opcodes (same on SDMA 4, 5, 6) -----------------------------------------------------------
+{consts_block(common)}
+# --- SDMA 5 and 6 only --------------------------------------------------------------------------
+{consts_block(only56)}
+# --- SDMA 6 only ----------------------------------------------------------------------------------
+{consts_block(only6)}
+# --- packet layouts -----------------------------------------------------------------------------
+{parts_txt}{SDMA_RUNTIME}'''
+    write(OUT / "sdma.py", text)
+
+
+# ------------------------------------------------------------------------------------------------
+# vm.py
+
+def gen_vm() -> None:
+    d = load("am.json")
+    c, m = d["constants"], d["field_macros"]
+    bit = lambda name: c[name].bit_length() - 1
+    span = lambda mask: (((mask & -mask).bit_length() - 1), mask.bit_length() - 1)
+    frag = span(m["AMDGPU_PTE_FRAG"]["f(0xffffffff)"])
+    assert frag == (7, 11), frag
+    bfs12 = span(m["AMDGPU_PDE_BFS_GFX12"]["f(0xffffffff)"])
+    common = {"VALID": bit("AMDGPU_PTE_VALID"), "SYSTEM": bit("AMDGPU_PTE_SYSTEM"), "SNOOPED": bit("AMDGPU_PTE_SNOOPED"),
+              "TMZ": bit("AMDGPU_PTE_TMZ"), "EXECUTABLE": bit("AMDGPU_PTE_EXECUTABLE"),
+              "READABLE": bit("AMDGPU_PTE_READABLE"), "WRITEABLE": bit("AMDGPU_PTE_WRITEABLE")}
+    cf = {k: (v, v) for k, v in common.items()}
+    cf["FRAG"] = frag
+    addr = (12, 47)
+    gens = {
+        9: {**cf, "ADDR": addr, "PRT": (bit("AMDGPU_PTE_PRT"),) * 2, "PDE_PTE": (bit("AMDGPU_PDE_PTE"),) * 2,
+            "LOG": (bit("AMDGPU_PTE_LOG"),) * 2, "TF": (bit("AMDGPU_PTE_TF"),) * 2,
+            "MTYPE": span(c["AMDGPU_PTE_MTYPE_VG10_MASK"]), "BFS": (59, 63)},
+        10: {**cf, "ADDR": addr, "MTYPE": span(c["AMDGPU_PTE_MTYPE_NV10_MASK"]), "PRT": (bit("AMDGPU_PTE_PRT"),) * 2,
+             "PDE_PTE": (bit("AMDGPU_PDE_PTE"),) * 2, "LOG": (bit("AMDGPU_PTE_LOG"),) * 2,
+             "NOALLOC": (bit("AMDGPU_PTE_NOALLOC"),) * 2, "BFS": (59, 63)},
+        12: {**cf, "ADDR": addr, "MTYPE": span(c["AMDGPU_PTE_MTYPE_GFX12_MASK"]),
+             "PRT": (bit("AMDGPU_PTE_PRT_GFX12"),) * 2, "PDE_PTE": (bit("AMDGPU_PDE_PTE_GFX12"),) * 2,
+             "BFS": bfs12},
+    }
+    vmc = {k: v for k, v in sorted(c.items()) if k.startswith(("AMDGPU_PTE_", "AMDGPU_PDE_", "AMDGPU_VM_", "AMDGPU_MTYPE_",
+                                                               "AMDGPU_VA_", "AMDGPU_GFXHUB", "AMDGPU_MMHUB", "AMDGPU_MAX_VMHUBS"))}
+    rows = "\n".join(f"    {g}: Bits('PTE_GFX{g}', {dict(sorted(f.items(), key=lambda kv: kv[1]))!r}, width=64)," for g, f in gens.items())
+    text = f'''"""GPU page-table entries (PTE/PDE) and the 4-level, 48-bit GPU virtual address layout.
+
+Source: shared/facts/am.json ({d["source"].split(":")[0]}: amdgpu_vm.h constants AMDGPU_PTE_*,
+AMDGPU_PDE_*, AMDGPU_VM_*), NOTES 2.5. Generations: 9 (gfx9/CDNA: MTYPE 58:57, TF 56), 10 (gfx10/11:
+MTYPE 50:48, PRT 51, PDE_PTE 54, NOALLOC 58) and 12 (gfx12: MTYPE 55:54, PRT 56, PDE_PTE 63, BFS
+62:58). ADDR is the 4 KiB page frame (address bits 47:12). The PDE block-fragment-size field before
+gfx12 (AMDGPU_PDE_BFS(a) = a << 59) is not in the facts and comes from amdgpu_vm.h.
+{GEN}
+"""
+from __future__ import annotations
+
+from .layout import Bits
+
+# One PTE/PDE word per generation (bit fields, 64-bit).
+PTE: dict[int, Bits] = {{
+{rows}
+}}
+
+# Address layout: 4 KiB pages, 9 bits per level, PDB2 -> PDB1 -> PDB0 -> PTB over 48 bits.
+PAGE_SHIFT = 12
+PAGE_SIZE = 1 << PAGE_SHIFT
+BITS_PER_LEVEL = 9
+ENTRIES_PER_TABLE = 1 << BITS_PER_LEVEL
+VA_BITS = 48
+LEVELS = ("PDB2", "PDB1", "PDB0", "PTB")          # AMDGPU_VM_PDB2 .. AMDGPU_VM_PTB
+LEVEL_SHIFT = {{"PDB2": 39, "PDB1": 30, "PDB0": 21, "PTB": 12}}
+
+# --- amdgpu_vm.h constants --------------------------------------------------------------------
+{consts_block(vmc)}
+
+def generation(gfx: int) -> int:
+    """Key of PTE for a GFX major version: 9, 10 (gfx10/11) or 12."""
+    return 9 if gfx < 10 else 10 if gfx < 12 else 12
+
+
+def pte(gen: int, addr: int, *, valid: bool = True, system: bool = False, snooped: bool = False, tmz: bool = False,
+        readable: bool = True, writeable: bool = True, executable: bool = False, mtype: int = 0, frag: int = 0,
+        prt: bool = False, pde: bool = False) -> int:
+    """A page-table entry mapping the 4 KiB-aligned `addr` (physical or system address). `pde=True` sets the
+    PDE_PTE bit (an entry of a PDB0 that maps a huge page directly)."""
+    if addr & (PAGE_SIZE - 1) or not 0 <= addr < 1 << 48:
+        raise ValueError(f"page address {{addr:#x}} is not 4 KiB-aligned below 2**48")
+    b = PTE[generation(gen) if gen not in PTE else gen]
+    return b.encode(ADDR=addr >> PAGE_SHIFT, VALID=valid, SYSTEM=system, SNOOPED=snooped, TMZ=tmz, READABLE=readable,
+                    WRITEABLE=writeable, EXECUTABLE=executable, MTYPE=mtype, FRAG=frag, PRT=prt, PDE_PTE=pde)
+
+
+def pde(gen: int, addr: int, *, valid: bool = True, system: bool = False, bfs: int = 0) -> int:
+    """A page-directory entry pointing at the next-level table at `addr` (4 KiB-aligned)."""
+    if addr & (PAGE_SIZE - 1) or not 0 <= addr < 1 << 48:
+        raise ValueError(f"table address {{addr:#x}} is not 4 KiB-aligned below 2**48")
+    b = PTE[generation(gen) if gen not in PTE else gen]
+    return b.encode(ADDR=addr >> PAGE_SHIFT, VALID=valid, SYSTEM=system, BFS=bfs)
+
+
+def decode(gen: int, entry: int) -> dict[str, int]:
+    """Fields of a PTE/PDE word, plus 'address' (ADDR << 12)."""
+    f = PTE[generation(gen) if gen not in PTE else gen].decode(entry)
+    f["address"] = f["ADDR"] << PAGE_SHIFT
+    return f
+
+
+def indices(va: int) -> tuple[int, int, int, int]:
+    """Table indices (PDB2, PDB1, PDB0, PTB) of a 48-bit GPU virtual address."""
+    if not 0 <= va < 1 << VA_BITS:
+        raise ValueError(f"GPU virtual address {{va:#x}} is outside 48 bits")
+    return tuple((va >> LEVEL_SHIFT[lv]) & (ENTRIES_PER_TABLE - 1) for lv in LEVELS)  # type: ignore[return-value]
+'''
+    write(OUT / "vm.py", text)
+
+
+
+# ------------------------------------------------------------------------------------------------
+# regs/
+
+REGS_INIT = '''"""Register maps per IP version: offsets (dwords), base index, bit fields; IP base addresses.
+
+Sources: shared/facts/regs_<ip>_<maj>_<min>_<rev>.json (Linux amdgpu asic_reg *_offset.h and
+*_sh_mask.h; the subset of registers a userspace driver uses), navi_offsets.json
+(sienna_cichlid_ip_offset.h) and vega_offsets.json (vega20_ip_offset.h). One generated module per facts
+file, imported on first use. Field names are the sh_mask.h names (upper case).
+
+    gc = regs.load("GC", (11, 0, 0))
+    gc.regCP_HQD_PQ_CONTROL.offset, gc.regCP_HQD_PQ_CONTROL.encode(QUEUE_SIZE=5, UNORD_DISPATCH=1)
+    gc.regCOMPUTE_PGM_LO.address(regs.bases("navi")["GC"])   # absolute dword address
+''' + GEN + '''
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Iterator, Sequence
+
+from ...errors import UnsupportedTarget
+from ..layout import Bits, Field
+
+IPVersion = tuple[int, int, int]
+
+# Facts files present: IP -> versions (module regs/<file>_<maj>_<min>_<rev>.py).
+AVAILABLE: dict[str, tuple[IPVersion, ...]] = %(available)s
+FILE_PREFIX = %(prefix)s
+
+# IP versions of the supported targets (amdq.hw.targets) that have no facts file of their own, mapped
+# to the nearest file. The offsets a driver touches agree between these revisions in the Linux headers
+# (amdgpu uses the same *_offset.h for them: gc_11_0_0 for GC 11.0.2, gc_12_0_0 for 12.0.1, gc_9_4_3 for
+# 9.5.0, ...); the MP entries for MP 13.0.6/12/14 and 14.0.4 reuse the MP1/MP0 mailbox offsets of the
+# 13.0.0 / 14.0.2 files and were not checked against a header of their own.
+NEAREST: dict[tuple[str, IPVersion], IPVersion] = {
+    ("GC", (11, 0, 1)): (11, 0, 0), ("GC", (11, 0, 2)): (11, 0, 0), ("GC", (11, 5, 1)): (11, 5, 0),
+    ("GC", (12, 0, 1)): (12, 0, 0), ("GC", (9, 5, 0)): (9, 4, 3),
+    ("MMHUB", (3, 3, 1)): (3, 3, 0), ("MMHUB", (1, 8, 1)): (1, 8, 0),
+    ("MP", (13, 0, 7)): (13, 0, 0), ("MP", (13, 0, 10)): (13, 0, 0), ("MP", (13, 0, 6)): (13, 0, 0),
+    ("MP", (13, 0, 12)): (13, 0, 0), ("MP", (13, 0, 14)): (13, 0, 0),
+    ("MP", (14, 0, 3)): (14, 0, 2), ("MP", (14, 0, 4)): (14, 0, 2),
+    ("NBIO", (7, 11, 3)): (7, 11, 0), ("NBIO", (7, 9, 1)): (7, 9, 0),
+    ("OSSSYS", (4, 4, 5)): (4, 4, 2), ("HDP", (4, 4, 5)): (4, 4, 2), ("HDP", (6, 1, 0)): (6, 0, 0),
+    ("SDMA", (4, 4, 5)): (4, 4, 2),
+}
+ALIASES = {"MP0": "MP", "MP1": "MP", "NBIF": "NBIO"}
+
+
+@dataclass(frozen=True)
+class Reg:
+    """One register: dword offset within its IP segment, the segment (base_index), bit fields."""
+    name: str
+    offset: int
+    base_index: int
+    bits: Bits
+
+    @property
+    def fields(self) -> dict[str, Field]:
+        return self.bits.fields
+
+    def encode(self, **fields: int) -> int:
+        return self.bits.encode(**fields)
+
+    def decode(self, value: int) -> dict[str, int]:
+        return self.bits.decode(value)
+
+    def address(self, bases: Sequence[Sequence[int]] | Sequence[int], inst: int = 0) -> int:
+        """Absolute dword address: bases[inst][base_index] + offset (bases as from regs.bases(...)[ip]
+        or from IP discovery); a flat list of segment bases is taken as instance 0."""
+        segs = bases[inst] if bases and isinstance(bases[0], (list, tuple)) else bases
+        return segs[self.base_index] + self.offset  # type: ignore[index, operator]
+
+
+class RegMap:
+    """The registers of one IP version, by name: `regX` (or the older headers' `mmX`) attributes or items,
+    with or without the prefix."""
+
+    def __init__(self, ip: str, version: IPVersion, facts_version: IPVersion, table: str, source: str, prefix: str = "reg"):
+        self.ip, self.version, self.facts_version, self.source, self.prefix = ip, version, facts_version, source, prefix
+        self._raw: dict[str, str] = {}
+        for line in table.strip().splitlines():
+            name, rest = line.split(" ", 1)
+            self._raw[name] = rest
+        self._regs: dict[str, Reg] = {}
+
+    def _make(self, name: str) -> Reg:
+        off, base, *fields = self._raw[name].split()
+        fl = {}
+        for f in fields:
+            fname, lo, hi = f.split(":")
+            fl[fname] = (int(lo), int(hi))
+        return Reg(self.prefix + name, int(off, 16), int(base), Bits(self.prefix + name, fl))
+
+    @staticmethod
+    def _key(name: str) -> str:
+        return name[3:] if name.startswith("reg") else name[2:] if name.startswith("mm") else name
+
+    def __getitem__(self, name: str) -> Reg:
+        key = self._key(name)
+        r = self._regs.get(key)
+        if r is None:
+            if key not in self._raw:
+                raise KeyError(f"{self.ip} {'.'.join(map(str, self.facts_version))} has no register {name}")
+            r = self._regs[key] = self._make(key)
+        return r
+
+    def __getattr__(self, name: str) -> Reg:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError as e:
+            raise AttributeError(str(e)) from None
+
+    def __contains__(self, name: str) -> bool:
+        return self._key(name) in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return (self.prefix + n for n in self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __repr__(self) -> str:
+        return f"RegMap({self.ip} {self.version}, {len(self)} registers)"
+
+
+def resolve(ip: str, version: Sequence[int]) -> tuple[str, IPVersion]:
+    """(IP, facts version) holding the register map of `ip` at `version`."""
+    ip = ALIASES.get(ip.upper(), ip.upper())
+    v = tuple(version)
+    if ip in AVAILABLE and v in AVAILABLE[ip]:
+        return ip, v  # type: ignore[return-value]
+    if (ip, v) in NEAREST:
+        return ip, NEAREST[(ip, v)]
+    have = ", ".join(f"{k} {'.'.join(map(str, x))}" for k, vs in AVAILABLE.items() for x in vs)
+    raise UnsupportedTarget(f"no register map for {ip} {'.'.join(map(str, v))}; amdq has: {have}")
+
+
+@lru_cache(maxsize=None)
+def _load(ip: str, version: IPVersion, facts: IPVersion) -> RegMap:
+    mod = importlib.import_module(f"{__name__}.{FILE_PREFIX[(ip, facts)]}_{'_'.join(map(str, facts))}")
+    return RegMap(ip, version, facts, mod.TABLE, mod.SOURCE, mod.PREFIX)
+
+
+def load(ip: str, version: Sequence[int]) -> RegMap:
+    """The register map of an IP block (GC, MMHUB, MP0/MP1, NBIO, OSSSYS, HDP, SDMA) at an IP version."""
+    name, facts = resolve(ip, version)
+    return _load(name, tuple(version), facts)  # type: ignore[arg-type]
+
+
+def bases(family: str = "navi") -> dict[str, list[list[int]]]:
+    """Usual IP segment base addresses (dwords) {IP: [[seg0, seg1, ...] per instance]}: 'navi'
+    (sienna_cichlid_ip_offset.h; the layout gfx10/11/12 share) or 'vega' (vega20_ip_offset.h; gfx9).
+    Real hardware reports its own in the IP discovery table."""
+    from .ip_bases import BASES
+    if family not in BASES:
+        raise KeyError(f"unknown base table {family!r}: {', '.join(BASES)}")
+    return {ip: [list(s) for s in insts] for ip, insts in BASES[family].items()}
+
+
+def address(reg: Reg, ip_bases: Sequence[Sequence[int]], inst: int = 0) -> int:
+    """Absolute dword address of `reg` given its IP's bases (see Reg.address)."""
+    return reg.address(ip_bases, inst)
+'''
+
+
+def gen_regs() -> None:
+    out = OUT / "regs"
+    available: dict = {}
+    prefix: dict = {}
+    for f in sorted(FACTS.glob("regs_*.json")):
+        m = re.match(r"regs_([a-z0-9]+)_(\d+)_(\d+)_(\d+)\.json$", f.name)
+        fp, ver = m.group(1), tuple(int(x) for x in m.groups()[1:])
+        ip = {"nbif": "NBIO"}.get(fp, fp.upper())
+        d = json.loads(f.read_text())
+        lines = []
+        pfx = {n[:3] if n.startswith("reg") else n[:2] for n in d["registers"]}
+        assert len(pfx) == 1 and pfx <= {"reg", "mm"}, pfx
+        pfx = pfx.pop()
+        for name, r in sorted(d["registers"].items()):
+            fl = " ".join(f"{k.upper()}:{lo}:{hi}" for k, (lo, hi) in sorted(r["fields"].items(), key=lambda kv: kv[1]))
+            lines.append(f"{name[len(pfx):]} {r['offset']:x} {r['base_index']} {fl}".rstrip())
+        table = "\n".join(lines)
+        mod = f'''"""{ip} {'.'.join(map(str, ver))} registers: NAME offset(hex dwords) base_index FIELD:lo:hi ...
+
+Source: shared/facts/{f.name} ({d["source"]}).
+{GEN}
+"""
+SOURCE = {f.name!r}
+PREFIX = {pfx!r}   # register names in the header: {pfx}<NAME>
+TABLE = """
+{table}
+"""
+'''
+        write(out / f"{fp}_{'_'.join(map(str, ver))}.py", mod)
+        available.setdefault(ip, []).append(ver)
+        prefix[(ip, ver)] = fp
+    avail = "{\n" + "".join(f"    {k!r}: {tuple(v)!r},\n" for k, v in sorted(available.items())) + "}"
+    write(out / "__init__.py", REGS_INIT % {"available": avail, "prefix": repr(prefix)})
+    rows = []
+    for fam, fn in (("navi", "navi_offsets.json"), ("vega", "vega_offsets.json")):
+        c = load(fn)["constants"]
+        ips: dict = {}
+        for k, v in c.items():
+            m = re.match(r"(\w+?)_BASE__INST(\d+)_SEG(\d+)$", k)
+            if m:
+                ips.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[int(m.group(3))] = v
+        fam_rows = []
+        for ip, insts in sorted(ips.items()):
+            lst = [[segs[s] for s in sorted(segs)] for _, segs in sorted(insts.items())]
+            while len(lst) > 1 and not any(lst[-1]):
+                lst.pop()
+            fam_rows.append(f"        {ip!r}: {lst!r},")
+        rows.append(f"    {fam!r}: {{  # {load(fn)['source']}\n" + "\n".join(fam_rows) + "\n    },")
+    text = f'''"""Usual IP segment base addresses (dwords): IP -> [[seg0, seg1, ...] per instance].
+
+Sources: shared/facts/navi_offsets.json, vega_offsets.json. Trailing all-zero instances are dropped.
+{GEN}
+"""
+BASES: dict[str, dict[str, list[list[int]]]] = {{
+{chr(10).join(rows)}
+}}
+'''
+    write(out / "ip_bases.py", text)
+
+
+
+# ------------------------------------------------------------------------------------------------
 
 def main() -> None:
     global FACTS
@@ -861,7 +1391,7 @@ def main() -> None:
         GENERATORS[t]()
 
 
-GENERATORS = {"pm4": gen_pm4, "kfd": gen_kfd, "am": gen_am, "aql": gen_aql}
+GENERATORS = {"pm4": gen_pm4, "sdma": gen_sdma, "vm": gen_vm, "regs": gen_regs, "kfd": gen_kfd, "am": gen_am, "aql": gen_aql}
 
 if __name__ == "__main__":
     main()
