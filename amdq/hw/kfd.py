@@ -195,7 +195,7 @@ kfd_ioctl_dbg_trap_enable_args = Struct('kfd_ioctl_dbg_trap_enable_args', 24, [
     ('dbg_fd', 20, 'u32'),
 ])
 
-kfd_ioctl_dbg_trap_query_debug_event_args = Struct('kfd_ioctl_dbg_trap_query_debug_event_args', 16, [
+kfd_ioctl_dbg_trap_send_runtime_event_args = Struct('kfd_ioctl_dbg_trap_send_runtime_event_args', 16, [
     ('exception_mask', 0, 'u64'),
     ('gpu_id', 8, 'u32'),
     ('queue_id', 12, 'u32'),
@@ -248,6 +248,12 @@ kfd_ioctl_dbg_trap_set_flags_args = Struct('kfd_ioctl_dbg_trap_set_flags_args', 
     ('pad', 4, 'u32'),
 ])
 
+kfd_ioctl_dbg_trap_query_debug_event_args = Struct('kfd_ioctl_dbg_trap_query_debug_event_args', 16, [
+    ('exception_mask', 0, 'u64'),
+    ('gpu_id', 8, 'u32'),
+    ('queue_id', 12, 'u32'),
+])
+
 kfd_ioctl_dbg_trap_query_exception_info_args = Struct('kfd_ioctl_dbg_trap_query_exception_info_args', 24, [
     ('info_ptr', 0, 'u64'),
     ('info_size', 8, 'u32'),
@@ -274,7 +280,7 @@ kfd_ioctl_dbg_trap_args = Struct('kfd_ioctl_dbg_trap_args', 32, [
     ('pid', 0, 'u32'),
     ('op', 4, 'u32'),
     ('enable', 8, kfd_ioctl_dbg_trap_enable_args),
-    ('send_runtime_event', 8, kfd_ioctl_dbg_trap_query_debug_event_args),
+    ('send_runtime_event', 8, kfd_ioctl_dbg_trap_send_runtime_event_args),
     ('set_exceptions_enabled', 8, kfd_ioctl_dbg_trap_set_exceptions_enabled_args),
     ('launch_override', 8, kfd_ioctl_dbg_trap_set_wave_launch_override_args),
     ('launch_mode', 8, kfd_ioctl_dbg_trap_set_wave_launch_mode_args),
@@ -298,6 +304,17 @@ kfd_ioctl_dbg_trap_args_deprecated = Struct('kfd_ioctl_dbg_trap_args_deprecated'
     ('data2', 28, 'u32'),
     ('data3', 32, 'u32'),
     ('data4', 36, 'u32'),
+])
+
+kfd_ioctl_dbg_unregister_args = Struct('kfd_ioctl_dbg_unregister_args', 8, [
+    ('gpu_id', 0, 'u32'),
+    ('pad', 4, 'u32'),
+])
+
+kfd_ioctl_dbg_wave_control_args = Struct('kfd_ioctl_dbg_wave_control_args', 16, [
+    ('content_ptr', 0, 'u64'),
+    ('gpu_id', 8, 'u32'),
+    ('buf_size_in_bytes', 12, 'u32'),
 ])
 
 kfd_ioctl_destroy_event_args = Struct('kfd_ioctl_destroy_event_args', 8, [
@@ -444,6 +461,11 @@ kfd_ioctl_profiler_args = Struct('kfd_ioctl_profiler_args', 40, [
     ('version', 8, 'u32'),
 ])
 
+kfd_ioctl_reset_event_args = Struct('kfd_ioctl_reset_event_args', 8, [
+    ('event_id', 0, 'u32'),
+    ('pad', 4, 'u32'),
+])
+
 kfd_ioctl_runtime_enable_args = Struct('kfd_ioctl_runtime_enable_args', 16, [
     ('r_debug', 0, 'u64'),
     ('mode_mask', 8, 'u32'),
@@ -454,6 +476,11 @@ kfd_ioctl_set_cu_mask_args = Struct('kfd_ioctl_set_cu_mask_args', 16, [
     ('queue_id', 0, 'u32'),
     ('num_cu_mask', 4, 'u32'),
     ('cu_mask_ptr', 8, 'u64'),
+])
+
+kfd_ioctl_set_event_args = Struct('kfd_ioctl_set_event_args', 8, [
+    ('event_id', 0, 'u32'),
+    ('pad', 4, 'u32'),
 ])
 
 kfd_ioctl_set_memory_policy_args = Struct('kfd_ioctl_set_memory_policy_args', 32, [
@@ -508,6 +535,13 @@ kfd_ioctl_svm_args = Struct('kfd_ioctl_svm_args', 24, [
     ('op', 16, 'u32'),
     ('nattr', 20, 'u32'),
     ('attrs', 24, Array(kfd_ioctl_svm_attribute, 0)),
+])
+
+kfd_ioctl_unmap_memory_from_gpu_args = Struct('kfd_ioctl_unmap_memory_from_gpu_args', 24, [
+    ('handle', 0, 'u64'),
+    ('device_ids_array_ptr', 8, 'u64'),
+    ('n_devices', 16, 'u32'),
+    ('n_success', 20, 'u32'),
 ])
 
 kfd_ioctl_update_queue_args = Struct('kfd_ioctl_update_queue_args', 24, [
@@ -577,7 +611,7 @@ STRUCTS: dict[str, Struct] = {s.name: s for s in (
     kfd_ioctl_dbg_register_args,
     kfd_ioctl_dbg_trap_args,
     kfd_ioctl_dbg_trap_enable_args,
-    kfd_ioctl_dbg_trap_query_debug_event_args,
+    kfd_ioctl_dbg_trap_send_runtime_event_args,
     kfd_ioctl_dbg_trap_set_exceptions_enabled_args,
     kfd_ioctl_dbg_trap_set_wave_launch_override_args,
     kfd_ioctl_dbg_trap_set_wave_launch_mode_args,
@@ -586,10 +620,13 @@ STRUCTS: dict[str, Struct] = {s.name: s for s in (
     kfd_ioctl_dbg_trap_set_node_address_watch_args,
     kfd_ioctl_dbg_trap_clear_node_address_watch_args,
     kfd_ioctl_dbg_trap_set_flags_args,
+    kfd_ioctl_dbg_trap_query_debug_event_args,
     kfd_ioctl_dbg_trap_query_exception_info_args,
     kfd_ioctl_dbg_trap_queue_snapshot_args,
     kfd_ioctl_dbg_trap_device_snapshot_args,
     kfd_ioctl_dbg_trap_args_deprecated,
+    kfd_ioctl_dbg_unregister_args,
+    kfd_ioctl_dbg_wave_control_args,
     kfd_ioctl_destroy_event_args,
     kfd_ioctl_destroy_queue_args,
     kfd_ioctl_export_dmabuf_args,
@@ -610,8 +647,10 @@ STRUCTS: dict[str, Struct] = {s.name: s for s in (
     kfd_ioctl_pc_sample_args,
     kfd_ioctl_pmc_settings,
     kfd_ioctl_profiler_args,
+    kfd_ioctl_reset_event_args,
     kfd_ioctl_runtime_enable_args,
     kfd_ioctl_set_cu_mask_args,
+    kfd_ioctl_set_event_args,
     kfd_ioctl_set_memory_policy_args,
     kfd_ioctl_set_scratch_backing_va_args,
     kfd_ioctl_set_trap_handler_args,
@@ -620,6 +659,7 @@ STRUCTS: dict[str, Struct] = {s.name: s for s in (
     kfd_ioctl_spm_args,
     kfd_ioctl_svm_args,
     kfd_ioctl_svm_attribute,
+    kfd_ioctl_unmap_memory_from_gpu_args,
     kfd_ioctl_update_queue_args,
     kfd_ioctl_wait_events_args,
     kfd_pc_sample_info,
@@ -639,13 +679,13 @@ IOCTLS: dict[str, tuple[int, Struct]] = {
     'AMDKFD_IOC_UPDATE_QUEUE': (0x40184B07, kfd_ioctl_update_queue_args),  # write, nr 0x7
     'AMDKFD_IOC_CREATE_EVENT': (0xC0204B08, kfd_ioctl_create_event_args),  # readwrite, nr 0x8
     'AMDKFD_IOC_DESTROY_EVENT': (0x40084B09, kfd_ioctl_destroy_event_args),  # write, nr 0x9
-    'AMDKFD_IOC_SET_EVENT': (0x40084B0A, kfd_ioctl_destroy_event_args),  # write, nr 0xa
-    'AMDKFD_IOC_RESET_EVENT': (0x40084B0B, kfd_ioctl_destroy_event_args),  # write, nr 0xb
+    'AMDKFD_IOC_SET_EVENT': (0x40084B0A, kfd_ioctl_set_event_args),  # write, nr 0xa
+    'AMDKFD_IOC_RESET_EVENT': (0x40084B0B, kfd_ioctl_reset_event_args),  # write, nr 0xb
     'AMDKFD_IOC_WAIT_EVENTS': (0xC0184B0C, kfd_ioctl_wait_events_args),  # readwrite, nr 0xc
     'AMDKFD_IOC_DBG_REGISTER_DEPRECATED': (0x40084B0D, kfd_ioctl_dbg_register_args),  # write, nr 0xd
-    'AMDKFD_IOC_DBG_UNREGISTER_DEPRECATED': (0x40084B0E, kfd_ioctl_dbg_register_args),  # write, nr 0xe
+    'AMDKFD_IOC_DBG_UNREGISTER_DEPRECATED': (0x40084B0E, kfd_ioctl_dbg_unregister_args),  # write, nr 0xe
     'AMDKFD_IOC_DBG_ADDRESS_WATCH_DEPRECATED': (0x40104B0F, kfd_ioctl_dbg_address_watch_args),  # write, nr 0xf
-    'AMDKFD_IOC_DBG_WAVE_CONTROL_DEPRECATED': (0x40104B10, kfd_ioctl_dbg_address_watch_args),  # write, nr 0x10
+    'AMDKFD_IOC_DBG_WAVE_CONTROL_DEPRECATED': (0x40104B10, kfd_ioctl_dbg_wave_control_args),  # write, nr 0x10
     'AMDKFD_IOC_SET_SCRATCH_BACKING_VA': (0xC0104B11, kfd_ioctl_set_scratch_backing_va_args),  # readwrite, nr 0x11
     'AMDKFD_IOC_GET_TILE_CONFIG': (0xC0284B12, kfd_ioctl_get_tile_config_args),  # readwrite, nr 0x12
     'AMDKFD_IOC_SET_TRAP_HANDLER': (0x40184B13, kfd_ioctl_set_trap_handler_args),  # write, nr 0x13
@@ -654,7 +694,7 @@ IOCTLS: dict[str, tuple[int, Struct]] = {
     'AMDKFD_IOC_ALLOC_MEMORY_OF_GPU': (0xC0284B16, kfd_ioctl_alloc_memory_of_gpu_args),  # readwrite, nr 0x16
     'AMDKFD_IOC_FREE_MEMORY_OF_GPU': (0x40084B17, kfd_ioctl_free_memory_of_gpu_args),  # write, nr 0x17
     'AMDKFD_IOC_MAP_MEMORY_TO_GPU': (0xC0184B18, kfd_ioctl_map_memory_to_gpu_args),  # readwrite, nr 0x18
-    'AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU': (0xC0184B19, kfd_ioctl_map_memory_to_gpu_args),  # readwrite, nr 0x19
+    'AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU': (0xC0184B19, kfd_ioctl_unmap_memory_from_gpu_args),  # readwrite, nr 0x19
     'AMDKFD_IOC_SET_CU_MASK': (0x40104B1A, kfd_ioctl_set_cu_mask_args),  # write, nr 0x1a
     'AMDKFD_IOC_GET_QUEUE_WAVE_STATE': (0xC0184B1B, kfd_ioctl_get_queue_wave_state_args),  # readwrite, nr 0x1b
     'AMDKFD_IOC_GET_DMABUF_INFO': (0xC0204B1C, kfd_ioctl_get_dmabuf_info_args),  # readwrite, nr 0x1c

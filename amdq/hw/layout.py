@@ -261,9 +261,12 @@ class Words:
                 vals[k] = int(v)
             else:
                 raise KeyError(f"{self.name} has no field {k}")
-        if self.tail_count and self.tail_count[0] not in values:
+        if self.tail_count:
             field, bias = self.tail_count
-            vals[field] = len(tail) - bias
+            if field not in values:
+                vals[field] = len(tail) - bias
+            elif vals[field] + bias != len(tail):
+                raise ValueError(f"{self.name}: {field}={vals[field]} does not match {len(tail)} {self.tail} words")
         n = len(self.words)
         if self.optional and not any(self.where[k][0] >= self.min_words for k in vals):
             n = self.min_words
