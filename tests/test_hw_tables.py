@@ -403,6 +403,7 @@ def _by_name(structs: dict) -> dict:
 def test_kfd_against_facts():
     d = facts("kfd.json")
     by = _by_name(d["structs"])
+    assert set(kfd.STRUCTS) == {n for n, v in by.items() if v["size"]}      # none folded away or lost
     for name, s in kfd.STRUCTS.items():
         _check_struct(s, by[name], d["structs"])
     code = {"none": 0, "write": 1, "read": 2, "readwrite": 3}
@@ -417,6 +418,8 @@ def test_kfd_against_facts():
 def test_am_against_facts():
     d = facts("am.json")
     by = _by_name(d["structs"])
+    kernel_only = {n for n, v in by.items() if not v["size"] or any(f["type"] == "ptr" for f in v["fields"])}
+    assert set(am.STRUCTS) == set(by) - kernel_only
     for name, s in am.STRUCTS.items():
         if name in ("ip_v4",):                     # restored byte 7, see gen_hw.py
             assert by[name]["size"] == 7 and s.size == 8
