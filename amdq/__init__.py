@@ -3,6 +3,11 @@ from . import errors
 from .codeobj import compile, load_code_object
 from .errors import AmdqError
 from .hw.targets import TARGETS, get_target
+from .runtime.device import Device, open_device
+from .runtime.kernargs import LDS
+from .runtime.memory import Buffer
+from .runtime.program import Kernel, LaunchRecord, Program
 
 __version__ = "0.1.0"
-__all__ = ["compile", "load_code_object", "errors", "AmdqError", "TARGETS", "get_target"]
+__all__ = ["open_device", "Device", "Buffer", "Program", "Kernel", "LaunchRecord", "LDS", "compile",
+           "load_code_object", "errors", "AmdqError", "TARGETS", "get_target"]

@@ -53,39 +53,60 @@ class Stats:
 
 
 class ICache:
-    """Decoded and built instructions by PC, fetched through the memory model as hardware fetches them."""
+    """Decoded and built instructions by PC, fetched through the memory model as hardware fetches them.
+
+    An instruction-cache invalidate (ACQUIRE_MEM with GLI_INV) does not throw the work away: each
+    entry is revalidated against memory the next time its PC runs, and rebuilt only if the bytes changed.
+    """
 
     LINE = 64
 
     def __init__(self, mem: GPUMemory):
-        self.mem, self.steps, self.insts = mem, {}, {}
+        self.mem, self.gen = mem, 0
+        self.steps: dict[tuple[int, bool], tuple] = {}
+        self.lines: dict[int, tuple[bytes, int]] = {}
 
     def invalidate(self) -> None:
-        self.steps.clear()
-        self.insts.clear()
+        self.gen += 1
 
-    def _fetch(self, pc: int) -> tuple[bytes, int]:
-        from .memory import load
+    def _line(self, addr: int) -> bytes:
+        hit = self.lines.get(addr)
+        if hit is not None and hit[1] == self.gen:
+            return hit[0]
+        chunks = self.mem.translate(np.array([addr], np.uint64), self.LINE, False)
+        buf, _, off = chunks[0]
+        data = buf[int(off[0]):int(off[0]) + self.LINE].tobytes()
+        self.lines[addr] = (data, self.gen)
+        return data
+
+    def _fetch(self, pc: int, size: int = 12) -> tuple[bytes, int]:
         line = pc & ~(self.LINE - 1)
-        out = b""
-        for a in (line, line + self.LINE):
+        try:
+            code = self._line(line)
+        except GPUFault:
+            raise GPUFault(f"GPU page fault: instruction fetch at {pc:#x} (not mapped)", address=pc, fetch=True) from None
+        if pc + size > line + self.LINE:
             try:
-                out += load(self.mem, np.array([a + 4 * i for i in range(self.LINE // 4)], np.uint64), 4).tobytes()
+                code += self._line(line + self.LINE)
             except GPUFault:
-                if not out:
-                    raise GPUFault(f"GPU page fault: instruction fetch at {pc:#x} (not mapped)", address=pc,
-                                   fetch=True) from None
-                break
-        return out, line
+                pass                        # the decoder reports an instruction cut short
+        return code, line
 
     def get(self, pc: int, wave64: bool):
         key = (pc, wave64)
         st = self.steps.get(key)
-        if st is None:
-            code, base = self._fetch(pc)
-            inst = decode.decode(code, pc, base, wave64)
-            st = (build(inst), inst, inst.key in CONTROL)
-            self.steps[key] = st
+        if st is not None:
+            if st[3] == self.gen:
+                return st
+            code, base = self._fetch(pc, st[1].size)
+            if code[pc - base:pc - base + st[1].size] == st[1].raw:
+                st = (st[0], st[1], st[2], self.gen)
+                self.steps[key] = st
+                return st
+        code, base = self._fetch(pc)
+        inst = decode.decode(code, pc, base, wave64)
+        st = (build(inst), inst, inst.key in CONTROL, self.gen)
+        self.steps[key] = st
         return st
 
 
@@ -141,8 +162,8 @@ class Batch:
         if r2["ENABLE_SGPR_WORKGROUP_INFO"]:
             w.s[n] = np.uint32(threads)
             n += 1
-        # scratch: one slot per wave of the dispatch, in order
-        self.scratch_slot = (wg_ids.repeat(wpg) * wpg + np.tile(np.arange(wpg), nwg)).astype(np.int64)
+        # scratch: one slot (of TMPRING_SIZE.WAVES) per resident wave
+        self.scratch_slot = np.arange(nwg * wpg, dtype=np.int64)
         if r2["ENABLE_PRIVATE_SEGMENT"]:
             w.s[n] = (self.scratch_slot * d.scratch_wave_bytes).astype(np.uint32)
             n += 1
@@ -188,7 +209,7 @@ class Batch:
             else:
                 sel = np.flatnonzero(runnable & (w.pc == pc))
                 k = len(sel)
-            fn, inst, control = icache.get(pc, wave64)
+            fn, inst, control, _ = icache.get(pc, wave64)
             try:
                 fn(w, sel)
             except IndexError as e:
@@ -254,6 +275,12 @@ class Run:
         lanes = 64 if d.wave64 else 32
         per_wg = -(-threads // lanes) * lanes
         self.per_batch = max(1, core.max_lanes // per_wg)
+        if d.scratch_wave_bytes and d.scratch_waves:
+            wpg = per_wg // lanes
+            if d.scratch_waves < wpg:
+                raise GPUFault(f"COMPUTE_TMPRING_SIZE.WAVES={d.scratch_waves} cannot hold one workgroup of {wpg} "
+                               f"waves that need scratch", address=None)
+            self.per_batch = min(self.per_batch, d.scratch_waves // wpg)
         self.next_wg = 0
         self.batch: Batch | None = None
 

@@ -1,0 +1,211 @@
+"""The KFD interface: the amdgpu kernel driver's compute device /dev/kfd, as ROCm's thunk uses it.
+
+Everything goes through a seam (open/ioctl/mmap/sysfs): `OSSeam` on a real machine, the simulated
+GPU's kernel-driver model otherwise. Struct layouts and ioctl numbers are those of Linux's
+`include/uapi/linux/kfd_ioctl.h` (amdq.hw.kfd).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+from dataclasses import dataclass
+
+from ..errors import DeviceError, OutOfMemory
+from ..hw import kfd as K
+from .base import Allocation, Mapping, QueueInfo
+from .os_seam import MAP_ANONYMOUS, MAP_FIXED, MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_NONE, PROT_READ, PROT_WRITE
+
+TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
+KFD_PATH = "/dev/kfd"
+PAGE = 4096
+
+
+def parse_properties(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def gfx_name(version: int) -> str:
+    """KFD's gfx_target_version (e.g. 110000, 90402) -> LLVM processor name (gfx1100, gfx942)."""
+    major, minor, step = version // 10000, (version // 100) % 100, version % 100
+    return f"gfx{major}{minor:x}{step:x}" if major < 10 else f"gfx{major}{minor}{step:x}"
+
+
+@dataclass
+class Node:
+    index: int
+    gpu_id: int
+    props: dict[str, int]
+
+    @property
+    def arch(self) -> str:
+        return gfx_name(self.props.get("gfx_target_version", 0))
+
+
+def list_gpus(seam) -> list[Node]:
+    """GPU nodes of the KFD topology (CPU-only nodes have gpu_id 0)."""
+    if not seam.exists(TOPOLOGY):
+        return []
+    nodes = []
+    for name in sorted(seam.listdir(TOPOLOGY), key=lambda s: int(s) if s.isdigit() else 1 << 30):
+        try:
+            gid = int(seam.read_text(f"{TOPOLOGY}/{name}/gpu_id").strip() or 0)
+        except (OSError, ValueError):
+            continue
+        if gid:
+            nodes.append(Node(int(name), gid, parse_properties(seam.read_text(f"{TOPOLOGY}/{name}/properties"))))
+    return nodes
+
+
+class KFD:
+    """One GPU reached through /dev/kfd."""
+
+    name = "KFD"
+
+    def __init__(self, seam, arch: str | None = None, index: int = 0):
+        self.seam = seam
+        gpus = [n for n in list_gpus(seam) if arch is None or n.arch == arch]
+        if len(gpus) <= index:
+            raise DeviceError(f"no KFD GPU{' ' + arch if arch else ''} at index {index} "
+                              f"(found: {', '.join(n.arch for n in list_gpus(seam)) or 'none'})")
+        self.node = gpus[index]
+        self.gpu_id, self.props = self.node.gpu_id, self.node.props
+        self.arch = self.node.arch
+        self.fd = seam.open(KFD_PATH)
+        ver = self.ioctl("AMDKFD_IOC_GET_VERSION")
+        if ver["major_version"] != 1:
+            raise DeviceError(f"KFD interface version {ver['major_version']}.{ver['minor_version']}; amdq speaks 1.x")
+        self.version = (ver["major_version"], ver["minor_version"])
+        self.drm_fd = seam.open(f"/dev/dri/renderD{self.props.get('drm_render_minor', 128)}")
+        self.ioctl("AMDKFD_IOC_ACQUIRE_VM", drm_fd=self.drm_fd, gpu_id=self.gpu_id)
+        self._gpu_ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+        self.event_page = self.alloc(0x8000, "gtt", uncached=True)
+        ev = self.ioctl("AMDKFD_IOC_CREATE_EVENT", event_page_offset=self.event_page.handle, auto_reset=1)
+        self.signal_event, self.signal_slot = ev["event_id"], ev["event_slot_index"]
+        self.memory_event = self.ioctl("AMDKFD_IOC_CREATE_EVENT", event_type=K.KFD_IOC_EVENT_MEMORY,
+                                       auto_reset=1)["event_id"]
+        self._events = (ctypes.c_uint8 * (48 * 2))()
+        self.doorbell_pages: dict[int, Mapping] = {}
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def ioctl(self, name: str, **fields) -> dict:
+        request, st = K.IOCTLS[name]
+        buf = bytearray(st.pack(**fields))
+        try:
+            self.seam.ioctl(self.fd, request, buf)
+        except OSError as e:
+            if e.errno == errno.ENOMEM:
+                raise OutOfMemory(f"{name}: the kernel driver is out of memory ({fields.get('size', '?')} bytes)") from e
+            raise
+        return st.unpack(buf)
+
+    @property
+    def mailbox_va(self) -> int:
+        """Where RELEASE_MEM writes the event id before raising the EOP interrupt."""
+        return self.event_page.va + 8 * self.signal_slot
+
+    # -- memory --------------------------------------------------------------------------------
+    def alloc(self, size: int, kind: str = "vram", uncached: bool = False, cpu: bool = True,
+              executable: bool = False) -> Allocation:
+        size = (size + PAGE - 1) & -PAGE
+        flags = K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | K.KFD_IOC_ALLOC_MEM_FLAGS_NO_SUBSTITUTE
+        flags |= {"vram": K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM, "gtt": K.KFD_IOC_ALLOC_MEM_FLAGS_GTT,
+                  "doorbell": K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL}[kind]
+        if uncached:
+            flags |= K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED | K.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT
+        if executable:
+            flags |= K.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE
+        if kind == "vram" and cpu:
+            flags |= K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC
+        reserve = self.seam.mmap(None, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+        try:
+            r = self.ioctl("AMDKFD_IOC_ALLOC_MEMORY_OF_GPU", va_addr=reserve.addr, size=size, gpu_id=self.gpu_id,
+                           flags=flags)
+        except BaseException:
+            self.seam.munmap(reserve)
+            raise
+        mapping = None
+        if cpu and kind != "doorbell":
+            mapping = self.seam.mmap(reserve.addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                                     self.drm_fd, r["mmap_offset"])
+        m = self.ioctl("AMDKFD_IOC_MAP_MEMORY_TO_GPU", handle=r["handle"],
+                       device_ids_array_ptr=ctypes.addressof(self._gpu_ids), n_devices=1)
+        if m["n_success"] != 1:
+            raise DeviceError(f"mapping {size} bytes at {reserve.addr:#x} to GPU {self.gpu_id} failed")
+        return Allocation(reserve.addr, size, "uncached" if uncached else kind, r["handle"], mapping,
+                          {"reserve": reserve})
+
+    def free(self, a: Allocation) -> None:
+        self.ioctl("AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU", handle=a.handle,
+                   device_ids_array_ptr=ctypes.addressof(self._gpu_ids), n_devices=1)
+        self.ioctl("AMDKFD_IOC_FREE_MEMORY_OF_GPU", handle=a.handle)
+        self.seam.munmap(a.meta["reserve"])
+
+    # -- queues --------------------------------------------------------------------------------
+    def create_queue(self, kind: str, ring_bytes: int) -> QueueInfo:
+        """A user-mode queue: ring in host memory, pointers in uncached memory, doorbell mapped."""
+        qtype = {"compute": K.KFD_IOC_QUEUE_TYPE_COMPUTE, "aql": K.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,
+                 "sdma": K.KFD_IOC_QUEUE_TYPE_SDMA}[kind]
+        ring = self.alloc(ring_bytes, "gtt", uncached=True)
+        ptrs = self.alloc(PAGE, "gtt", uncached=True)
+        extra = {}
+        eop_va = eop_size = cwsr_va = cwsr_size = ctl = 0
+        if kind != "sdma":
+            eop = self.alloc(0x1000, "vram", cpu=False)
+            ctl = self.props.get("ctl_stack_size", 0)
+            cwsr_size = self.props.get("cwsr_size", 0) + ctl
+            cwsr = self.alloc(max(cwsr_size, PAGE), "gtt") if cwsr_size else None
+            eop_va, eop_size = eop.va, eop.size
+            cwsr_va = cwsr.va if cwsr else 0
+            extra = {"eop": eop, "cwsr": cwsr}
+        r = self.ioctl("AMDKFD_IOC_CREATE_QUEUE", ring_base_address=ring.va, ring_size=ring.size, gpu_id=self.gpu_id,
+                       queue_type=qtype, queue_percentage=K.KFD_MAX_QUEUE_PERCENTAGE,
+                       queue_priority=K.KFD_MAX_QUEUE_PRIORITY, write_pointer_address=ptrs.va,
+                       read_pointer_address=ptrs.va + 8, eop_buffer_address=eop_va, eop_buffer_size=eop_size,
+                       ctx_save_restore_address=cwsr_va, ctx_save_restore_size=cwsr_size, ctl_stack_size=ctl)
+        page_off = r["doorbell_offset"] & ~(0x2000 - 1)
+        if page_off not in self.doorbell_pages:
+            self.doorbell_pages[page_off] = self.seam.mmap(None, 0x2000, PROT_READ | PROT_WRITE, MAP_SHARED, self.fd,
+                                                           page_off)
+        rptr = Allocation(ptrs.va + 8, 8, "uncached", None, Mapping(ptrs.va + 8, 8, ptrs.cpu.mv[8:16]))
+        wptr = Allocation(ptrs.va, 8, "uncached", None, Mapping(ptrs.va, 8, ptrs.cpu.mv[0:8]))
+        extra["ptrs"] = ptrs
+        return QueueInfo(kind, r["queue_id"], self.doorbell_pages[page_off], r["doorbell_offset"] & 0x1FFF, ring, rptr,
+                         wptr, extra)
+
+    def destroy_queue(self, q: QueueInfo) -> None:
+        self.ioctl("AMDKFD_IOC_DESTROY_QUEUE", queue_id=q.queue_id)
+        for a in (q.ring, q.extra.get("ptrs"), q.extra.get("eop"), q.extra.get("cwsr")):
+            if a is not None:
+                self.free(a)
+
+    # -- events and clocks ---------------------------------------------------------------------
+    def wait_events(self, timeout_ms: int) -> dict | None:
+        """Sleep until the EOP interrupt (or a GPU memory fault) or the timeout; a fault returns its data."""
+        ev = self._events
+        ctypes.memset(ev, 0, len(ev))
+        ctypes.c_uint32.from_buffer(ev, 40).value = self.signal_event
+        ctypes.c_uint32.from_buffer(ev, 48 + 40).value = self.memory_event
+        self.ioctl("AMDKFD_IOC_WAIT_EVENTS", events_ptr=ctypes.addressof(ev), num_events=2, wait_for_all=0,
+                   timeout=max(0, int(timeout_ms)))
+        va = ctypes.c_uint64.from_buffer(ev, 48 + 16).value
+        err = ctypes.c_uint32.from_buffer(ev, 48 + 28).value
+        if va or err:
+            return {"address": va, "error_type": err, "gpu_id": ctypes.c_uint32.from_buffer(ev, 48 + 24).value}
+        return None
+
+    def clock_counters(self) -> tuple[int, int, int]:
+        """(GPU clock counter, CPU clock in ns (CLOCK_MONOTONIC_RAW), system clock frequency)."""
+        r = self.ioctl("AMDKFD_IOC_GET_CLOCK_COUNTERS", gpu_id=self.gpu_id)
+        return r["gpu_clock_counter"], r["cpu_clock_counter"], r["system_clock_freq"]
+
+    def close(self) -> None:
+        self.seam.close(self.drm_fd)
+        self.seam.close(self.fd)

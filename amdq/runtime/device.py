@@ -1,0 +1,258 @@
+"""A device: one GPU reached through an interface, with its allocator, queue, timeline and programs."""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codeobj import cache as cocache
+from ..errors import DeviceError, GPUFault, UnsupportedTarget
+from ..hw.targets import TARGETS, Target, get_target
+from .memory import Allocator, Buffer
+from .program import LaunchRecord, Program
+from .queue import ComputeQueue
+from .signal import Timeline
+
+_said_sim = False
+
+
+def parse_spec(spec: str | None) -> tuple[str | None, str | None]:
+    """`[IFACE+]AMD[:ARCH]` or `SIM[:ARCH]` -> (interface or None for automatic, arch or None)."""
+    spec = (spec if spec is not None else os.environ.get("DEV", "AMD")).strip()
+    head, _, arch = spec.partition(":")
+    arch = arch.strip().lower() or None
+    parts = [p.strip().upper() for p in head.split("+")]
+    if parts == ["SIM"]:
+        return "SIMKFD", arch
+    if parts[-1] != "AMD" or len(parts) > 2:
+        raise DeviceError(f"bad device spec {spec!r}: use [KFD|PCI|USB|SIMKFD|SIMPCI|SIMUSB+]AMD[:ARCH] or SIM[:ARCH]")
+    iface = parts[0] if len(parts) == 2 else None
+    if iface not in (None, "KFD", "PCI", "USB", "SIMKFD", "SIMPCI", "SIMUSB"):
+        raise DeviceError(f"unknown interface {iface!r} in {spec!r}")
+    if arch is not None:
+        get_target(arch)
+    return iface, arch
+
+
+def _open_iface(iface: str | None, arch: str | None):
+    global _said_sim
+    from ..iface.kfd import KFD, list_gpus
+    from ..iface.os_seam import OSSeam
+    if iface in (None, "KFD"):
+        seam = OSSeam()
+        if seam.exists("/dev/kfd") and list_gpus(seam):
+            return KFD(seam, arch), None
+        if iface == "KFD":
+            raise DeviceError("KFD requested but /dev/kfd has no GPU (is the amdgpu driver loaded?)")
+    if iface in ("PCI", "USB"):
+        raise DeviceError(f"the {iface} interface is not available yet in this build")
+    if iface in ("SIMPCI", "SIMUSB"):
+        raise DeviceError(f"the simulated {iface[3:]} interface is not available yet; use SIMKFD")
+    if iface is None and not _said_sim:
+        print("amdq: no AMD GPU found, using the simulated GPU (DEV=SIM to choose it explicitly)", file=sys.stderr)
+        _said_sim = True
+    from ..sim.gpu import SimGPU
+    from ..sim.kfd import SimKFD
+    gpu = SimGPU(arch or "gfx1100")
+    return KFD(SimKFD(gpu), arch or "gfx1100"), gpu
+
+
+@dataclass
+class Scratch:
+    alloc: object
+    base: int
+    lane_bytes: int
+    wave_bytes: int
+    waves: int
+    tmpring: int
+
+
+class Kernargs:
+    """A ring of kernel-argument space in host-visible memory, recycled as the timeline advances."""
+
+    def __init__(self, dev, size: int = 1 << 22):
+        self.dev, self.size = dev, size
+        self.alloc = dev.allocator.alloc(size, "gtt")
+        self.mv = self.alloc.cpu.mv
+        self.head = 0
+        self.marks: list[tuple[int, int]] = []     # (timeline value, head after it)
+
+    def push(self, blob: bytes, extra: int = 0) -> int:
+        need = (len(blob) + extra + 63) & ~63
+        if self.head + need > self.size:
+            self.dev.synchronize()                  # everything older is done: start over
+            self.head = 0
+        off = self.head
+        self.mv[off:off + len(blob)] = blob
+        self.head += need
+        return self.alloc.va + off
+
+    def write(self, addr: int, data: bytes) -> None:
+        off = addr - self.alloc.va
+        self.mv[off:off + len(data)] = data
+
+
+class Device:
+    def __init__(self, spec: str | None = None):
+        iface_name, arch = parse_spec(spec)
+        self.iface, self.sim = _open_iface(iface_name, arch)
+        self.arch = self.iface.arch
+        if self.arch not in TARGETS:
+            raise UnsupportedTarget(f"GPU {self.arch} is not supported: amdq supports {', '.join(TARGETS)}")
+        if arch and arch != self.arch:
+            raise UnsupportedTarget(f"asked for {arch}, the device is {self.arch}")
+        self.target: Target = get_target(self.arch)
+        self.name = f"{'SIM' if self.sim else ''}{self.iface.name}+AMD:{self.arch}"
+        self.closed = False
+        self.allocator = Allocator(self.iface)
+        sig = self.allocator.alloc(4096, "gtt", uncached=True)
+        self.timeline = Timeline(sig, 0, int(os.environ.get("AMDQ_TIMELINE_START", "0")))
+        self.ts_alloc = self.allocator.alloc(1 << 16, "gtt", uncached=True)
+        self._ts_next = 0
+        self.queue = ComputeQueue(self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))))
+        self.kernargs = Kernargs(self)
+        self.scratch: Scratch | None = None
+        self._pending_free: list[tuple[int, object]] = []
+        self._clock = self._measure_clock()
+
+    def __repr__(self) -> str:
+        return f"<Device {self.name}>"
+
+    # -- clocks --------------------------------------------------------------------------------
+    def _measure_clock(self) -> tuple[int, int, int]:
+        """(GPU counter, host ns, GPU frequency) at one instant, to convert GPU timestamps to host time."""
+        best = None
+        for _ in range(3):
+            t0 = time.perf_counter_ns()
+            gpu, _cpu, _freq = self.iface.clock_counters()
+            t1 = time.perf_counter_ns()
+            if best is None or t1 - t0 < best[0]:
+                best = (t1 - t0, gpu, (t0 + t1) // 2)
+        freq = 100_000_000
+        return best[1], best[2], freq
+
+    def gpu_to_host(self, ticks: int) -> float:
+        g0, h0, f = self._clock
+        return (h0 + (ticks - g0) * 1e9 / f) / 1e9
+
+    # -- memory --------------------------------------------------------------------------------
+    def alloc(self, nbytes: int, kind: str = "vram") -> Buffer:
+        if not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"alloc needs a positive byte count, got {nbytes!r}")
+        self._reclaim()
+        return Buffer(self, self.allocator.alloc(nbytes, kind), nbytes)
+
+    def upload(self, arr) -> Buffer:
+        arr = np.ascontiguousarray(arr)
+        b = self.alloc(max(arr.nbytes, 1))
+        b.write(arr)
+        return b
+
+    def _copy_in(self, buf: Buffer, off: int, raw: memoryview) -> None:
+        if self.timeline.completed < self.timeline.value:
+            self.synchronize()
+        buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
+
+    def _copy_out(self, buf: Buffer, off: int, size: int) -> bytes:
+        if self.timeline.completed < self.timeline.value:
+            self.synchronize()
+        return bytes(buf.alloc.cpu.mv[off:off + size])
+
+    def _release(self, buf: Buffer) -> None:
+        self._pending_free.append((self.timeline.value, buf.alloc))
+
+    def _reclaim(self) -> None:
+        done = self.timeline.completed
+        keep = []
+        for v, a in self._pending_free:
+            if v <= done:
+                self.allocator.free(a)
+            else:
+                keep.append((v, a))
+        self._pending_free = keep
+
+    def scratch_for(self, lane_bytes: int, wave_size: int) -> Scratch:
+        """Scratch big enough for `lane_bytes` per lane on every wave slot; grows, never shrinks."""
+        t = self.target
+        unit = t.scratch_wave_align
+        wave_bytes = (lane_bytes * wave_size + unit - 1) // unit * unit
+        if self.scratch and self.scratch.wave_bytes >= wave_bytes:
+            return self.scratch
+        waves = min(t.cus * t.max_waves_per_cu, 4095)
+        a = self.allocator.alloc(wave_bytes * waves, "vram")
+        from ..hw import regs
+        tm = regs.load("GC", t.ip["GC"]).regCOMPUTE_TMPRING_SIZE
+        old = self.scratch
+        self.scratch = Scratch(a, a.va, lane_bytes, wave_bytes, waves, tm.encode(WAVES=waves, WAVESIZE=wave_bytes // unit))
+        if old is not None:
+            self._pending_free.append((self.timeline.value, old.alloc))
+        return self.scratch
+
+    # -- programs and launches -----------------------------------------------------------------
+    def load(self, code_object: bytes) -> Program:
+        if not isinstance(code_object, (bytes, bytearray)):
+            raise TypeError(f"load takes code-object bytes, not {type(code_object).__name__}")
+        key = cocache.program_key(bytes(code_object), [id(self)])
+        return cocache.programs.get_or_create(key, lambda: Program(self, cocache.image_for(bytes(code_object), self.arch)))
+
+    def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
+        rec = LaunchRecord(kernel.name)
+        t0 = time.perf_counter()
+        cmds = self.queue.commands()
+        ts = self._ts_slot() if wait else None
+        cmds.acquire()
+        if ts is not None:
+            cmds.timestamp(ts)
+        kernel.encode(cmds, args, grid, block)
+        if ts is not None:
+            cmds.timestamp(ts + 8)
+        value = self.timeline.next()
+        cmds.release(self.timeline.addr, value)
+        cmds.release(self.iface.mailbox_va, self.iface.signal_event, interrupt=self.iface.signal_event)
+        t1 = time.perf_counter()
+        self.queue.submit(cmds.dw)
+        t2 = time.perf_counter()
+        rec.encode, rec.submit, rec.value = t1 - t0, t2 - t1, value
+        if not wait:
+            return None
+        self.wait(value, timeout_ms)
+        rec.wait = time.perf_counter() - t2
+        a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, ts - self.ts_alloc.va)
+        rec.gpu_start, rec.gpu_end = self.gpu_to_host(a), self.gpu_to_host(b)
+        return rec
+
+    def _ts_slot(self) -> int:
+        off = self._ts_next
+        self._ts_next = (self._ts_next + 16) % self.ts_alloc.size
+        return self.ts_alloc.va + off
+
+    def wait(self, value: int, timeout_ms: int | None = None) -> None:
+        self.timeline.wait(value, timeout_ms, self.iface.wait_events, self.queue.describe)
+        self._reclaim()
+
+    def synchronize(self, timeout_ms: int | None = None) -> None:
+        """Wait until the GPU has finished everything submitted."""
+        self.wait(self.timeline.value, timeout_ms)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.queue.close()
+        except Exception:
+            pass
+        self.closed = True
+        if self.sim is not None:
+            self.sim.close()
+
+
+def open_device(spec: str | None = None) -> Device:
+    """Open a GPU: `[IFACE+]AMD[:ARCH]`, `SIM[:ARCH]`, or the DEV environment variable."""
+    return Device(spec)
+
+
+__all__ = ["Device", "open_device", "parse_spec", "GPUFault"]

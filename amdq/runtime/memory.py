@@ -1,0 +1,109 @@
+"""Device memory: an allocator with an LRU cache of freed allocations, and the public Buffer."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import OutOfMemory
+from ..iface.base import Allocation
+
+if TYPE_CHECKING:
+    from .device import Device
+
+PAGE = 4096
+
+
+class Allocator:
+    """Allocations of one interface, with freed ones kept (up to `cache_bytes`) for reuse by size."""
+
+    def __init__(self, iface, cache_bytes: int = 256 << 20):
+        self.iface, self.cache_bytes = iface, cache_bytes
+        self.cache: OrderedDict[tuple[int, str], list[Allocation]] = OrderedDict()
+        self.cached = 0
+        self.live = 0
+
+    def alloc(self, size: int, kind: str = "vram", **kw) -> Allocation:
+        size = max(PAGE, (size + PAGE - 1) & -PAGE)
+        key = (size, kind)
+        if not kw and self.cache.get(key):
+            a = self.cache[key].pop()
+            self.cached -= size
+            self.live += size
+            return a
+        try:
+            a = self.iface.alloc(size, kind, **kw)
+        except (OutOfMemory, OSError):
+            self.trim(0)
+            try:
+                a = self.iface.alloc(size, kind, **kw)
+            except (OutOfMemory, OSError) as e:
+                raise OutOfMemory(f"cannot allocate {size} bytes of {kind} memory ({self.live} bytes live): {e}") from None
+        self.live += size
+        return a
+
+    def free(self, a: Allocation) -> None:
+        self.live -= a.size
+        key = (a.size, a.kind)
+        self.cache.setdefault(key, []).append(a)
+        self.cache.move_to_end(key)
+        self.cached += a.size
+        self.trim(self.cache_bytes)
+
+    def trim(self, limit: int) -> None:
+        """Give cached allocations back until at most `limit` bytes stay cached (oldest first)."""
+        while self.cached > limit and self.cache:
+            key, lst = next(iter(self.cache.items()))
+            if not lst:
+                del self.cache[key]
+                continue
+            a = lst.pop()
+            self.cached -= a.size
+            self.iface.free(a)
+
+
+class Buffer:
+    """A range of device memory. `addr` is its GPU virtual address."""
+
+    def __init__(self, dev: "Device", alloc: Allocation, size: int, owned: bool = True):
+        self.dev, self.alloc, self.size, self._owned = dev, alloc, size, owned
+
+    @property
+    def addr(self) -> int:
+        return self.alloc.va
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.size} bytes at {self.addr:#x} on {self.dev.name}>"
+
+    def write(self, data, offset: int = 0) -> None:
+        """Copy bytes or an array into the buffer (after the GPU finished work submitted so far)."""
+        raw = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
+        if offset < 0 or offset + raw.nbytes > self.size:
+            raise ValueError(f"write of {raw.nbytes} bytes at offset {offset} exceeds the {self.size}-byte buffer")
+        self.dev._copy_in(self, offset, raw)
+
+    def read(self, size: int | None = None, offset: int = 0) -> bytes:
+        """The buffer's bytes, once the GPU finished the work submitted so far."""
+        size = self.size - offset if size is None else size
+        if offset < 0 or offset + size > self.size:
+            raise ValueError(f"read of {size} bytes at offset {offset} exceeds the {self.size}-byte buffer")
+        return self.dev._copy_out(self, offset, size)
+
+    def numpy(self, dtype=np.float32, shape=None) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        n = self.size // dtype.itemsize
+        arr = np.frombuffer(self.read(n * dtype.itemsize), dtype)
+        return arr.reshape(shape) if shape is not None else arr.copy()
+
+    def free(self) -> None:
+        if self._owned and self.alloc is not None:
+            self.dev._release(self)
+            self.alloc = None
+
+    def __del__(self):
+        try:
+            if self._owned and self.alloc is not None and not self.dev.closed:
+                self.dev._release(self)
+        except Exception:
+            pass

@@ -1,0 +1,157 @@
+"""The PM4 compute queue: command encoding (with amdq.hw.pm4), ring writes with wrap-around, doorbell.
+
+A `Commands` list is the unit of encoding. It can be submitted to the ring as is, or bound into an
+indirect buffer so that a resubmission writes a 4-dword INDIRECT_BUFFER packet and rings the doorbell.
+"""
+from __future__ import annotations
+
+import struct
+import time
+
+import numpy as np
+
+from ..errors import GPUTimeout
+from ..hw import pm4, regs
+
+EOP_EVENT = 20                 # CACHE_FLUSH_AND_INV_TS_EVENT
+BOTTOM_OF_PIPE_TS = 40
+DATA_SEL_32, DATA_SEL_64, DATA_SEL_CLOCK = 1, 2, 3
+INT_AFTER_WRITE = 2
+WAIT_GEQ, WAIT_EQ = 5, 3
+
+
+class SHRegs:
+    """Absolute dword addresses of the compute SH registers for one GC version (driver side)."""
+
+    def __init__(self, gc_version):
+        self.map = regs.load("GC", gc_version)
+        self.bases = regs.bases("vega" if gc_version[0] < 10 else "navi")["GC"]
+
+    def __getitem__(self, name: str) -> int:
+        return self.map[name].address(self.bases)
+
+
+class Commands:
+    """Encoded PM4 dwords for one queue, with helpers for the packets the runtime uses."""
+
+    def __init__(self, gen: int, sh: SHRegs):
+        self.gen, self.sh, self.t = gen, sh, pm4.table(gen)
+        self.dw: list[int] = []
+        self.patches: dict[str, int] = {}            # name -> dword index (for bound resubmission)
+
+    def packet(self, name: str, **f) -> "Commands":
+        self.dw += self.t.encode(name, shader_type=1, **f)
+        return self
+
+    def set_sh(self, name: str, *values: int) -> "Commands":
+        return self.packet("SET_SH_REG", REG=self.sh[name], VALUES=[v & 0xFFFFFFFF for v in values])
+
+    def acquire(self) -> "Commands":
+        if self.gen >= 10:
+            return self.packet("ACQUIRE_MEM", COHER_SIZE=0xFFFFFFFF, COHER_SIZE_HI=0xFFFFFF, POLL_INTERVAL=10,
+                               GLI_INV=1, GLK_INV=1, GLV_INV=1, GL1_INV=1, GL2_INV=1, GL2_WB=1)
+        return self.packet("ACQUIRE_MEM", COHER_SIZE=0xFFFFFFFF, COHER_SIZE_HI=0xFF, POLL_INTERVAL=10,
+                           SH_ICACHE_ACTION_ENA=1, SH_KCACHE_ACTION_ENA=1, TC_ACTION_ENA=1, TCL1_ACTION_ENA=1,
+                           TC_WB_ACTION_ENA=1)
+
+    def release(self, addr: int, value: int, interrupt: int | None = None, name: str | None = None) -> "Commands":
+        """End-of-pipe write of a 64-bit value (and the interrupt with context id `interrupt`)."""
+        if name:
+            self.patches[name] = len(self.dw) + 5          # DATA_LO dword
+        return self.packet("RELEASE_MEM", EVENT_TYPE=EOP_EVENT, EVENT_INDEX=5, DATA_SEL=DATA_SEL_64,
+                           INT_SEL=INT_AFTER_WRITE if interrupt is not None else 0, ADDR=addr, DATA=value,
+                           INT_CTXID=interrupt or 0, **self._gcr())
+
+    def timestamp(self, addr: int) -> "Commands":
+        """Write the GPU clock counter to `addr` when everything before has finished."""
+        return self.packet("RELEASE_MEM", EVENT_TYPE=BOTTOM_OF_PIPE_TS, EVENT_INDEX=5, DATA_SEL=DATA_SEL_CLOCK,
+                           ADDR=addr, **self._gcr())
+
+    def wait(self, addr: int, value: int, mask: int = 0xFFFFFFFF) -> "Commands":
+        """Block the queue until the 32-bit word at `addr` is >= value."""
+        return self.packet("WAIT_REG_MEM", FUNCTION=WAIT_GEQ, MEM_SPACE=1, ADDR=addr, REFERENCE=value & 0xFFFFFFFF,
+                           MASK=mask, POLL_INTERVAL=4)
+
+    def _gcr(self) -> dict:
+        return {"GCR_GL2_WB": 1, "GCR_GLM_INV": 1, "GCR_GLM_WB": 1, "GCR_SEQ": 1} if self.gen >= 10 else \
+            {"TC_WB_ACTION_ENA": 1, "TC_ACTION_ENA": 1}
+
+
+class ComputeQueue:
+    """A KFD (or AM) PM4 compute queue: the runtime's writer side of the ring."""
+
+    def __init__(self, dev, ring_bytes: int = 1 << 16):
+        self.dev = dev
+        self.q = dev.iface.create_queue("compute", ring_bytes)
+        self.name = f"compute queue {self.q.queue_id}"
+        self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
+        self.ring_dw = len(self.ring)
+        self.wptr = 0
+        self.gen = dev.target.gfx_version
+        self.sh = SHRegs(dev.target.ip["GC"])
+
+    def commands(self) -> Commands:
+        return Commands(self.gen, self.sh)
+
+    @property
+    def rptr(self) -> int:
+        return self.q.rptr.cpu.read64(0)
+
+    def submit(self, dws: list[int] | np.ndarray, timeout_ms: int = 10_000) -> None:
+        """Copy dwords into the ring (wrapping at its end) and ring the doorbell."""
+        n = len(dws)
+        if n > self.ring_dw:
+            raise ValueError(f"{n} dwords do not fit the {self.ring_dw}-dword ring; bind them into an IB")
+        if self.wptr + n - self.rptr > self.ring_dw:
+            self._wait_space(n, timeout_ms)
+        i = self.wptr % self.ring_dw
+        first = min(n, self.ring_dw - i)
+        arr = np.asarray(dws, np.uint32)
+        self.ring[i:i + first] = arr[:first]
+        if first < n:
+            self.ring[:n - first] = arr[first:]
+        self.wptr += n
+        self.q.wptr.cpu.write64(0, self.wptr)
+        self.q.doorbell.write64(self.q.doorbell_off, self.wptr)
+
+    def _wait_space(self, n: int, timeout_ms: int) -> None:
+        end = time.monotonic() + timeout_ms / 1000
+        while self.wptr + n - self.rptr > self.ring_dw:
+            if time.monotonic() > end:
+                raise GPUTimeout(f"{self.name}: no ring space for {n} dwords after {timeout_ms} ms "
+                                 f"(read pointer stuck at {self.rptr}); {self.describe()['stuck']}", queue=self.name)
+            self.dev.iface.wait_events(1)
+
+    def describe(self) -> dict:
+        """Where the queue is: the packet at the GPU's read pointer, decoded."""
+        rp = self.rptr
+        info = {"queue": self.name, "rptr": rp, "wptr": self.wptr}
+        if rp >= self.wptr:
+            info["stuck"] = "the queue is idle: everything submitted was consumed"
+            return info
+        i = rp % self.ring_dw
+        window = np.take(self.ring, np.arange(i, i + min(self.wptr - rp, 64)) % self.ring_dw)
+        try:
+            p = pm4.table(self.gen).decode(window, 0)
+            desc = ", ".join(f"{k}={v:#x}" if isinstance(v, int) else f"{k}={v}" for k, v in p.fields.items()
+                             if k not in ("VALUES", "DATA", "BODY")) if p.fields else ""
+            info["packet"] = f"{p.name}({desc})"
+        except pm4.BadPacket as e:
+            info["packet"] = f"undecodable packet: {e}"
+        info["stuck"] = f"stuck at ring dword {i}: {info['packet']}"
+        return info
+
+    def close(self) -> None:
+        self.dev.iface.destroy_queue(self.q)
+
+
+def bind(dev, cmds: Commands):
+    """Copy commands into an indirect buffer in device memory; returns (allocation, IB packet dwords)."""
+    a = dev.allocator.alloc(len(cmds.dw) * 4, "gtt", uncached=True)
+    a.cpu.mv[:len(cmds.dw) * 4] = np.asarray(cmds.dw, np.uint32).tobytes()
+    ib = pm4.table(cmds.gen).encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=a.va, IB_SIZE=len(cmds.dw), VALID=1)
+    return a, ib
+
+
+def patch64(alloc, dword_index: int, value: int) -> None:
+    struct.pack_into("<Q", alloc.cpu.mv, dword_index * 4, value)

@@ -1,0 +1,136 @@
+"""The simulated GPU: physical memory, MMU contexts, doorbells, engines, a clock and interrupts.
+
+Engines (command processor queues, SDMA queues) consume their rings when a doorbell says there is
+work, and advance cooperatively: each runs until it blocks (a wait on memory not yet satisfied) or
+runs dry. In "sync" mode they run on the thread that writes the doorbell (and on threads that wait
+for the GPU); in "async" mode a worker thread runs them, so a submission returns before the GPU is
+done, as on hardware.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable, Protocol
+
+from ..hw.targets import Target, get_target
+from .memory import Arena
+from .mmu import MMU
+
+GPU_CLOCK_HZ = 100_000_000
+
+
+class Engine(Protocol):
+    name: str
+
+    def doorbell(self, value: int) -> None: ...
+    def step(self, budget: int) -> int: ...          # work done (0: idle or blocked)
+    @property
+    def busy(self) -> bool: ...                       # has work it has not finished (maybe blocked)
+
+
+class SimGPU:
+    def __init__(self, arch: str = "gfx1100", vram_bytes: int | None = None, sysmem_bytes: int = 64 << 30,
+                 mode: str | None = None):
+        self.target: Target = get_target(arch)
+        self.vram = Arena("VRAM", vram_bytes or self.target.vram_bytes)
+        self.sysmem = Arena("system memory", sysmem_bytes)
+        self.vms: dict[int, MMU] = {}
+        self.cores: dict[int, object] = {}
+        self.engines: dict[int, Engine] = {}          # doorbell index -> engine
+        self.irq_handlers: list[Callable[[str, int, int, dict], None]] = []
+        self.mode = mode or os.environ.get("AMDQ_SIM_MODE", "sync")
+        self.defer = False                            # doorbells only record (to time host work alone)
+        self.lock = threading.RLock()
+        self._kick = threading.Event()
+        self._stop = False
+        self._t0 = time.perf_counter_ns()
+        self.inject: dict[str, object] = {}          # fault injection: "hang_cp", "kill_wave", ...
+        self._worker = None
+        if self.mode == "async":
+            self._worker = threading.Thread(target=self._run_worker, name="amdq-sim-gpu", daemon=True)
+            self._worker.start()
+
+    # -- time ----------------------------------------------------------------------------------
+    def clock(self) -> int:
+        """The GPU clock counter (100 MHz)."""
+        return (time.perf_counter_ns() - self._t0) // (1_000_000_000 // GPU_CLOCK_HZ)
+
+    # -- memory contexts ----------------------------------------------------------------------
+    def vm(self, vmid: int) -> MMU:
+        if vmid not in self.vms:
+            self.vms[vmid] = MMU(self.vram, self.sysmem, self.target.gfx_version, vmid=vmid)
+        return self.vms[vmid]
+
+    def core(self, vmid: int):
+        """The compute units as seen from one VM context (they translate through its page tables)."""
+        if vmid not in self.cores:
+            from .shader.core import ShaderCore
+            self.cores[vmid] = ShaderCore(self.vm(vmid))
+        return self.cores[vmid]
+
+    # -- engines and doorbells ----------------------------------------------------------------
+    def attach(self, doorbell: int, engine: Engine) -> None:
+        with self.lock:
+            self.engines[doorbell] = engine
+
+    def detach(self, doorbell: int) -> None:
+        with self.lock:
+            self.engines.pop(doorbell, None)
+
+    def ring(self, doorbell: int, value: int) -> None:
+        """A doorbell write from the host."""
+        eng = self.engines.get(doorbell)
+        if eng is None:
+            return                                    # hardware ignores a doorbell nobody owns
+        eng.doorbell(value)
+        if self.defer:
+            return
+        if self.mode == "async":
+            self._kick.set()
+        else:
+            self.pump()
+
+    def pump(self, budget: int = 1 << 14) -> bool:
+        """Advance every engine until all are idle or blocked (or the budget is spent); True if any moved."""
+        moved = False
+        with self.lock:
+            while budget > 0:
+                work = 0
+                for eng in list(self.engines.values()):
+                    work += eng.step(budget)
+                if not work:
+                    break
+                moved = True
+                budget -= work
+        return moved
+
+    @property
+    def busy(self) -> bool:
+        return any(e.busy for e in list(self.engines.values()))
+
+    def _run_worker(self) -> None:
+        while not self._stop:
+            moved = self.pump()
+            if not moved:
+                self._kick.wait(0.0005 if self.busy else 0.05)
+                self._kick.clear()
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        end = time.monotonic() + timeout
+        while self.busy and time.monotonic() < end:
+            if self.mode != "async":
+                if not self.pump():
+                    time.sleep(0)
+            else:
+                time.sleep(0.0002)
+        return not self.busy
+
+    def close(self) -> None:
+        self._stop = True
+        self._kick.set()
+
+    # -- interrupts ---------------------------------------------------------------------------
+    def interrupt(self, source: str, ctxid: int, vmid: int = 0, **info) -> None:
+        for h in list(self.irq_handlers):
+            h(source, ctxid, vmid, info)

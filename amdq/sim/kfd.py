@@ -1,0 +1,385 @@
+"""The kernel side of /dev/kfd for the simulated GPU: the ioctls a runtime uses, the mmap offsets they
+hand out, and the sysfs topology, with the struct layouts of Linux's kfd_ioctl.h (amdq.hw.kfd).
+
+Like the real driver it owns the process's GPU virtual memory: it writes the page tables (4 levels,
+in VRAM, in the documented PTE format) that the simulated MMU walks, creates the hardware queues a
+CREATE_QUEUE asks for, and turns end-of-pipe interrupts and GPU faults into events.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import struct
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..hw import kfd as K
+from ..iface.base import Mapping
+from ..iface.os_seam import PROT_NONE
+from .gpu import SimGPU
+from .mmu import ADDR_MASK, LEVEL_SHIFTS, READABLE, SYSTEM, VALID, WRITEABLE
+
+SNOOPED, EXECUTABLE = 1 << 2, 1 << 4
+MMAP_DOORBELL = 3 << 62
+TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
+GFX_TARGET_VERSION = {"gfx1100": 110000, "gfx1101": 110001, "gfx1102": 110002, "gfx1151": 110501,
+                      "gfx1200": 120000, "gfx1201": 120001, "gfx942": 90402, "gfx950": 90500}
+
+
+@dataclass
+class Bo:
+    handle: int
+    va: int
+    size: int
+    arena: object
+    pa: int
+    flags: int
+    mapped: bool = False
+
+
+@dataclass
+class Event:
+    id: int
+    type: int
+    auto_reset: bool
+    signaled: bool = False
+    data: dict = field(default_factory=dict)
+
+
+class DoorbellPage(Mapping):
+    """The doorbell aperture: a write rings the engine bound to that doorbell."""
+
+    def __init__(self, gpu: SimGPU, base_index: int):
+        super().__init__(0xD000_0000 + base_index * 8, 0x2000, None)
+        self.gpu, self.base = gpu, base_index
+        self.values = np.zeros(0x2000 // 8, np.uint64)
+
+    def write64(self, off: int, v: int) -> None:
+        self.values[off // 8] = v
+        self.gpu.ring(self.base + off // 8, v)
+
+    def write32(self, off: int, v: int) -> None:
+        self.write64(off, v)
+
+    def read64(self, off: int) -> int:
+        return int(self.values[off // 8])
+
+    read32 = read64
+
+
+class SimKFD:
+    GPU_ID = 0x4A21
+
+    def __init__(self, gpu: SimGPU):
+        self.gpu = gpu
+        self.fds: dict[int, str] = {}
+        self._next_fd = 1000
+        self.bos: dict[int, Bo] = {}
+        self.by_offset: dict[int, Bo] = {}
+        self._next_handle = 1
+        self.queues: dict[int, tuple[object, int]] = {}
+        self._next_queue = 1
+        self.events: dict[int, Event] = {}
+        self._next_event = 1
+        self.vmid = 8
+        self.vm = gpu.vm(self.vmid)
+        self.vm.set_root(gpu.vram.alloc(4096))
+        self._va_next = 0x7F00_0000_0000
+        self._doorbells = DoorbellPage(gpu, 0)
+        self._next_doorbell = 0
+        self.vm_acquired = False
+        gpu.irq_handlers.append(self._interrupt)
+        self._by_request = {req: (name, st) for name, (req, st) in K.IOCTLS.items()}
+        t = gpu.target
+        props = {
+            "cpu_cores_count": 0, "simd_count": t.cus * t.simds_per_cu, "mem_banks_count": 1, "caches_count": 0,
+            "io_links_count": 0, "p2p_links_count": 0, "cpu_core_id_base": 0, "simd_id_base": 0x80000000,
+            "max_waves_per_simd": t.max_waves_per_simd, "lds_size_in_kb": t.lds_bytes // 1024,
+            "gds_size_in_kb": 0, "num_gws": 0, "wave_front_size": t.wave_size,
+            "array_count": t.ses * (2 if t.gfx_version >= 10 else 1), "simd_arrays_per_engine": 2 if t.gfx_version >= 10 else 1,
+            "cu_per_simd_array": max(1, t.cus // (t.ses * (2 if t.gfx_version >= 10 else 1))),
+            "simd_per_cu": t.simds_per_cu, "max_slots_scratch_cu": 32, "gfx_target_version": GFX_TARGET_VERSION[t.arch],
+            "vendor_id": 0x1002, "device_id": 0x744C, "location_id": 0x300, "domain": 0, "drm_render_minor": 128,
+            "hive_id": 0, "num_sdma_engines": 2, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": 6,
+            "num_cp_queues": 8, "max_engine_clk_fcompute": 2500, "local_mem_size": gpu.vram.size, "fw_version": 2000,
+            "capability": 0, "debug_prop": 0, "sdma_fw_version": 20, "unique_id": 0x1234, "num_xcc": t.xcc,
+            "max_engine_clk_ccompute": 3000, "cwsr_size": 0x100000, "ctl_stack_size": 0x4000,
+        }
+        self.sysfs = {
+            f"{TOPOLOGY}/0/gpu_id": "0\n", f"{TOPOLOGY}/0/properties": "cpu_cores_count 8\nsimd_count 0\n",
+            f"{TOPOLOGY}/1/gpu_id": f"{self.GPU_ID}\n",
+            f"{TOPOLOGY}/1/properties": "".join(f"{k} {v}\n" for k, v in props.items()),
+            f"{TOPOLOGY}/1/name": f"{t.arch}\n",
+        }
+
+    # -- the seam: files, ioctl, mmap -----------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return path in ("/dev/kfd", TOPOLOGY) or path.startswith("/dev/dri/renderD") or path in self.sysfs
+
+    def listdir(self, path: str) -> list[str]:
+        if path != TOPOLOGY:
+            raise FileNotFoundError(path)
+        return ["0", "1"]
+
+    def read_text(self, path: str) -> str:
+        if path not in self.sysfs:
+            raise FileNotFoundError(path)
+        return self.sysfs[path]
+
+    def open(self, path: str, flags: int = 0) -> int:
+        if not self.exists(path) or path.startswith(TOPOLOGY):
+            raise FileNotFoundError(errno.ENOENT, "No such device", path)
+        fd = self._next_fd
+        self._next_fd += 1
+        self.fds[fd] = "kfd" if path == "/dev/kfd" else "drm"
+        return fd
+
+    def close(self, fd: int) -> None:
+        self.fds.pop(fd, None)
+
+    def read_user(self, ptr: int, size: int) -> bytes:
+        return ctypes.string_at(ptr, size)
+
+    def mmap(self, addr: int | None, size: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> Mapping:
+        if fd == -1:                                       # anonymous: reserve address space
+            if prot != PROT_NONE:
+                raise OSError(errno.EINVAL, "the simulated process only reserves address space anonymously")
+            va = self._va_next
+            self._va_next += (size + 0x1FFFFF) & ~0x1FFFFF
+            return Mapping(va, size, None)
+        if self.fds.get(fd) == "kfd" and offset & MMAP_DOORBELL == MMAP_DOORBELL:
+            return self._doorbells
+        bo = self.by_offset.get(offset)
+        if bo is None or self.fds.get(fd) != "drm":
+            raise OSError(errno.EINVAL, f"mmap offset {offset:#x} names no buffer")
+        if addr is not None and addr != bo.va:
+            raise OSError(errno.EINVAL, "buffers are mapped at their GPU virtual address")
+        return Mapping(bo.va, size, bo.arena.view(bo.pa, size))
+
+    def munmap(self, m: Mapping) -> None:
+        pass
+
+    def ioctl(self, fd: int, request: int, arg: bytearray) -> None:
+        if self.fds.get(fd) != "kfd":
+            raise OSError(errno.EBADF, "not a KFD file descriptor")
+        if request not in self._by_request:
+            raise OSError(errno.ENOTTY, f"unknown KFD ioctl {request:#x}")
+        name, st = self._by_request[request]
+        if len(arg) != st.size:
+            raise OSError(errno.EINVAL, f"{name}: argument of {len(arg)} bytes, expected {st.size}")
+        handler = getattr(self, "_" + name[len("AMDKFD_IOC_"):].lower(), None)
+        if handler is None:
+            raise OSError(errno.EINVAL, f"{name} is not implemented by the simulated driver")
+        args = st.unpack(arg)
+        out = handler(args)
+        if out:
+            st.pack_into(arg, 0, **out)
+
+    # -- ioctls ---------------------------------------------------------------------------------
+    def _get_version(self, a):
+        return {"major_version": 1, "minor_version": 17}
+
+    def _acquire_vm(self, a):
+        if self.fds.get(a["drm_fd"]) != "drm" or a["gpu_id"] != self.GPU_ID:
+            raise OSError(errno.EINVAL, "ACQUIRE_VM: bad render node or gpu_id")
+        self.vm_acquired = True
+
+    def _get_clock_counters(self, a):
+        return {"gpu_clock_counter": self.gpu.clock(), "cpu_clock_counter": time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW),
+                "system_clock_counter": time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW),
+                "system_clock_freq": 1_000_000_000, "gpu_id": a["gpu_id"]}
+
+    def _alloc_memory_of_gpu(self, a):
+        if not self.vm_acquired or a["gpu_id"] != self.GPU_ID:
+            raise OSError(errno.EINVAL, "ALLOC_MEMORY_OF_GPU before ACQUIRE_VM or for another GPU")
+        flags, size, va = a["flags"], a["size"], a["va_addr"]
+        if size == 0 or va % 4096 or size % 4096:
+            raise OSError(errno.EINVAL, "allocations are page aligned")
+        if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
+            arena = self.gpu.vram
+        elif flags & (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL):
+            arena = self.gpu.sysmem
+        else:
+            raise OSError(errno.EINVAL, f"allocation flags {flags:#x} not supported by the simulated driver")
+        try:
+            pa = arena.alloc(size, 2 << 20 if size >= 2 << 20 else 4096)
+        except MemoryError:
+            raise OSError(errno.ENOMEM, f"{arena.name} full") from None
+        h = self._next_handle
+        self._next_handle += 1
+        bo = Bo(h, va, size, arena, pa, flags)
+        self.bos[h] = bo
+        off = h << 12
+        self.by_offset[off] = bo
+        return {"handle": h, "mmap_offset": off}
+
+    def _free_memory_of_gpu(self, a):
+        bo = self.bos.pop(a["handle"], None)
+        if bo is None:
+            raise OSError(errno.EINVAL, "no such buffer")
+        if bo.mapped:
+            self._unmap(bo)
+        self.by_offset.pop(bo.handle << 12, None)
+        bo.arena.free(bo.pa, bo.size)
+
+    def _map_memory_to_gpu(self, a):
+        bo = self.bos.get(a["handle"])
+        ids = struct.unpack(f"<{a['n_devices']}I", self.read_user(a["device_ids_array_ptr"], 4 * a["n_devices"]))
+        if bo is None or any(i != self.GPU_ID for i in ids):
+            raise OSError(errno.EINVAL, "MAP_MEMORY_TO_GPU: bad handle or device id")
+        flags = VALID | READABLE | EXECUTABLE
+        if bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE:
+            flags |= WRITEABLE
+        if bo.arena is self.gpu.sysmem:
+            flags |= SYSTEM | SNOOPED
+        self._map_range(bo.va, bo.pa, bo.size, flags)
+        bo.mapped = True
+        self.vm.invalidate()
+        return {"n_success": len(ids)}
+
+    def _unmap_memory_from_gpu(self, a):
+        bo = self.bos.get(a["handle"])
+        if bo is None:
+            raise OSError(errno.EINVAL, "no such buffer")
+        self._unmap(bo)
+        return {"n_success": a["n_devices"]}
+
+    def _create_queue(self, a):
+        from .cp import PM4Queue
+        qtype = a["queue_type"]
+        index = self._next_doorbell
+        self._next_doorbell += 1
+        if qtype == K.KFD_IOC_QUEUE_TYPE_COMPUTE:
+            eng = PM4Queue(self.gpu, self.vmid, a["ring_base_address"], a["ring_size"], a["read_pointer_address"],
+                           a["write_pointer_address"], name=f"compute queue {self._next_queue}")
+        else:
+            from .queues import make_queue
+            eng = make_queue(self.gpu, self.vmid, qtype, a)
+        if a["ring_size"] & (a["ring_size"] - 1) or a["ring_size"] < 256:
+            raise OSError(errno.EINVAL, "ring size must be a power of two of at least 256 bytes")
+        self.gpu.attach(index, eng)
+        qid = self._next_queue
+        self._next_queue += 1
+        self.queues[qid] = (eng, index)
+        return {"queue_id": qid, "doorbell_offset": MMAP_DOORBELL | (self.GPU_ID << 46) | index * 8}
+
+    def _destroy_queue(self, a):
+        eng, index = self.queues.pop(a["queue_id"], (None, None))
+        if eng is None:
+            raise OSError(errno.EINVAL, "no such queue")
+        self.gpu.detach(index)
+
+    def _create_event(self, a):
+        eid = self._next_event
+        self._next_event += 1
+        self.events[eid] = Event(eid, a["event_type"], bool(a["auto_reset"]))
+        return {"event_id": eid, "event_slot_index": eid, "event_page_offset": a["event_page_offset"],
+                "event_trigger_data": eid}
+
+    def _destroy_event(self, a):
+        self.events.pop(a["event_id"], None)
+
+    def _set_event(self, a):
+        self.events[a["event_id"]].signaled = True
+
+    def _reset_event(self, a):
+        self.events[a["event_id"]].signaled = False
+
+    def _wait_events(self, a):
+        n, ptr = a["num_events"], a["events_ptr"]
+        raw = bytearray(self.read_user(ptr, 48 * n))
+        ids = [struct.unpack_from("<I", raw, 48 * i + 40)[0] for i in range(n)]
+        evs = [self.events.get(i) for i in ids]
+        if any(e is None for e in evs):
+            raise OSError(errno.EINVAL, "WAIT_EVENTS: unknown event id")
+        deadline = time.monotonic() + a["timeout"] / 1000
+        while True:
+            done = [e.signaled for e in evs]
+            if (all(done) if a["wait_for_all"] else any(done)):
+                break
+            if time.monotonic() >= deadline:
+                return {"wait_result": K.KFD_IOC_WAIT_RESULT_TIMEOUT}
+            if not (self.gpu.mode != "async" and self.gpu.pump()):
+                time.sleep(0.0002)
+        for i, e in enumerate(evs):
+            if e.signaled and e.data:
+                struct.pack_into("<QII", raw, 48 * i + 16, e.data.get("va", 0), self.GPU_ID, e.data.get("error", 1))
+            if e.signaled and e.auto_reset:
+                e.signaled = False
+                e.data = {}
+        ctypes.memmove(ptr, bytes(raw), len(raw))
+        return {"wait_result": K.KFD_IOC_WAIT_RESULT_COMPLETE}
+
+    # -- page tables ----------------------------------------------------------------------------
+    def _table(self, table: int, idx: int, create: bool) -> int | None:
+        vram = self.gpu.vram
+        e = vram.u64(table + 8 * idx)
+        if e & VALID:
+            return e & ADDR_MASK
+        if not create:
+            return None
+        t = vram.alloc(4096)
+        vram.buf[table + 8 * idx:table + 8 * idx + 8] = np.frombuffer(struct.pack("<Q", t | VALID), np.uint8)
+        return t
+
+    def _map_range(self, va: int, pa: int, size: int, flags: int) -> None:
+        """Write PTEs for [va, va+size) -> [pa, ...); 2 MiB-aligned stretches use PDE-as-PTE huge pages."""
+        vram, huge = self.gpu.vram, 1 << 21
+        end = va + size
+        while va < end:
+            pdb1 = self._table(self.vm.root, (va >> 39) & 0x1FF, True)
+            pdb0 = self._table(pdb1, (va >> 30) & 0x1FF, True)
+            i0 = (va >> 21) & 0x1FF
+            if va % huge == 0 and pa % huge == 0 and end - va >= huge:
+                vram.buf[pdb0 + 8 * i0:pdb0 + 8 * i0 + 8] = np.frombuffer(
+                    struct.pack("<Q", pa | flags | self.vm.pde_pte), np.uint8)
+                va, pa = va + huge, pa + huge
+                continue
+            ptb = self._table(pdb0, i0, True)
+            first = (va >> 12) & 0x1FF
+            n = min(512 - first, (end - va + 4095) >> 12)
+            ptes = (np.arange(n, dtype=np.uint64) << np.uint64(12)) + np.uint64(pa) | np.uint64(flags)
+            vram.buf[ptb + 8 * first:ptb + 8 * (first + n)] = ptes.view(np.uint8)
+            va, pa = va + n * 4096, pa + n * 4096
+
+    def _unmap(self, bo: Bo) -> None:
+        vram = self.gpu.vram
+        va, end = bo.va, bo.va + bo.size
+        while va < end:
+            pdb1 = self._table(self.vm.root, (va >> 39) & 0x1FF, False)
+            pdb0 = self._table(pdb1, (va >> 30) & 0x1FF, False) if pdb1 is not None else None
+            if pdb0 is None:
+                va = (va | ((1 << 30) - 1)) + 1
+                continue
+            i0 = (va >> 21) & 0x1FF
+            e = vram.u64(pdb0 + 8 * i0)
+            if e & self.vm.pde_pte:
+                vram.buf[pdb0 + 8 * i0:pdb0 + 8 * i0 + 8] = 0
+                va += 1 << 21
+                continue
+            ptb = e & ADDR_MASK if e & VALID else None
+            first = (va >> 12) & 0x1FF
+            n = min(512 - first, (end - va + 4095) >> 12)
+            if ptb is not None:
+                vram.buf[ptb + 8 * first:ptb + 8 * (first + n)] = 0
+            va += n * 4096
+        bo.mapped = False
+        self.vm.invalidate()
+
+    # -- interrupts -----------------------------------------------------------------------------
+    def _interrupt(self, source: str, ctxid: int, vmid: int, info: dict) -> None:
+        if source == "CP_EOP":
+            ev = self.events.get(ctxid)
+            if ev is not None:
+                ev.signaled = True
+            return
+        kind = K.KFD_IOC_EVENT_MEMORY if source == "VM_FAULT" else K.KFD_IOC_EVENT_HW_EXCEPTION
+        for ev in self.events.values():
+            if ev.type in (K.KFD_IOC_EVENT_MEMORY, K.KFD_IOC_EVENT_HW_EXCEPTION) and (ev.type == kind or kind != K.KFD_IOC_EVENT_MEMORY):
+                ev.signaled = True
+                ev.data = {"va": info.get("address", 0) or 0, "error": 1 if kind == K.KFD_IOC_EVENT_MEMORY else 2}
+
+
+__all__ = ["SimKFD", "LEVEL_SHIFTS"]

@@ -1,0 +1,63 @@
+"""Physical memory of the simulated GPU: VRAM and the host's system memory, both lazily backed.
+
+Both are anonymous mappings reserved without swap accounting, so a 24 GiB VRAM costs nothing until a
+page is written.
+"""
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
+
+
+class Arena:
+    """A byte-addressed physical memory (VRAM or system memory) with a page allocator."""
+
+    def __init__(self, name: str, size: int, page: int = 4096):
+        self.name, self.size, self.page = name, size, page
+        self._map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE)
+        self.buf = np.frombuffer(self._map, np.uint8)
+        self.top = 0
+        self.free_list: list[tuple[int, int]] = []      # (addr, size) holes, first fit
+
+    def alloc(self, size: int, align: int = 4096) -> int:
+        """Physical address of `size` contiguous bytes; raises MemoryError when the arena is full."""
+        size = (size + self.page - 1) & -self.page
+        for i, (a, s) in enumerate(self.free_list):
+            start = (a + align - 1) & -align
+            if start + size <= a + s:
+                del self.free_list[i]
+                if start > a:
+                    self.free_list.append((a, start - a))
+                if start + size < a + s:
+                    self.free_list.append((start + size, a + s - start - size))
+                return start
+        start = (self.top + align - 1) & -align
+        if start + size > self.size:
+            raise MemoryError(f"{self.name}: {size} bytes requested, {self.size - start} left of {self.size}")
+        if start > self.top:
+            self.free_list.append((self.top, start - self.top))
+        self.top = start + size
+        return start
+
+    def free(self, addr: int, size: int) -> None:
+        size = (size + self.page - 1) & -self.page
+        self._map.madvise(mmap.MADV_DONTNEED, addr, size)    # zero pages, and give them back to the host
+        self.free_list.append((addr, size))
+
+    def view(self, addr: int, size: int) -> memoryview:
+        return memoryview(self._map)[addr:addr + size]
+
+    def read(self, addr: int, size: int) -> bytes:
+        return self.buf[addr:addr + size].tobytes()
+
+    def write(self, addr: int, data: bytes) -> None:
+        self.buf[addr:addr + len(data)] = np.frombuffer(bytes(data), np.uint8)
+
+    def u32(self, addr: int) -> int:
+        return int(self.buf[addr:addr + 4].view(np.uint32)[0])
+
+    def u64(self, addr: int) -> int:
+        return int(self.buf[addr:addr + 8].view(np.uint64)[0])

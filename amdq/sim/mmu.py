@@ -1,0 +1,157 @@
+"""The GPU's MMU: walks the page tables the driver wrote (4 levels, 48-bit VA, 4 KiB pages) and turns
+per-lane virtual addresses into locations in VRAM or system memory.
+
+PTE/PDE format (Linux amdgpu_vm.h, gmc_v11/v12): VALID bit 0, SYSTEM bit 1, READABLE 5, WRITEABLE 6,
+physical address bits 47:12; a PDE with the PDE-as-PTE bit (54 on gfx9-11, 63 on gfx12) maps a 2 MiB
+(PDB0) or 1 GiB (PDB1) page. Translations are cached as contiguous runs; the driver's TLB flush
+(`invalidate`) drops them, as on hardware.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import GPUFault
+from .memory import Arena
+
+VALID, SYSTEM, READABLE, WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 << 6
+ADDR_MASK = ((1 << 48) - 1) & ~0xFFF
+LEVEL_SHIFTS = (39, 30, 21, 12)          # PDB2, PDB1, PDB0, PTB
+
+
+@dataclass
+class Fault:
+    address: int
+    write: bool
+    client: str
+    reason: str
+    vmid: int = 0
+
+
+@dataclass
+class Run:
+    va: int
+    end: int
+    arena: Arena
+    pa: int
+    writable: bool
+
+
+@dataclass
+class MMU:
+    """One VM context (VMID): its page-directory base and a cache of translations."""
+    vram: Arena
+    sysmem: Arena
+    gfx: int = 11
+    root: int | None = None              # physical (VRAM) address of the top-level page directory
+    vmid: int = 0
+    faults: list[Fault] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.pde_pte = 1 << (63 if self.gfx >= 12 else 54)
+        self._starts: list[int] = []
+        self._runs: list[Run] = []
+
+    def set_root(self, pa: int) -> None:
+        self.root = pa
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        self._starts, self._runs = [], []
+
+    # -- walking -------------------------------------------------------------------------------
+    def walk(self, va: int) -> tuple[Arena, int, int, int] | None:
+        """(arena, physical address of the page, page size, PTE) for `va`, or None if unmapped."""
+        if self.root is None or va >> 48:
+            return None
+        table = self.root
+        for level, shift in enumerate(LEVEL_SHIFTS):
+            idx = (va >> shift) & 0x1FF
+            e = self.vram.u64(table + 8 * idx)
+            if not e & VALID:
+                return None
+            if shift == 12 or (e & self.pde_pte and shift in (21, 30)):
+                size = 1 << shift
+                arena = self.sysmem if e & SYSTEM else self.vram
+                pa = (e & ADDR_MASK) & ~(size - 1)
+                if pa + size > arena.size:
+                    return None
+                return arena, pa, size, e
+            table = e & ADDR_MASK
+            if table + 4096 > self.vram.size:
+                return None
+        return None
+
+    def _run_for(self, va: int) -> Run | None:
+        i = bisect.bisect_right(self._starts, va) - 1
+        if i >= 0 and va < self._runs[i].end:
+            return self._runs[i]
+        hit = self.walk(va)
+        if hit is None:
+            return None
+        arena, pa, size, pte = hit
+        start = va & ~(size - 1)
+        run = Run(start, start + size, arena, pa, bool(pte & WRITEABLE))
+        # merge with a physically contiguous neighbour so large buffers become one run
+        i = bisect.bisect_right(self._starts, start)
+        prev = self._runs[i - 1] if i > 0 else None
+        if prev and prev.end == start and prev.arena is arena and prev.pa + (prev.end - prev.va) == pa \
+                and prev.writable == run.writable:
+            prev.end = run.end
+            return prev
+        self._starts.insert(i, start)
+        self._runs.insert(i, run)
+        return run
+
+    def fault(self, va: int, write: bool, client: str, reason: str = "not mapped") -> GPUFault:
+        f = Fault(va, write, client, reason, self.vmid)
+        self.faults.append(f)
+        return GPUFault(f"GPU page fault: {'write' if write else 'read'} at {va:#x} by {client} ({reason})",
+                        address=va, write=write, client=client, vmid=self.vmid)
+
+    # -- the shader core's memory protocol ------------------------------------------------------
+    def translate(self, addr: np.ndarray, nbytes: int, write: bool, client: str = "shader") -> list:
+        addr = np.asarray(addr, np.uint64)
+        lo, hi = int(addr.min()), int(addr.max()) + nbytes - 1
+        r = self._run_for(lo)
+        if r is not None and hi < r.end:
+            if write and not r.writable:
+                raise self.fault(lo, write, client, "page is read-only")
+            return [(r.arena.buf, None, (addr - np.uint64(r.va - r.pa)).astype(np.int64))]
+        return self._translate_slow(addr, nbytes, write, client)
+
+    def _translate_slow(self, addr: np.ndarray, nbytes: int, write: bool, client: str) -> list:
+        first, last = addr >> np.uint64(12), (addr + np.uint64(nbytes - 1)) >> np.uint64(12)
+        if nbytes <= 4096:
+            pages = np.unique(np.concatenate([first, last]))
+        else:                                   # few lanes, long accesses (rings, indirect buffers)
+            pages = np.unique(np.concatenate([np.arange(int(f), int(l) + 1, dtype=np.uint64)
+                                              for f, l in zip(first.tolist(), last.tolist())]))
+        for p in pages.tolist():
+            r = self._run_for(p << 12)
+            if r is None:
+                bad = addr[((addr >> np.uint64(12)) == p) | (((addr + np.uint64(nbytes - 1)) >> np.uint64(12)) == p)]
+                raise self.fault(int(bad.min()) if len(bad) else p << 12, write, client)
+            if write and not r.writable:
+                raise self.fault(p << 12, write, client, "page is read-only")
+        starts = np.array(self._starts, np.uint64)
+        ends = np.array([r.end for r in self._runs], np.uint64)
+        j = np.searchsorted(starts, addr, side="right").astype(np.int64) - 1
+        if (addr + np.uint64(nbytes) > ends[j]).any():
+            bad = int(addr[np.argmax(addr + np.uint64(nbytes) > ends[j])])
+            raise self.fault(bad, write, client, "access crosses into physically discontiguous memory")
+        out = []
+        for arena_id in {id(r.arena) for r in self._runs}:
+            runs = [k for k, r in enumerate(self._runs) if id(r.arena) == arena_id]
+            sel = np.isin(j, runs)
+            if not sel.any():
+                continue
+            delta = np.array([r.va - r.pa for r in self._runs], np.int64)
+            idx = np.flatnonzero(sel)
+            off = addr[idx].astype(np.int64) - delta[j[idx]]
+            out.append((self._runs[runs[0]].arena.buf, idx, off))
+        if len(out) == 1 and len(out[0][1]) == len(addr):
+            out = [(out[0][0], None, out[0][2])]
+        return out
