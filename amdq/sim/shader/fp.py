@@ -1,8 +1,10 @@
 """Floating-point results exactly as hardware rounds them, computed with numpy.
 
-FMA is fused: a*b of two f32 (or f16) values is exact in f64, so a*b+c rounded once to f64 and then to
-f32 is right unless that f64 sum lies exactly halfway between two f32 values (double rounding); those
-lanes are redone with the exact rational value. f64 FMA is computed exactly with Python integers.
+Fused multiply-add is rounded once. For f32 and f16 the product a*b is exact in f64; the sum p+c is
+made exact in the round-to-odd sense (TwoSum error term folded into the last bit), and a value rounded
+to odd with at least two spare bits rounds to the narrower format exactly as the infinitely precise
+result would. f64 FMA splits the operands (Veltkamp/Dekker) for an exact product, adds with TwoSum and
+finishes with round-to-odd; lanes near overflow or underflow fall back to exact rationals.
 """
 from __future__ import annotations
 
@@ -11,75 +13,192 @@ from fractions import Fraction
 import numpy as np
 
 F16, F32, F64 = np.float16, np.float32, np.float64
+U64, I64 = np.uint64, np.int64
+_SPLIT = F64(134217729.0)           # 2**27 + 1
 
 
-def _exact_round(a, b, c, dtype):
-    """Correctly rounded a*b+c for a few lanes, from exact rationals (slow path)."""
-    out = np.empty(len(a), dtype)
-    for i, (x, y, z) in enumerate(zip(a.tolist(), b.tolist(), c.tolist())):
-        if not all(np.isfinite([x, y, z])):
-            out[i] = dtype(np.float64(x) * np.float64(y) + np.float64(z))
-            continue
-        exact = Fraction(x) * Fraction(y) + Fraction(z)
-        if exact == 0:
-            out[i] = dtype(np.float64(x) * np.float64(y) + np.float64(z))   # sign of zero per IEEE
-            continue
-        out[i] = _round_fraction(exact, dtype)
+def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """s = RN(a+b) and the exact error e = a + b - s (round to nearest, no overflow)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def to_odd(s: np.ndarray, err: np.ndarray) -> np.ndarray:
+    """The f64 value s+err (|err| <= ulp(s)/2) rounded to odd: s itself when exact, else the neighbour of s
+    with an odd significand on err's side."""
+    s = np.asarray(s, F64)
+    bits = s.view(I64)
+    fix = (err != 0) & ((bits & 1) == 0)
+    if not fix.any():
+        return s
+    fix &= np.isfinite(s)
+    step = np.where((err > 0) == (s > 0), I64(1), I64(-1))
+    return (bits + np.where(fix, step, I64(0))).view(F64)
+
+
+def sum_odd(p: np.ndarray, c: np.ndarray, cand: np.ndarray | None = None) -> np.ndarray:
+    """p + c rounded to odd in f64 (exactly), evaluated only where `cand` says it can matter."""
+    s = p + c
+    if cand is None:
+        return to_odd(s, two_sum(p, c)[1])
+    if not cand.any():
+        return s
+    n = cand.size
+    if np.count_nonzero(cand) * 8 > n:
+        e = two_sum(p, c)[1]
+        return to_odd(s, np.where(cand, e, F64(0)))
+    idx = np.nonzero(cand)
+    s = s.copy()
+    pi, ci = p[idx], c[idx]
+    si, ei = two_sum(pi, ci)
+    s[idx] = to_odd(si, ei)
+    return s
+
+
+CHUNK = 1 << 17      # elements per block: the temporaries of a multi-pass kernel stay in cache
+
+
+def chunked(fn, out_dtype, *xs):
+    """fn(*xs) evaluated in blocks of rows of the broadcast shape (same result, far fewer cache misses)."""
+    shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
+    n = int(np.prod(shape)) if shape else 1
+    if n <= 2 * CHUNK:
+        return fn(*xs)
+    rows = max(1, CHUNK // max(1, int(np.prod(shape[1:]))))
+    out = np.empty(shape, out_dtype)
+    nd = len(shape)
+    for i in range(0, shape[0], rows):
+        sl = slice(i, i + rows)
+        out[sl] = fn(*[x[sl] if np.ndim(x) == nd and np.shape(x)[0] == shape[0] else x for x in xs])
     return out
 
 
-def _round_fraction(q: Fraction, dtype) -> float:
-    """Round a nonzero rational to `dtype` (round to nearest even), via two float64 candidates."""
-    f = float(q)                                   # nearest f64 (Python rounds correctly)
-    r = dtype(f)
-    if not np.isfinite(r):
-        return r
-    # candidates around r; pick nearest to q, ties to even mantissa
-    cands = {r, np.nextafter(r, dtype(np.inf)), np.nextafter(r, dtype(-np.inf))}
-    best = min(cands, key=lambda v: (abs(Fraction(float(v)) - q) if np.isfinite(v) else Fraction(10**400),
-                                     int(np.array(v, dtype).view(np.uint16 if dtype == F16 else np.uint32)) & 1))
-    return best
+def _bcast(dtype, *xs):
+    return np.broadcast_arrays(*(np.asarray(x, dtype) for x in xs))
 
 
-def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def fma32_odd(a, b, c) -> np.ndarray:
+    """a*b+c of f32 inputs, in f64 rounded to odd: rounding it to f32 (or scaling by a power of two first)
+    gives the correctly rounded FMA."""
+    return chunked(_fma32_odd, F64, np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
+
+
+def _fma32_odd(a, b, c) -> np.ndarray:
+    p = a.astype(F64) * b.astype(F64)
+    c64 = c.astype(F64)
+    s = p + c64
+    if s.ndim == 0:
+        s = s.reshape(1)
+    p, c64 = np.broadcast_to(p, s.shape), np.broadcast_to(c64, s.shape)
+    # the f64 sum can mislead only when it sits on an f32 rounding boundary (low 29 bits 0x10000000) or in
+    # the f32 subnormal range, where boundaries are coarser
+    bits = s.view(U64)
+    cand = ((bits & U64(0x1FFFFFFF)) == U64(0x10000000)) | ((bits & U64(0x7FF0000000000000)) < U64(0x3810000000000000))
+    return sum_odd(p, c64, cand)
+
+
+def fma32(a, b, c) -> np.ndarray:
     """Fused multiply-add of float32 arrays, correctly rounded (RNE)."""
-    a, b, c = np.broadcast_arrays(np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
-    s = a.astype(F64) * b.astype(F64) + c.astype(F64)
-    r = s.astype(F32)
-    # double rounding can only bite when s sits exactly on an f32 rounding boundary (low 29 bits 0x10000000)
-    low = s.view(np.uint64) & np.uint64((1 << 29) - 1)
-    bad = (low == np.uint64(1 << 28)) & np.isfinite(s)
-    if bad.any():
-        idx = np.nonzero(bad)
-        r = r.copy()
-        r[idx] = _exact_round(a[idx], b[idx], c[idx], F32)
-    return r
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(c))
+    r = chunked(lambda *x: _fma32_odd(*x).astype(F32), F32, np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
+    return r.reshape(shape)
 
 
-def fma16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def fma16(a, b, c) -> np.ndarray:
     """Fused multiply-add of float16 arrays, correctly rounded (RNE)."""
-    a, b, c = np.broadcast_arrays(np.asarray(a, F16), np.asarray(b, F16), np.asarray(c, F16))
-    s = a.astype(F64) * b.astype(F64) + c.astype(F64)
-    r = s.astype(F16)
-    low = s.view(np.uint64) & np.uint64((1 << 42) - 1)
-    bad = ((low == np.uint64(1 << 41)) | (np.abs(s) < 2.0**-14)) & np.isfinite(s) & (s != 0)
-    if bad.any():
-        idx = np.nonzero(bad)
-        r = r.copy()
-        r[idx] = _exact_round(a[idx], b[idx], c[idx], F16)
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(c))
+    return chunked(_fma16, F16, np.asarray(a, F16), np.asarray(b, F16), np.asarray(c, F16)).reshape(shape)
+
+
+def _fma16(a, b, c) -> np.ndarray:
+    a, b, c = _bcast(F16, a, b, c)
+    p = a.astype(F64) * b.astype(F64)
+    c64 = c.astype(F64)
+    s = p + c64
+    bits = s.view(U64)
+    cand = ((bits & U64((1 << 42) - 1)) == U64(1 << 41)) | ((bits & U64(0x7FF0000000000000)) < U64(0x3F20000000000000))
+    return sum_odd(p, c64, cand).astype(F16)
+
+
+def _split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    t = _SPLIT * x
+    hi = t - (t - x)
+    return hi, x - hi
+
+
+def _exact(x: float) -> Fraction:
+    return Fraction(x)
+
+
+def round_rational(q: Fraction, scale: int = 0) -> float:
+    """Round the rational q * 2**scale to the nearest f64 (ties to even), with gradual underflow."""
+    if scale:
+        q = q * (Fraction(2) ** scale)
+    try:
+        return float(q)        # Python rounds int/int and Fraction -> float correctly (RNE, subnormals)
+    except OverflowError:
+        return float("inf") if q > 0 else float("-inf")
+
+
+def fma64_exact(a: float, b: float, c: float, scale: int = 0) -> float:
+    """One lane of (a*b+c) * 2**scale rounded once, with IEEE special values and signed zeros."""
+    if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
+        return (a * b + c) * 2.0 ** scale
+    q = _exact(a) * _exact(b) + _exact(c)
+    if q == 0:
+        return (a * b + c)     # signs of zero as IEEE adds them
+    return round_rational(q, scale)
+
+
+def fma64(a, b, c, scale: np.ndarray | None = None) -> np.ndarray:
+    """Fused multiply-add of float64 arrays, correctly rounded; optionally times 2**scale before the single
+    rounding (v_div_fmas_f64)."""
+    xs = [np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64)]
+    if scale is not None:
+        xs.append(np.asarray(scale))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
+    return chunked(_fma64, F64, *xs).reshape(shape)
+
+
+def _fma64(a, b, c, scale=None) -> np.ndarray:
+    a, b, c = _bcast(F64, a, b, c)
+    with np.errstate(all="ignore"):
+        p = a * b
+        ah, al = _split(a)
+        bh, bl = _split(b)
+        pe = ((ah * bh - p) + ah * bl + al * bh) + al * bl     # a*b = p + pe exactly in the safe range
+        th, tl = two_sum(c, p)
+        v = to_odd(*two_sum(tl, pe))
+        r = th + v
+        if scale is not None:
+            r = r * np.exp2(np.asarray(scale, F64))
+        aa, ab, ac, ap, ar = np.abs(a), np.abs(b), np.abs(c), np.abs(p), np.abs(r)
+        safe = (aa < 2.0 ** 995) & (ab < 2.0 ** 995) & (ac < 2.0 ** 1000) & (ap < 2.0 ** 1000) & \
+            (ap > 2.0 ** -900) & (ar > 2.0 ** -900) & (ar < 2.0 ** 1020)
+        if not safe.all():
+            # nothing to round but c (a zero factor), or IEEE special values: plain arithmetic is exact
+            plain = ((a == 0) | (b == 0) | ~(np.isfinite(a) & np.isfinite(b) & np.isfinite(c))) & ~safe
+            if plain.any():
+                z = a * b + c
+                if scale is not None:
+                    z = z * np.exp2(np.asarray(scale, F64))
+                r = np.where(plain, z, r)
+                safe = safe | plain
+    if safe.all():
+        return r
+    r = np.array(r, F64)
+    sc = np.broadcast_to(np.asarray(0 if scale is None else scale), r.shape)
+    for i in zip(*np.nonzero(~safe)):
+        r[i] = fma64_exact(float(a[i]), float(b[i]), float(c[i]), int(sc[i]))
     return r
 
 
-def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Fused multiply-add of float64 arrays, correctly rounded: exact rational arithmetic per lane."""
-    a, b, c = np.broadcast_arrays(np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64))
-    shape = a.shape
-    a, b, c = a.ravel(), b.ravel(), c.ravel()
-    out = np.empty(a.shape, F64)
-    for i, (x, y, z) in enumerate(zip(a.tolist(), b.tolist(), c.tolist())):
-        if not (np.isfinite(x) and np.isfinite(y) and np.isfinite(z)):
-            out[i] = x * y + z
-            continue
-        q = Fraction(x) * Fraction(y) + Fraction(z)
-        out[i] = float(q) if q != 0 else x * y + z
-    return out.reshape(shape)
+def f32_to_f16_rtz(x: np.ndarray) -> np.ndarray:
+    """float32 -> float16 rounded toward zero (v_cvt_pk_rtz_f16_f32); NaN stays NaN, overflow gives max."""
+    x = np.asarray(x, F32)
+    h = x.astype(F16)
+    bits = h.view(np.uint16).astype(np.int32)
+    over = np.abs(h.astype(F64)) > np.abs(x.astype(F64))
+    bits = np.where(over, bits - 1, bits)
+    return bits.astype(np.uint16).view(F16)
