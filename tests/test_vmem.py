@@ -157,9 +157,10 @@ INT_OPS = ["add", "sub", "rsub", "and", "or", "xor", "min_u", "max_u", "min_i", 
 
 
 @settings(max_examples=150, deadline=None)
-@given(op=st.sampled_from(INT_OPS), bits=st.sampled_from([32, 64]), n=st.integers(1, 200), naddr=st.integers(1, 6),
-       seed=st.integers(0, 2**32 - 1))
-def test_rmw_matches_sequential(op, bits, n, naddr, seed):
+@given(op=st.sampled_from(INT_OPS), bits=st.sampled_from([32, 64]), n=st.integers(1, 300), naddr=st.integers(1, 6),
+       seed=st.integers(0, 2**32 - 1), uniform=st.booleans(), edge=st.booleans())
+def test_rmw_matches_sequential(op, bits, n, naddr, seed, uniform, edge):
+    """memory.rmw (distinct, scan, vectorised-sequential and round paths) against a Python loop."""
     r = np.random.default_rng(seed)
     dt = np.uint32 if bits == 32 else np.uint64
     size = bits // 8
@@ -168,6 +169,10 @@ def test_rmw_matches_sequential(op, bits, n, naddr, seed):
     slots = r.integers(0, naddr, n)
     src = r.integers(0, hi, n, dtype=np.uint64).astype(dt)
     cmp = r.integers(0, hi, n, dtype=np.uint64).astype(dt)
+    if uniform:                                   # one threshold for every lane (INC/DEC closed form)
+        src[:] = (1 << bits) - 1 if edge else src[0]
+    if op == "cmpswap" and edge:                  # chains of successes
+        cmp = np.r_[0, src[:-1]].astype(dt)
     buf = np.zeros(64, np.uint8)
     init = r.integers(0, hi, naddr, dtype=np.uint64).astype(dt)
     buf[:naddr * size] = init.view(np.uint8)
@@ -176,6 +181,31 @@ def test_rmw_matches_sequential(op, bits, n, naddr, seed):
     got = rmw(buf, (slots * size).astype(np.int64), ATOMICS[op], src, cmp)
     assert [int(x) for x in got] == want
     assert [int(x) for x in buf[:naddr * size].view(dt)] == [mem[i] for i in range(naddr)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 300), naddr=st.integers(1, 3), seed=st.integers(0, 2**32 - 1))
+def test_rmw_float_add_and_cas(n, naddr, seed):
+    r = np.random.default_rng(seed)
+    slots = r.integers(0, naddr, n)
+    x = r.standard_normal(n).astype(np.float32)
+    buf = np.zeros(16, np.uint8)
+    got = rmw(buf, (slots * 4).astype(np.int64), ATOMICS["add_f"], x.view(np.uint32)).view(np.float32)
+    acc, want = [np.float32(0)] * naddr, []
+    for s_, v in zip(slots, x):
+        want.append(acc[s_])
+        acc[s_] = np.float32(acc[s_] + v)
+    assert got.tolist() == [float(v) for v in want]
+    assert buf[:4 * naddr].view(np.float32).tolist() == [float(v) for v in acc]
+    # float CAS: -0.0 matches 0.0, NaN never matches
+    cmpv = np.where(r.random(n) < 0.5, np.float32(-0.0), np.float32(np.nan)).astype(np.float32)
+    buf[:] = 0
+    got = rmw(buf, np.zeros(n, np.int64), ATOMICS["cmpswap_f"], x.view(np.uint32), cmpv.view(np.uint32))
+    cur, olds = np.float32(0), []
+    for v, c in zip(x, cmpv):
+        olds.append(cur.view(np.uint32))
+        cur = v if cur == c else cur
+    assert got.tolist() == [int(o) for o in olds]
 
 
 def test_rmw_deep_conflicts_scan_and_fold():

@@ -151,12 +151,14 @@ _gather = gather      # older name
 # ---------------------------------------------------------------- atomics
 
 class AtomicOp(NamedTuple):
-    """new = fn(old, src, cmp) on uint32/uint64 values. scan: an associative operation with
-    fn(m, scan(a, b)) == fn(fn(m, a), b), which lets many lanes on one address be folded by a prefix scan."""
+    """new = fn(old, src, cmp) on uint32/uint64 values.
+
+    scan: an associative operation with fn(m, scan(a, b)) == fn(fn(m, a), b), which lets many lanes on one
+    address be folded by a prefix scan. seq(init, src, cmp) -> (old values, final value, or None when it
+    does not apply): the sequential result for one address with many lanes, vectorised."""
     fn: Callable
     scan: Callable | None = None
-    fold: Callable | None = None   # a numpy ufunc on `fold_dt` whose accumulate is the sequential result
-    fold_dt: object = None
+    seq: Callable | None = None
 
 
 def _s(dt):
@@ -196,6 +198,55 @@ def _fcmp(m, s, c):
     return np.where(m.view(t) == c.view(t), s, m)
 
 
+def _seq_fadd(init, src, cmp):
+    t = _f(src.dtype)
+    acc = np.add.accumulate(np.concatenate([init[:1], src]).view(t), dtype=t).view(src.dtype)
+    return acc[:-1], acc[-1]
+
+
+def _seq_cas(floats: bool):
+    """Compare-and-swap by many lanes on one address: jump from one successful lane to the next."""
+    def seq(init, src, cmp):
+        cur, n, pos = init[0], len(src), 0
+        old = np.empty(n, src.dtype)
+        c = cmp.view(_f(src.dtype)) if floats else cmp
+        while pos < n:
+            key = cur.view(_f(src.dtype)) if floats else cur
+            hit = np.flatnonzero(c[pos:] == key)
+            k = n - 1 if not len(hit) else pos + int(hit[0])
+            old[pos:k + 1] = cur
+            if len(hit):
+                cur = src[k]
+            pos = k + 1
+        return old, cur
+    return seq
+
+
+def _seq_incdec(dec: bool):
+    """INC/DEC by lanes sharing one threshold s: a counter modulo s + 1 once inside [0, s] (closed form)."""
+    def seq(init, src, cmp):
+        s = src[0]
+        if (src != s).any():
+            return None, None
+        dt = src.dtype.type
+        m0 = init[0]
+        k = np.arange(len(src) + 1, dtype=dt)                  # old values of every lane, then the final value
+        p = dt((int(s) + 1) % (1 << (8 * src.dtype.itemsize)))
+        with np.errstate(over="ignore"):
+            if p == 0:                                         # threshold = max: plain wrapping count
+                return ((m0 - k) if dec else (m0 + k))[:-1], ((m0 - k) if dec else (m0 + k))[-1]
+            start, r = (m0, k % p) if m0 <= s else ((s if dec else dt(0)), (k - dt(1)) % p)
+            if dec:
+                v = np.where(r <= start, start - r, start + (p - r))
+            else:
+                v = np.where(r < p - start, start + r, r - (p - start))
+        v = v.astype(dt)
+        if m0 > s:
+            v[0] = m0
+        return v[:-1], v[-1]
+    return seq
+
+
 _sub = lambda m, s, c=None: m - s                      # noqa: E731
 _add = lambda m, s, c=None: m + s                      # noqa: E731
 _swap = lambda m, s, c=None: s                         # noqa: E731
@@ -212,14 +263,14 @@ ATOMICS: dict[str, AtomicOp] = {
     "and": AtomicOp(lambda m, s, c=None: m & s, lambda a, b: a & b),
     "or": AtomicOp(lambda m, s, c=None: m | s, lambda a, b: a | b),
     "xor": AtomicOp(lambda m, s, c=None: m ^ s, lambda a, b: a ^ b),
-    "inc": AtomicOp(_inc),
-    "dec": AtomicOp(_dec),
+    "inc": AtomicOp(_inc, seq=_seq_incdec(False)),
+    "dec": AtomicOp(_dec, seq=_seq_incdec(True)),
     "swap": AtomicOp(_swap, lambda a, b: b),
-    "cmpswap": AtomicOp(lambda m, s, c: np.where(m == c, s, m)),
-    "cmpswap_f": AtomicOp(_fcmp),
+    "cmpswap": AtomicOp(lambda m, s, c: np.where(m == c, s, m), seq=_seq_cas(False)),
+    "cmpswap_f": AtomicOp(_fcmp, seq=_seq_cas(True)),
     "mskor": AtomicOp(lambda m, s, c: (m & ~s) | c),
     "wrap": AtomicOp(lambda m, s, c: np.where(m >= s, m - s, m + c)),
-    "add_f": AtomicOp(_fbin(np.add), fold=np.add, fold_dt="f"),
+    "add_f": AtomicOp(_fbin(np.add), seq=_seq_fadd),
     "min_f": AtomicOp(_fbin(np.fmin)),
     "max_f": AtomicOp(_fbin(np.fmax)),
     "min_f_ds": AtomicOp(_fbin(lambda m, s: np.where(s < m, s, m))),
@@ -227,7 +278,7 @@ ATOMICS: dict[str, AtomicOp] = {
 }
 
 ROUNDS_BEFORE_SCAN = 4     # conflicts up to this depth go by rounds even when a scan exists
-FOLD_GROUP = 64            # address groups larger than this use a sequential ufunc fold when the op has one
+SEQ_GROUP = 32             # address groups larger than this go by the op's vectorised sequential form, if any
 
 
 def _read(buf: np.ndarray, off: np.ndarray, dt) -> np.ndarray:
@@ -289,15 +340,15 @@ def rmw(buf: np.ndarray, off: np.ndarray, op: AtomicOp, src: np.ndarray, cmp: np
         return old
     sizes = np.diff(np.r_[starts, n])
     done = np.zeros(n, bool)                             # by sorted position
-    if op.fold is not None and sizes.max() > FOLD_GROUP:
-        ft = _f(dt) if op.fold_dt == "f" else dt
-        for g in np.flatnonzero(sizes > FOLD_GROUP):
+    if op.seq is not None and sizes.max() > SEQ_GROUP:
+        for g in np.flatnonzero(sizes > SEQ_GROUP):
             a, b = starts[g], starts[g] + sizes[g]
             idx = order[a:b]
-            init = _read(buf, so[a:a + 1], dt)
-            seq = op.fold.accumulate(np.concatenate([init, src[idx]]).view(ft), dtype=ft).view(dt)
-            old[idx] = seq[:-1]
-            _write(buf, so[a:a + 1], seq[-1:], dt)
+            o, fin = op.seq(_read(buf, so[a:a + 1], dt), src[idx], cmp[idx])
+            if o is None:
+                continue
+            old[idx] = o
+            _write(buf, so[a:a + 1], np.array([fin], dt), dt)
             done[a:b] = True
     keep = ~done
     pos = np.flatnonzero(keep)
