@@ -460,3 +460,67 @@ def test_speed_global_dword_2_20_lanes():
     assert (w.v[2] == 3).all()
     print(f"2^20 lanes: global_store_b32 {best[0] * 1e3:.1f} ms, global_load_b32 {best[1] * 1e3:.1f} ms")
     assert max(best) < 0.5
+
+
+GLOBAL_ATOMICS = {"add_u32": "add", "sub_u32": "sub", "min_i32": "min_i", "max_u32": "max_u", "xor_b32": "xor",
+                  "inc_u32": "inc", "dec_u32": "dec", "swap_b32": "swap", "cmpswap_b32": "cmpswap", "csub_u32": "csub"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(GLOBAL_ATOMICS)), lanes=st.sampled_from([32, 64]), waves=st.integers(1, 4),
+       seed=st.integers(0, 2**32 - 1), use_lds=st.booleans(), index_sel=st.booleans())
+def test_atomic_instructions_lane_order(name, lanes, waves, seed, use_lds, index_sel):
+    """GLOBAL and DS atomics with random EXEC masks and wave subsets: the result of applying them one lane at
+    a time, waves in order and lanes ascending; inactive lanes and unselected waves change nothing."""
+    r = np.random.default_rng(seed)
+    w = wstate(waves, lanes=lanes, lds_bytes=64, wpg=waves)       # one workgroup
+    base = w.mem.alloc(64)
+    init = r.integers(0, 30, 16).astype(np.uint32)
+    w.mem.write(base, init)
+    w.lds[:64] = init.view(np.uint8)
+    sets64(w, 4, base)
+    w.v[0] = r.integers(0, 4, (waves, lanes)).astype(np.uint32) * 4
+    w.v[1] = r.integers(0, 30, (waves, lanes)).astype(np.uint32)
+    w.v[2] = r.integers(0, 30, (waves, lanes)).astype(np.uint32)
+    w.v[3] = 0xABCD
+    for i in range(waves):
+        m = int(r.integers(0, 1 << lanes, dtype=np.uint64))
+        w.s[EXEC][i], w.s[EXEC + 1][i] = m & M32, m >> 32
+    w.refresh_exec(slice(None))
+    sel = np.flatnonzero(r.random(waves) < 0.7) if index_sel else slice(None)
+    op = GLOBAL_ATOMICS[name]
+    if use_lds:
+        ds = {"csub": None, "swap": "ds_storexchg_rtn_b32", "cmpswap": "ds_cmpstore_rtn_b32"}.get(op, f"ds_{name.split('_')[0]}_rtn_{name.split('_')[1]}")
+        if ds is None:
+            return
+        extra = {"data1": 2} if op == "cmpswap" else {}
+        ins("DS", ds, addr=0, data0=1, vdst=3, **extra)(w, sel)
+    else:
+        ins("GLOBAL", f"global_atomic_{name}", addr=0, saddr=4, data=1, vdst=3, glc=1)(w, sel)
+    mem = {4 * i: int(init[i]) for i in range(16)}
+    want = np.full((waves, lanes), 0xABCD, np.uint32)
+    for i in np.arange(waves)[sel]:
+        act = np.flatnonzero(w.em[i])
+        olds = seq_ref(op, mem, w.v[0][i, act].tolist(), w.v[1][i, act].tolist(), w.v[2][i, act].tolist(), 32)
+        want[i, act] = olds
+    assert (w.v[3] == want).all()
+    final = w.lds[:64].view(np.uint32) if use_lds else np.frombuffer(w.mem.read(base, 64), np.uint32)
+    assert final.tolist() == [mem[4 * i] for i in range(16)]
+
+
+def test_addtid_and_append():
+    w = wstate(1, lds_bytes=256)
+    base = w.mem.alloc(256)
+    w.mem.write(base, np.arange(64, dtype=np.uint32))
+    sets64(w, 4, base)
+    ins("GLOBAL", "global_load_addtid_b32", saddr=4, vdst=1, offset=8)(w, slice(None))
+    assert (w.v[1, 0] == np.arange(2, 34)).all()
+    w.s[M0] = 0x10000 | 16                                          # only M0[15:0] counts
+    ins("DS", "ds_store_addtid_b32", data0=1, offset0=4)(w, slice(None))
+    assert (w.lds[20:148].view(np.uint32) == np.arange(2, 34)).all()
+    set_exec(w, 0, 0x00FF00FF)
+    w.s[M0] = 20
+    ins("DS", "ds_append", vdst=2)(w, slice(None))
+    assert (w.v[2, 0][w.em[0]] == 2).all() and w.lds[20:24].view(np.uint32)[0] == 18
+    ins("DS", "ds_consume", vdst=2)(w, slice(None))
+    assert (w.v[2, 0][w.em[0]] == 18).all() and w.lds[20:24].view(np.uint32)[0] == 2

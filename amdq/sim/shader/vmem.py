@@ -108,7 +108,7 @@ def from64(v: np.ndarray) -> np.ndarray:
 
 def parse_load(key: str) -> tuple[str, str]:
     """'global_load_d16_hi_u8' -> ('hi', 'u8'); 'flat_load_b64' -> ('', 'b64')."""
-    rest = key.split("_load_", 1)[1]
+    rest = key.split("_load_", 1)[1].replace("addtid_", "")
     if rest.startswith("d16_hi_"):
         return "hi", rest[7:]
     if rest.startswith("d16_"):
@@ -117,7 +117,7 @@ def parse_load(key: str) -> tuple[str, str]:
 
 
 def parse_store(key: str) -> tuple[str, str]:
-    rest = key.split("_store_", 1)[1]
+    rest = key.split("_store_", 1)[1].replace("addtid_", "")
     return ("hi", rest[7:]) if rest.startswith("d16_hi_") else ("", rest)
 
 
