@@ -73,7 +73,7 @@ def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple
     dyn_lds = 0
     lds_offset = static_lds
     for i, (a, v) in enumerate(zip(explicit, args)):
-        name = a.name or f"#{i}"
+        name = a.name or f"#{i}" + (f" ({a.type_name})" if a.type_name else "")
         if a.value_kind == "global_buffer" or (a.value_kind == "by_value" and a.address_space == "global"):
             if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
                 addr = int(v)

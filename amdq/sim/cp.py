@@ -64,6 +64,7 @@ class PM4Queue:
         self.running = None                       # shader Run of the current dispatch
         self.fault: QueueFault | None = None
         self.dispatches = 0
+        self.last_stats = None
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -85,6 +86,7 @@ class PM4Queue:
                     self._steps_seen = self.running.stats.steps
                     if not done:
                         return max(work, 1)
+                    self.last_stats = self.running.stats
                     self.running = None
                     self._finish_packet()
                     work += 1

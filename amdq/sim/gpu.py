@@ -89,7 +89,7 @@ class SimGPU:
         if self.mode == "async":
             self._kick.set()
         else:
-            self.pump()
+            self.pump(1 << 12)
 
     def pump(self, budget: int = 1 << 14) -> bool:
         """Advance every engine until all are idle or blocked (or the budget is spent); True if any moved."""

@@ -301,7 +301,7 @@ class SimKFD:
                 break
             if time.monotonic() >= deadline:
                 return {"wait_result": K.KFD_IOC_WAIT_RESULT_TIMEOUT}
-            if not (self.gpu.mode != "async" and self.gpu.pump()):
+            if not (self.gpu.mode != "async" and self.gpu.pump(64)):
                 time.sleep(0.0002)
         for i, e in enumerate(evs):
             if e.signaled and e.data:

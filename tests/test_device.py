@@ -1,0 +1,161 @@
+"""The runtime on the simulated GPU behind KFD: device selection, ring wrap, scratch, argument checks,
+LDS limits, timeouts and faults."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import amdq
+from amdq.errors import (DeviceError, GPUFault, GPUTimeout, LDSLimitExceeded, TargetMismatch, UnsupportedTarget)
+from clang import compile_cl
+
+RT = Path(__file__).parent / "kernels_rt"
+
+
+def co(name: str, arch: str = "gfx1100", flags=()) -> bytes:
+    return compile_cl(str(RT / name), arch, flags=tuple(flags)).read_bytes()
+
+
+@pytest.fixture
+def dev():
+    d = amdq.open_device("SIMKFD+AMD:gfx1100")
+    yield d
+    d.close()
+
+
+def test_device_spec_grammar(monkeypatch, capsys):
+    d = amdq.open_device("SIM:gfx1201")
+    assert d.arch == "gfx1201" and d.name == "SIMKFD+AMD:gfx1201"
+    d.close()
+    monkeypatch.setenv("DEV", "SIMKFD+AMD:gfx942")
+    d = amdq.open_device()
+    assert d.arch == "gfx942" and d.target.wave_size == 64
+    d.close()
+    for bad in ("NVIDIA", "FOO+AMD", "KFD+PCI+AMD"):
+        with pytest.raises(DeviceError):
+            amdq.open_device(bad)
+    with pytest.raises(UnsupportedTarget, match="gfx1100, gfx1101"):
+        amdq.open_device("SIM:gfx90a")
+
+
+def test_plain_amd_falls_back_to_simulator_once(capsys):
+    import amdq.runtime.device as D
+    if Path("/dev/kfd").exists():
+        pytest.skip("a real GPU is present")
+    D._said_sim = False
+    a, b = amdq.open_device("AMD"), amdq.open_device("AMD:gfx1100")
+    err = capsys.readouterr().err
+    assert err.count("simulated GPU") == 1
+    assert a.sim is not None and b.arch == "gfx1100"
+    a.close(), b.close()
+
+
+def test_ring_wrap_thousands_of_launches(monkeypatch):
+    monkeypatch.setenv("AMDQ_RING_BYTES", "4096")
+    d = amdq.open_device("SIM:gfx1100")
+    k = d.load(co("count.cl"))["count"]
+    c = d.upload(np.zeros(1, np.int32))
+    n = 2000
+    for i in range(n):
+        k(c, 1 + (i % 3), grid=1, block=32)
+    d.synchronize()
+    assert c.numpy(np.int32)[0] == sum(1 + (i % 3) for i in range(n))
+    assert d.queue.wptr > 20 * d.queue.ring_dw          # the ring wrapped many times
+    d.close()
+
+
+def test_scratch_grows_across_programs(dev):
+    small = dev.load(co("private.cl", flags=("-DN=8",)))["priv"]
+    big = dev.load(co("private.cl", flags=("-DN=200",)))["priv"]
+    n = 256
+    idx = np.random.default_rng(0).integers(0, 1000, n).astype(np.int32)
+    ib = dev.upload(idx)
+    for k, N in ((small, 8), (big, 200), (small, 8)):
+        out = dev.alloc(4 * n)
+        k(ib, out, grid=n // 64, block=64, wait=True)
+        i = np.arange(n)
+        want = np.array([sum(((idx[j] + kk) % N) * j for kk in range(N)) for j in i], np.int64).astype(np.int32)
+        assert (out.numpy(np.int32) == want).all()
+        if N == 200:
+            big_scratch = dev.scratch.wave_bytes
+    assert dev.scratch.wave_bytes == big_scratch >= 200 * 4 * 32        # never shrinks
+
+
+def test_wrong_arguments_raise_before_submission(dev):
+    k = dev.load(co("count.cl", flags=("-cl-kernel-arg-info",)))["count"]
+    c = dev.alloc(4)
+    before = dev.timeline.value
+    with pytest.raises(TypeError, match=r"argument #1 \(int\)"):       # without argument names: position and type
+        dev.load(co("count.cl"))["count"](c, c, grid=1, block=32)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        k(c, grid=1, block=32)
+    with pytest.raises(TypeError, match="argument c .*global pointer"):
+        k(1.5, 1, grid=1, block=32)
+    with pytest.raises(TypeError, match="argument inc"):
+        k(c, c, grid=1, block=32)
+    with pytest.raises(TypeError, match="argument inc .*does not fit"):
+        k(c, 1 << 40, grid=1, block=32)
+    with pytest.raises(TypeError, match="argument inc"):
+        k(c, amdq.LDS(16), grid=1, block=32)
+    with pytest.raises(TypeError, match="grid"):
+        k(c, 1, grid=(0, 1, 1), block=32)
+    with pytest.raises(TypeError, match="exceeds its maximum"):
+        k(c, 1, grid=1, block=(1024, 2, 1))
+    assert dev.timeline.value == before                  # nothing was submitted
+
+
+def test_lds_over_the_limit(dev):
+    k = dev.load(compile_cl("dyn_lds.cl").read_bytes())
+    name = k.kernels[0]
+    kern = k[name]
+    nargs = len(kern.meta.explicit_args)
+    before = dev.timeline.value
+    args = [amdq.LDS(70000) if a.value_kind == "dynamic_shared_pointer" else
+            (dev.alloc(1024) if a.value_kind == "global_buffer" else 1) for a in kern.meta.explicit_args]
+    assert nargs == len(args)
+    with pytest.raises(LDSLimitExceeded, match="65536"):
+        kern(*args, grid=1, block=64)
+    assert dev.timeline.value == before
+
+
+def test_code_object_for_another_target(dev):
+    with pytest.raises(TargetMismatch):
+        dev.load(co("count.cl", "gfx942"))
+
+
+def test_hung_kernel_times_out_naming_the_packet(dev):
+    k = dev.load(co("spin.cl"))["spin"]
+    flag, out = dev.upload(np.zeros(1, np.int32)), dev.alloc(4)
+    t = time.monotonic()
+    with pytest.raises(GPUTimeout) as e:
+        k(flag, out, grid=1, block=32, wait=True, timeout_ms=400)
+    assert time.monotonic() - t < 3.0
+    msg = str(e.value)
+    assert "DISPATCH_DIRECT" in msg and "timeline value" in msg and "last value seen 0" in msg
+    assert e.value.info["awaited"] == dev.timeline.value
+
+
+def test_queue_waiting_on_a_value_never_written(dev, monkeypatch):
+    flag = dev.upload(np.zeros(1, np.int32))
+    cmds = dev.queue.commands()
+    cmds.wait(flag.addr, 1)
+    value = dev.timeline.next()
+    cmds.release(dev.timeline.addr, value)
+    dev.queue.submit(cmds.dw)
+    monkeypatch.setenv("AMDQ_WAIT_TIMEOUT_MS", "300")
+    t = time.monotonic()
+    with pytest.raises(GPUTimeout, match=r"WAIT_REG_MEM\(FUNCTION=0x5.*REFERENCE=0x1") as e:
+        dev.synchronize()
+    assert 0.25 < time.monotonic() - t < 3.0
+    assert e.value.info["last"] == 0
+
+
+def test_gpu_page_fault_names_the_address(dev):
+    k = dev.load(co("fault.cl"))["poke"]
+    bad = 0x7A00_0000_0000
+    with pytest.raises(GPUFault) as e:
+        k(bad, grid=1, block=32, wait=True, timeout_ms=2000)
+    assert e.value.address == bad and f"{bad:#x}" in str(e.value)
