@@ -44,13 +44,16 @@ def sum_odd(p: np.ndarray, c: np.ndarray, cand: np.ndarray | None = None) -> np.
         return to_odd(s, two_sum(p, c)[1])
     if not cand.any():
         return s
-    n = cand.size
-    if np.count_nonzero(cand) * 8 > n:
-        e = two_sum(p, c)[1]
-        return to_odd(s, np.where(cand, e, F64(0)))
+    if np.count_nonzero(cand) * 8 > cand.size:
+        # many candidates (typically exact sums of short operands): s is exact iff s-p == c and s-c == p
+        # (by the Fast2Sum lemma one of the two differences is computed exactly), so only the inexact
+        # lanes need the error term
+        cand = cand & ~(((s - p) == c) & ((s - c) == p))
+        if not cand.any():
+            return s
     idx = np.nonzero(cand)
     s = s.copy()
-    pi, ci = p[idx], c[idx]
+    pi, ci = np.broadcast_to(p, s.shape)[idx], np.broadcast_to(c, s.shape)[idx]
     si, ei = two_sum(pi, ci)
     s[idx] = to_odd(si, ei)
     return s
@@ -81,27 +84,32 @@ def _bcast(dtype, *xs):
 def fma32_odd(a, b, c) -> np.ndarray:
     """a*b+c of f32 inputs, in f64 rounded to odd: rounding it to f32 (or scaling by a power of two first)
     gives the correctly rounded FMA."""
-    return chunked(_fma32_odd, F64, np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
+    return chunked(lambda *x: _fma32(*x)[0], F64, np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
 
 
-def _fma32_odd(a, b, c) -> np.ndarray:
-    p = a.astype(F64) * b.astype(F64)
-    c64 = c.astype(F64)
-    s = p + c64
+def _fma32(a, b, c) -> tuple[np.ndarray, np.ndarray]:
+    """(a*b+c in f64 rounded to odd, the same rounded to f32)."""
+    if a.size < b.size:
+        a, b = b, a
+    p = a.astype(F64)
+    p *= b                                     # exact: 48 significant bits at most
+    s = p + c
+    r = s.astype(F32)
     if s.ndim == 0:
-        s = s.reshape(1)
-    p, c64 = np.broadcast_to(p, s.shape), np.broadcast_to(c64, s.shape)
+        s, r = s.reshape(1), r.reshape(1)
     # the f64 sum can mislead only when it sits on an f32 rounding boundary (low 29 bits 0x10000000) or in
     # the f32 subnormal range, where boundaries are coarser
-    bits = s.view(U64)
-    cand = ((bits & U64(0x1FFFFFFF)) == U64(0x10000000)) | ((bits & U64(0x7FF0000000000000)) < U64(0x3810000000000000))
-    return sum_odd(p, c64, cand)
+    cand = ((s.view(U64) & U64(0x1FFFFFFF)) == U64(0x10000000)) | ((r.view(np.uint32) & np.uint32(0x7F800000)) == 0)
+    if not cand.any():
+        return s, r
+    s = sum_odd(p, np.broadcast_to(c.astype(F64), s.shape), cand)
+    return s, s.astype(F32)
 
 
 def fma32(a, b, c) -> np.ndarray:
     """Fused multiply-add of float32 arrays, correctly rounded (RNE)."""
     shape = np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(c))
-    r = chunked(lambda *x: _fma32_odd(*x).astype(F32), F32, np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
+    r = chunked(lambda *x: _fma32(*x)[1], F32, np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
     return r.reshape(shape)
 
 
