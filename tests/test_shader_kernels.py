@@ -11,10 +11,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from amdq.sim.shader.fp import fma16, fma32, fma64
+from amdq.sim.shader import fp
 from harness import LDS, run_cl
 
 F16, F32, F64 = np.float16, np.float32, np.float64
+
+
+def _fused(f, dt):
+    def fma(a, b, c):
+        a, b, c = np.broadcast_arrays(np.asarray(a, dt), np.asarray(b, dt), np.asarray(c, dt))
+        return np.asarray(f(a.copy(), b.copy(), c.copy()), dt)
+    return fma
+
+
+fma16, fma32, fma64 = _fused(fp.fma16, F16), _fused(fp.fma32, F32), _fused(fp.fma64, F64)   # correctly rounded FMA
 
 
 def rng(seed: int = 0) -> np.random.Generator:
