@@ -683,3 +683,104 @@ def test_large_batch_is_blocked_and_exact():
     sel = np.arange(0, n, 2)
     build(inst("v_add_nc_u32_e32 v3, 1, v3"))(w, sel)
     assert w.v[3][::2].min() == 1 and w.v[3][1::2].max() == 0
+
+
+def _set64(w, reg, x):
+    u = np.asarray(x, F64).view(U64)
+    w.v[reg][0], w.v[reg + 1][0] = (u & U64(M)).astype(U32), (u >> U64(32)).astype(U32)
+
+
+def _get64(w, reg):
+    return (w.v[reg][0].astype(U64) | w.v[reg + 1][0].astype(U64) << U64(32)).view(F64)
+
+
+def test_f64_division_sequence_is_correctly_rounded():
+    prog = ["v_div_scale_f64 v[4:5], null, v[2:3], v[2:3], v[0:1]", "v_div_scale_f64 v[10:11], vcc_lo, v[0:1], v[2:3], v[0:1]",
+            "v_rcp_f64_e32 v[6:7], v[4:5]", "v_fma_f64 v[8:9], -v[4:5], v[6:7], 1.0", "v_fma_f64 v[6:7], v[6:7], v[8:9], v[6:7]",
+            "v_fma_f64 v[8:9], -v[4:5], v[6:7], 1.0", "v_fma_f64 v[6:7], v[6:7], v[8:9], v[6:7]",
+            "v_mul_f64 v[8:9], v[10:11], v[6:7]", "v_fma_f64 v[4:5], -v[4:5], v[8:9], v[10:11]",
+            "v_div_fmas_f64 v[4:5], v[4:5], v[6:7], v[8:9]", "v_div_fixup_f64 v[4:5], v[4:5], v[2:3], v[0:1]"]
+    rng = np.random.default_rng(22)
+    n = 32 * 8
+    a = rng.standard_normal(n) * np.exp2(rng.integers(-1070, 1020, n))
+    b = rng.standard_normal(n) * np.exp2(rng.integers(-1070, 1020, n))
+    a[:10] = [0, 1, np.inf, np.nan, 1, -0.0, 1e308, 5e-324, 1, 2.2e-308]
+    b[:10] = [0, 0, np.inf, 1, np.inf, 5, 1e-300, 1e300, 3, 1e10]
+    for i in range(0, n, 32):
+        w = wave()
+        _set64(w, 0, a[i:i + 32])
+        _set64(w, 2, b[i:i + 32])
+        for t in prog:
+            build(inst(t))(w, slice(None))
+        with np.errstate(all="ignore"):
+            assert same(_get64(w, 4), a[i:i + 32] / b[i:i + 32])
+
+
+def test_div_fixup_special_cases():
+    num = np.array([0, 1, np.inf, np.inf, 1, -1, np.nan, 1] * 4, F32)
+    den = np.array([0, 0, np.inf, 2, np.inf, 0, 1, np.nan] * 4, F32)
+    w = run("v_div_fixup_f32 v3, v2, v1, v0", v0=num, v1=den, v2=np.full(32, 0.25, F32))
+    got = w.v[3][0].view(F32)[:8]
+    assert np.isnan(got[0]) and got[1] == np.inf and np.isnan(got[2]) and got[3] == np.inf
+    assert got[4] == 0 and got[5] == -np.inf and np.isnan(got[6]) and np.isnan(got[7])
+    h = np.array([0x3C00, 0x0000, 0x7C00] * 10 + [0, 0], U32)
+    w = run("v_div_fixup_f16 v3, v2, v1, v0", v0=h, v1=np.full(32, 0x4000, U32), v2=np.full(32, 0x3800, U32))
+    assert list(w.v[3][0][:3] & 0xFFFF) == [0x3800, 0x0000, 0x7C00]
+
+
+def test_wave64_compare_dpp_and_readlane():
+    w = wave(2, 64)
+    a = np.arange(64, dtype=np.int32) - 20
+    w.v[0][:] = a.view(U32)
+    build(inst("v_cmp_gt_i32_e64 s[4:5], v0, 0", wave64=True))(w, slice(None))
+    assert lane_bits(w, 4) == ((1 << 64) - 1) ^ ((1 << 21) - 1)
+    build(inst("v_readlane_b32 s6, v0, 63", wave64=True))(w, slice(None))
+    assert list(w.s[6]) == [43, 43]
+    build(inst("v_mov_b32_dpp v1, v0 row_share:15 row_mask:0xf bank_mask:0xf", wave64=True))(w, slice(None))
+    assert np.array_equal(w.v[1][1].view(np.int32), a[(np.arange(64) & ~15) + 15])
+    build(inst("v_permlane64_b32 v2, v0", wave64=True))(w, slice(None))
+    assert np.array_equal(w.v[2][0].view(np.int32), np.roll(a, 32))
+
+
+def test_permlane16_and_x16():
+    w = wave()
+    w.v[0][0] = np.arange(32) + 100
+    w.s[2], w.s[3] = 0x76543210, 0xFEDCBA98          # identity selection
+    build(inst("v_permlane16_b32 v1, v0, s2, s3"))(w, slice(None))
+    assert np.array_equal(w.v[1][0], np.arange(32) + 100)
+    build(inst("v_permlanex16_b32 v1, v0, s2, s3"))(w, slice(None))
+    assert np.array_equal(w.v[1][0], (np.arange(32) ^ 16) + 100)
+    w.s[2], w.s[3] = 0x89ABCDEF, 0x01234567          # reversed
+    build(inst("v_permlane16_b32 v1, v0, s2, s3"))(w, slice(None))
+    assert np.array_equal(w.v[1][0], (np.arange(32) & ~15) + 15 - (np.arange(32) & 15) + 100)
+
+
+def test_f16_ops_exact():
+    rng = np.random.default_rng(23)
+    a, b = (rng.standard_normal(32) * 8).astype(F16), (rng.standard_normal(32) * 8).astype(F16)
+    lo = lambda u: (u & U32(0xFFFF)).astype(U16).view(F16)  # noqa: E731
+    for op, fn in (("v_add_f16", lambda x, y: x + y), ("v_sub_f16", lambda x, y: x - y), ("v_mul_f16", lambda x, y: x * y),
+                   ("v_max_f16", np.fmax), ("v_min_f16", np.fmin)):
+        w = run(f"{op}_e32 v2, v0, v1", v0=a.view(U16).astype(U32), v1=b.view(U16).astype(U32))
+        assert same(lo(w.v[2][0]), fn(a.astype(F64), b.astype(F64)).astype(F16)), op
+    w = run("v_cvt_f32_f16_e32 v2, v0", v0=a.view(U16).astype(U32))
+    assert same(w.v[2][0].view(F32), a.astype(F32))
+    w = run("v_cvt_i16_f16_e32 v2, v0", v0=np.array([0x7C00, 0xFC00, 0x7E00, 0x4B00] * 8, U32))
+    assert list(w.v[2][0][:4] & 0xFFFF) == [0x7FFF, 0x8000, 0, 14]
+    w = run("v_ldexp_f16_e32 v2, v0, v1", v0=np.full(32, 0x3C00, U32), v1=np.arange(32, dtype=U32) - 26)
+    assert same(lo(w.v[2][0]), np.ldexp(np.ones(32), np.arange(32) - 26).astype(F16))
+    w = run("v_fract_f16_e32 v2, v0", v0=np.full(32, 0xC100, U32))          # -2.5 -> 0.5
+    assert lo(w.v[2][0])[0] == 0.5
+
+
+def test_cvt_norm_and_pk():
+    x = np.array([1.0, -1.0, 0.5, 2.0, np.nan, -0.25] * 5 + [0, 0], F32)
+    w = run("v_cvt_pk_norm_i16_f32 v2, v0, v1", v0=x, v1=-x)
+    lo = (w.v[2][0] & U32(0xFFFF)).astype(U16).view(np.int16)
+    assert list(lo[:6]) == [32767, -32767, 16384, 32767, 0, -8192]
+    w = run("v_cvt_pk_u16_f32 v2, v0, v1", v0=np.array([70000.0, -3.0, 2.9] * 10 + [0, 0], F32), v1=np.zeros(32, F32))
+    assert list(w.v[2][0][:3]) == [0xFFFF, 0, 2]
+    w = run("v_cvt_f32_ubyte2_e32 v2, v0", v0=np.full(32, 0x00AB0000, U32))
+    assert w.v[2][0].view(F32)[0] == 0xAB
+    w = run("v_cvt_off_f32_i4_e32 v2, v0", v0=np.arange(32, dtype=U32))
+    assert list(w.v[2][0].view(F32)[:16]) == [i / 16 for i in range(8)] + [(i - 16) / 16 for i in range(8, 16)]
