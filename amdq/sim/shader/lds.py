@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import vmem as V        # lane helpers (vmem imports this module too; used at call time only)
 from .decode import OPS, Inst
 from .memory import ATOMICS, AtomicOp, gather, rmw, scatter
 from .ops import U32, handler, unsupported
@@ -71,9 +72,8 @@ def lds_rmw(w, wv: np.ndarray, a: np.ndarray, op: AtomicOp, src: np.ndarray, cmp
 
 # ---------------------------------------------------------------- helpers
 
-def _step(w, sel):
-    from .vmem import Step
-    return Step(w, sel)
+def _step(w, sel) -> "V.Lanes":
+    return V.Lanes(w, sel)
 
 
 def _addr(st, inst: Inst, extra: int = 0) -> np.ndarray:
@@ -96,7 +96,6 @@ def _load_kind(key: str) -> tuple[str, str]:
 
 
 def _load(inst: Inst):
-    from .vmem import finish_load, write_regs
     _check(inst)
     d16, kind = _load_kind(inst.key)
     nbytes = WIDTH[kind]
@@ -107,12 +106,11 @@ def _load(inst: Inst):
         if st.n == 0:
             return
         raw = lds_read(w, st.waves, _addr(st, inst), nbytes)
-        write_regs(st, r, finish_load(d16, kind, raw, st.reg(r) if d16 else None))
+        V.write_regs(st, r, V.finish_load(d16, kind, raw, st.reg(r) if d16 else None))
     return step
 
 
 def _store(inst: Inst):
-    from .vmem import store_data
     _check(inst)
     rest = inst.key[len("ds_store_"):]
     d16 = "hi" if rest.endswith("_d16_hi") else ""
@@ -123,7 +121,7 @@ def _store(inst: Inst):
         st = _step(w, sel)
         if st.n == 0:
             return
-        lds_write(w, st.waves, _addr(st, inst), store_data(st, r, d16, nbytes), nbytes)
+        lds_write(w, st.waves, _addr(st, inst), V.store_data(st, r, d16, nbytes), nbytes)
     return step
 
 
@@ -135,7 +133,6 @@ def _two(inst: Inst) -> tuple[int, int, int]:
 
 
 def _load2(inst: Inst):
-    from .vmem import write_regs
     _check(inst)
     size, o0, o1 = _two(inst)
     r = inst.dst[0].reg
@@ -146,12 +143,11 @@ def _load2(inst: Inst):
             return
         a = st.reg(inst.addr.reg).astype(np.int64)
         wv = st.waves
-        write_regs(st, r, np.concatenate([lds_read(w, wv, a + o0, size), lds_read(w, wv, a + o1, size)], 1))
+        V.write_regs(st, r, np.concatenate([lds_read(w, wv, a + o0, size), lds_read(w, wv, a + o1, size)], 1))
     return step
 
 
 def _store2(inst: Inst):
-    from .vmem import read_regs
     _check(inst)
     size, o0, o1 = _two(inst)
     r0, r1 = inst.data[0].reg, inst.data[1].reg
@@ -163,8 +159,8 @@ def _store2(inst: Inst):
             return
         a = st.reg(inst.addr.reg).astype(np.int64)
         wv = st.waves
-        lds_write(w, wv, a + o0, read_regs(st, r0, nw), size)
-        lds_write(w, wv, a + o1, read_regs(st, r1, nw), size)
+        lds_write(w, wv, a + o0, V.read_regs(st, r0, nw), size)
+        lds_write(w, wv, a + o1, V.read_regs(st, r1, nw), size)
     return step
 
 
@@ -182,7 +178,6 @@ def _atomic_kind(key: str) -> tuple[AtomicOp, int, int]:
 
 
 def _atomic(inst: Inst):
-    from .vmem import atomic_result, read_regs, to64, write_regs
     _check(inst)
     op, width, nd = _atomic_kind(inst.key)
     nw = width // 4
@@ -190,8 +185,8 @@ def _atomic(inst: Inst):
     dst = inst.dst[0].reg if inst.dst else None
 
     def val(st, r):
-        d = read_regs(st, r, nw)
-        return d[:, 0].copy() if nw == 1 else to64(d)
+        d = V.read_regs(st, r, nw)
+        return d[:, 0].copy() if nw == 1 else V.to64(d)
 
     def step(w, sel):
         st = _step(w, sel)
@@ -201,12 +196,11 @@ def _atomic(inst: Inst):
         cmp = val(st, dregs[1]) if nd == 2 else None
         old = lds_rmw(w, st.waves, _addr(st, inst), op, src, cmp)
         if dst is not None:
-            write_regs(st, dst, atomic_result(old))
+            V.write_regs(st, dst, V.atomic_result(old))
     return step
 
 
 def _xchg2(inst: Inst):
-    from .vmem import atomic_result, read_regs, to64, write_regs
     _check(inst)
     size, o0, o1 = _two(inst)
     nw = size // 4
@@ -219,14 +213,13 @@ def _xchg2(inst: Inst):
         a, wv = st.reg(inst.addr.reg).astype(np.int64), st.waves
         out = []
         for r, o in ((r0, o0), (r1, o1)):
-            d = read_regs(st, r, nw)
-            out.append(atomic_result(lds_rmw(w, wv, a + o, ATOMICS["swap"], d[:, 0].copy() if nw == 1 else to64(d), None)))
-        write_regs(st, dst, np.concatenate(out, 1))
+            d = V.read_regs(st, r, nw)
+            out.append(V.atomic_result(lds_rmw(w, wv, a + o, ATOMICS["swap"], d[:, 0].copy() if nw == 1 else V.to64(d), None)))
+        V.write_regs(st, dst, np.concatenate(out, 1))
     return step
 
 
 def _addtid(inst: Inst):
-    from .vmem import write_regs
     _check(inst)
     load = "load" in inst.key
 
@@ -237,7 +230,7 @@ def _addtid(inst: Inst):
         m0 = st.pick((w.s[M0][sel] & U32(0xFFFF)).astype(np.int64)[:, None])
         a = m0 + inst.offset + st.lanes.astype(np.int64) * 4
         if load:
-            write_regs(st, inst.dst[0].reg, lds_read(w, st.waves, a, 4))
+            V.write_regs(st, inst.dst[0].reg, lds_read(w, st.waves, a, 4))
         else:
             lds_write(w, st.waves, a, st.reg(inst.data[0].reg)[:, None], 4)
     return step

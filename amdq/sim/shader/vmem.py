@@ -38,7 +38,7 @@ M64 = (1 << 64) - 1
 
 # ---------------------------------------------------------------- lanes of one step
 
-class Step:
+class Lanes:
     """The active lanes of the waves `sel` executing one instruction (flattened wave-major)."""
 
     __slots__ = ("w", "sel", "em", "shape", "_wv", "_ln")
@@ -86,11 +86,11 @@ class Step:
         return self._ln
 
 
-def read_regs(st: Step, r: int, n: int) -> np.ndarray:
+def read_regs(st: Lanes, r: int, n: int) -> np.ndarray:
     return np.stack([st.reg(r + i) for i in range(n)], axis=1) if n > 1 else st.reg(r)[:, None]
 
 
-def write_regs(st: Step, r: int, data: np.ndarray) -> None:
+def write_regs(st: Lanes, r: int, data: np.ndarray) -> None:
     for i in range(data.shape[1]):
         st.put(r + i, data[:, i])
 
@@ -136,7 +136,7 @@ def finish_load(d16: str, kind: str, raw: np.ndarray, cur: np.ndarray | None) ->
     return ((cur & U32(0xFFFF)) | h << U32(16))[:, None]
 
 
-def store_data(st: Step, r: int, d16: str, nbytes: int) -> np.ndarray:
+def store_data(st: Lanes, r: int, d16: str, nbytes: int) -> np.ndarray:
     data = read_regs(st, r, max(1, nbytes // 4))
     if d16 == "hi":
         data = data >> U32(16)
@@ -157,7 +157,7 @@ def parse_atomic(key: str) -> tuple[AtomicOp, int, bool]:
     return ATOMICS[name], width, False
 
 
-def atomic_data(st: Step, r: int, width: int, has_cmp: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def atomic_data(st: Lanes, r: int, width: int, has_cmp: bool) -> tuple[np.ndarray, np.ndarray | None]:
     nw = width // 4
     d = read_regs(st, r, nw * (2 if has_cmp else 1))
     if width == 4:
@@ -171,7 +171,7 @@ def atomic_result(old: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- private (scratch) memory
 
-def private_phys(st: Step, wv: np.ndarray, ln: np.ndarray, a: np.ndarray, nbytes: int, write: bool) -> np.ndarray:
+def private_phys(st: Lanes, wv: np.ndarray, ln: np.ndarray, a: np.ndarray, nbytes: int, write: bool) -> np.ndarray:
     """Physical (scratch-backing) address of private byte address a of each lane, after a range check."""
     w = st.w
     per_lane = w.scratch_wave_bytes // w.lanes
@@ -184,7 +184,7 @@ def private_phys(st: Step, wv: np.ndarray, ln: np.ndarray, a: np.ndarray, nbytes
     return w.scratch_base[wv] + ((a >> 2) * w.lanes + ln).astype(U64) * U64(4) + (a & 3).astype(U64)
 
 
-def private_load(st: Step, wv, ln, a: np.ndarray, nbytes: int) -> np.ndarray:
+def private_load(st: Lanes, wv, ln, a: np.ndarray, nbytes: int) -> np.ndarray:
     words = max(1, nbytes // 4)
     if nbytes >= 4 and not (a & 3).any():
         return np.stack([load(st.w.mem, private_phys(st, wv, ln, a + 4 * j, 4, False), 4)[:, 0] for j in range(words)], 1)
@@ -197,7 +197,7 @@ def private_load(st: Step, wv, ln, a: np.ndarray, nbytes: int) -> np.ndarray:
     return b.view(U32).reshape(-1, words)
 
 
-def private_store(st: Step, wv, ln, a: np.ndarray, data: np.ndarray, nbytes: int) -> None:
+def private_store(st: Lanes, wv, ln, a: np.ndarray, data: np.ndarray, nbytes: int) -> None:
     if nbytes >= 4 and not (a & 3).any():
         for j in range(nbytes // 4):
             store(st.w.mem, private_phys(st, wv, ln, a + 4 * j, 4, True), data[:, j], 4)
@@ -210,7 +210,7 @@ def private_store(st: Step, wv, ln, a: np.ndarray, data: np.ndarray, nbytes: int
             store(st.w.mem, private_phys(st, wv, ln, a + j, 1, True), b[:, j].astype(U32), 1)
 
 
-def private_atomic(st: Step, wv, ln, a: np.ndarray, op: AtomicOp, src, cmp) -> np.ndarray:
+def private_atomic(st: Lanes, wv, ln, a: np.ndarray, op: AtomicOp, src, cmp) -> np.ndarray:
     if src.dtype == U64:
         raise GPUFault("64-bit atomic on private memory: its dwords are not contiguous (swizzled scratch)",
                        address=int(a[0]) if len(a) else None)
@@ -271,30 +271,27 @@ def scratch_addr(inst: Inst):
     return addr
 
 
-class Space:
-    """One segment's load/store/atomic on active lanes given their addresses."""
-
-    @staticmethod
-    def split(st: Step, addr: np.ndarray):
-        """FLAT: lane subsets (idx or None=all) per segment: [('g'|'l'|'p', idx, addr)]."""
-        hi = addr >> U64(32)
-        sh, pr = hi == U64(SHARED_APERTURE_HI), hi == U64(PRIVATE_APERTURE_HI)
-        if not sh.any() and not pr.any():
-            return [("g", None, addr)]
-        out = []
-        lo = (addr & U64(0xFFFFFFFF)).astype(np.int64)
-        for name, m in (("g", ~(sh | pr)), ("l", sh), ("p", pr)):
-            idx = np.flatnonzero(m)
-            if len(idx):
-                out.append((name, idx, addr[idx] if name == "g" else lo[idx]))
-        return out
+def flat_split(addr: np.ndarray) -> list:
+    """FLAT: the active lanes split by aperture: [(segment 'g'|'l'|'p', lane indices or None = all, addresses)];
+    LDS and private lanes carry their 32-bit segment address."""
+    hi = addr >> U64(32)
+    sh, pr = hi == U64(SHARED_APERTURE_HI), hi == U64(PRIVATE_APERTURE_HI)
+    if not sh.any() and not pr.any():
+        return [("g", None, addr)]
+    out = []
+    lo = (addr & U64(0xFFFFFFFF)).astype(np.int64)
+    for name, m in (("g", ~(sh | pr)), ("l", sh), ("p", pr)):
+        idx = np.flatnonzero(m)
+        if len(idx):
+            out.append((name, idx, addr[idx] if name == "g" else lo[idx]))
+    return out
 
 
 def _sub(arr, idx):
     return arr if idx is None else arr[idx]
 
 
-def seg_load(st: Step, seg: str, idx, a, nbytes: int) -> np.ndarray:
+def seg_load(st: Lanes, seg: str, idx, a, nbytes: int) -> np.ndarray:
     if seg == "g":
         return load(st.w.mem, a, nbytes)
     if seg == "l":
@@ -302,7 +299,7 @@ def seg_load(st: Step, seg: str, idx, a, nbytes: int) -> np.ndarray:
     return private_load(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, nbytes)
 
 
-def seg_store(st: Step, seg: str, idx, a, data, nbytes: int) -> None:
+def seg_store(st: Lanes, seg: str, idx, a, data, nbytes: int) -> None:
     if seg == "g":
         store(st.w.mem, a, data, nbytes)
     elif seg == "l":
@@ -311,7 +308,7 @@ def seg_store(st: Step, seg: str, idx, a, data, nbytes: int) -> None:
         private_store(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, data, nbytes)
 
 
-def seg_atomic(st: Step, seg: str, idx, a, op, src, cmp):
+def seg_atomic(st: Lanes, seg: str, idx, a, op, src, cmp):
     if seg == "g":
         return atomic(st.w.mem, a, op, src, cmp)
     if seg == "l":
@@ -319,10 +316,10 @@ def seg_atomic(st: Step, seg: str, idx, a, op, src, cmp):
     return private_atomic(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, op, src, cmp)
 
 
-def _segments(enc: str, st: Step, addr):
+def _segments(enc: str, st: Lanes, addr):
     a = st.pick(addr)
     if enc == "FLAT":
-        return Space.split(st, a)
+        return flat_split(a)
     return [("p" if enc == "SCRATCH" else "g", None, a)]
 
 
@@ -345,7 +342,7 @@ def _flat_load(inst: Inst):
     r, enc = inst.dst[0].reg, inst.enc
 
     def step(w, sel):
-        st = Step(w, sel)
+        st = Lanes(w, sel)
         if st.n == 0:
             return
         parts = _segments(enc, st, addr(w, sel))
@@ -366,7 +363,7 @@ def _flat_store(inst: Inst):
     r, enc = inst.data.reg, inst.enc
 
     def step(w, sel):
-        st = Step(w, sel)
+        st = Lanes(w, sel)
         if st.n == 0:
             return
         data = store_data(st, r, d16, nbytes)
@@ -382,7 +379,7 @@ def _flat_atomic(inst: Inst):
     dst = inst.dst[0].reg if inst.dst else None
 
     def step(w, sel):
-        st = Step(w, sel)
+        st = Lanes(w, sel)
         if st.n == 0:
             return
         src, cmp = atomic_data(st, r, width, has_cmp)
@@ -423,7 +420,7 @@ def _buffer_addr(inst: Inst, nbytes: int, per_dword: bool):
     idxen, offen, ioff = inst.idxen, inst.offen, inst.offset
     words = max(1, nbytes // 4) if per_dword else 1
 
-    def addr(st: Step):
+    def addr(st: Lanes):
         w, sel = st.w, st.sel
         w0, w1, w2, w3 = (w.s[rs + i][sel] for i in range(4))
         if np.any(w1 >> U32(30)):
@@ -462,7 +459,7 @@ def _buffer_load(inst: Inst):
     r, tfe = inst.dst[0].reg, inst.fields.get("tfe", 0)
 
     def step(w, sel):
-        st = Step(w, sel)
+        st = Lanes(w, sel)
         if st.n == 0:
             return
         a, ok = addr(st)
@@ -489,7 +486,7 @@ def _buffer_store(inst: Inst):
     r = inst.data.reg
 
     def step(w, sel):
-        st = Step(w, sel)
+        st = Lanes(w, sel)
         if st.n == 0:
             return
         a, ok = addr(st)
@@ -511,7 +508,7 @@ def _buffer_atomic(inst: Inst):
     dst = inst.dst[0].reg if inst.dst else None
 
     def step(w, sel):
-        st = Step(w, sel)
+        st = Lanes(w, sel)
         if st.n == 0:
             return
         a, ok = addr(st)
