@@ -668,8 +668,39 @@ def test_vopd_reads_before_writes():
 
 
 def test_unsupported_names_mnemonic_and_pc():
-    with pytest.raises(UnsupportedInstruction, match=r"v_wmma_f32_16x16x16_f16 .*VOP3P.* pc 0x0"):
-        build(inst("v_wmma_f32_16x16x16_f16 v[0:7], v[8:15], v[16:23], v[0:7]"))
+    with pytest.raises(UnsupportedInstruction, match=r"v_mullit_f32 .*VOP3.* pc 0x0"):
+        build(inst("v_mullit_f32 v0, v1, v2, v3"))
+
+
+@pytest.mark.parametrize("kind", ["f16", "iu8"])
+def test_wmma_wave32(kind):
+    rng = np.random.default_rng(24)
+    w = wave(2, 32, 40)
+    if kind == "f16":
+        A = rng.standard_normal((2, 16, 16)).astype(F16)
+        B = rng.standard_normal((2, 16, 16)).astype(F16)
+        packA = np.ascontiguousarray(A).view(U32)                 # (2, 16 rows, 8 regs)
+        packB = np.ascontiguousarray(B.transpose(0, 2, 1)).view(U32)
+    else:
+        A = rng.integers(-128, 128, (2, 16, 16)).astype(np.int8)
+        B = rng.integers(0, 256, (2, 16, 16)).astype(np.uint8)
+        packA = np.ascontiguousarray(A).view(U32)                 # (2, 16, 4)
+        packB = np.ascontiguousarray(B.transpose(0, 2, 1)).view(U32)
+    C = rng.standard_normal((2, 16, 16)).astype(F32) if kind == "f16" else rng.integers(-1000, 1000, (2, 16, 16)).astype(np.int32)
+    for j in range(packA.shape[-1]):
+        w.v[j] = np.tile(packA[..., j], (1, 2))
+        w.v[8 + j] = np.tile(packB[..., j], (1, 2))
+    lane = np.arange(32)
+    for v in range(8):
+        w.v[16 + v] = C[:, 2 * v + lane // 16, lane % 16].view(U32)
+    text = ("v_wmma_f32_16x16x16_f16 v[24:31], v[0:7], v[8:15], v[16:23]" if kind == "f16" else
+            "v_wmma_i32_16x16x16_iu8 v[24:31], v[0:3], v[8:11], v[16:23] neg_lo:[1,0,0]")
+    build(inst(text))(w, slice(None))
+    exp = (A.astype(F64) @ B.astype(F64) + C).astype(F32) if kind == "f16" else \
+        (A.astype(np.int64) @ B.astype(np.int64) + C).astype(np.int32)
+    for v in range(8):
+        got = w.v[24 + v].view(F32 if kind == "f16" else np.int32)
+        assert np.array_equal(got, exp[:, 2 * v + lane // 16, lane % 16])
 
 
 def test_large_batch_is_blocked_and_exact():

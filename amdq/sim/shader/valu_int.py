@@ -376,8 +376,9 @@ def _swap(inst: Inst):
     return step
 
 
-def _movrel(src_rel: bool, dst_rel: bool):
-    """VGPR moves indexed by M0 (per wave): v_movrels (source), v_movreld (destination), v_movrelsd (both)."""
+def _movrel(src_rel: bool, dst_rel: bool, split: bool = False, swap: bool = False):
+    """VGPR moves indexed by M0 (per wave): v_movrels (source), v_movreld (destination), v_movrelsd (both);
+    v_movrelsd_2 and v_swaprel take the source offset from M0[9:0] and the destination's from M0[25:16]."""
     def build(inst: Inst):
         s, d = inst.src[0], inst.dst[0]
         rd = vread(s)
@@ -385,18 +386,25 @@ def _movrel(src_rel: bool, dst_rel: bool):
         def step(w, sel):
             idx = np.arange(w.n)[sel]
             m0 = w.s[125][idx].astype(np.intp)
-            x = w.v[s.reg + m0, idx] if (src_rel and s.kind == "v") else np.broadcast_to(rd(w, sel), (len(idx), w.lanes))
-            rows = d.reg + (m0 if dst_rel else 0)
-            old = w.v[rows, idx]
+            so, do = (m0 & 0x3FF, (m0 >> 16) & 0x3FF) if split else (m0, m0)
+            srow = s.reg + (so if src_rel else 0)
+            x = w.v[srow, idx] if s.kind == "v" else np.broadcast_to(rd(w, sel), (len(idx), w.lanes))
+            drow = d.reg + (do if dst_rel else 0)
+            old = w.v[drow, idx]
             em = w.em[idx]
-            w.v[rows, idx] = np.where(em, x, old)
+            if swap:
+                x = np.array(x)
+                w.v[srow, idx] = np.where(em, old, x)
+            w.v[drow, idx] = np.where(em, x, old)
         return step
     return build
 
 
 handler("v_movrels_b32")(_movrel(True, False))
 handler("v_movreld_b32")(_movrel(False, True))
-handler("v_movrelsd_b32", "v_movrelsd_2_b32")(_movrel(True, True))
+handler("v_movrelsd_b32")(_movrel(True, True))
+handler("v_movrelsd_2_b32")(_movrel(True, True, split=True))
+handler("v_swaprel_b32")(_movrel(True, True, split=True, swap=True))
 
 
 @handler("v_nop", "v_pipeflush")

@@ -295,6 +295,85 @@ def _fma_mix(inst: Inst):
     return step
 
 
+# ---------------------------------------------------------------- WMMA (wave32)
+
+_WMMA = {"v_wmma_f32_16x16x16_f16": ("f16", "f32"), "v_wmma_f32_16x16x16_bf16": ("bf16", "f32"),
+         "v_wmma_f16_16x16x16_f16": ("f16", "f16"), "v_wmma_bf16_16x16x16_bf16": ("bf16", "bf16"),
+         "v_wmma_i32_16x16x16_iu8": ("iu8", "i32"), "v_wmma_i32_16x16x16_iu4": ("iu4", "i32")}
+
+
+def _wmma_ab(regs: np.ndarray, kind: str, signed: bool) -> np.ndarray:
+    """(k, 16 lanes, nregs) uint32 -> (k, 16, 16) values: lane i holds row (A) / column (B) i, K ascending from
+    the low bits of the first register."""
+    if kind in ("f16", "bf16"):
+        h = regs.view(U16).reshape(regs.shape[0], 16, 16)           # little-endian: low half first
+        return h.view(F16).astype(F64) if kind == "f16" else (h.astype(U32) << U32(16)).view(F32).astype(F64)
+    bits = 8 if kind == "iu8" else 4
+    per = 32 // bits
+    x = regs.astype(I64)
+    f = np.stack([(x >> (bits * j)) & ((1 << bits) - 1) for j in range(per)], -1).reshape(regs.shape[0], 16, 16)
+    return np.where(f >> (bits - 1), f - (1 << bits), f) if signed else f
+
+
+def _wmma(inst: Inst):
+    """D = A*B + C for 16x16 tiles held across a wave32: A row i / B column i in lanes i and i+16, C/D element
+    (2v + lane//16, lane%16) in VGPR v (16-bit C/D in the half OPSEL[2] picks). Floating-point sums are
+    accumulated in float64 and rounded once; integer sums wrap, or saturate with CLAMP."""
+    if inst.mask_bits == 64:
+        from .ops import unsupported
+        raise unsupported(inst, "WMMA is implemented for wave32 only")
+    ab, dc = _WMMA[inst.key]
+    ra, rb = inst.src[0].reg, inst.src[1].reg
+    na = {"f16": 8, "bf16": 8, "iu8": 4, "iu4": 2}[ab]
+    c_op, rd = inst.src[2], inst.dst[0].reg
+    sa, sb = inst.src[0].neg, inst.src[1].neg
+    hi = bool(inst.opsel >> 2 & 1)
+    lane = np.arange(32)
+    row, col = 2 * np.arange(8)[None, :] + (lane // 16)[:, None], np.broadcast_to((lane % 16)[:, None], (32, 8))
+
+    def regs(w, sel, r, n):
+        return np.stack([w.v[r + j][sel][:, :16] for j in range(n)], -1)
+
+    def step(w, sel):
+        k = w.em[sel].shape[0]
+        A = _wmma_ab(regs(w, sel, ra, na), ab, sa)
+        B = _wmma_ab(regs(w, sel, rb, na), ab, sb).transpose(0, 2, 1)     # (k, K, N)
+        if c_op.kind == "v":
+            c = np.stack([w.v[c_op.reg + j][sel] for j in range(8)], -1)  # (k, 32, 8) uint32
+        else:
+            c = np.full((k, 32, 8), c_op.value & M32, U32)
+        if dc == "f32":
+            cv = c.view(F32).astype(F64)
+        elif dc == "i32":
+            cv = c.view(I32).astype(I64)
+        else:
+            h = ((c >> U32(16)) if hi else c).astype(U16)
+            cv = h.view(F16).astype(F64) if dc == "f16" else (h.astype(U32) << U32(16)).view(F32).astype(F64)
+        C = np.zeros((k, 16, 16), cv.dtype)
+        C[:, row, col] = cv
+        D = np.matmul(A, B) + C
+        out = D[:, row, col]                                               # (k, 32, 8)
+        if dc == "f32":
+            bits = out.astype(F32).view(U32)
+        elif dc == "i32":
+            out = np.clip(out, -2**31, 2**31 - 1) if inst.clamp else out
+            bits = (out & M32).astype(U32)
+        else:
+            if dc == "f16":
+                h = out.astype(F16).view(U16).astype(U32)
+            else:
+                u = out.astype(F32).view(U32)
+                h = np.where(np.isnan(out), (u >> U32(16)) | U32(0x40), (u + U32(0x7FFF) + ((u >> U32(16)) & U32(1))) >> U32(16))
+            bits = (c & U32(0xFFFF)) | (h << U32(16)) if hi else (c & U32(0xFFFF0000)) | h
+        for j in range(8):
+            store(w, rd + j, sel, bits[..., j])
+    return step
+
+
+for _k in _WMMA:
+    handler(_k)(_wmma)
+
+
 # ---------------------------------------------------------------- VOPD
 
 def _vopd_half(h, inst: Inst):
