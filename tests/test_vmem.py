@@ -524,3 +524,33 @@ def test_addtid_and_append():
     assert (w.v[2, 0][w.em[0]] == 2).all() and w.lds[20:24].view(np.uint32)[0] == 18
     ins("DS", "ds_consume", vdst=2)(w, slice(None))
     assert (w.v[2, 0][w.em[0]] == 18).all() and w.lds[20:24].view(np.uint32)[0] == 2
+
+
+def test_scratch_subdword_straddling_dwords():
+    w, base = scratch_state(lanes=64)
+    w.v[1] = np.arange(128, dtype=np.uint32).reshape(2, 64) * 0x01010101 + 0x00030201
+    w.v[0] = 7                                                       # bytes 7, 8: two different swizzled dwords
+    ins("SCRATCH", "scratch_store_b16", addr=0, data=1, saddr=OFF, sve=1)(w, slice(None))
+    ins("SCRATCH", "scratch_load_u16", addr=0, vdst=2, saddr=OFF, sve=1)(w, slice(None))
+    assert (w.v[2] == w.v[1] & 0xFFFF).all()
+    phys = np.frombuffer(w.mem.read(base, 2 * 64 * 64), np.uint8).reshape(2, 16, 64, 4)   # [wave, dword, lane, byte]
+    assert (phys[:, 1, :, 3] == (w.v[1] & 0xFF)).all() and (phys[:, 2, :, 0] == (w.v[1] >> 8 & 0xFF)).all()
+    ins("SCRATCH", "scratch_store_d16_hi_b8", addr=0, data=1, saddr=OFF, sve=1, offset=-6)(w, slice(None))   # byte 1
+    phys = np.frombuffer(w.mem.read(base, 2 * 64 * 64), np.uint8).reshape(2, 16, 64, 4)
+    assert (phys[:, 0, :, 1] == (w.v[1] >> 16 & 0xFF)).all()
+    ins("SCRATCH", "scratch_load_i8", addr=0, vdst=3, saddr=OFF, sve=1, offset=-6)(w, slice(None))
+    assert (w.v[3] == (w.v[1] >> 16 & 0xFF).astype(np.uint8).astype(np.int8).astype(np.int32).view(np.uint32)).all()
+
+
+def test_lds_blocks_not_dword_multiple():
+    """An LDS allocation of 10 bytes: the second workgroup's block starts at an odd dword boundary."""
+    w = wstate(2, lds_bytes=10)
+    w.v[0] = 4
+    w.v[1] = np.array([[0x11111111], [0x22222222]], np.uint32)
+    ins("DS", "ds_store_b32", addr=0, data0=1)(w, slice(None))
+    ins("DS", "ds_load_b64", addr=0, vdst=2)(w, slice(None))           # second dword (8..12) is out of range
+    assert (w.v[2] == w.v[1]).all() and (w.v[3] == 0).all()
+    assert w.lds[4:8].tolist() == [0x11] * 4 and w.lds[14:18].tolist() == [0x22] * 4
+    w.v[4] = 1
+    ins("DS", "ds_add_rtn_u32", addr=0, data0=4, vdst=5)(w, slice(None))
+    assert (w.v[5] == w.v[1][:, :1] + np.arange(32, dtype=np.uint32)).all()
