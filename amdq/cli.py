@@ -5,8 +5,6 @@ import argparse
 import json
 import os
 import sys
-import time
-from importlib import resources
 from pathlib import Path
 
 from .errors import AmdqError
@@ -84,20 +82,9 @@ def cmd_disasm(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """Compile the bundled example with llvmlite, load it, and show what the loader sees."""
-    from .codeobj import compile, load_code_object
-    arch = args.arch
-    src = resources.files("amdq").joinpath("examples/vadd.ll").read_text()
-    t0 = time.perf_counter()
-    co = compile(src, arch)
-    t1 = time.perf_counter()
-    img = load_code_object(co, arch)
-    img.at(0x7F00_0000_0000)
-    t2 = time.perf_counter()
-    print_inspect(img)
-    print(f"\nstages: compile {1e3 * (t1 - t0):.1f} ms, load+relocate {1e3 * (t2 - t1):.2f} ms")
-    print("demo: code object compiled and loaded (execution on the simulated GPU needs the runtime, not built yet)")
-    return 0
+    """Run the demo model on the default device (or DEV / --device)."""
+    from .demo import run
+    return run(args.device, getattr(args, "trace", None))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p.add_argument("--kernel", help="only this kernel")
     p.set_defaults(fn=cmd_disasm)
-    p = sub.add_parser("demo", help="run the main job on the default device")
-    p.add_argument("--arch", default="gfx1100")
+    p = sub.add_parser("demo", help="run a small model on the default device, validate it, time every stage")
+    p.add_argument("--device", default=None, help="device spec, e.g. SIM:gfx1201 (default: DEV or AMD)")
     p.set_defaults(fn=cmd_demo)
     args = ap.parse_args(argv)
     try:

@@ -9,16 +9,18 @@ from clang import compile_cl
 _devices: dict[str, amdq.Device] = {}
 
 
-def device(spec: str = "SIMKFD+AMD:gfx1100") -> amdq.Device:
-    if spec not in _devices or _devices[spec].closed:
-        _devices[spec] = amdq.open_device(spec)
-    return _devices[spec]
+def device(spec: str = "SIMKFD+AMD:gfx1100", suffix: str = "") -> amdq.Device:
+    """One device per spec (and per simulator mode, named by `suffix`), kept for the test session."""
+    key = f"{spec}/{suffix}"
+    if key not in _devices or _devices[key].closed:
+        _devices[key] = amdq.open_device(spec)
+    return _devices[key]
 
 
 def run_cl(src: str, kernel: str, args: list, grid=(1, 1, 1), block=(64, 1, 1), arch="gfx1100", flags=(),
-           spec: str | None = None):
+           spec: str | None = None, spec_suffix: str = ""):
     """Same contract as tests.harness.run_cl: arrays in args are uploaded and returned after the launch."""
-    dev = device(spec or f"SIMKFD+AMD:{arch}")
+    dev = device(spec or f"SIMKFD+AMD:{arch}", spec_suffix)
     prg = dev.load(compile_cl(src, arch, flags=tuple(flags)).read_bytes())
     bufs = [dev.upload(a) if isinstance(a, np.ndarray) else a for a in args]
     prg[kernel](*bufs, grid=grid, block=block, wait=True)

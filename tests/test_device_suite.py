@@ -1,5 +1,6 @@
 """The shader-core kernel suite again, end to end through the public API on SIMKFD+AMD:gfx1100:
-runtime -> KFD interface -> simulated kernel driver -> PM4 queue -> command processor -> shader core."""
+runtime -> KFD interface -> simulated kernel driver -> PM4 queue -> command processor -> shader core,
+with the simulated GPU in both modes (engines on the doorbell thread, or on their own thread)."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +10,7 @@ import test_shader_kernels as suite
 from test_shader_kernels import *  # noqa: F401,F403  (the same test functions, collected here again)
 
 
-@pytest.fixture(autouse=True)
-def _through_the_device(monkeypatch):
-    monkeypatch.setattr(suite, "run_cl", device_harness.run_cl)
+@pytest.fixture(autouse=True, params=["sync", "async"])
+def _through_the_device(request, monkeypatch):
+    monkeypatch.setenv("AMDQ_SIM_MODE", request.param)
+    monkeypatch.setattr(suite, "run_cl", lambda *a, **k: device_harness.run_cl(*a, spec_suffix=request.param, **k))

@@ -30,6 +30,12 @@ class LRU:
         with self._lock:
             return self._d.pop(key, None)
 
+    def purge(self, pred: Callable[[Hashable], bool]) -> None:
+        """Drop every entry whose key satisfies `pred`."""
+        with self._lock:
+            for k in [k for k in self._d if pred(k)]:
+                del self._d[k]
+
     def __contains__(self, key: Hashable) -> bool:
         return key in self._d
 

@@ -1,6 +1,7 @@
 """A device: one GPU reached through an interface, with its allocator, queue, timeline and programs."""
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import sys
@@ -18,6 +19,7 @@ from .queue import ComputeQueue
 from .signal import Timeline
 
 _said_sim = False
+_serial = itertools.count(1)
 
 
 def parse_spec(spec: str | None) -> tuple[str | None, str | None]:
@@ -106,6 +108,7 @@ class Device:
         if arch and arch != self.arch:
             raise UnsupportedTarget(f"asked for {arch}, the device is {self.arch}")
         self.target: Target = get_target(self.arch)
+        self.uid = next(_serial)                     # never reused, unlike id(): keys the program cache
         self.name = f"{'SIM' if self.sim else ''}{self.iface.name}+AMD:{self.arch}"
         self.closed = False
         self.allocator = Allocator(self.iface)
@@ -196,7 +199,7 @@ class Device:
     def load(self, code_object: bytes) -> Program:
         if not isinstance(code_object, (bytes, bytearray)):
             raise TypeError(f"load takes code-object bytes, not {type(code_object).__name__}")
-        key = cocache.program_key(bytes(code_object), [id(self)])
+        key = cocache.program_key(bytes(code_object), [self.uid])
         return cocache.programs.get_or_create(key, lambda: Program(self, cocache.image_for(bytes(code_object), self.arch)))
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
@@ -246,6 +249,7 @@ class Device:
         except Exception:
             pass
         self.closed = True
+        cocache.programs.purge(lambda k: self.uid in k[1])
         if self.sim is not None:
             self.sim.close()
 

@@ -40,6 +40,8 @@ def _scalar_bytes(a: ArgMeta, v: Any, name: str) -> bytes:
         if len(v) != a.size:
             raise InvalidArgument(f"argument {name}: {len(v)} bytes given, the kernel takes {a.size}")
         return bytes(v)
+    if fl is None and not base and isinstance(v, float) and a.size in (2, 4, 8):
+        fl = {2: "e", 4: "f", 8: "d"}[a.size]           # untyped metadata (LLVM IR): a float is a float
     if fl and a.size == struct.calcsize(fl):
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise InvalidArgument(f"argument {name} ({tn}): expected a number, got {type(v).__name__}")

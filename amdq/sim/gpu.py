@@ -39,7 +39,7 @@ class SimGPU:
         self.cores: dict[int, object] = {}
         self.engines: dict[int, Engine] = {}          # doorbell index -> engine
         self.irq_handlers: list[Callable[[str, int, int, dict], None]] = []
-        self.mode = mode or os.environ.get("AMDQ_SIM_MODE", "sync")
+        self.mode = mode or os.environ.get("AMDQ_SIM_MODE", "async")
         self.defer = False                            # doorbells only record (to time host work alone)
         self.lock = threading.RLock()
         self._kick = threading.Event()
