@@ -815,3 +815,13 @@ def test_cvt_norm_and_pk():
     assert w.v[2][0].view(F32)[0] == 0xAB
     w = run("v_cvt_off_f32_i4_e32 v2, v0", v0=np.arange(32, dtype=U32))
     assert list(w.v[2][0].view(F32)[:16]) == [i / 16 for i in range(8)] + [(i - 16) / 16 for i in range(8, 16)]
+
+
+def test_vop3_forms_of_vsrc0_operations():
+    x = np.array([-3.5, 1e-40, np.inf, 6.0] * 8, F32)
+    w = run("v_frexp_mant_f32_e64 v1, -|v0| clamp", v0=x)
+    assert same(w.v[1][0].view(F32)[:4], np.array([0, 0, 0, 0], F32))     # negative mantissas clamp to 0
+    w = run("v_frexp_exp_i32_f32_e64 v1, v0", v0=x)
+    assert list(w.v[1][0].view(np.int32)[:4]) == [2, -132, 0, 3]
+    w = run("v_movrels_b32_e64 v1, v3", v3=np.full(32, 5, U32), s125=0)
+    assert w.v[1][0][0] == 5
