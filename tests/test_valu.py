@@ -825,3 +825,39 @@ def test_vop3_forms_of_vsrc0_operations():
     assert list(w.v[1][0].view(np.int32)[:4]) == [2, -132, 0, 3]
     w = run("v_movrels_b32_e64 v1, v3", v3=np.full(32, 5, U32), s125=0)
     assert w.v[1][0][0] == 5
+
+
+def test_trig_preop_pieces_sum_to_two_over_pi():
+    w = wave()
+    for i in range(3):
+        w.v[0][0], w.v[1][0] = 0, 0x3FF00000                   # S0 = 1.0
+        w.v[2][0] = i
+        build(inst("v_trig_preop_f64 v[4:5], v[0:1], v2"))(w, slice(None))
+        w.v[10 + 2 * i], w.v[11 + 2 * i] = w.v[4].copy(), w.v[5].copy()
+    parts = [Fraction(float(_get64(w, 10 + 2 * i)[0])) for i in range(3)]
+    assert int(_get64(w, 10).view(U64)[0]) == 0x3FE45F306DC9C882          # 2/pi truncated to 53 bits
+    # 2/pi to 200 bits from Machin's formula, independently of the implementation
+    one = 1 << 260
+    def atan_inv(n):
+        s, t, k, sign = 0, one // n, 1, 1
+        while t:
+            s, t, k, sign = s + sign * (t // k), t // (n * n), k + 2, -sign
+        return s
+    two_over_pi = Fraction(2 * one, 4 * (4 * atan_inv(5) - atan_inv(239)))
+    assert 0 <= two_over_pi - sum(parts) < Fraction(1, 2 ** 158)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(width=32), min_size=32, max_size=32), st.lists(st.floats(width=32), min_size=32, max_size=32))
+def test_f32_binary_ops_match_numpy(xs, ys):
+    a, b = np.array(xs, F32), np.array(ys, F32)
+    with np.errstate(all="ignore"):
+        for op, fn in (("v_add_f32", np.add), ("v_sub_f32", np.subtract), ("v_mul_f32", np.multiply),
+                       ("v_subrev_f32", lambda x, y: y - x)):
+            w = run(f"{op}_e32 v2, v0, v1", v0=a, v1=b)
+            assert same(w.v[2][0].view(F32), fn(a, b)), op
+        w = run("v_max_f32_e32 v2, v0, v1", v0=a, v1=b)
+        exp = np.where(a == b, (a.view(U32) & b.view(U32)).view(F32), np.fmax(a, b))
+        snan = lambda v: np.isnan(v) & ((v.view(U32) & U32(0x00400000)) == 0)  # noqa: E731
+        ok = ~(snan(a) | snan(b))
+        assert same(w.v[2][0].view(F32)[ok], exp[ok])

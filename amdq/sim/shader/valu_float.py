@@ -452,24 +452,19 @@ def _two_over_pi(bits: int) -> int:
 _TWO_OVER_PI = _two_over_pi(1201)          # floor(2/pi * 2**1201)
 
 
+_PREOP: np.ndarray | None = None
+
+
 def _trig_preop(x, sel):
     """53 bits of 2/pi starting at bit 53*S1[4:0] (+ exponent(S0) - 1077 for large S0), as a float64 scaled to
-    its position."""
+    its position (so the pieces for successive S1 sum to 2/pi)."""
+    global _PREOP
+    if _PREOP is None:
+        _PREOP = np.array([float((_TWO_OVER_PI >> (1201 - 53 - sh)) & ((1 << 53) - 1)) for sh in range(1149)], F64)
     x = np.asarray(x, F64)
-    sel = np.asarray(sel, U32) & U32(31)
-    e = _exp_field(x, "f64")
-    shape = np.broadcast(x, sel).shape
-    out = np.empty(shape, F64)
-    e, sel = np.broadcast_to(e, shape), np.broadcast_to(sel, shape)
-    cache = {}
-    for i in np.ndindex(shape):
-        shift = int(sel[i]) * 53 + max(int(e[i]) - 1077, 0)
-        v = cache.get(shift)
-        if v is None:
-            chunk = (_TWO_OVER_PI >> max(1201 - 53 - shift, 0)) & ((1 << 53) - 1) if shift <= 1148 else 0
-            v = cache[shift] = float(np.ldexp(F64(chunk), -53 - shift)) if shift < 1100 else 0.0
-        out[i] = v
-    return out
+    shift = (np.asarray(sel, U32) & U32(31)).astype(I64) * 53 + np.maximum(_exp_field(x, "f64").astype(I64) - 1077, 0)
+    chunk = _PREOP[np.minimum(shift, 1148)]
+    return np.where(shift > 1148, 0.0, np.ldexp(chunk, (-53 - shift).astype(np.int32)))
 
 
 define({"v_trig_preop_f64": (_trig_preop, ("f64", "u32"), "f64", False)})
