@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import dpp
 from .decode import Inst
 from .fp import fma16, fma32, fma32_odd, sum_odd
 from .ops import F32, F64, I32, I64, M32, U32, U64, handler, mask_read, vread
@@ -45,6 +46,7 @@ def _halves(inst: Inst, i: int, typ: str):
 def _pk_writer(inst: Inst, typ: str):
     r = inst.dst[0].reg
     isf = typ == "f16"
+    dm = dpp.write_mask(inst)
 
     def wr(w, sel, lo, hi):
         if isf:
@@ -56,7 +58,7 @@ def _pk_writer(inst: Inst, typ: str):
         lo, hi = np.asarray(lo), np.asarray(hi)
         lo = lo.view(U16) if lo.dtype.itemsize == 2 else lo.astype(U16)
         hi = hi.view(U16) if hi.dtype.itemsize == 2 else hi.astype(U16)
-        store(w, r, sel, lo.astype(U32) | hi.astype(U32) << U32(16))
+        store(w, r, sel, lo.astype(U32) | hi.astype(U32) << U32(16), dm(w, sel) if dm else None)
     return wr
 
 
