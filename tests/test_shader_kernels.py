@@ -165,9 +165,9 @@ def test_wave_ops(wave):
     n = 256
     x = rng(6).integers(-5, 5, n).astype(np.int32)
     mt = np.uint32 if wave == 32 else np.uint64
-    (_, ballot, first, perm), _ = run_cl("wave_ops.cl", "wave_ops", [x, np.zeros(n, mt), np.zeros(n, np.int32),
-                                                                    np.zeros(n, np.int32)], grid=(2, 1, 1), block=(128, 1, 1),
-                                         flags=wf(wave))
+    (_, ballot, first, perm), _ = run_cl("wave_ops.cl", "wave_ops",
+                                         [x, np.zeros(n, mt), np.zeros(n, np.int32), np.zeros(n, np.int32)],
+                                         grid=(2, 1, 1), block=(128, 1, 1), flags=wf(wave))
     waves = x.reshape(-1, wave)
     mask = ((waves > 0).astype(np.uint64) << np.arange(wave, dtype=np.uint64)).sum(1, dtype=np.uint64).astype(mt)
     assert (ballot == np.repeat(mask, wave)).all()
@@ -311,8 +311,8 @@ def test_scratch_array(wave):
 def test_divergent_loop():
     n = 256
     nn = rng(11).integers(1, 5000, n).astype(np.uint32)
-    (_, out, acc), _ = run_cl("divergent_loop.cl", "divergent_loop", [nn, np.zeros(n, np.uint32), np.zeros(n, np.uint32)],
-                              grid=(4, 1, 1), block=(64, 1, 1))
+    (_, out, acc), _ = run_cl("divergent_loop.cl", "divergent_loop",
+                              [nn, np.zeros(n, np.uint32), np.zeros(n, np.uint32)], grid=(4, 1, 1), block=(64, 1, 1))
     for i in range(n):
         x, steps = int(nn[i]), 0
         while x != 1 and steps < 1000:
@@ -352,7 +352,8 @@ def test_int64():
     b = r.integers(-2**63, 2**63, n, dtype=np.int64)
     c = r.integers(-2**63, 2**63, n, dtype=np.int64)
     c[::7] = a[::7]
-    (_, _, _, o), _ = run_cl("int64.cl", "int64", [a, b, c, np.zeros(4 * n, np.int64)], grid=(2, 1, 1), block=(64, 1, 1))
+    (_, _, _, o), _ = run_cl("int64.cl", "int64", [a, b, c, np.zeros(4 * n, np.int64)], grid=(2, 1, 1),
+                             block=(64, 1, 1))
     M = (1 << 64) - 1
     for i in range(n):
         x, y, z, s = int(a[i]), int(b[i]), int(c[i]), i & 63
@@ -373,7 +374,8 @@ def test_intdiv():
     b64[b64 == 0] = 3
     b64[:4] = [1, -1, 2**62, -3]
     a[0], b[0] = -2**31, 1
-    outs, _ = run_cl("intdiv.cl", "intdiv", [a, b, *(np.zeros(n, np.int32),) * 2, *(np.zeros(n, np.uint32),) * 2, a64, b64,
+    outs, _ = run_cl("intdiv.cl", "intdiv", [a, b, *(np.zeros(n, np.int32),) * 2, *(np.zeros(n, np.uint32),) * 2,
+                                             a64, b64,
                                              np.zeros(2 * n, np.int64), np.zeros(2 * n, np.uint64)],
                      grid=(2, 1, 1), block=(64, 1, 1))
     q, rr, uq, ur, q64, uq64 = outs[2], outs[3], outs[4], outs[5], outs[8], outs[9]
@@ -395,7 +397,8 @@ def test_vec_fma():
     n = 100
     r = rng(15)
     a, b, c = (r.standard_normal((128, 4)).astype(F32) for _ in range(3))
-    (_, _, cout, d), _ = run_cl("vec_fma.cl", "vec_fma", [a, b, c, np.zeros(128, F32), n], grid=(2, 1, 1), block=(64, 1, 1))
+    (_, _, cout, d), _ = run_cl("vec_fma.cl", "vec_fma", [a, b, c, np.zeros(128, F32), n], grid=(2, 1, 1),
+                                block=(64, 1, 1))
     want = fma32(fma32(a, b, c), F32(2), -a)
     assert_bits(cout[:n], want[:n], "c")
     assert (cout[n:] == c[n:]).all()
@@ -439,7 +442,8 @@ def test_f64_math():
     n = 128
     r = rng(18)
     a, b, c = (r.standard_normal(n) * 100 for _ in range(3))
-    (_, _, _, o, f, g), _ = run_cl("f64_math.cl", "f64_math", [a, b, c, np.zeros(n, F64), np.zeros(n, F32), np.zeros(n, F64)],
+    (_, _, _, o, f, g), _ = run_cl("f64_math.cl", "f64_math",
+                                   [a, b, c, np.zeros(n, F64), np.zeros(n, F32), np.zeros(n, F64)],
                                    grid=(2, 1, 1), block=(64, 1, 1))
     t = fma64(a, b, fma64(a, b, c)) - c
     t = np.fmin(a, b) + t
@@ -491,7 +495,8 @@ def test_transcendental():
     (_, e, lg, rs, nn), _ = run_cl("transcendental.cl", "transcendental", [x, *(np.zeros(n, F32),) * 4],
                                    grid=(2, 1, 1), block=(64, 1, 1))
     p = np.abs(x.astype(F64)) + 1
-    for got, want in ((e, np.exp(x.astype(F64))), (lg, np.log(p)), (rs, 1 / np.sqrt(p)), (nn, np.exp2(x.astype(F64)) * np.log2(p))):
+    x64 = x.astype(F64)
+    for got, want in ((e, np.exp(x64)), (lg, np.log(p)), (rs, 1 / np.sqrt(p)), (nn, np.exp2(x64) * np.log2(p))):
         rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-30)
         assert rel.max() <= 2.0**-20, rel.max()
 

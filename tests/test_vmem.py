@@ -92,7 +92,8 @@ def test_global_wide_and_subdword():
         want = raw[:512].view(np.uint32).reshape(32, 4)[:, :n]
         assert (w.v[4:4 + n, 0].T == want).all(), name
     setv64(w, 0, base + 0x7F + np.arange(32))                      # odd addresses, bytes 0x7f.. (signed wrap)
-    cases = {"global_load_u8": lambda b: b, "global_load_i8": lambda b: b.astype(np.int8).astype(np.int32).view(np.uint32)}
+    cases = {"global_load_u8": lambda b: b,
+             "global_load_i8": lambda b: b.astype(np.int8).astype(np.int32).view(np.uint32)}
     for name, f in cases.items():
         ins("GLOBAL", name, addr=0, saddr=OFF, vdst=8)(w, slice(None))
         assert (w.v[8, 0] == f(raw[0x7F:0x9F])).all(), name
@@ -152,7 +153,8 @@ def seq_ref(op: str, mem: dict, addrs, src, cmp, bits: int):
     return olds
 
 
-INT_OPS = ["add", "sub", "rsub", "and", "or", "xor", "min_u", "max_u", "min_i", "max_i", "inc", "dec", "swap", "cmpswap",
+INT_OPS = ["add", "sub", "rsub", "and", "or", "xor", "min_u", "max_u", "min_i", "max_i", "inc", "dec", "swap",
+           "cmpswap",
            "mskor", "csub", "wrap"]
 
 
@@ -424,7 +426,8 @@ def test_buffer_raw_range_checks():
     vsharp(w, 8, base, stride=16, num_records=10, oob=1)
     w.v[1] = 1
     w.v[0] = np.arange(32, dtype=np.uint32)
-    ins("MUBUF", "buffer_atomic_add_u32", vaddr=0, vdata=1, srsrc=2, soffset=2, idxen=1, offset=512, glc=1)(w, slice(None))
+    ins("MUBUF", "buffer_atomic_add_u32", vaddr=0, vdata=1, srsrc=2, soffset=2, idxen=1, offset=512,
+        glc=1)(w, slice(None))
     m = np.frombuffer(w.mem.read(base + 512, 16 * 32), np.uint32).reshape(32, 4)
     assert (m[:10, 0] == np.arange(128, 128 + 40, 4) + 1).all() and (m[10:, 0] == np.arange(168, 256, 4)).all()
     assert (w.v[1, 0, 10:] == 0).all() and (w.v[1, 0, :10] == np.arange(128, 168, 4)).all()
@@ -490,7 +493,9 @@ def test_atomic_instructions_lane_order(name, lanes, waves, seed, use_lds, index
     sel = np.flatnonzero(r.random(waves) < 0.7) if index_sel else slice(None)
     op = GLOBAL_ATOMICS[name]
     if use_lds:
-        ds = {"csub": None, "swap": "ds_storexchg_rtn_b32", "cmpswap": "ds_cmpstore_rtn_b32"}.get(op, f"ds_{name.split('_')[0]}_rtn_{name.split('_')[1]}")
+        kind, typ = name.split("_")
+        special = {"csub": None, "swap": "ds_storexchg_rtn_b32", "cmpswap": "ds_cmpstore_rtn_b32"}
+        ds = special.get(op, f"ds_{kind}_rtn_{typ}")
         if ds is None:
             return
         extra = {"data1": 2} if op == "cmpswap" else {}

@@ -25,49 +25,59 @@ WIDTH = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, 
 
 # ---------------------------------------------------------------- LDS access (also used by FLAT)
 
-def lds_read(w, wv: np.ndarray, a: np.ndarray, nbytes: int) -> np.ndarray:
-    """LDS bytes at address a of each lane's workgroup: uint32 (n, max(1, nbytes/4)); out of range reads 0."""
-    a = np.asarray(a, np.int64)
-    base, size = w.lds_base[wv], w.lds_size
-    if ((a >= 0) & (a + nbytes <= size)).all():
-        return gather(w.lds, base + a, nbytes)
+def _in_range(a: np.ndarray, nbytes: int, size: int) -> bool:
+    return not len(a) or int(a.max()) + nbytes <= size
+
+
+def lds_read(w, a: np.ndarray, phys: np.ndarray, nbytes: int) -> np.ndarray:
+    """LDS bytes at address a (>= 0; phys = a + the lane's workgroup base in w.lds) of each lane:
+    uint32 (n, max(1, nbytes/4)); out of range reads 0 (per dword)."""
+    size = w.lds_size
+    if _in_range(a, nbytes, size):
+        return gather(w.lds, phys, nbytes)
     words = max(1, nbytes // 4)
     out = np.zeros((len(a), words), U32)
     for j in range(words):
         sz = min(4, nbytes)
-        m = np.flatnonzero((a >= 0) & (a + 4 * j + sz <= size))
+        m = np.flatnonzero(a + 4 * j + sz <= size)
         if len(m):
-            out[m, j] = gather(w.lds, base[m] + a[m] + 4 * j, sz)[:, 0]
+            out[m, j] = gather(w.lds, phys[m] + 4 * j, sz)[:, 0]
     return out
 
 
-def lds_write(w, wv: np.ndarray, a: np.ndarray, data: np.ndarray, nbytes: int) -> None:
-    """Write each lane's low nbytes of data (uint32 (n, words)) to its workgroup's LDS; out of range is dropped."""
-    a = np.asarray(a, np.int64)
+def lds_write(w, a: np.ndarray, phys: np.ndarray, data: np.ndarray, nbytes: int) -> None:
+    """Write each lane's low nbytes of data (uint32 (n, words)) to LDS; out of range (per dword) is dropped."""
     data = np.asarray(data, U32).reshape(len(a), -1)
-    base, size = w.lds_base[wv], w.lds_size
-    if ((a >= 0) & (a + nbytes <= size)).all():
-        scatter(w.lds, base + a, data, nbytes)
+    size = w.lds_size
+    if _in_range(a, nbytes, size):
+        scatter(w.lds, phys, data, nbytes)
         return
     for j in range(max(1, nbytes // 4)):
         sz = min(4, nbytes)
-        m = np.flatnonzero((a >= 0) & (a + 4 * j + sz <= size))
+        m = np.flatnonzero(a + 4 * j + sz <= size)
         if len(m):
-            scatter(w.lds, base[m] + a[m] + 4 * j, data[m, j], sz)
+            scatter(w.lds, phys[m] + 4 * j, data[m, j], sz)
 
 
-def lds_rmw(w, wv: np.ndarray, a: np.ndarray, op: AtomicOp, src: np.ndarray, cmp: np.ndarray | None) -> np.ndarray:
+def lds_rmw(w, a: np.ndarray, phys: np.ndarray, op: AtomicOp, src: np.ndarray, cmp: np.ndarray | None) -> np.ndarray:
     """LDS atomic in lane order; out-of-range lanes change nothing and return 0."""
-    a = np.asarray(a, np.int64)
-    base, size = w.lds_base[wv], w.lds_size
-    ok = (a >= 0) & (a + src.dtype.itemsize <= size)
-    if ok.all():
-        return rmw(w.lds, base + a, op, src, cmp)
+    size = w.lds_size
+    if _in_range(a, src.dtype.itemsize, size):
+        return rmw(w.lds, phys, op, src, cmp)
     old = np.zeros(len(a), src.dtype)
-    m = np.flatnonzero(ok)
+    m = np.flatnonzero(a + src.dtype.itemsize <= size)
     if len(m):
-        old[m] = rmw(w.lds, base[m] + a[m], op, src[m], None if cmp is None else cmp[m])
+        old[m] = rmw(w.lds, phys[m], op, src[m], None if cmp is None else cmp[m])
     return old
+
+
+def lds_addr(st: "V.Lanes", r: int, off: int) -> tuple[np.ndarray, np.ndarray]:
+    """(LDS address, its offset in w.lds) of the active lanes: VGPR r + off, in the lane's workgroup block."""
+    w, sel = st.w, st.sel
+    a = w.v[r][sel].astype(np.int64)
+    if off:
+        a += off
+    return st.pick(a), st.pick(a + w.lds_base[sel][:, None])
 
 
 # ---------------------------------------------------------------- helpers
@@ -76,8 +86,8 @@ def _step(w, sel) -> "V.Lanes":
     return V.Lanes(w, sel)
 
 
-def _addr(st, inst: Inst, extra: int = 0) -> np.ndarray:
-    return st.reg(inst.addr.reg).astype(np.int64) + (inst.offset + extra)
+def _addr(st, inst: Inst) -> tuple[np.ndarray, np.ndarray]:
+    return lds_addr(st, inst.addr.reg, inst.offset)
 
 
 def _check(inst: Inst) -> None:
@@ -105,7 +115,7 @@ def _load(inst: Inst):
         st = _step(w, sel)
         if st.n == 0:
             return
-        raw = lds_read(w, st.waves, _addr(st, inst), nbytes)
+        raw = lds_read(w, *_addr(st, inst), nbytes)
         V.write_regs(st, r, V.finish_load(d16, kind, raw, st.reg(r) if d16 else None))
     return step
 
@@ -121,7 +131,7 @@ def _store(inst: Inst):
         st = _step(w, sel)
         if st.n == 0:
             return
-        lds_write(w, st.waves, _addr(st, inst), V.store_data(st, r, d16, nbytes), nbytes)
+        lds_write(w, *_addr(st, inst), V.store_data(st, r, d16, nbytes), nbytes)
     return step
 
 
@@ -141,9 +151,8 @@ def _load2(inst: Inst):
         st = _step(w, sel)
         if st.n == 0:
             return
-        a = st.reg(inst.addr.reg).astype(np.int64)
-        wv = st.waves
-        V.write_regs(st, r, np.concatenate([lds_read(w, wv, a + o0, size), lds_read(w, wv, a + o1, size)], 1))
+        a, p = lds_addr(st, inst.addr.reg, 0)
+        V.write_regs(st, r, np.concatenate([lds_read(w, a + o0, p + o0, size), lds_read(w, a + o1, p + o1, size)], 1))
     return step
 
 
@@ -157,10 +166,9 @@ def _store2(inst: Inst):
         st = _step(w, sel)
         if st.n == 0:
             return
-        a = st.reg(inst.addr.reg).astype(np.int64)
-        wv = st.waves
-        lds_write(w, wv, a + o0, V.read_regs(st, r0, nw), size)
-        lds_write(w, wv, a + o1, V.read_regs(st, r1, nw), size)
+        a, p = lds_addr(st, inst.addr.reg, 0)
+        lds_write(w, a + o0, p + o0, V.read_regs(st, r0, nw), size)
+        lds_write(w, a + o1, p + o1, V.read_regs(st, r1, nw), size)
     return step
 
 
@@ -194,7 +202,7 @@ def _atomic(inst: Inst):
             return
         src = val(st, dregs[0])
         cmp = val(st, dregs[1]) if nd == 2 else None
-        old = lds_rmw(w, st.waves, _addr(st, inst), op, src, cmp)
+        old = lds_rmw(w, *_addr(st, inst), op, src, cmp)
         if dst is not None:
             V.write_regs(st, dst, V.atomic_result(old))
     return step
@@ -210,11 +218,12 @@ def _xchg2(inst: Inst):
         st = _step(w, sel)
         if st.n == 0:
             return
-        a, wv = st.reg(inst.addr.reg).astype(np.int64), st.waves
+        a, p = lds_addr(st, inst.addr.reg, 0)
         out = []
         for r, o in ((r0, o0), (r1, o1)):
             d = V.read_regs(st, r, nw)
-            out.append(V.atomic_result(lds_rmw(w, wv, a + o, ATOMICS["swap"], d[:, 0].copy() if nw == 1 else V.to64(d), None)))
+            src = d[:, 0].copy() if nw == 1 else V.to64(d)
+            out.append(V.atomic_result(lds_rmw(w, a + o, p + o, ATOMICS["swap"], src, None)))
         V.write_regs(st, dst, np.concatenate(out, 1))
     return step
 
@@ -229,10 +238,11 @@ def _addtid(inst: Inst):
             return
         m0 = st.pick((w.s[M0][sel] & U32(0xFFFF)).astype(np.int64)[:, None])
         a = m0 + inst.offset + st.lanes.astype(np.int64) * 4
+        p = a + w.lds_base[st.waves]
         if load:
-            V.write_regs(st, inst.dst[0].reg, lds_read(w, st.waves, a, 4))
+            V.write_regs(st, inst.dst[0].reg, lds_read(w, a, p, 4))
         else:
-            lds_write(w, st.waves, a, st.reg(inst.data[0].reg)[:, None], 4)
+            lds_write(w, a, p, st.reg(inst.data[0].reg)[:, None], 4)
     return step
 
 
@@ -253,7 +263,7 @@ def _append(inst: Inst):
         delta = cnt if sign > 0 else (U32(0) - cnt)
         old = np.zeros(len(waves), U32)
         idx = np.flatnonzero(act)
-        old[idx] = lds_rmw(w, waves[idx], a[idx], ATOMICS["add"], delta[idx].astype(U32), None)
+        old[idx] = lds_rmw(w, a[idx], a[idx] + w.lds_base[waves[idx]], ATOMICS["add"], delta[idx].astype(U32), None)
         w.write_v(r, sel, old[:, None])
     return step
 

@@ -58,7 +58,8 @@ class FlatMemory:
         return addr
 
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
-        raw = np.frombuffer(data if isinstance(data, (bytes, bytearray)) else np.ascontiguousarray(data).tobytes(), np.uint8)
+        raw = np.frombuffer(data if isinstance(data, (bytes, bytearray)) else np.ascontiguousarray(data).tobytes(),
+                            np.uint8)
         self.buf[addr - self.base:addr - self.base + len(raw)] = raw
 
     def read(self, addr: int, nbytes: int) -> bytes:
@@ -365,7 +366,8 @@ def rmw(buf: np.ndarray, off: np.ndarray, op: AtomicOp, src: np.ndarray, cmp: np
     return old
 
 
-def atomic(mem: GPUMemory, addr: np.ndarray, op: AtomicOp, src: np.ndarray, cmp: np.ndarray | None = None) -> np.ndarray:
+def atomic(mem: GPUMemory, addr: np.ndarray, op: AtomicOp, src: np.ndarray,
+           cmp: np.ndarray | None = None) -> np.ndarray:
     """An atomic read-modify-write at each lane's virtual address (lane order); returns the old values."""
     width = src.dtype.itemsize
     old = np.empty(len(addr), src.dtype)

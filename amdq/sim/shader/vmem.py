@@ -187,7 +187,8 @@ def private_phys(st: Lanes, wv: np.ndarray, ln: np.ndarray, a: np.ndarray, nbyte
 def private_load(st: Lanes, wv, ln, a: np.ndarray, nbytes: int) -> np.ndarray:
     words = max(1, nbytes // 4)
     if nbytes >= 4 and not (a & 3).any():
-        return np.stack([load(st.w.mem, private_phys(st, wv, ln, a + 4 * j, 4, False), 4)[:, 0] for j in range(words)], 1)
+        return np.stack([load(st.w.mem, private_phys(st, wv, ln, a + 4 * j, 4, False), 4)[:, 0]
+                         for j in range(words)], 1)
     if nbytes < 4 and ((a & 3) + nbytes <= 4).all():
         return load(st.w.mem, private_phys(st, wv, ln, a, nbytes, False), nbytes)
     private_phys(st, wv, ln, a, nbytes, False)
@@ -295,7 +296,7 @@ def seg_load(st: Lanes, seg: str, idx, a, nbytes: int) -> np.ndarray:
     if seg == "g":
         return load(st.w.mem, a, nbytes)
     if seg == "l":
-        return LDSM.lds_read(st.w, _sub(st.waves, idx), a, nbytes)
+        return LDSM.lds_read(st.w, a, a + st.w.lds_base[_sub(st.waves, idx)], nbytes)
     return private_load(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, nbytes)
 
 
@@ -303,7 +304,7 @@ def seg_store(st: Lanes, seg: str, idx, a, data, nbytes: int) -> None:
     if seg == "g":
         store(st.w.mem, a, data, nbytes)
     elif seg == "l":
-        LDSM.lds_write(st.w, _sub(st.waves, idx), a, data, nbytes)
+        LDSM.lds_write(st.w, a, a + st.w.lds_base[_sub(st.waves, idx)], data, nbytes)
     else:
         private_store(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, data, nbytes)
 
@@ -312,7 +313,7 @@ def seg_atomic(st: Lanes, seg: str, idx, a, op, src, cmp):
     if seg == "g":
         return atomic(st.w.mem, a, op, src, cmp)
     if seg == "l":
-        return LDSM.lds_rmw(st.w, _sub(st.waves, idx), a, op, src, cmp)
+        return LDSM.lds_rmw(st.w, a, a + st.w.lds_base[_sub(st.waves, idx)], op, src, cmp)
     return private_atomic(st, _sub(st.waves, idx), _sub(st.lanes, idx), a, op, src, cmp)
 
 
