@@ -161,7 +161,7 @@ def test_matmul_tiled():
 
 @WAVES
 def test_wave_ops(wave):
-    """ballot, readfirstlane, ds_bpermute."""
+    """ballot, readfirstlane, ds_bpermute (whose 5-bit lane index keeps wave64 lanes in their 32-lane half)."""
     n = 256
     x = rng(6).integers(-5, 5, n).astype(np.int32)
     mt = np.uint32 if wave == 32 else np.uint64
@@ -172,7 +172,9 @@ def test_wave_ops(wave):
     mask = ((waves > 0).astype(np.uint64) << np.arange(wave, dtype=np.uint64)).sum(1, dtype=np.uint64).astype(mt)
     assert (ballot == np.repeat(mask, wave)).all()
     assert (first == np.repeat(waves[:, 0], wave)).all()
-    assert (perm == np.roll(waves, -1, axis=1).ravel()).all()
+    # ds_bpermute takes a 5-bit lane index: in wave64 each half of 32 lanes permutes within itself
+    halves = x.reshape(-1, 32)
+    assert (perm == np.roll(halves, -1, axis=1).ravel()).all()
 
 
 # ---------------------------------------------------------------- atomics

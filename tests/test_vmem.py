@@ -339,6 +339,11 @@ def test_ds_crosslane():
     off = (0x1F) | (0 << 5) | (1 << 10)                              # bitmask mode: xor 1
     ins("DS", "ds_swizzle_b32", addr=1, vdst=4, offset0=off & 0xFF, offset1=off >> 8)(w, slice(None))
     assert (w.v[4, 0] == 100 + (np.arange(32) ^ 1)).all()
+    w64 = wstate(1, lanes=64)                                        # wave64: each 32-lane half on its own
+    w64.v[1] = np.arange(100, 164, dtype=np.uint32)
+    w64.v[0] = ((np.arange(64) + 1) * 4).astype(np.uint32)
+    ins("DS", "ds_bpermute_b32", addr=0, data0=1, vdst=2)(w64, slice(None))
+    assert (w64.v[2, 0] == 100 + np.roll(np.arange(64).reshape(2, 32), -1, axis=1).ravel()).all()
     off = 0x8000 | 0b00011011                                        # quad perm [3,2,1,0]
     ins("DS", "ds_swizzle_b32", addr=1, vdst=4, offset0=off & 0xFF, offset1=off >> 8)(w, slice(None))
     assert (w.v[4, 0] == 100 + (np.arange(32) ^ 3)).all()

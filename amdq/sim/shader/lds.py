@@ -7,7 +7,8 @@ workgroup's allocation) do what RDNA hardware does with LDS outside the allocati
 writes and atomics are dropped (atomics return 0). Multi-dword loads and stores are range checked
 per dword. Atomics go lane by lane in lane order (memory.rmw). DS_CMPSTORE takes (DATA0 = new value,
 DATA1 = compare value). DS_SWIZZLE (bitmask and quad-permute modes), DS_PERMUTE and DS_BPERMUTE move
-data between lanes of a wave without touching LDS; a source lane that is inactive reads as 0.
+data between lanes of a wave without touching LDS; a source lane that is inactive reads as 0; their lane
+index is (address / 4) mod 32, so in wave64 each 32-lane half permutes within itself (v_permlane64 crosses).
 GDS, GWS, ordered count, BVH stack and DS_CONDXCHG32 are not implemented.
 """
 from __future__ import annotations
@@ -292,7 +293,9 @@ def _crosslane(inst: Inst):
                 raise unsupported(inst, f"swizzle offset {inst.offset:#x} (FFT/rotate modes) not implemented")
             out = np.where(em[:, src], data[:, src], U32(0))
         else:
-            lane = ((w.v[inst.addr.reg][sel].astype(np.int64) + inst.offset) >> 2) % w.lanes
+            # the lane index is 5 bits: in wave64 each 32-lane half permutes within itself
+            lane = ((((w.v[inst.addr.reg][sel].astype(np.int64) + inst.offset) >> 2) & 31)
+                    | (np.arange(w.lanes) & ~31)[None, :])
             if kind == "ds_bpermute_b32":
                 out = np.where(np.take_along_axis(em, lane, 1), np.take_along_axis(data, lane, 1), U32(0))
             else:                                        # ds_permute_b32: forward, later lanes win
