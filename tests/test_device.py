@@ -159,3 +159,17 @@ def test_gpu_page_fault_names_the_address(dev):
     with pytest.raises(GPUFault) as e:
         k(bad, grid=1, block=32, wait=True, timeout_ms=2000)
     assert e.value.address == bad and f"{bad:#x}" in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_bound_resubmission(monkeypatch, mode):
+    monkeypatch.setenv("AMDQ_SIM_MODE", mode)
+    d = amdq.open_device("SIM:gfx1100")
+    k = d.load(co("count.cl"))["count"]
+    c = d.upload(np.zeros(1, np.int32))
+    b = k.bind(c, 3, grid=1, block=32)
+    values = [b.submit() for _ in range(50)]
+    assert values == list(range(values[0], values[0] + 50))
+    d.wait(values[-1])
+    assert c.numpy(np.int32)[0] == 150
+    d.close()

@@ -81,17 +81,25 @@ class Kernargs:
         self.alloc = dev.allocator.alloc(size, "gtt")
         self.mv = self.alloc.cpu.mv
         self.head = 0
-        self.marks: list[tuple[int, int]] = []     # (timeline value, head after it)
 
-    def push(self, blob: bytes, extra: int = 0) -> int:
-        need = (len(blob) + extra + 63) & ~63
+    def take(self, nbytes: int) -> tuple[int, int]:
+        """(GPU address, offset) of `nbytes` fresh bytes."""
+        need = (nbytes + 63) & ~63
         if self.head + need > self.size:
             self.dev.synchronize()                  # everything older is done: start over
             self.head = 0
         off = self.head
-        self.mv[off:off + len(blob)] = blob
         self.head += need
-        return self.alloc.va + off
+        return self.alloc.va + off, off
+
+    def push(self, blob: bytes, extra: int = 0) -> int:
+        addr, off = self.take(len(blob) + extra)
+        self.mv[off:off + len(blob)] = blob
+        return addr
+
+    def read(self, addr: int, n: int) -> bytes:
+        off = addr - self.alloc.va
+        return bytes(self.mv[off:off + n])
 
     def write(self, addr: int, data: bytes) -> None:
         off = addr - self.alloc.va
@@ -203,25 +211,29 @@ class Device:
         return cocache.programs.get_or_create(key, lambda: Program(self, cocache.image_for(bytes(code_object), self.arch)))
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
-        rec = LaunchRecord(kernel.name)
         t0 = time.perf_counter()
-        cmds = self.queue.commands()
-        ts = self._ts_slot() if wait else None
-        cmds.acquire()
-        if ts is not None:
-            cmds.timestamp(ts)
-        kernel.encode(cmds, args, grid, block)
-        if ts is not None:
-            cmds.timestamp(ts + 8)
+        p = kernel.plan(args, grid, block, wait)
+        ka, off = self.kernargs.take(p.size)
+        kernel.pack_into(p, args, self.kernargs.mv, off)
+        dw = p.dw
+        if p.ka_idx is not None:
+            dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
+        if p.pkt_off is not None:
+            pa = ka + p.pkt_off
+            struct.pack_into("<Q", p.pkt, 40, ka)
+            self.kernargs.mv[off + p.pkt_off:off + p.pkt_off + 64] = p.pkt
+            dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
         value = self.timeline.next()
-        cmds.release(self.timeline.addr, value)
-        cmds.release(self.iface.mailbox_va, self.iface.signal_event, interrupt=self.iface.signal_event)
+        dw[p.value], dw[p.value + 1] = value & 0xFFFFFFFF, value >> 32
+        if wait:
+            ts = self._ts_slot()
+            dw[p.ts], dw[p.ts + 1], dw[p.ts2], dw[p.ts2 + 1] = ts & 0xFFFFFFFF, ts >> 32, (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
         t1 = time.perf_counter()
-        self.queue.submit(cmds.dw)
-        t2 = time.perf_counter()
-        rec.encode, rec.submit, rec.value = t1 - t0, t2 - t1, value
+        self.queue.submit(dw)
         if not wait:
             return None
+        t2 = time.perf_counter()
+        rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value)
         self.wait(value, timeout_ms)
         rec.wait = time.perf_counter() - t2
         a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, ts - self.ts_alloc.va)

@@ -87,6 +87,7 @@ class ComputeQueue:
         self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
         self.ring_dw = len(self.ring)
         self.wptr = 0
+        self._limit = self.ring_dw              # wptr may grow to this without rereading the read pointer
         self.gen = dev.target.gfx_version
         self.sh = SHRegs(dev.target.ip["GC"])
 
@@ -102,8 +103,10 @@ class ComputeQueue:
         n = len(dws)
         if n > self.ring_dw:
             raise ValueError(f"{n} dwords do not fit the {self.ring_dw}-dword ring; bind them into an IB")
-        if self.wptr + n - self.rptr > self.ring_dw:
-            self._wait_space(n, timeout_ms)
+        if self.wptr + n > self._limit:
+            if self.wptr + n - self.rptr > self.ring_dw:
+                self._wait_space(n, timeout_ms)
+            self._limit = self.rptr + self.ring_dw
         i = self.wptr % self.ring_dw
         first = min(n, self.ring_dw - i)
         arr = np.asarray(dws, np.uint32)
@@ -145,13 +148,24 @@ class ComputeQueue:
         self.dev.iface.destroy_queue(self.q)
 
 
-def bind(dev, cmds: Commands):
-    """Copy commands into an indirect buffer in device memory; returns (allocation, IB packet dwords)."""
-    a = dev.allocator.alloc(len(cmds.dw) * 4, "gtt", uncached=True)
-    a.cpu.mv[:len(cmds.dw) * 4] = np.asarray(cmds.dw, np.uint32).tobytes()
-    ib = pm4.table(cmds.gen).encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=a.va, IB_SIZE=len(cmds.dw), VALID=1)
-    return a, ib
+class Bound:
+    """Commands copied into an indirect buffer: resubmitting patches a few dwords in place and writes
+    one 4-dword INDIRECT_BUFFER packet to the ring."""
 
+    def __init__(self, queue: ComputeQueue, dws, patches: dict[str, int]):
+        dws = np.asarray(dws, np.uint32)
+        self.queue, self.patches = queue, dict(patches)
+        self.alloc = queue.dev.allocator.alloc(len(dws) * 4, "gtt", uncached=True)
+        self.mv = self.alloc.cpu.mv
+        self.mv[:len(dws) * 4] = dws.tobytes()
+        self.ib = np.array(pm4.table(queue.gen).encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=self.alloc.va,
+                                                       IB_SIZE=len(dws), VALID=1), np.uint32)
 
-def patch64(alloc, dword_index: int, value: int) -> None:
-    struct.pack_into("<Q", alloc.cpu.mv, dword_index * 4, value)
+    def patch64(self, name: str, value: int) -> None:
+        struct.pack_into("<Q", self.mv, self.patches[name] * 4, value)
+
+    def submit(self) -> None:
+        self.queue.submit(self.ib)
+
+    def free(self) -> None:
+        self.queue.dev.allocator.free(self.alloc)
