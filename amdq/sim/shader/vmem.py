@@ -13,13 +13,16 @@ Instructions"; LLVM AMDGPUUsage (apertures, architected flat scratch). Inactive 
   (scratch_wave_bytes / lanes) is a GPUFault naming the private address.
 - MUBUF: a V# in four SGPRs (base [47:0], stride [61:48], swizzle [63:62], num_records [95:64],
   add_tid [119], oob_select [125:124]). Address = base + SOFFSET + OFFSET + voffset + stride * index.
-  Range check on index / (voffset + OFFSET) by OOB_SELECT: 0 index >= num_records or offset+size >
-  stride; 1 index >= num_records; 2 num_records == 0; 3 (raw) offset+size > num_records, checked per
-  dword for multi-dword loads/stores, all-or-nothing for atomics. Out of range: loads return 0,
-  stores and atomics do nothing (atomics return 0). Swizzled buffers and typed (FORMAT) access are
-  not implemented.
-- Atomics: applied lane by lane in lane order (memory.rmw); CMPSWAP data is (src, cmp): the low half of
-  the data registers is the new value, the high half the compare value. Old values return with GLC.
+  Range check on index / (voffset + OFFSET) by OOB_SELECT (SOFFSET is outside the check, as LLVM's buffer
+  intrinsics document): 0 index >= num_records or offset+size > stride; 1 index >= num_records;
+  2 num_records == 0; 3 (raw) offset+size > num_records. Dword loads/stores are checked per dword,
+  atomics all-or-nothing. Out of range: loads return 0, stores and atomics do nothing (atomics return
+  0). Not implemented: swizzled buffers, typed (FORMAT) access, loads into LDS.
+- Atomics: applied lane by lane in lane order, waves in batch order (memory.rmw); CMPSWAP data is
+  (src, cmp): the low half of the data registers is the new value, the high half the compare value
+  (LLVM emits it so). INC/DEC wrap at the data value; CSUB clamps at 0. Old values return with GLC.
+- D16 loads write the low (D16) or high (D16_HI) half of the VGPR and keep the other half; D16_HI
+  stores take bits [31:16].
 """
 from __future__ import annotations
 
