@@ -564,3 +564,37 @@ def test_lds_blocks_not_dword_multiple():
     w.v[4] = 1
     ins("DS", "ds_add_rtn_u32", addr=0, data0=4, vdst=5)(w, slice(None))
     assert (w.v[5] == w.v[1][:, :1] + np.arange(32, dtype=np.uint32)).all()
+
+
+def test_ds_wide_xchg2_mskor_and_64bit():
+    w = wstate(1, lds_bytes=1024)
+    w.v[0] = np.arange(32, dtype=np.uint32) * 16
+    for i in range(4):
+        w.v[1 + i] = np.arange(32, dtype=np.uint32) * 10 + i
+    ins("DS", "ds_store_b128", addr=0, data0=1)(w, slice(None))
+    ins("DS", "ds_load_b96", addr=0, vdst=8, offset0=4)(w, slice(None))
+    assert (w.v[8:11, 0] == w.v[2:5, 0]).all()
+    assert (w.lds[:512].view(np.uint32).reshape(32, 4).T == w.v[1:5, 0]).all()
+    # storexchg 2addr: two swaps, old values into vdst[0:1]
+    ins("DS", "ds_storexchg_2addr_rtn_b32", addr=0, data0=3, data1=4, vdst=12, offset0=0, offset1=2)(w, slice(None))
+    assert (w.v[12, 0] == w.v[1, 0]).all() and (w.v[13, 0] == w.v[3, 0]).all()
+    assert (w.lds[:512].view(np.uint32).reshape(32, 4)[:, 0] == w.v[3, 0]).all()
+    # mskor: (m & ~data0) | data1 ; wrap: m >= d0 ? m - d0 : m + d1
+    w.v[5], w.v[6] = 0xF0, 0x5
+    ins("DS", "ds_mskor_rtn_b32", addr=0, data0=5, data1=6, vdst=14, offset0=12)(w, slice(None))
+    assert (w.lds[:512].view(np.uint32).reshape(32, 4)[:, 3] == ((w.v[4, 0] & ~np.uint32(0xF0)) | 5)).all()
+    w.v[5], w.v[6] = 100, 7
+    ins("DS", "ds_wrap_rtn_b32", addr=0, data0=5, data1=6, vdst=14, offset0=4)(w, slice(None))
+    m = w.v[2, 0]
+    assert (w.lds[:512].view(np.uint32).reshape(32, 4)[:, 1] == np.where(m >= 100, m - 100, m + 7)).all()
+    # 64-bit: cmpstore (new in data0 pair, compare in data1 pair) and max_i64 on one address from every lane
+    w.lds[512:520] = np.array([-5], np.int64).view(np.uint8)
+    w.v[0] = 512
+    setv64(w, 16, np.arange(32, dtype=np.int64) - 3)
+    ins("DS", "ds_max_rtn_i64", addr=0, data0=16, vdst=18)(w, slice(None))
+    olds = (w.v[18, 0].astype(np.uint64) | w.v[19, 0].astype(np.uint64) << np.uint64(32)).view(np.int64)
+    assert olds.tolist() == [max(-5, *(np.arange(k) - 3)) if k else -5 for k in range(32)]
+    setv64(w, 16, np.full(32, 77))
+    setv64(w, 20, np.full(32, 28))
+    ins("DS", "ds_cmpstore_rtn_b64", addr=0, data0=16, data1=20, vdst=18)(w, slice(None))
+    assert w.lds[512:520].view(np.int64)[0] == 77 and w.v[18, 0, 0] == 28 and (w.v[18, 0, 1:] == 77).all()
