@@ -517,7 +517,11 @@ def test_transcendental_specials():
     lg = run("v_log_f32_e32 v1, v0", v0=x).v[1][0].view(F32)
     assert lg[0] == -np.inf and lg[1] == -np.inf and lg[2] == np.inf and np.isnan(lg[3]) and lg[5] == -np.inf
     s = run("v_sin_f32_e32 v1, v0", v0=x).v[1][0].view(F32)
-    assert s[6] == 0 and np.isnan(s[2])
+    assert s[6] == 0 and np.isnan(s[2]) and s[1] == 0 and np.signbit(s[1])
+    big = np.full(32, -3.4028235e38, F32)                     # a whole number of turns
+    assert run("v_sin_f32_e32 v1, v0", v0=big).v[1][0][0] == 0
+    assert run("v_cos_f32_e32 v1, v0", v0=big).v[1][0].view(F32)[0] == 1
+    assert run("v_sin_f32_e32 v1, v0", v0=np.full(32, 0.25, F32)).v[1][0].view(F32)[0] == 1
 
 
 # ---------------------------------------------------------------- DPP
@@ -752,7 +756,7 @@ def test_div_fixup_special_cases():
     den = np.array([0, 0, np.inf, 2, np.inf, 0, 1, np.nan] * 4, F32)
     w = run("v_div_fixup_f32 v3, v2, v1, v0", v0=num, v1=den, v2=np.full(32, 0.25, F32))
     got = w.v[3][0].view(F32)[:8]
-    assert np.isnan(got[0]) and got[1] == np.inf and np.isnan(got[2]) and got[3] == np.inf
+    assert w.v[3][0][0] == 0xFFC00000 and got[1] == np.inf and np.isnan(got[2]) and got[3] == np.inf
     assert got[4] == 0 and got[5] == -np.inf and np.isnan(got[6]) and np.isnan(got[7])
     h = np.array([0x3C00, 0x0000, 0x7C00] * 10 + [0, 0], U32)
     w = run("v_div_fixup_f16 v3, v2, v1, v0", v0=h, v1=np.full(32, 0x4000, U32), v2=np.full(32, 0x3800, U32))

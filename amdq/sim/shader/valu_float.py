@@ -7,8 +7,8 @@ v_sqrt, v_exp, v_log, v_sin, v_cos for f16/f32, v_rcp/v_rsq for f64) are evaluat
 once to the destination format: the guaranteed error is <= 0.5 ULP of the destination plus the float64
 evaluation error (< 2**-50 relative), i.e. below 0.501 ULP - within the 1 ULP hardware specifies for f32/f16
 (and far inside the 2**29 ULP allowed for v_rcp_f64/v_rsq_f64/v_sqrt_f64). v_sqrt_f32/f64 are correctly
-rounded. The f32 transcendental units take no denormal inputs and give no denormal outputs (flushed to
-signed zero whatever MODE says); the f64 ones support denormals.
+rounded. v_rcp/v_rsq/v_sqrt/v_exp/v_log_f32 take no denormal inputs and give no denormal outputs (flushed
+to signed zero whatever MODE says, as the ISA notes); v_sin/v_cos and the f16/f64 units support denormals.
 """
 from __future__ import annotations
 
@@ -386,7 +386,9 @@ def div_fixup(q, den, num, typ: str):
     r = np.where(_exp_field(num, typ) - _exp_field(den, typ) < under, zero, r)
     r = np.where(np.isinf(den) | (num == 0), zero, r)
     r = np.where((den == 0) | np.isinf(num), inf, r)
-    r = np.where(((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), dt(np.nan), r)
+    dnan = np.array({"f32": 0xFFC00000, "f64": 0xFFF8000000000000, "f16": 0xFE00}[typ],
+                    FBITS[typ][0]).view(dt)                 # the default NaN of 0/0 and inf/inf
+    r = np.where(((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), dnan, r)
     r = np.where(np.isnan(den), _quiet(den), r)
     r = np.where(np.isnan(num), _quiet(num), r)
     return r
@@ -406,11 +408,13 @@ def _trans32(fn):
     return f
 
 
-def _sincos(fn):
-    """v_sin/v_cos take revolutions: sin(2*pi*x). |x| > 256 is outside the valid domain and gives 0."""
+def _sincos(fn, dt):
+    """v_sin/v_cos take revolutions: sin(2*pi*x), over the full input range (the whole turns are removed
+    exactly first), denormal inputs accepted."""
     def f(x):
-        r = x - np.rint(x)
-        return np.where(np.abs(x) > 256, np.where(np.isinf(x), np.nan, 0.0), fn(2 * np.pi * r))
+        x = np.asarray(x).astype(F64)
+        r = np.where(x == 0, x, x - np.rint(x))             # sin(-0) = -0
+        return fn(2 * np.pi * r).astype(dt)
     return f
 
 
@@ -422,9 +426,10 @@ def _h16(fn):
     return lambda x: fn(_f64(x)).astype(F16)
 
 
-_TRANS = {"rcp": lambda x: 1.0 / x, "rsq": _rsq, "sqrt": np.sqrt, "exp": np.exp2, "log": np.log2,
-          "sin": _sincos(np.sin), "cos": _sincos(np.cos)}
+_TRANS = {"rcp": lambda x: 1.0 / x, "rsq": _rsq, "sqrt": np.sqrt, "exp": np.exp2, "log": np.log2}
 define({f"v_{n}_f32": (_trans32(fn), ("f32",), "f32") for n, fn in _TRANS.items()})
+define({"v_sin_f32": (_sincos(np.sin, F32), ("f32",), "f32"), "v_cos_f32": (_sincos(np.cos, F32), ("f32",), "f32"),
+        "v_sin_f16": (_sincos(np.sin, F16), H1, "f16"), "v_cos_f16": (_sincos(np.cos, F16), H1, "f16")})
 define({"v_rcp_iflag_f32": (_trans32(_TRANS["rcp"]), ("f32",), "f32"),
         "v_sqrt_f32": (lambda x: np.sqrt(ftz(np.asarray(x, F32), "f32")), ("f32",), "f32")})
 define({f"v_{n}_f16": (_h16(fn), H1, "f16") for n, fn in _TRANS.items()})
