@@ -1,0 +1,134 @@
+"""Shader-core speed on real compiled kernels: vector add over 2^20 floats, a 256x256x256 tiled matmul
+and a 2^20-element LDS reduction, run on the compute units directly (flat memory, no queue).
+
+For each: wave-instructions executed, wave-instructions per second, and efficiency =
+sum over steps of (time of one numpy uint32 add over the step's lanes) / time taken, i.e. how close
+the core comes to one numpy operation per instruction. Last line: JSON.
+
+    python bench/shader.py [--quick] [--profile]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from amdq.sim.shader import core as C  # noqa: E402
+from harness import run_cl  # noqa: E402
+
+
+def numpy_op_time(lanes: int, cache: dict = {}) -> float:  # noqa: B006
+    """Seconds for one numpy uint32 add over `lanes` lanes (best of several)."""
+    if lanes not in cache:
+        a = np.random.default_rng(0).integers(0, 1 << 31, lanes, dtype=np.uint32)
+        b, out = a.copy(), np.empty_like(a)
+        best = float("inf")
+        for _ in range(7 if lanes >= 1 << 16 else 50):
+            t = time.perf_counter()
+            np.add(a, b, out=out)
+            best = min(best, time.perf_counter() - t)
+        cache[lanes] = best
+    return cache[lanes]
+
+
+class Meter:
+    """Times every step of the scheduler and the lanes it covered."""
+
+    def __init__(self):
+        self.steps: list[int] = []
+        self.by_inst: dict[str, float] = defaultdict(float)
+        self.count: dict[str, int] = defaultdict(int)
+        self.on = False
+
+    def install(self, profile: bool):
+        meter, orig_get = self, C.ICache.get
+
+        def get(icache, pc, wave64):
+            fn, inst, control, gen = orig_get(icache, pc, wave64)
+            if not meter.on:
+                return fn, inst, control, gen
+
+            def timed(w, sel):
+                t = time.perf_counter()
+                fn(w, sel)
+                dt = time.perf_counter() - t
+                k = w.n if isinstance(sel, slice) else len(sel)
+                meter.steps.append(k * w.lanes)
+                if profile:
+                    meter.by_inst[inst.mnemonic] += dt
+                    meter.count[inst.mnemonic] += 1
+            return timed, inst, control, gen
+        C.ICache.get = get
+
+
+def bench(name, src, kernel, args, grid, block, meter: Meter, flags=()):
+    run_cl(src, kernel, args, grid, block, flags=flags)               # compile, warm the decode cache
+    meter.steps.clear()
+    spent = []
+    orig = C.ShaderCore.dispatch
+
+    def timed_dispatch(core, d, max_steps=None):                        # time the compute units alone
+        t = time.perf_counter()
+        r = orig(core, d, max_steps)
+        spent.append(time.perf_counter() - t)
+        return r
+    C.ShaderCore.dispatch = timed_dispatch
+    meter.on = True
+    try:
+        outs, stats = run_cl(src, kernel, args, grid, block, flags=flags)
+    finally:
+        meter.on = False
+        C.ShaderCore.dispatch = orig
+    dt = sum(spent)
+    ideal = sum(numpy_op_time(n) for n in meter.steps)
+    return outs, {"wave_instructions": stats.wave_instructions, "steps": stats.steps, "seconds": round(dt, 4),
+                  "wave_instructions_per_s": round(stats.wave_instructions / dt),
+                  "efficiency": round(ideal / dt, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small sizes (CI)")
+    ap.add_argument("--profile", action="store_true", help="time per mnemonic")
+    a = ap.parse_args()
+    meter = Meter()
+    meter.install(a.profile)
+    r = np.random.default_rng(0)
+    n = 1 << (16 if a.quick else 20)
+    m = 64 if a.quick else 256
+    res = {}
+    x, y = r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
+    (_, _, out), res["vadd"] = bench("vadd", "vadd.cl", "vadd", [x, y, np.zeros(n, np.float32), 2.0, n],
+                                     (n // 256, 1, 1), (256, 1, 1), meter)
+    ok = {"vadd": bool(np.allclose(out, x + 2 * y, rtol=1e-6))}
+    A, B = r.standard_normal((m, m)).astype(np.float32), r.standard_normal((m, m)).astype(np.float32)
+    (_, _, Cm), res["matmul"] = bench("matmul", "matmul_tiled.cl", "matmul_tiled",
+                                      [A, B, np.zeros((m, m), np.float32), m], (m // 16, m // 16, 1), (16, 16, 1), meter)
+    ok["matmul"] = bool(np.allclose(Cm, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-3))
+    v = r.random(n, np.float32)
+    (_, part), res["lds_reduce"] = bench("lds_reduce", "lds_reduce.cl", "lds_reduce",
+                                         [v, np.zeros(n // 256, np.float32)], (n // 256, 1, 1), (256, 1, 1), meter)
+    ok["lds_reduce"] = bool(np.allclose(part, v.reshape(-1, 256).astype(np.float64).sum(1), rtol=1e-5))
+    for k, st in res.items():
+        st["valid"] = ok[k]
+        print(f"{k:11s} {st['wave_instructions']:>9} wave-instr  {st['seconds']:8.3f} s  "
+              f"{st['wave_instructions_per_s'] / 1e6:7.2f} M/s  efficiency {st['efficiency']:.2f}  "
+              f"{'valid' if ok[k] else 'WRONG'}")
+    if a.profile:
+        for mn, t in sorted(meter.by_inst.items(), key=lambda kv: -kv[1])[:25]:
+            print(f"  {mn:32s} {t * 1e3:9.2f} ms  {meter.count[mn]:6d} steps", file=sys.stderr)
+    res["targets"] = {"vadd_wave_instructions_per_s": 5_000_000, "vadd_efficiency": 0.3}
+    res["sizes"] = {"vadd": n, "matmul": m, "lds_reduce": n}
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
