@@ -16,10 +16,9 @@ import numpy as np
 
 from . import dpp
 from .decode import Inst
-from .fp import f32_to_f16_rtz, fma16, fma32, fma32_odd, fma64, sum_odd, two_sum
-from .ops import F32, F64, I32, I64, M32, U32, U64, handler
-from .valu import (DTYPE, F16, FBITS, I16, U16, compare, define, ftz, ieee_mode, lane_op, typed_reader,
-                   typed_writer)
+from .fp import f32_to_f16_rtz, fma16, fma32, fma32_odd, fma64
+from .ops import F32, F64, I32, I64, U32, U64, handler
+from .valu import DTYPE, F16, FBITS, I16, U16, compare, define, ftz, ieee_mode, typed_reader, typed_writer
 
 F2, F3 = ("f32", "f32"), ("f32", "f32", "f32")
 D1, D2, D3 = ("f64",), ("f64", "f64"), ("f64", "f64", "f64")
@@ -213,6 +212,11 @@ def _norm(x, signed: bool):
     return np.where(np.isnan(x), 0, np.rint(np.clip(x, 0, 1) * 65535)).astype(U16)
 
 
+def _byte_insert(d, s, v):
+    sh = U32(8) * (np.asarray(s, U32) & U32(3))
+    return (np.asarray(d, U32) & ~(U32(0xFF) << sh)) | (v << sh)
+
+
 def _pk(lo, hi):
     return (np.asarray(lo).view(U16).astype(U32) | np.asarray(hi).view(U16).astype(U32) << U32(16))
 
@@ -237,7 +241,8 @@ define({
     "v_cvt_floor_i32_f32": (lambda x: _to_int(x, -2**31, 2**31 - 1, I32, np.floor), ("f32",), "i32"),
     "v_cvt_nearest_i32_f32": (lambda x: _to_int(np.asarray(x, F32) + F32(0.5), -2**31, 2**31 - 1, I32, np.floor),
                               ("f32",), "i32"),
-    "v_cvt_off_f32_i4": (lambda x: (((np.asarray(x, U32) & U32(15)).astype(I32) ^ 8) - 8) * F32(0.0625), ("u32",), "f32"),
+    "v_cvt_off_f32_i4": (lambda x: (((np.asarray(x, U32) & U32(15)).astype(I32) ^ 8) - 8) * F32(0.0625),
+                         ("u32",), "f32"),
     "v_cvt_f32_ubyte0": (lambda x: (np.asarray(x, U32) & U32(0xFF)).astype(F32), ("u32",), "f32"),
     "v_cvt_f32_ubyte1": (lambda x: ((np.asarray(x, U32) >> U32(8)) & U32(0xFF)).astype(F32), ("u32",), "f32"),
     "v_cvt_f32_ubyte2": (lambda x: ((np.asarray(x, U32) >> U32(16)) & U32(0xFF)).astype(F32), ("u32",), "f32"),
@@ -252,9 +257,8 @@ define({
                          F2, "u32"),
     "v_cvt_pk_u16_f32": (lambda a, b: _pk(_to_int(a, 0, 2**16 - 1, U16), _to_int(b, 0, 2**16 - 1, U16)), F2, "u32"),
     "v_cvt_pk_rtz_f16_f32": (lambda a, b: _pk(f32_to_f16_rtz(a), f32_to_f16_rtz(b)), F2, "u32"),
-    "v_cvt_pk_u8_f32": (lambda x, s, d: (np.asarray(d, U32) & ~(U32(0xFF) << (U32(8) * (np.asarray(s, U32) & U32(3))))) |
-                        (_to_int(x, 0, 255, U32, np.rint) << (U32(8) * (np.asarray(s, U32) & U32(3)))),
-                        ("f32", "u32", "u32"), "u32"),
+    "v_cvt_pk_u8_f32": (lambda x, s, d: _byte_insert(d, s, _to_int(x, 0, 255, U32, np.rint)), ("f32", "u32", "u32"),
+                        "u32"),
     "v_pack_b32_f16": (_pk, H2, "u32", False),
 })
 
@@ -495,4 +499,4 @@ def _cube(kind):
 
 define({f"v_cube{k}_f32": (_cube(k), F3, "f32") for k in ("id", "ma", "sc", "tc")})
 
-__all__ = ["fmax", "fmin", "med3", "fclass", "div_scale", "div_fixup", "sum_odd", "two_sum", "M32"]
+__all__ = ["fmax", "fmin", "med3", "fclass", "div_scale", "div_fixup"]

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dpp
 from .decode import Inst
 from .ops import I32, I64, M32, U32, U64, handler, sread, swrite, vread
-from .valu import I16, U16, define, lane_op, raw_reader, sources, typed_reader, typed_writer
+from .valu import I16, U16, define, lane_op, sources, typed_reader, typed_writer
 
 U8 = np.uint8
 u32, i32 = ("u32",), ("i32",)
@@ -161,6 +160,10 @@ _def_sat({
 })
 
 
+def _sat_u8(x):
+    return np.clip(x.astype(U16).view(I16), 0, 255).astype(U16)
+
+
 def _mad_u24(a, b, c=0):
     return (np.asarray(a, U32) & U32(0xFFFFFF)) * (np.asarray(b, U32) & U32(0xFFFFFF)) + np.asarray(c, U32)
 
@@ -253,8 +256,7 @@ define({
                          (np.clip(b, -2**15, 2**15 - 1).astype(I32).view(U32) << U32(16)), I2, "u32"),
     "v_cvt_i32_i16": (lambda a: np.asarray(a).astype(I32), ("i16",), "i32"),
     "v_cvt_u32_u16": (lambda a: np.asarray(a).astype(U32), ("u16",), "u32"),
-    "v_sat_pk_u8_i16": (lambda a: (np.clip((np.asarray(a, U32) & U32(0xFFFF)).astype(U16).view(I16), 0, 255).astype(U16) |
-                                   (np.clip((np.asarray(a, U32) >> U32(16)).astype(U16).view(I16), 0, 255).astype(U16) << U16(8))),
+    "v_sat_pk_u8_i16": (lambda a: _sat_u8(np.asarray(a, U32)) | _sat_u8(np.asarray(a, U32) >> U32(16)) << U16(8),
                         u32, "u16"),
 })
 

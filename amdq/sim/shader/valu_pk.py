@@ -13,7 +13,7 @@ import numpy as np
 from . import dpp
 from .decode import Inst
 from .fp import fma16, fma32, fma32_odd, sum_odd
-from .ops import F32, F64, I32, I64, M32, U32, U64, handler, mask_read, vread
+from .ops import F32, F64, I32, I64, M32, U32, handler, mask_read, vread
 from .valu import (F16, I16, U16, _step, flush_in, ftz_bits, ieee_mode, mode_word, raw_reader, store, typed_reader,
                    typed_writer)
 from .valu_float import _dx9_mul, fmax, fmin
@@ -87,7 +87,8 @@ def _h(fn):
 
 _add, _sub = (lambda a, b: a + b), (lambda a, b: a - b)
 _PK = {
-    "v_pk_fma_f16": (fma16, "f16", 3), "v_pk_add_f16": (_h(_add), "f16", 2), "v_pk_mul_f16": (_h(lambda a, b: a * b), "f16", 2),
+    "v_pk_fma_f16": (fma16, "f16", 3), "v_pk_add_f16": (_h(_add), "f16", 2),
+    "v_pk_mul_f16": (_h(lambda a, b: a * b), "f16", 2),
     "v_pk_mad_i16": (lambda a, b, c: a * b + c, "i16", 3), "v_pk_mad_u16": (lambda a, b, c: a * b + c, "u16", 3),
     "v_pk_mul_lo_u16": (lambda a, b: a * b, "u16", 2),
     "v_pk_lshlrev_b16": (lambda a, b: b << (a & U16(15)), "u16", 2),
@@ -98,7 +99,8 @@ _PK = {
 }
 for _k, (_f, _t, _n) in _PK.items():
     handler(_k)(_pk(_f, _t, _n))
-for _k, _f, _t, _lo, _hi in (("v_pk_add_i16", _add, "i16", -2**15, 2**15 - 1), ("v_pk_sub_i16", _sub, "i16", -2**15, 2**15 - 1),
+for _k, _f, _t, _lo, _hi in (("v_pk_add_i16", _add, "i16", -2**15, 2**15 - 1),
+                             ("v_pk_sub_i16", _sub, "i16", -2**15, 2**15 - 1),
                              ("v_pk_add_u16", _add, "u16", 0, 0xFFFF), ("v_pk_sub_u16", _sub, "u16", 0, 0xFFFF)):
     handler(_k)(_pk(_f, _t, 2, (_lo, _hi, _f)))
 
@@ -141,7 +143,8 @@ def _bf16(u):
 def dot2(al, ah, bl, bh, c) -> np.ndarray:
     """al*bl + ah*bh + c: products exact in float64, their sum rounded to nearest, then added to c and rounded
     once to the destination (via round-to-odd)."""
-    p = np.asarray(al).astype(F64) * np.asarray(bl).astype(F64) + np.asarray(ah).astype(F64) * np.asarray(bh).astype(F64)
+    f = [np.asarray(x).astype(F64) for x in (al, ah, bl, bh)]
+    p = f[0] * f[2] + f[1] * f[3]
     p, c = np.broadcast_arrays(p, np.asarray(c).astype(F64))
     return sum_odd(p, c)
 
@@ -365,7 +368,8 @@ def _wmma(inst: Inst):
                 h = out.astype(F16).view(U16).astype(U32)
             else:
                 u = out.astype(F32).view(U32)
-                h = np.where(np.isnan(out), (u >> U32(16)) | U32(0x40), (u + U32(0x7FFF) + ((u >> U32(16)) & U32(1))) >> U32(16))
+                h = np.where(np.isnan(out), (u >> U32(16)) | U32(0x40),
+                             (u + U32(0x7FFF) + ((u >> U32(16)) & U32(1))) >> U32(16))
             bits = (c & U32(0xFFFF)) | (h << U32(16)) if hi else (c & U32(0xFFFF0000)) | h
         for j in range(8):
             store(w, rd + j, sel, bits[..., j])
