@@ -39,11 +39,6 @@ def wf(wave: int) -> tuple[str, ...]:
     return ("-mwavefrontsize64",) if wave == 64 else ()
 
 
-def xfail_missing(mnemonic: str):
-    """A kernel that still needs a VALU instruction from the VALU work in progress."""
-    return pytest.mark.xfail(strict=True, reason=f"VALU instruction {mnemonic} not implemented yet")
-
-
 def bits(x: np.ndarray) -> np.ndarray:
     return x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
 
