@@ -62,21 +62,19 @@ def cmd_inspect(args) -> int:
 
 def cmd_disasm(args) -> int:
     from .codeobj import load_code_object
-    from .tools.disasm import disassemble
-    img = load_code_object(Path(args.file).read_bytes())
+    from .tools.disasm import disassemble_elf
+    data = Path(args.file).read_bytes()
+    img = load_code_object(data)
     if img.target.gfx_version != 11:
         raise AmdqError(f"the disassembler decodes gfx11 (RDNA3) code; this code object is for {img.arch}")
-    code = img.at(0)
-    funcs = sorted((off, size, name) for name, (off, size, typ) in img.symbols.items() if typ == "STT_FUNC")
-    if args.kernel and args.kernel not in {n for _, _, n in funcs}:
-        raise AmdqError(f"no function {args.kernel!r} in the code object (have: {', '.join(n for _, _, n in funcs)})")
-    for off, size, name in funcs:
+    listing = disassemble_elf(data)
+    if args.kernel and args.kernel not in listing:
+        raise AmdqError(f"no function {args.kernel!r} in the code object (have: {', '.join(listing)})")
+    for name, lines in listing.items():
         if args.kernel and name != args.kernel:
             continue
-        k = img.kernels.get(name)
-        wave64 = (not k.descriptor.wave32) if k else img.target.wave_size == 64
         print(f"{name}:")
-        for pc, text in disassemble(bytes(code[off:off + size]), off, wave64):
+        for pc, text in lines:
             print(f"  {pc:08x}  {text}")
     return 0
 

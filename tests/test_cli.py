@@ -55,9 +55,12 @@ def test_missing_file_one_line_error(tmp_path):
 
 
 def test_demo_runs():
-    r = run("demo")
+    r = run("demo", "--device", "SIM:gfx1100")
     assert r.returncode == 0, r.stderr
-    assert "kernel vadd" in r.stdout
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1] == "demo: all outputs valid"
+    for stage in ("compile", "load", "upload", "encode", "submit", "gpu", "wait", "download", "validate"):
+        assert any(line.startswith(stage + " ") for line in lines), stage
 
 
 def test_disasm_lists_every_function():

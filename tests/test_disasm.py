@@ -42,6 +42,8 @@ def compare(path: Path) -> tuple[int, list[str]]:
     ours = {}
     for name, listing in disassemble_elf(path.read_bytes()).items():
         ours.update(dict(listing))
+    # s_code_end words pad the code section after and between functions; they belong to no symbol
+    ref = {pc: t for pc, t in ref.items() if not (t == "s_code_end" and pc not in ours)}
     bad = [f"{pc:#x}: llvm '{t}' ours '{norm(ours.get(pc, '<missing>'))}'" for pc, t in ref.items() if norm(ours.get(pc, "")) != t]
     return len(ref), bad
 
@@ -57,7 +59,8 @@ def test_kernel_matches_objdump(name: str) -> None:
 def test_kernel_symbols() -> None:
     ks = kernels(compile_cl("vadd.cl", "gfx1100").read_bytes())
     assert list(ks) == ["vadd"]
-    addr, code = ks["vadd"]
+    addr, code, wave64 = ks["vadd"]
+    assert not wave64
     prog = decode_program(code, addr)
     assert prog[addr].key == "s_clause" or prog[addr].enc in ("SMEM", "SOPP")
     assert any(i.key == "s_endpgm" for i in prog.values())

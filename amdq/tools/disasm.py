@@ -425,31 +425,23 @@ def disassemble(code: bytes, base: int = 0, wave64: bool = False) -> list[tuple[
     return out
 
 
-def kernels(elf: bytes) -> dict[str, tuple[int, bytes]]:
-    """Kernel symbol -> (address, code bytes) of an AMDGPU ELF code object (FUNC symbols in .text)."""
-    from elftools.elf.elffile import ELFFile
-    try:
-        f = ELFFile(io.BytesIO(elf))
-        text_sec = f.get_section_by_name(".text")
-        symtab = f.get_section_by_name(".symtab")
-    except Exception as e:   # pyelftools raises its own types on malformed input
-        raise CodeObjectError(f"not a readable ELF code object: {e}") from e
-    if text_sec is None or symtab is None:
-        raise CodeObjectError("code object has no .text or .symtab section")
-    tidx = f.get_section_index(".text")
-    data, taddr = text_sec.data(), text_sec["sh_addr"]
-    funcs = sorted((s["st_value"], s.name, s["st_size"]) for s in symtab.iter_symbols()
-                   if s["st_info"]["type"] == "STT_FUNC" and s["st_shndx"] == tidx)
+def kernels(elf: bytes) -> dict[str, tuple[int, bytes, bool]]:
+    """Function symbol -> (address, code bytes, wave64) of an AMDGPU code object, as the loader lays it out."""
+    from ..codeobj import load_code_object
+    img = load_code_object(elf)
+    code = img.at(0)
     out = {}
-    for k, (addr, name, _size) in enumerate(funcs):
-        end = funcs[k + 1][0] if k + 1 < len(funcs) else taddr + len(data)
-        out[name] = (addr, data[addr - taddr:end - taddr])
+    for name, (off, size, typ) in sorted(img.symbols.items(), key=lambda kv: kv[1][0]):
+        if typ == "STT_FUNC":
+            k = img.kernels.get(name)
+            wave64 = (not k.descriptor.wave32) if k else img.target.wave_size == 64
+            out[name] = (off, bytes(code[off:off + size]), wave64)
     return out
 
 
-def disassemble_elf(elf: bytes, wave64: bool = False) -> dict[str, list[tuple[int, str]]]:
-    """Listing per kernel symbol of an AMDGPU ELF code object (ET_REL .o or linked .hsaco)."""
-    return {name: disassemble(code, addr, wave64) for name, (addr, code) in kernels(elf).items()}
+def disassemble_elf(elf: bytes) -> dict[str, list[tuple[int, str]]]:
+    """Listing per function symbol of an AMDGPU code object (ET_REL .o or linked .hsaco)."""
+    return {name: disassemble(code, addr, wave64) for name, (addr, code, wave64) in kernels(elf).items()}
 
 
 def main(argv: list[str] | None = None) -> None:
