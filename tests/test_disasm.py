@@ -11,7 +11,7 @@ from amdq.errors import UnsupportedInstruction
 from amdq.hw import isa
 from amdq.sim.shader.decode import DPP8, DPP16, decode, decode_program
 from amdq.tools.disasm import disassemble, disassemble_elf, kernels, text
-from tests.clang import KERNELS, compile_cl, tool
+from clang import KERNELS, compile_cl, tool
 
 CL = sorted(p.name for p in KERNELS.glob("*.cl"))
 LINE = re.compile(r"^\s+(\S.*?)\s*//\s*([0-9A-Fa-f]+):")

@@ -1,4 +1,4 @@
-/* check: ballot[i] = mask of lanes in i's wave with in[i] > 0 (uint, or ulong on wave64); first[i] = in[] of the wave's first active lane; perm[i] = in[] of lane (i+1)%wave within the wave (ds_bpermute). */
+/* check: ballot[i] = mask of lanes in i's wave with in[i] > 0 (uint, or ulong on wave64); first[i] = in[] of the wave's first active lane; perm[i] = in[] of lane (i+1)%32 within its 32-lane half (ds_bpermute takes a 5-bit lane index; wave64 halves permute separately). */
 /* gfx942 is wave64 only: __builtin_amdgcn_ballot_w32 does not exist there, ballot_w64 is used instead. */
 #if __AMDGCN_WAVEFRONT_SIZE == 64
 typedef ulong wmask_t;
