@@ -120,11 +120,13 @@ class Device:
         self.name = f"{'SIM' if self.sim else ''}{self.iface.name}+AMD:{self.arch}"
         self.closed = False
         self.allocator = Allocator(self.iface)
-        sig = self.allocator.alloc(4096, "gtt", uncached=True)
-        self.timeline = Timeline(sig, 0, int(os.environ.get("AMDQ_TIMELINE_START", "0")))
+        self.signals = self.allocator.alloc(4096, "gtt", uncached=True)   # 16-byte timeline slots, one per queue
+        self._slots = 0
         self.ts_alloc = self.allocator.alloc(1 << 16, "gtt", uncached=True)
         self._ts_next = 0
-        self.queue = ComputeQueue(self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))))
+        self.queues: list = []
+        self.queue = ComputeQueue(self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))), self.new_timeline())
+        self.queues.append(self.queue)
         self.kernargs = Kernargs(self)
         self.scratch: Scratch | None = None
         self._pending_free: list[tuple[int, object]] = []
@@ -132,6 +134,24 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<Device {self.name}>"
+
+    def new_timeline(self) -> Timeline:
+        """A timeline in the next free signal slot (AMDQ_TIMELINE_START sets where values begin)."""
+        t = Timeline(self.signals, self._slots, int(os.environ.get("AMDQ_TIMELINE_START", "0")))
+        self._slots += 1
+        return t
+
+    @property
+    def timeline(self) -> Timeline:
+        """The compute queue's timeline."""
+        return self.queue.timeline
+
+    def _marks(self) -> tuple:
+        return tuple((q.timeline, q.timeline.value) for q in self.queues)
+
+    @property
+    def idle(self) -> bool:
+        return all(q.timeline.completed >= q.timeline.value for q in self.queues)
 
     # -- clocks --------------------------------------------------------------------------------
     def _measure_clock(self) -> tuple[int, int, int]:
@@ -164,26 +184,25 @@ class Device:
         return b
 
     def _copy_in(self, buf: Buffer, off: int, raw: memoryview) -> None:
-        if self.timeline.completed < self.timeline.value:
+        if not self.idle:
             self.synchronize()
         buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
 
     def _copy_out(self, buf: Buffer, off: int, size: int) -> bytes:
-        if self.timeline.completed < self.timeline.value:
+        if not self.idle:
             self.synchronize()
         return bytes(buf.alloc.cpu.mv[off:off + size])
 
     def _release(self, buf: Buffer) -> None:
-        self._pending_free.append((self.timeline.value, buf.alloc))
+        self._pending_free.append((self._marks(), buf.alloc))
 
     def _reclaim(self) -> None:
-        done = self.timeline.completed
         keep = []
-        for v, a in self._pending_free:
-            if v <= done:
+        for marks, a in self._pending_free:
+            if all(t.completed >= v for t, v in marks):
                 self.allocator.free(a)
             else:
-                keep.append((v, a))
+                keep.append((marks, a))
         self._pending_free = keep
 
     def scratch_for(self, lane_bytes: int, wave_size: int) -> Scratch:
@@ -200,7 +219,7 @@ class Device:
         old = self.scratch
         self.scratch = Scratch(a, a.va, lane_bytes, wave_bytes, waves, tm.encode(WAVES=waves, WAVESIZE=wave_bytes // unit))
         if old is not None:
-            self._pending_free.append((self.timeline.value, old.alloc))
+            self._pending_free.append((self._marks(), old.alloc))
         return self.scratch
 
     # -- programs and launches -----------------------------------------------------------------
@@ -245,21 +264,25 @@ class Device:
         self._ts_next = (self._ts_next + 16) % self.ts_alloc.size
         return self.ts_alloc.va + off
 
-    def wait(self, value: int, timeout_ms: int | None = None) -> None:
-        self.timeline.wait(value, timeout_ms, self.iface.wait_events, self.queue.describe)
+    def wait(self, value: int, timeout_ms: int | None = None, queue=None) -> None:
+        """Wait until `queue` (the compute queue by default) has completed submission `value`."""
+        q = queue or self.queue
+        q.timeline.wait(value, timeout_ms, self.iface.wait_events, q.describe)
         self._reclaim()
 
     def synchronize(self, timeout_ms: int | None = None) -> None:
-        """Wait until the GPU has finished everything submitted."""
-        self.wait(self.timeline.value, timeout_ms)
+        """Wait until the GPU has finished everything submitted, on every queue."""
+        for q in self.queues:
+            self.wait(q.timeline.value, timeout_ms, q)
 
     def close(self) -> None:
         if self.closed:
             return
-        try:
-            self.queue.close()
-        except Exception:
-            pass
+        for q in self.queues:
+            try:
+                q.close()
+            except Exception:
+                pass
         self.closed = True
         cocache.programs.purge(lambda k: self.uid in k[1])
         if self.sim is not None:

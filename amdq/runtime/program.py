@@ -172,7 +172,7 @@ class Plan:
             cmds.timestamp(0)
         self.work = len(cmds.dw)                             # dwords before the completion signal
         self.value = len(cmds.dw) + 5                        # DATA_LO of the timeline RELEASE_MEM
-        cmds.release(dev.timeline.addr, 0, interrupt=dev.iface.signal_event)
+        cmds.release(dev.queue.timeline.addr, 0, interrupt=dev.iface.signal_event)
         self.dw = np.array(cmds.dw, np.uint32)
         self.grid, self.block = grid, block
         self.ka_idx = cmds.patches.get("kernarg_segment_ptr")
@@ -233,7 +233,7 @@ class BoundLaunch:
 
     def submit(self) -> int:
         """Run it again (a 4-dword IB packet and the 8-dword completion signal); returns the timeline value."""
-        value = self.dev.timeline.next()
+        value = self.dev.queue.timeline.next()
         t = self.tail
         t[self.vi], t[self.vi + 1] = value & 0xFFFFFFFF, value >> 32
         self.dev.queue.submit(t)

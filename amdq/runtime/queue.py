@@ -80,8 +80,8 @@ class Commands:
 class ComputeQueue:
     """A KFD (or AM) PM4 compute queue: the runtime's writer side of the ring."""
 
-    def __init__(self, dev, ring_bytes: int = 1 << 16):
-        self.dev = dev
+    def __init__(self, dev, ring_bytes: int, timeline):
+        self.dev, self.timeline = dev, timeline
         self.q = dev.iface.create_queue("compute", ring_bytes)
         self.name = f"compute queue {self.q.queue_id}"
         self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)

@@ -175,8 +175,10 @@ class Batch:
         if dims >= 2:
             ids = ids | tz.astype(np.uint32) << 20
         w.v[0] = np.tile(ids.reshape(wpg, lanes), (nwg, 1))
+        # MODE: FP_ROUND 3:0, FP_DENORM 7:4, DX10_CLAMP 8, IEEE 9 (the last two exist up to gfx11)
         w.mode[:] = r1["FLOAT_ROUND_MODE_32"] | r1["FLOAT_ROUND_MODE_16_64"] << 2 | \
-            r1["FLOAT_DENORM_MODE_32"] << 4 | r1["FLOAT_DENORM_MODE_16_64"] << 6
+            r1["FLOAT_DENORM_MODE_32"] << 4 | r1["FLOAT_DENORM_MODE_16_64"] << 6 | \
+            r1.get("ENABLE_DX10_CLAMP", 0) << 8 | r1.get("ENABLE_IEEE_MODE", 0) << 9
         # LDS, one block per workgroup
         self.lds_bytes = d.lds_bytes
         self.lds = np.zeros(max(nwg * d.lds_bytes, 4), np.uint8)
