@@ -129,6 +129,7 @@ class Device:
         self.queues.append(self.queue)
         self.kernargs = Kernargs(self)
         self.scratch: Scratch | None = None
+        self.profiler = None
         self._pending_free: list[tuple[int, object]] = []
         self._clock = self._measure_clock()
 
@@ -230,34 +231,29 @@ class Device:
         return cocache.programs.get_or_create(key, lambda: Program(self, cocache.image_for(bytes(code_object), self.arch)))
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
+        """Encode and submit one kernel launch on the compute queue (and wait for it if asked)."""
+        timed = wait or self.profiler is not None
+        ts = self._ts_slot() if timed else None
         t0 = time.perf_counter()
-        p = kernel.plan(args, grid, block, wait)
-        ka, off = self.kernargs.take(p.size)
-        kernel.pack_into(p, args, self.kernargs.mv, off)
-        dw = p.dw
-        if p.ka_idx is not None:
-            dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
-        if p.pkt_off is not None:
-            pa = ka + p.pkt_off
-            struct.pack_into("<Q", p.pkt, 40, ka)
-            self.kernargs.mv[off + p.pkt_off:off + p.pkt_off + 64] = p.pkt
-            dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
-        value = self.timeline.next()
-        dw[p.value], dw[p.value + 1] = value & 0xFFFFFFFF, value >> 32
-        if wait:
-            ts = self._ts_slot()
-            dw[p.ts], dw[p.ts + 1], dw[p.ts2], dw[p.ts2 + 1] = ts & 0xFFFFFFFF, ts >> 32, (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
-        t1 = time.perf_counter()
-        self.queue.submit(dw)
+        value, t1 = self.queue.launch(kernel, args, grid, block, ts)
+        t2 = time.perf_counter()
+        rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value,
+                           extra={"queue": self.queue.name, "ts": ts, "host_start": t0, "grid": grid, "block": block})
+        if self.profiler is not None:
+            self.profiler.add(rec)
         if not wait:
             return None
-        t2 = time.perf_counter()
-        rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value)
         self.wait(value, timeout_ms)
         rec.wait = time.perf_counter() - t2
-        a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, ts - self.ts_alloc.va)
-        rec.gpu_start, rec.gpu_end = self.gpu_to_host(a), self.gpu_to_host(b)
+        self.resolve(rec)
         return rec
+
+    def resolve(self, rec: LaunchRecord) -> None:
+        """Fill in a record's GPU start/end from its timestamp slot (once its work has completed)."""
+        ts = rec.extra.get("ts")
+        if ts is not None and rec.gpu_start is None:
+            a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, ts - self.ts_alloc.va)
+            rec.gpu_start, rec.gpu_end = self.gpu_to_host(a), self.gpu_to_host(b)
 
     def _ts_slot(self) -> int:
         off = self._ts_next

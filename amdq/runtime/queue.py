@@ -94,6 +94,28 @@ class ComputeQueue:
     def commands(self) -> Commands:
         return Commands(self.gen, self.sh)
 
+    def launch(self, kernel, args: tuple, grid, block, ts: int | None) -> tuple[int, float]:
+        """Encode a dispatch from the kernel's launch plan and submit it; `ts` (if given) receives the GPU
+        clock before and after. Returns (timeline value, time when encoding finished)."""
+        p = kernel.plan(args, grid, block, ts is not None)
+        ka, off = self.dev.kernargs.take(p.size)
+        kernel.pack_into(p, args, self.dev.kernargs.mv, off)
+        dw = p.dw
+        if p.ka_idx is not None:
+            dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
+        if p.pkt_off is not None:
+            pa = ka + p.pkt_off
+            struct.pack_into("<Q", p.pkt, 40, ka)
+            self.dev.kernargs.mv[off + p.pkt_off:off + p.pkt_off + 64] = p.pkt
+            dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
+        value = self.timeline.next()
+        dw[p.value], dw[p.value + 1] = value & 0xFFFFFFFF, value >> 32
+        if ts is not None:
+            dw[p.ts], dw[p.ts + 1], dw[p.ts2], dw[p.ts2 + 1] = ts & 0xFFFFFFFF, ts >> 32, (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
+        t1 = time.perf_counter()
+        self.submit(dw)
+        return value, t1
+
     @property
     def rptr(self) -> int:
         return self.q.rptr.cpu.read64(0)
