@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_disasm)
     p = sub.add_parser("demo", help="run a small model on the default device, validate it, time every stage")
     p.add_argument("--device", default=None, help="device spec, e.g. SIM:gfx1201 (default: DEV or AMD)")
+    p.add_argument("--trace", default=None, metavar="FILE", help="write a Chrome/Perfetto trace of the launches")
     p.set_defaults(fn=cmd_demo)
     args = ap.parse_args(argv)
     try:

@@ -2,6 +2,7 @@
 against numpy and show where the time went, stage by stage."""
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections import defaultdict
@@ -74,12 +75,17 @@ def run(spec: str | None = None, trace: str | None = None, out=sys.stdout) -> in
 
     def g(n: int) -> int:
         return (n + wg - 1) // wg
-    st.launch(linear(X, W1, B1, H1, B, D, H, 1, grid=g(B * H), block=wg, wait=True))
-    st.launch(linear(H1, W2, B2, LOG, B, H, C, 0, grid=g(B * C), block=wg, wait=True))
-    st.launch(softmax(LOG, PROB, B, C, grid=g(B), block=wg, wait=True))
-    st.launch(vadd(VA, VB, VC, 0.5, N, grid=N // 256, block=256, wait=True))
-    st.launch(reduce(RED, PART, N, grid=N // 256, block=256, wait=True))
-    st.launch(reduce(PART, TOT, N // 256, grid=1, block=256, wait=True))
+    prof = dev.profile() if trace else contextlib.nullcontext()
+    with prof:
+        st.launch(linear(X, W1, B1, H1, B, D, H, 1, grid=g(B * H), block=wg, wait=True))
+        st.launch(linear(H1, W2, B2, LOG, B, H, C, 0, grid=g(B * C), block=wg, wait=True))
+        st.launch(softmax(LOG, PROB, B, C, grid=g(B), block=wg, wait=True))
+        st.launch(vadd(VA, VB, VC, 0.5, N, grid=N // 256, block=256, wait=True))
+        st.launch(reduce(RED, PART, N, grid=N // 256, block=256, wait=True))
+        st.launch(reduce(PART, TOT, N // 256, grid=1, block=256, wait=True))
+    if trace:
+        prof.save(trace)
+        p(f"trace: {trace} ({len(prof.records)} launches; open it in ui.perfetto.dev)")
     with st.time("download"):
         got = {"hidden": H1.numpy(np.float32, (B, H)), "logits": LOG.numpy(np.float32, (B, C)),
                "probs": PROB.numpy(np.float32, (B, C)), "vadd": VC.numpy(np.float32),

@@ -248,6 +248,11 @@ class Device:
         self.resolve(rec)
         return rec
 
+    def profile(self):
+        """`with dev.profile() as p:` records every launch and copy; `p.save("trace.json")` writes a trace."""
+        from .profile import Profile
+        return Profile(self)
+
     def resolve(self, rec: LaunchRecord) -> None:
         """Fill in a record's GPU start/end from its timestamp slot (once its work has completed)."""
         ts = rec.extra.get("ts")

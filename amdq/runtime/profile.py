@@ -1,0 +1,78 @@
+"""Profiles: every launch and copy of a `with dev.profile():` block, with its stages measured apart,
+saved as a Chrome/Perfetto trace (one track per queue for GPU execution, one host track)."""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .device import Device
+    from .program import LaunchRecord
+
+
+class Profile:
+    def __init__(self, dev: "Device"):
+        self.dev = dev
+        self.records: list[LaunchRecord] = []
+
+    def add(self, rec: "LaunchRecord") -> None:
+        self.records.append(rec)
+
+    def __enter__(self) -> "Profile":
+        if self.dev.profiler is not None:
+            raise RuntimeError("a profile is already active on this device")
+        self.dev.profiler = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.dev.profiler = None
+        if exc[0] is None:
+            self.dev.synchronize()
+            for r in self.records:
+                self.dev.resolve(r)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per kernel (or copy): calls and total seconds per stage."""
+        out: dict[str, dict[str, float]] = {}
+        for r in self.records:
+            s = out.setdefault(r.kernel, {"calls": 0, "encode": 0.0, "submit": 0.0, "gpu": 0.0})
+            s["calls"] += 1
+            s["encode"] += r.encode
+            s["submit"] += r.submit
+            s["gpu"] += r.gpu or 0.0
+        return out
+
+    def trace(self) -> dict:
+        """The profile as a Chrome trace-event object (open it in ui.perfetto.dev)."""
+        if not self.records:
+            return {"traceEvents": [], "displayTimeUnit": "ns"}
+        t0 = min(min(r.extra.get("host_start", r.gpu_start or 0.0), r.gpu_start or 1e30) for r in self.records)
+        us = lambda t: (t - t0) * 1e6  # noqa: E731
+        pid = 1
+        tids = {"host": 1}
+        ev = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": f"amdq {self.dev.name}"}},
+              {"ph": "M", "pid": pid, "tid": 1, "name": "thread_name", "args": {"name": "host"}}]
+        for r in self.records:
+            q = r.extra.get("queue", "queue")
+            if q not in tids:
+                tids[q] = len(tids) + 1
+                ev.append({"ph": "M", "pid": pid, "tid": tids[q], "name": "thread_name", "args": {"name": f"GPU {q}"}})
+            hs = r.extra.get("host_start")
+            args = {k: str(v) for k, v in r.extra.items() if k in ("grid", "block", "bytes", "src", "dst")}
+            args["value"] = r.value
+            if hs is not None:
+                ev.append({"ph": "X", "pid": pid, "tid": 1, "name": f"encode {r.kernel}", "ts": us(hs),
+                           "dur": r.encode * 1e6, "cat": "host", "args": args})
+                ev.append({"ph": "X", "pid": pid, "tid": 1, "name": f"submit {r.kernel}", "ts": us(hs + r.encode),
+                           "dur": r.submit * 1e6, "cat": "host", "args": args})
+                if r.wait:
+                    ev.append({"ph": "X", "pid": pid, "tid": 1, "name": f"wait {r.kernel}",
+                               "ts": us(hs + r.encode + r.submit), "dur": r.wait * 1e6, "cat": "host"})
+            if r.gpu_start is not None:
+                ev.append({"ph": "X", "pid": pid, "tid": tids[q], "name": r.kernel, "ts": us(r.gpu_start),
+                           "dur": max(r.gpu, 0.0) * 1e6, "cat": "gpu", "args": args})
+        return {"traceEvents": ev, "displayTimeUnit": "ns"}
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.trace(), f)
