@@ -130,6 +130,7 @@ class Device:
         self.kernargs = Kernargs(self)
         self.scratch: Scratch | None = None
         self.profiler = None
+        self.capturing = None
         self._pending_free: list[tuple[int, object]] = []
         self._clock = self._measure_clock()
 
@@ -232,6 +233,10 @@ class Device:
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked)."""
+        if self.capturing is not None:
+            if wait:
+                raise RuntimeError("wait=True inside a capture: nothing runs until the graph is replayed")
+            return self.capturing.add_launch(kernel, args, grid, block)
         timed = wait or self.profiler is not None
         ts = self._ts_slot() if timed else None
         t0 = time.perf_counter()
@@ -247,6 +252,11 @@ class Device:
         rec.wait = time.perf_counter() - t2
         self.resolve(rec)
         return rec
+
+    def capture(self):
+        """`with dev.capture() as g:` records launches without running them; `g.replay()` runs them all."""
+        from .graph import Graph
+        return Graph(self)
 
     def profile(self):
         """`with dev.profile() as p:` records every launch and copy; `p.save("trace.json")` writes a trace."""
