@@ -173,3 +173,26 @@ def test_bound_resubmission(monkeypatch, mode):
     d.wait(values[-1])
     assert c.numpy(np.int32)[0] == 150
     d.close()
+
+
+def test_out_of_memory_names_the_sizes(dev):
+    with pytest.raises(amdq.errors.OutOfMemory, match=r"\d+ bytes"):
+        dev.alloc(dev.target.vram_bytes * 4)
+    b = dev.alloc(1 << 20)                                     # the device still works afterwards
+    b.write(np.arange(256, dtype=np.uint32))
+    assert (b.numpy(np.uint32, (-1,))[:256] == np.arange(256)).all()
+
+
+@pytest.mark.parametrize("start", [(1 << 31) - 3, (1 << 32) - 3])
+def test_timeline_rolls_over(monkeypatch, start):
+    monkeypatch.setenv("AMDQ_TIMELINE_START", str(start))
+    d = amdq.open_device("SIM:gfx1100")
+    k = d.load(co("count.cl"))["count"]
+    c = d.upload(np.zeros(1, np.int32))
+    for _ in range(8):
+        k(c, 1, grid=1, block=32)
+    d.synchronize()
+    assert d.timeline.completed == start + 8 and c.numpy(np.int32)[0] == 8
+    rec = k(c, 1, grid=1, block=32, wait=True)
+    assert rec.value == start + 9
+    d.close()
