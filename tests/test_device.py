@@ -196,3 +196,12 @@ def test_timeline_rolls_over(monkeypatch, start):
     rec = k(c, 1, grid=1, block=32, wait=True)
     assert rec.value == start + 9
     d.close()
+
+
+def test_kfd_topology_and_ip_versions():
+    d = amdq.open_device("SIM:gfx942")
+    p = d.iface.props
+    assert p["gfx_target_version"] == 90402 and p["wave_front_size"] == 64 and p["num_xcc"] == 8
+    assert p["local_mem_size"] == d.target.vram_bytes
+    assert d.iface.ip_versions() == d.target.ip
+    d.close()

@@ -94,6 +94,19 @@ class KFD:
         self._events = (ctypes.c_uint8 * (48 * 2))()
         self.doorbell_pages: dict[int, Mapping] = {}
 
+    def ip_versions(self) -> dict[str, tuple[int, int, int]]:
+        """IP block versions from amdgpu's IP discovery in sysfs (empty if the kernel does not export it)."""
+        base = f"/sys/class/drm/renderD{self.props.get('drm_render_minor', 128)}/device/ip_discovery/die/0"
+        out = {}
+        if not self.seam.exists(base):
+            return out
+        for ip in self.seam.listdir(base):
+            try:
+                out[ip] = tuple(int(self.seam.read_text(f"{base}/{ip}/0/{f}").strip()) for f in ("major", "minor", "revision"))
+            except (OSError, ValueError):
+                continue
+        return out
+
     # -- plumbing ------------------------------------------------------------------------------
     def ioctl(self, name: str, **fields) -> dict:
         request, st = K.IOCTLS[name]

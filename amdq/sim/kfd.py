@@ -24,6 +24,7 @@ from .mmu import ADDR_MASK, LEVEL_SHIFTS, READABLE, SYSTEM, VALID, WRITEABLE
 SNOOPED, EXECUTABLE = 1 << 2, 1 << 4
 MMAP_DOORBELL = 3 << 62
 TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
+IP_DISCOVERY = "/sys/class/drm/renderD128/device/ip_discovery/die/0"
 GFX_TARGET_VERSION = {"gfx1100": 110000, "gfx1101": 110001, "gfx1102": 110002, "gfx1151": 110501,
                       "gfx1200": 120000, "gfx1201": 120001, "gfx942": 90402, "gfx950": 90500}
 
@@ -113,15 +114,21 @@ class SimKFD:
             f"{TOPOLOGY}/1/properties": "".join(f"{k} {v}\n" for k, v in props.items()),
             f"{TOPOLOGY}/1/name": f"{t.arch}\n",
         }
+        # amdgpu's IP discovery view of the same GPU (/sys/class/drm/renderD128/device/ip_discovery)
+        for ip, ver in t.ip.items():
+            for field, v in zip(("major", "minor", "revision"), ver):
+                self.sysfs[f"{IP_DISCOVERY}/{ip}/0/{field}"] = f"{v}\n"
 
     # -- the seam: files, ioctl, mmap -----------------------------------------------------------
     def exists(self, path: str) -> bool:
-        return path in ("/dev/kfd", TOPOLOGY) or path.startswith("/dev/dri/renderD") or path in self.sysfs
+        return path in ("/dev/kfd", TOPOLOGY, IP_DISCOVERY) or path.startswith("/dev/dri/renderD") or path in self.sysfs
 
     def listdir(self, path: str) -> list[str]:
-        if path != TOPOLOGY:
-            raise FileNotFoundError(path)
-        return ["0", "1"]
+        if path == TOPOLOGY:
+            return ["0", "1"]
+        if path == IP_DISCOVERY:
+            return list(self.gpu.target.ip)
+        raise FileNotFoundError(path)
 
     def read_text(self, path: str) -> str:
         if path not in self.sysfs:
