@@ -111,6 +111,13 @@ TRICKY = [
     "v_readlane_b32 s1, v2, 3",
     "v_writelane_b32 v1, s2, m0",
     "v_fmamk_f32 v0, v1, 0x40000000, v2",
+    "v_frexp_exp_i32_f32_e64 v0, 0x3fc00000",
+    "v_frexp_mant_f32_e64 v0, -|v1| clamp",
+    "v_cvt_off_f32_i4_e64 v1, 5",
+    "v_cvt_f32_f16_e64 v0, -|s1|",
+    "v_sat_pk_u8_i16_e64 v1, 0x12345",
+    "v_movrels_b32_e64 v1, v3",
+    "v_mov_b32_e64 v0, 0.5",
     "v_fmaak_f16 v0, v1, v2, 0x4000",
     "v_mov_b32_e32 v0, src_scc",
     "s_mov_b64 exec, vcc",
@@ -175,6 +182,10 @@ def test_decoded_fields() -> None:
     assert i.offset == -8 and i.addr.n == 1 and i.saddr.reg == 4 and i.dst[0].n == 2
     i = decode(asm("ds_load_2addr_b32 v[0:1], v2 offset0:1 offset1:9"), 0)
     assert (i.offset0, i.offset1, i.addr.reg) == (1, 9, 2)
+    i = decode(asm("v_frexp_exp_i32_f32_e64 v0, 0x3fc00000"), 0)      # VOP3 form of an operand the table calls vsrc0
+    assert (i.size, i.literal, len(i.src), i.src[0].value, i.src[0].literal) == (12, 0x3FC00000, 1, 0x3FC00000, True)
+    i = decode(asm("v_cvt_f32_f16_e64 v0, -|v1|"), 0)
+    assert i.src[0].reg == 1 and i.src[0].kind == "v" and i.src[0].neg and i.src[0].abs and i.src[0].bits == 16
     i = decode(asm("s_load_b64 s[2:3], s[0:1], 0x18"), 0)
     assert i.sbase.reg == 0 and i.offset == 0x18 and i.dst[0].n == 2 and i.soffset is None
 

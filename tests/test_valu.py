@@ -829,6 +829,12 @@ def test_vop3_forms_of_vsrc0_operations():
     assert list(w.v[1][0].view(np.int32)[:4]) == [2, -132, 0, 3]
     w = run("v_movrels_b32_e64 v1, v3", v3=np.full(32, 5, U32), s125=0)
     assert w.v[1][0][0] == 5
+    w = run("v_frexp_exp_i32_f32_e64 v1, 0x45800000")                    # literal operand (4096.0 = 0.5 * 2^13)
+    assert (w.v[1][0] == 13).all()
+    w = run("v_cvt_off_f32_i4_e64 v1, 0x1234b")                           # low 4 bits 0xb = -5 -> -5/16
+    assert (w.v[1][0].view(F32) == -5 / 16).all()
+    w = run("v_mov_b32_e64 v1, 0x12345678")
+    assert (w.v[1][0] == 0x12345678).all()
 
 
 def test_trig_preop_pieces_sum_to_two_over_pi():

@@ -394,6 +394,8 @@ def _vop3(ctx: _Ctx) -> Inst:
     inst.e64 = op < 512
     ctx.lit_pos = 64
     mb = 64 if ctx.wave64 else 32
+    if "vsrc0" in opr:          # VOP1 operations promoted to VOP3 name their (any-source) operand vsrc0
+        opr["src0"] = opr.pop("vsrc0")
     srcs = []
     for i, fld in enumerate(("src0", "src1", "src2")):
         if fld not in opr:

@@ -223,31 +223,10 @@ def typed_writer(op: Operand, typ: str, inst: Inst, ftz_ok: bool = True) -> Call
 
 # ---------------------------------------------------------------- generic lane operations
 
-def sources(inst: Inst) -> tuple[Operand, ...]:
-    """inst.src, or for the VOP3 forms of VOP1 operations whose table names the operand `vsrc0` (which the
-    decoder leaves out) the operand rebuilt from the src0/neg/abs fields (register or inline constant)."""
-    if inst.src or inst.enc != "VOP3" or "src0" not in inst.fields:
-        return inst.src
-    from .decode import FLOAT_CONST, LITERAL
-    code, f = inst.fields["src0"], inst.fields
-    if code >= 256:
-        op = Operand("v", code - 256)
-    elif code < 128:
-        op = Operand("s", code)
-    elif code <= 208:
-        op = Operand("c", code, 1, (code - 128 if code <= 192 else 192 - code) & M32)
-    elif code in FLOAT_CONST:
-        op = Operand("c", code, 1, FLOAT_CONST[code][0 if "16" in inst.key.split("_")[-1] else 1])
-    else:
-        raise unsupported(inst, f"source code {code} in this VOP3 form" + (" (literal)" if code == LITERAL else ""))
-    op.neg, op.abs = bool(f.get("neg", 0) & 1), bool(f.get("abs", 0) & 1)
-    return (op,)
-
-
 def lane_op(fn: Callable, ins: tuple[str, ...], out: str, ftz_ok: bool = True, wants_inst: bool = False):
     """Builder for D = fn(S0, S1, ...) with typed sources and destination (fn(inst, ...) with wants_inst)."""
     def build(inst: Inst):
-        srcs = [typed_reader(o, t, inst, i, ftz_ok) for i, (o, t) in enumerate(zip(sources(inst), ins))]
+        srcs = [typed_reader(o, t, inst, i, ftz_ok) for i, (o, t) in enumerate(zip(inst.src, ins))]
         f = (lambda *a: fn(inst, *a)) if wants_inst else fn
         return _step(inst, srcs, f, typed_writer(inst.dst[0], out, inst, ftz_ok))
     return build
@@ -419,7 +398,7 @@ for _t in ("i16", "u16", "i32", "u32", "i64", "u64"):
 
 
 __all__ = ["lane_op", "define", "typed_reader", "typed_writer", "raw_reader", "store", "compare", "denorm_flush",
-           "flush_in", "flush_out", "sources", "ieee_mode", "mode_word", "ftz", "ftz_bits", "post_float", "unsupported",
+           "flush_in", "flush_out", "ieee_mode", "mode_word", "ftz", "ftz_bits", "post_float", "unsupported",
            "FLOATS", "TYPES16", "TYPES64", "DTYPE", "FBITS"]
 
 # the instruction families register their handlers on import

@@ -9,7 +9,7 @@ import numpy as np
 
 from .decode import Inst
 from .ops import I32, I64, M32, U32, U64, handler, sread, swrite, vread
-from .valu import I16, U16, define, lane_op, sources, typed_reader, typed_writer
+from .valu import I16, U16, define, lane_op, typed_reader, typed_writer
 
 U8 = np.uint8
 u32, i32 = ("u32",), ("i32",)
@@ -382,7 +382,7 @@ def _movrel(src_rel: bool, dst_rel: bool, split: bool = False, swap: bool = Fals
     """VGPR moves indexed by M0 (per wave): v_movrels (source), v_movreld (destination), v_movrelsd (both);
     v_movrelsd_2 and v_swaprel take the source offset from M0[9:0] and the destination's from M0[25:16]."""
     def build(inst: Inst):
-        s, d = sources(inst)[0], inst.dst[0]
+        s, d = inst.src[0], inst.dst[0]
         rd = vread(s)
 
         def step(w, sel):
