@@ -47,18 +47,16 @@ class QueueFault:
     packet: str
 
 
-class PM4Queue:
-    """One compute hardware queue (HQD) fed by a user-mode ring."""
+class PM4Executor:
+    """PM4 packet execution: register writes, dispatches, memory writes, waits, interrupts and indirect
+    buffers. PM4Queue feeds it from a ring; the AQL queue (sim/aql.py) feeds it the IBs of vendor packets."""
 
-    def __init__(self, gpu, vmid: int, ring_va: int, ring_bytes: int, rptr_va: int, wptr_va: int, name: str = ""):
-        self.gpu, self.vmid, self.name = gpu, vmid, name or f"compute queue @ {ring_va:#x}"
+    def __init__(self, gpu, vmid: int, name: str):
+        self.gpu, self.vmid, self.name = gpu, vmid, name
         self.mmu = gpu.vm(vmid)
         self.gen = gpu.target.gfx_version
         self.pm4 = pm4.table(self.gen)
         self.cregs = ComputeRegs(gpu.target.ip["GC"])
-        self.ring_va, self.ring_dw = ring_va, ring_bytes // 4
-        self.rptr_va, self.wptr_va = rptr_va, wptr_va
-        self.rptr = self.wptr = 0
         self.regs: dict[int, int] = {}
         self.ibs: list[list] = []                 # stack of [dwords, position, base address]
         self.running = None                       # shader Run of the current dispatch
@@ -66,13 +64,14 @@ class PM4Queue:
         self.dispatches = 0
         self.last_stats = None
 
-    # -- engine protocol ----------------------------------------------------------------------
-    def doorbell(self, value: int) -> None:
-        self.wptr = int(value)
-
     @property
-    def busy(self) -> bool:
-        return self.fault is None and (self.rptr != self.wptr or bool(self.ibs) or self.running is not None)
+    def pm4_active(self) -> bool:
+        """PM4 work in progress: an indirect buffer not yet consumed or a dispatch still running."""
+        return bool(self.ibs) or self.running is not None
+
+    def push_ib(self, dws, base: int) -> None:
+        """Execute these dwords (found at GPU address `base`) next, as an indirect buffer."""
+        self.ibs.append([np.asarray(dws, np.uint32), 0, base])
 
     def step(self, budget: int) -> int:
         if self.fault is not None or "hang_cp" in self.gpu.inject:
@@ -104,28 +103,18 @@ class PM4Queue:
         return max(work, 1)
 
     # -- fetching ------------------------------------------------------------------------------
-    def _ring(self) -> np.ndarray:
-        chunks = self.mmu.translate(np.array([self.ring_va], np.uint64), self.ring_dw * 4, False, "CP")
-        buf, _, off = chunks[0]
-        return buf[int(off[0]):int(off[0]) + self.ring_dw * 4].view(np.uint32)
-
     def _next_packet(self):
-        if self.ibs:
+        while self.ibs:
             dws, pos, base = self.ibs[-1]
-            if pos >= len(dws):
-                self.ibs.pop()
-                self._cur = None
-                return self._next_packet()
-            self._cur = ("ib", pos, base)
-            return self._decode(dws, pos, f"IB @ {base:#x} dword {pos}")
-        if self.rptr == self.wptr:
-            return None
-        ring = self._ring()
-        i = self.rptr % self.ring_dw
-        n = min(self.wptr - self.rptr, 1 << 14)
-        window = np.take(ring, np.arange(i, i + n) % self.ring_dw)
-        self._cur = ("ring", self.rptr, None)
-        return self._decode(window, 0, f"ring dword {i}")
+            if pos < len(dws):
+                self._cur = ("ib", pos, base)
+                return self._decode(dws, pos, f"IB @ {base:#x} dword {pos}")
+            self.ibs.pop()
+            self._cur = None
+        return self._ring_packet()
+
+    def _ring_packet(self):
+        return None                               # no ring of its own: IBs only
 
     def _decode(self, dws, pos: int, where: str):
         try:
@@ -136,19 +125,16 @@ class PM4Queue:
 
     def _finish_packet(self) -> None:
         kind, pos, _ = self._cur
-        size = self._size
         if kind == "ib":
-            self.ibs[-1][1] = pos + size if self.ibs and self.ibs[-1][1] == pos else self.ibs[-1][1] if self.ibs else 0
+            self.ibs[-1][1] = pos + self._size if self.ibs and self.ibs[-1][1] == pos else self.ibs[-1][1] if self.ibs else 0
         else:
-            self.rptr += size
-            self._report_rptr()
+            self._advance(self._size)
 
-    def _report_rptr(self) -> None:
-        store(self.mmu, np.array([self.rptr_va], np.uint64),
-              np.array([[self.rptr & 0xFFFFFFFF, self.rptr >> 32]], np.uint32), 8)
+    def _advance(self, size: int) -> None:
+        raise NotImplementedError
 
     def _fault(self, reason: str, address: int | None, source: str) -> None:
-        kind, pos, base = getattr(self, "_cur", ("ring", self.rptr, None))
+        kind, pos, base = getattr(self, "_cur", None) or ("ib", 0, None)
         self.fault = QueueFault(reason, pos, kind)
         self.running = None
         self.gpu.interrupt(source, 0, self.vmid, address=address, queue=self.name, reason=reason)
@@ -256,3 +242,50 @@ class PM4Queue:
         self.running = self.gpu.core(self.vmid).start(d)
         self._steps_seen = 0
         self.dispatches += 1
+
+
+class PM4Queue(PM4Executor):
+    """One compute hardware queue (HQD) fed by a user-mode ring."""
+
+    def __init__(self, gpu, vmid: int, ring_va: int, ring_bytes: int, rptr_va: int, wptr_va: int, name: str = ""):
+        super().__init__(gpu, vmid, name or f"compute queue @ {ring_va:#x}")
+        self.ring_va, self.ring_dw = ring_va, ring_bytes // 4
+        self.rptr_va, self.wptr_va = rptr_va, wptr_va
+        self.rptr = self.wptr = 0
+
+    # -- engine protocol ----------------------------------------------------------------------
+    def doorbell(self, value: int) -> None:
+        self.wptr = int(value)
+
+    @property
+    def busy(self) -> bool:
+        return self.fault is None and (self.rptr != self.wptr or bool(self.ibs) or self.running is not None)
+
+    # -- fetching ------------------------------------------------------------------------------
+    def _ring(self) -> np.ndarray:
+        chunks = self.mmu.translate(np.array([self.ring_va], np.uint64), self.ring_dw * 4, False, "CP")
+        buf, _, off = chunks[0]
+        return buf[int(off[0]):int(off[0]) + self.ring_dw * 4].view(np.uint32)
+
+    def _ring_packet(self):
+        if self.rptr == self.wptr:
+            return None
+        ring = self._ring()
+        i = self.rptr % self.ring_dw
+        n = min(self.wptr - self.rptr, 1 << 14)
+        window = np.take(ring, np.arange(i, i + n) % self.ring_dw)
+        self._cur = ("ring", self.rptr, None)
+        return self._decode(window, 0, f"ring dword {i}")
+
+    def _advance(self, size: int) -> None:
+        self.rptr += size
+        self._report_rptr()
+
+    def _report_rptr(self) -> None:
+        store(self.mmu, np.array([self.rptr_va], np.uint64),
+              np.array([[self.rptr & 0xFFFFFFFF, self.rptr >> 32]], np.uint32), 8)
+
+    def _fault(self, reason: str, address: int | None, source: str) -> None:
+        if getattr(self, "_cur", None) is None:
+            self._cur = ("ring", self.rptr, None)
+        super()._fault(reason, address, source)
