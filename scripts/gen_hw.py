@@ -621,127 +621,6 @@ def pm4_enums(d: dict) -> dict:
     return out
 
 
-PM4_RUNTIME = '''
-
-class BadPacket(ValueError):
-    """A PM4 stream that does not decode; `index` is the dword where the bad packet starts."""
-
-    def __init__(self, msg: str, index: int):
-        super().__init__(f"PM4 dword {index}: {msg}")
-        self.index = index
-
-
-@dataclass
-class Packet:
-    """One decoded type-3 packet (or a type-2 filler: name 'TYPE2', opcode -1)."""
-    name: str
-    opcode: int
-    fields: dict[str, Any]
-    size: int                     # dwords, header included
-    shader_type: int = 0
-    predicate: int = 0
-
-
-class PM4Set:
-    """Opcodes and body layouts of one generation, with the one encoder and decoder of its packets."""
-
-    def __init__(self, gen: int, opcodes: dict[str, int], layouts: dict[str, Words]):
-        self.gen, self.opcodes, self.layouts = gen, opcodes, layouts
-        self.names: dict[int, str] = {}
-        for name, op in sorted(opcodes.items(), key=lambda kv: (kv[0] not in layouts, len(kv[0]), kv[0])):
-            self.names.setdefault(op, name)
-
-    def encode(self, name: str, *, shader_type: int = 0, predicate: int = 0, **fields: Any) -> list[int]:
-        """Whole packet (header included). Register writes take REG (absolute dword address) and VALUES;
-        packets without a layout take BODY (list of dwords)."""
-        if name not in self.opcodes:
-            raise KeyError(f"unknown PM4 packet {name!r}")
-        lay = self.layouts.get(name)
-        if lay is None:
-            body = [int(x) for x in fields.pop("BODY", [])]
-            if fields:
-                raise KeyError(f"{name} has no layout; give BODY=[dwords]")
-        else:
-            if name in REG_RANGES and "REG" in fields:
-                start, end = REG_RANGES[name]
-                reg, n = int(fields.pop("REG")), len(fields.get("VALUES", ()))
-                if not (start <= reg and reg + max(n, 1) <= end):
-                    raise ValueError(f"{name}: register {reg:#x} (+{n}) is outside [{start:#x}, {end:#x})")
-                fields["REG_OFFSET"] = reg - start
-            body = lay.encode(**fields)
-        if name == "NOP" and not body:
-            return [header(self.opcodes["NOP"], 1, shader_type, predicate, count=NOP_ONE_DWORD_COUNT)]
-        return [header(self.opcodes[name], len(body) + 1, shader_type, predicate)] + body
-
-    def decode(self, dwords: Sequence[int], i: int = 0) -> Packet:
-        """The packet starting at dwords[i]. Raises BadPacket (never anything else) on a malformed stream."""
-        if not 0 <= i < len(dwords):
-            raise BadPacket("read past the end of the stream", i)
-        h = int(dwords[i]) & 0xFFFFFFFF
-        hd = HEADER.decode(h)
-        if hd["TYPE"] == 2:
-            return Packet("TYPE2", -1, {}, 1)
-        if hd["TYPE"] != 3:
-            raise BadPacket(f"type-{hd['TYPE']} packet (header {h:#010x}); only type 3 and type-2 fillers are valid", i)
-        op = hd["IT_OPCODE"]
-        name = self.names.get(op)
-        if name is None:
-            raise BadPacket(f"unknown IT_OPCODE {op:#04x} (header {h:#010x})", i)
-        if name == "NOP" and hd["COUNT"] == NOP_ONE_DWORD_COUNT:
-            return Packet("NOP", op, {"DATA": []}, 1, hd["SHADER_TYPE"], hd["PREDICATE"])
-        size = hd["COUNT"] + 2
-        if i + size > len(dwords):
-            raise BadPacket(f"{name} needs {size} dwords, the stream has {len(dwords) - i}", i)
-        body = [int(x) & 0xFFFFFFFF for x in dwords[i + 1:i + size]]
-        lay = self.layouts.get(name)
-        if lay is None:
-            fields: dict[str, Any] = {"BODY": body}
-        else:
-            try:
-                fields = lay.decode(body)
-            except ValueError as e:
-                raise BadPacket(str(e), i) from None
-            if name in REG_RANGES:
-                fields["REG"] = REG_RANGES[name][0] + fields.pop("REG_OFFSET")
-        return Packet(name, op, fields, size, hd["SHADER_TYPE"], hd["PREDICATE"])
-
-    def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:
-        """(index, packet) for every packet in dwords[start:end]."""
-        i, end = start, len(dwords) if end is None else end
-        while i < end:
-            p = self.decode(dwords[:end], i)
-            yield i, p
-            i += p.size
-
-
-def header(opcode: int, ndwords: int, shader_type: int = 0, predicate: int = 0, count: int | None = None) -> int:
-    """Type-3 header of a packet of `ndwords` dwords in total (COUNT = ndwords - 2)."""
-    c = ndwords - 2 if count is None else count
-    if not 0 <= c < 1 << 14:
-        raise ValueError(f"PM4 packet of {ndwords} dwords does not fit the 14-bit COUNT")
-    return HEADER.encode(TYPE=3, COUNT=c, IT_OPCODE=opcode, SHADER_TYPE=shader_type, PREDICATE=predicate)
-
-
-GFX9 = PM4Set(9, OPCODES_GFX9, LAYOUTS_GFX9)
-GFX10 = PM4Set(10, OPCODES_GFX10, LAYOUTS_GFX10)
-
-
-def table(gen: int = 11) -> PM4Set:
-    """The packet set of a GFX major version: gfx9/CDNA (soc15d.h) or gfx10+ (nvd.h)."""
-    return GFX9 if gen < 10 else GFX10
-
-
-def encode(name: str, gen: int = 11, **fields: Any) -> list[int]:
-    """Encode one packet for GFX generation `gen` (see PM4Set.encode)."""
-    return table(gen).encode(name, **fields)
-
-
-def decode(dwords: Sequence[int], i: int = 0, gen: int = 11) -> Packet:
-    """Decode the packet at dwords[i] for GFX generation `gen` (see PM4Set.decode)."""
-    return table(gen).decode(dwords, i)
-'''
-
-
 def gen_pm4() -> None:
     nv, s15 = load("pm4_nv.json"), load("pm4_soc15.json")
     checked = check_pm4(nv, "gfx10") + check_pm4(s15, "gfx9")
@@ -785,12 +664,10 @@ vega10/soc21/soc24_enum.h: VGT event types, MTYPEs) and NOTES 3.4. Body bit widt
 not carry are taken from the named headers (see scripts/gen_hw.py); each shift was checked against
 the facts' field macros when generating. Field names follow the headers' macros, upper case; a
 64-bit value split over X_LO/X_HI dwords is reported and accepted as X.
+The encoder and decoder over these tables are in amdq/hw/pm4.py.
 {GEN}
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
 
 from .layout import Bits, Words
 
@@ -842,8 +719,8 @@ LAYOUTS_GFX10: dict[str, Words] = {{
 LAYOUTS_GFX9: dict[str, Words] = {{
 {lay["gfx9"][1]}
 }}
-{PM4_RUNTIME}'''
-    write(OUT / "pm4.py", text)
+'''
+    write(OUT / "pm4_tables.py", text)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -892,94 +769,6 @@ def sdma_wide(fields: list[str]) -> dict:
     return {k: tuple(sorted(v, key=lambda x: x[1])) for k, v in groups.items() if len(v) > 1}
 
 
-SDMA_RUNTIME = '''
-
-class BadPacket(ValueError):
-    """An SDMA stream that does not decode; `index` is the dword where the bad packet starts."""
-
-    def __init__(self, msg: str, index: int):
-        super().__init__(f"SDMA dword {index}: {msg}")
-        self.index = index
-
-
-@dataclass
-class Packet:
-    name: str
-    op: int
-    sub_op: int
-    fields: dict[str, Any]
-    size: int                     # dwords
-
-
-class SDMASet:
-    """Packet layouts of one SDMA major version (4: gfx9/CDNA, 5: gfx10, 6: gfx11 and gfx12's SDMA 7 use
-    the 6.x layouts here), with the one encoder and decoder of its packets."""
-
-    def __init__(self, version: int, layouts: dict[str, Words], ops: dict[str, tuple[int, int | None]]):
-        self.version, self.layouts, self.ops = version, layouts, ops
-        self.by_op: dict[tuple[int, int | None], str] = {}
-        for name, (op, sub) in ops.items():
-            self.by_op.setdefault((op, sub if "sub_op" in layouts[name].where else None), name)
-
-    def encode(self, name: str, **fields: Any) -> list[int]:
-        """Whole packet; op/sub_op are filled in. 64-bit values go by their base name (src_addr, dst_addr, ...)."""
-        if name not in self.layouts:
-            raise KeyError(f"SDMA {self.version}: unknown packet {name!r}")
-        op, sub = self.ops[name]
-        fields.setdefault("op", op)
-        if "sub_op" in self.layouts[name].where:
-            fields.setdefault("sub_op", sub or 0)
-        return self.layouts[name].encode(**fields)
-
-    def decode(self, dwords: Sequence[int], i: int = 0) -> Packet:
-        """The packet starting at dwords[i]. Raises BadPacket (never anything else) on a malformed stream."""
-        if not 0 <= i < len(dwords):
-            raise BadPacket("read past the end of the stream", i)
-        h = int(dwords[i]) & 0xFFFFFFFF
-        op, sub = h & 0xFF, (h >> 8) & 0xFF
-        name = self.by_op.get((op, sub)) or self.by_op.get((op, None))
-        if name is None:
-            raise BadPacket(f"unknown op {op} sub_op {sub} (header {h:#010x})", i)
-        lay = self.layouts[name]
-        n = lay.length([int(x) & 0xFFFFFFFF for x in dwords[i:i + len(lay.words)]])
-        if n is None or i + n > len(dwords):
-            raise BadPacket(f"{name} runs past the end of the stream", i)
-        try:
-            fields = lay.decode([int(x) & 0xFFFFFFFF for x in dwords[i:i + n]])
-        except ValueError as e:
-            raise BadPacket(str(e), i) from None
-        return Packet(name, op, sub, fields, n)
-
-    def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:
-        """(index, packet) for every packet in dwords[start:end]."""
-        i, end = start, len(dwords) if end is None else end
-        while i < end:
-            p = self.decode(dwords[:end], i)
-            yield i, p
-            i += p.size
-
-
-SDMA4 = SDMASet(4, LAYOUTS_4, OPS_4)
-SDMA5 = SDMASet(5, LAYOUTS_5, OPS_5)
-SDMA6 = SDMASet(6, LAYOUTS_6, OPS_6)
-
-
-def table(version: int = 6) -> SDMASet:
-    """The packet set of an SDMA IP major version (7 uses 6's layouts; the facts stop at 6.0)."""
-    return SDMA4 if version < 5 else SDMA5 if version == 5 else SDMA6
-
-
-def encode(name: str, version: int = 6, **fields: Any) -> list[int]:
-    """Encode one packet for SDMA IP major `version` (see SDMASet.encode)."""
-    return table(version).encode(name, **fields)
-
-
-def decode(dwords: Sequence[int], i: int = 0, version: int = 6) -> Packet:
-    """Decode the packet at dwords[i] for SDMA IP major `version` (see SDMASet.decode)."""
-    return table(version).decode(dwords, i)
-'''
-
-
 def gen_sdma() -> None:
     parts, srcs, consts = [], [], {}
     for v in (4, 5, 6):
@@ -1023,12 +812,10 @@ SDMA_PKT_<packet>_<dword>_<field>_{{offset,shift,mask}} triples; field names are
 case). Values split as x_31_0 / x_63_32 (or x_31_3, base_va_31_7 / _47_32, ...) are reported and
 accepted as one value x. NOP and WRITE_UNTILED carry a tail of data dwords sized by their count
 field (NOP: count more dwords, amdgpu's burst NOP; WRITE: count + 1 data dwords).
+The encoder and decoder over these tables are in amdq/hw/sdma.py.
 {GEN}
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
 
 from .layout import Bits, Words
 
@@ -1039,8 +826,8 @@ from .layout import Bits, Words
 # --- SDMA 6 only ----------------------------------------------------------------------------------
 {consts_block(only6)}
 # --- packet layouts -----------------------------------------------------------------------------
-{parts_txt}{SDMA_RUNTIME}'''
-    write(OUT / "sdma.py", text)
+{parts_txt}'''
+    write(OUT / "sdma_tables.py", text)
 
 
 # ------------------------------------------------------------------------------------------------
