@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import struct
 import sys
@@ -13,11 +14,13 @@ import numpy as np
 from ..codeobj import cache as cocache
 from ..errors import DeviceError, GPUFault, UnsupportedTarget
 from ..hw.targets import TARGETS, Target, get_target
+from .copy import CopyQueue, OrderedTimeline, gpu_wait
 from .memory import Allocator, Buffer
 from .program import LaunchRecord, Program
 from .queue import ComputeQueue
 from .signal import Timeline
 
+log = logging.getLogger(__name__)
 _said_sim = False
 _serial = itertools.count(1)
 
@@ -127,6 +130,15 @@ class Device:
         self.queues: list = []
         self.queue = ComputeQueue(self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))), self.new_timeline())
         self.queues.append(self.queue)
+        self.copyq: CopyQueue | None = None             # SDMA; None: buffers stay CPU-visible and copies use the CPU
+        self._waited: dict = {}                          # (queue, other queue) -> other's value already waited for
+        if os.environ.get("AMD_DISABLE_SDMA", "0") in ("", "0"):
+            try:
+                self.copyq = CopyQueue(self, int(os.environ.get("AMDQ_SDMA_RING_BYTES", str(1 << 16))),
+                                       self.new_timeline())
+                self.queues.append(self.copyq)
+            except OSError as e:
+                log.debug("no SDMA copy queue (%s): copies go through the CPU", e)
         self.kernargs = Kernargs(self)
         self.scratch: Scratch | None = None
         self.profiler = None
@@ -139,9 +151,28 @@ class Device:
 
     def new_timeline(self) -> Timeline:
         """A timeline in the next free signal slot (AMDQ_TIMELINE_START sets where values begin)."""
-        t = Timeline(self.signals, self._slots, int(os.environ.get("AMDQ_TIMELINE_START", "0")))
+        t = OrderedTimeline(self.signals, self._slots, int(os.environ.get("AMDQ_TIMELINE_START", "0")),
+                            before=self._before_signal)
         self._slots += 1
         return t
+
+    def _before_signal(self, t: Timeline) -> None:
+        """Called before a queue takes its next timeline value (that is, before it submits work): the queue
+        first waits, on the GPU, for every other queue's outstanding work, so no copy or kernel can see
+        memory another queue has not finished with. Before a value crosses into a new 2^32 block the
+        device synchronizes, which keeps the two-word 32-bit waits exact (see amdq.runtime.copy)."""
+        if len(self.queues) < 2:
+            return
+        if not (t.value + 1) & 0xFFFFFFFF:
+            self.synchronize()
+        q = next((q for q in self.queues if q.timeline is t), None)
+        for o in self.queues:
+            ot = o.timeline
+            if o is q or ot.value <= self._waited.get((id(q), id(o)), -1) or ot.completed >= ot.value:
+                continue
+            if q is None or not gpu_wait(q, ot, ot.value):
+                self.wait(ot.value, queue=o)
+            self._waited[(id(q), id(o))] = ot.value
 
     @property
     def timeline(self) -> Timeline:
@@ -177,6 +208,8 @@ class Device:
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise ValueError(f"alloc needs a positive byte count, got {nbytes!r}")
         self._reclaim()
+        if kind == "vram" and self.copyq is not None:      # device memory, no CPU mapping: moved by SDMA
+            return Buffer(self, self.allocator.alloc(nbytes, kind, cpu=False), nbytes)
         return Buffer(self, self.allocator.alloc(nbytes, kind), nbytes)
 
     def upload(self, arr) -> Buffer:
@@ -186,14 +219,36 @@ class Device:
         return b
 
     def _copy_in(self, buf: Buffer, off: int, raw: memoryview) -> None:
+        if buf.alloc.cpu is None:                          # through GTT staging, asynchronously
+            self.copyq.upload(buf.addr + off, raw)
+            return
         if not self.idle:
             self.synchronize()
         buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
 
     def _copy_out(self, buf: Buffer, off: int, size: int) -> bytes:
+        if buf.alloc.cpu is None:                          # through GTT staging; waits
+            return self.copyq.download(buf.addr + off, size)
         if not self.idle:
             self.synchronize()
         return bytes(buf.alloc.cpu.mv[off:off + size])
+
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0) -> None:
+        """Device-to-device copy of nbytes, ordered after all work submitted so far. On the SDMA queue it
+        returns at once; without one (AMD_DISABLE_SDMA=1, or no queue) the CPU copies through the mappings
+        once the GPU is idle."""
+        for b, o, what in ((dst, dst_offset, "destination"), (src, src_offset, "source")):
+            if nbytes < 0 or o < 0 or o + nbytes > b.size:
+                raise ValueError(f"copy of {nbytes} bytes at {what} offset {o} exceeds the {b.size}-byte buffer")
+        if nbytes == 0:
+            return
+        if self.copyq is not None:
+            self.copyq.copy_async(dst.addr + dst_offset, src.addr + src_offset, nbytes)
+            return
+        if not self.idle:
+            self.synchronize()
+        d = np.frombuffer(dst.alloc.cpu.mv, np.uint8)
+        d[dst_offset:dst_offset + nbytes] = np.frombuffer(src.alloc.cpu.mv, np.uint8)[src_offset:src_offset + nbytes]
 
     def _release(self, buf: Buffer) -> None:
         self._pending_free.append((self._marks(), buf.alloc))

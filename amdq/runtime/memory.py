@@ -26,8 +26,8 @@ class Allocator:
 
     def alloc(self, size: int, kind: str = "vram", **kw) -> Allocation:
         size = max(PAGE, (size + PAGE - 1) & -PAGE)
-        key = (size, kind)
-        if not kw and self.cache.get(key):
+        key = (size, kind, tuple(sorted(kw.items())))        # a CPU-less or uncached block is reused as such
+        if self.cache.get(key):
             a = self.cache[key].pop()
             self.cached -= size
             self.live += size
@@ -41,11 +41,12 @@ class Allocator:
             except (OutOfMemory, OSError) as e:
                 raise OutOfMemory(f"cannot allocate {size} bytes of {kind} memory ({self.live} bytes live): {e}") from None
         self.live += size
+        a.meta["cache_key"] = key
         return a
 
     def free(self, a: Allocation) -> None:
         self.live -= a.size
-        key = (a.size, a.kind)
+        key = a.meta.get("cache_key", (a.size, a.kind, ()))
         self.cache.setdefault(key, []).append(a)
         self.cache.move_to_end(key)
         self.cached += a.size

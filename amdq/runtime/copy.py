@@ -1,0 +1,264 @@
+"""The SDMA copy queue: packet encoders (amdq.hw.sdma), ring writes that never split a packet, staging
+buffers for host<->device copies, and the GPU-side waits that order the device's queues.
+
+Ring. Read/write pointers count bytes (KFD SDMA queues). A packet never wraps: when the ring's tail is
+too short for the next packet it is zero-filled (a zero dword is a one-dword NOP) and writing restarts
+at 0. Submission waits for ring space (doorbelling what it has written so far) with a timeout.
+
+Signals. A submission ends with FENCE(low word), FENCE(high word), TRAP(event): the 64-bit timeline
+value is written low half first, so a reader that sees the halves torn sees a value below the old one
+(a later wait), never one above the new one.
+
+Waits on 64-bit values. POLL_REGMEM and PM4 WAIT_REG_MEM compare one 32-bit word (unsigned; amdq.hw.pm4
+has the WAIT_REG_MEM64 opcode but no body layout, and the command processor model does not run it).
+`wait_packets`/`gpu_wait` wait for a 64-bit value v as two polls: high word >= v>>32, then low word >=
+v & 0xffffffff. The first never passes early; the second is exact while the high word equals v's, and
+`Device` keeps it so: before a timeline's value crosses into the next 2^32 block it synchronizes the
+device, so no wait on the old block is still pending when the high word changes. Values may therefore
+pass 2^31 and 2^32 freely.
+
+Staging. Device buffers with a copy queue have no CPU mapping. `upload` copies host bytes into GTT
+staging chunks (STAGING_CHUNK bytes) and queues one COPY_LINEAR per chunk, asynchronously; staging is
+recycled when the copy queue's timeline passes it, and the host waits only when more than
+STAGING_LIMIT bytes are in flight. `download` keeps two chunks in flight and waits for each.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+
+from ..errors import GPUTimeout
+from ..hw import sdma
+from .signal import Timeline
+
+FUNC_GEQ = 5
+POLL_FOREVER = 0xFFF
+STAGING_CHUNK = 8 << 20
+STAGING_LIMIT = 64 << 20
+
+
+class OrderedTimeline(Timeline):
+    """A Timeline that calls `before(self)` before handing out each value (the device's cross-queue hook)."""
+
+    def __init__(self, alloc, index: int = 0, start: int = 0, before=None):
+        super().__init__(alloc, index, start)
+        self.before = before
+
+    def next(self) -> int:
+        if self.before is not None:
+            self.before(self)
+        return super().next()
+
+
+class CopyQueue:
+    """A KFD SDMA queue: the runtime's writer side of the ring, and host<->device copies through it."""
+
+    def __init__(self, dev, ring_bytes: int, timeline: Timeline):
+        self.dev, self.timeline = dev, timeline
+        self.q = dev.iface.create_queue("sdma", ring_bytes)
+        self.name = f"sdma queue {self.q.queue_id}"
+        self.version = dev.target.ip["SDMA"][0]
+        self.t = sdma.table(self.version)
+        self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
+        self.ring_dw = len(self.ring)
+        self.wptr = 0                                   # bytes, monotonic
+        self._limit = self.ring_dw * 4
+        self.max_copy = dev.target.sdma_max_copy       # bytes per COPY_LINEAR / CONSTANT_FILL (tests shrink it)
+        self.event = getattr(dev.iface, "signal_event", 0)
+        self._staged: deque = deque()                   # (timeline value, staging allocation) of uploads
+        self._staged_bytes = 0
+
+    # -- encoders (each returns a list of packets, a packet being a list of dwords) --------------------
+    def copy(self, dst: int, src: int, nbytes: int) -> list[list[int]]:
+        """COPY_LINEAR packets moving nbytes from src to dst, split at `max_copy`."""
+        out, step = [], self.max_copy
+        for off in range(0, nbytes, step):
+            n = min(step, nbytes - off)
+            out.append(self.t.encode("COPY_LINEAR", count=n - 1, src_addr=src + off, dst_addr=dst + off))
+        return out
+
+    def fill(self, dst: int, value: int, nbytes: int) -> list[list[int]]:
+        """CONSTANT_FILL packets writing the 32-bit `value` over nbytes (a multiple of 4) at dst."""
+        if nbytes % 4:
+            raise ValueError(f"fill of {nbytes} bytes: dword fills take a multiple of 4 bytes")
+        out, step = [], self.max_copy & ~3
+        for off in range(0, nbytes, step):
+            n = min(step, nbytes - off)
+            out.append(self.t.encode("CONSTANT_FILL", fillsize=2, dst_addr=dst + off, src_data_31_0=value & 0xFFFFFFFF,
+                                     count=n - 4))
+        return out
+
+    def write(self, dst: int, dwords) -> list[list[int]]:
+        """WRITE_UNTILED: the given dwords, stored by the engine at dst."""
+        d = [int(x) & 0xFFFFFFFF for x in dwords]
+        return [self.t.encode("WRITE_UNTILED", dst_addr=dst, count=len(d) - 1, data=d)]
+
+    def fence(self, addr: int, value: int) -> list[list[int]]:
+        return [self.t.encode("FENCE", addr=addr, data=value & 0xFFFFFFFF)]
+
+    def trap(self, ctx: int | None = None) -> list[list[int]]:
+        return [self.t.encode("TRAP", int_context=self.event if ctx is None else ctx)]
+
+    def signal(self, addr: int, value: int) -> list[list[int]]:
+        """Write the 64-bit `value` at addr (low word first) and raise the interrupt that wakes waiters."""
+        return self.fence(addr, value) + self.fence(addr + 4, value >> 32) + self.trap()
+
+    def poll(self, addr: int, value: int, mask: int = 0xFFFFFFFF, func: int = FUNC_GEQ) -> list[list[int]]:
+        """POLL_REGMEM on memory: block until (dword at addr & mask) func value."""
+        return [self.t.encode("POLL_REGMEM", mem_poll=1, func=func, addr=addr, value=value & 0xFFFFFFFF, mask=mask,
+                              interval=10, retry_count=POLL_FOREVER)]
+
+    def wait_packets(self, addr: int, value: int) -> list[list[int]]:
+        """Block until the 64-bit timeline at addr reaches value (see the module notes)."""
+        return self.poll(addr + 4, value >> 32) + self.poll(addr, value)
+
+    def timestamp(self, addr: int) -> list[list[int]]:
+        """TIMESTAMP GET_GLOBAL: the GPU clock counter (64 bits) to addr (8-byte aligned)."""
+        return [self.t.encode("TIMESTAMP_GET_GLOBAL", write_addr=addr)]
+
+    def indirect(self, addr: int, ndw: int) -> list[list[int]]:
+        """Run ndw dwords of packets at addr (an indirect buffer; it may not contain INDIRECT)."""
+        return [self.t.encode("INDIRECT", ib_base=addr, ib_size=ndw)]
+
+    # -- the ring ---------------------------------------------------------------------------------
+    @property
+    def rptr(self) -> int:
+        return self.q.rptr.cpu.read64(0)
+
+    def submit(self, packets: list[list[int]], timeout_ms: int = 10_000) -> None:
+        """Write packets to the ring (none split by the ring's end) and ring the doorbell."""
+        ring, rdw = self.ring, self.ring_dw
+        for p in packets:
+            n = len(p)
+            if n > rdw:
+                raise ValueError(f"a {n}-dword packet does not fit the {rdw}-dword ring")
+            i = (self.wptr >> 2) % rdw
+            pad = rdw - i if i + n > rdw else 0
+            if self.wptr + 4 * (pad + n) > self._limit:
+                self._wait_space(pad + n, timeout_ms)
+            if pad:
+                ring[i:] = 0
+                self.wptr += 4 * pad
+                i = 0
+            ring[i:i + n] = p
+            self.wptr += 4 * n
+        self._doorbell()
+
+    def _doorbell(self) -> None:
+        self.q.wptr.cpu.write64(0, self.wptr)
+        self.q.doorbell.write64(self.q.doorbell_off, self.wptr)
+
+    def _wait_space(self, ndw: int, timeout_ms: int) -> None:
+        self._doorbell()                                 # let the engine consume what is already there
+        need = self.wptr + 4 * ndw - 4 * self.ring_dw
+        end = time.monotonic() + timeout_ms / 1000
+        while self.rptr < need:
+            if time.monotonic() > end:
+                raise GPUTimeout(f"{self.name}: no ring space for {ndw} dwords after {timeout_ms} ms (read pointer "
+                                 f"stuck at byte {self.rptr}); {self.describe()['stuck']}", queue=self.name)
+            self.dev.iface.wait_events(1)
+        self._limit = self.rptr + 4 * self.ring_dw
+
+    def describe(self) -> dict:
+        """Where the queue is: the packet at the engine's read pointer, decoded."""
+        rp = self.rptr
+        info = {"queue": self.name, "rptr": rp, "wptr": self.wptr}
+        if rp >= self.wptr:
+            info["stuck"] = "the queue is idle: everything submitted was consumed"
+            return info
+        i = (rp >> 2) % self.ring_dw
+        window = self.ring[i:i + min((self.wptr - rp) >> 2, self.ring_dw - i)]
+        try:
+            p = self.t.decode(window, 0)
+            desc = ", ".join(f"{k}={v:#x}" for k, v in p.fields.items() if isinstance(v, int) and k not in ("op", "sub_op"))
+            info["packet"] = f"{p.name}({desc})"
+        except sdma.BadPacket as e:
+            info["packet"] = f"undecodable packet: {e}"
+        info["stuck"] = f"stuck at ring byte {i * 4}: {info['packet']}"
+        return info
+
+    def close(self) -> None:
+        for _, a in self._staged:
+            self.dev.allocator.free(a)
+        self._staged.clear()
+        self.dev.iface.destroy_queue(self.q)
+
+    # -- operations (each ends with a signal of the queue's timeline) ----------------------------------
+    def run(self, packets: list[list[int]]) -> int:
+        """Submit packets followed by the timeline signal; returns the timeline value."""
+        value = self.timeline.next()                     # first: the device may queue waits on other queues
+        self.submit(packets + self.signal(self.timeline.addr, value))
+        return value
+
+    def copy_async(self, dst: int, src: int, nbytes: int) -> int:
+        """Device-side copy of nbytes between GPU addresses; returns the timeline value."""
+        return self.run(self.copy(dst, src, nbytes))
+
+    def upload(self, dst: int, raw: memoryview) -> int:
+        """Host bytes to the GPU address dst through staging buffers; returns without waiting."""
+        raw = memoryview(raw).cast("B")
+        value = self.timeline.value
+        for off in range(0, raw.nbytes, STAGING_CHUNK):
+            n = min(STAGING_CHUNK, raw.nbytes - off)
+            a = self._stage(n)
+            a.cpu.mv[:n] = raw[off:off + n]
+            value = self.run(self.copy(dst + off, a.va, n))
+            self._staged.append((value, a))
+            self._staged_bytes += a.size
+        return value
+
+    def _stage(self, n: int):
+        done = self.timeline.completed
+        while self._staged and (self._staged[0][0] <= done or self._staged_bytes + n > STAGING_LIMIT):
+            v, a = self._staged.popleft()
+            if v > done:
+                self.dev.wait(v, queue=self)
+                done = self.timeline.completed
+            self._staged_bytes -= a.size
+            self.dev.allocator.free(a)
+        return self.dev.allocator.alloc(n, "gtt")
+
+    def download(self, src: int, nbytes: int) -> bytes:
+        """nbytes at the GPU address src, once every queue's earlier work has finished writing them."""
+        out = bytearray(nbytes) if nbytes > STAGING_CHUNK else None
+        flight: deque = deque()
+
+        def drain():
+            v, a, off, n = flight.popleft()
+            self.dev.wait(v, queue=self)
+            data = a.cpu.mv[:n]
+            if out is None:
+                data = bytes(data)
+            else:
+                out[off:off + n] = data
+            self.dev.allocator.free(a)
+            return data
+
+        for off in range(0, nbytes, STAGING_CHUNK):
+            n = min(STAGING_CHUNK, nbytes - off)
+            a = self.dev.allocator.alloc(n, "gtt")
+            flight.append((self.run(self.copy(a.va, src + off, n)), a, off, n))
+            if len(flight) > 1:
+                drain()
+        last = drain()
+        return bytes(out) if out is not None else last
+
+
+def gpu_wait(queue, timeline: Timeline, value: int) -> bool:
+    """Make `queue` wait on the GPU until `timeline` reaches value (two 32-bit polls, see the module notes).
+    False if the queue has no such packet (the caller then waits on the host)."""
+    if isinstance(queue, CopyQueue):
+        queue.submit(queue.wait_packets(timeline.addr, value))
+        return True
+    cmds = getattr(queue, "commands", None)
+    if cmds is None:
+        return False
+    c = cmds()
+    if not hasattr(c, "wait"):
+        return False
+    c.wait(timeline.addr + 4, value >> 32)
+    c.wait(timeline.addr, value & 0xFFFFFFFF)
+    queue.submit(c.dw)
+    return True
