@@ -162,12 +162,15 @@ class KFD:
         self.seam.munmap(a.meta["reserve"])
 
     # -- queues --------------------------------------------------------------------------------
-    def create_queue(self, kind: str, ring_bytes: int) -> QueueInfo:
-        """A user-mode queue: ring in host memory, pointers in uncached memory, doorbell mapped."""
+    def create_queue(self, kind: str, ring_bytes: int, ptrs: Allocation | None = None, wptr_off: int = 0,
+                     rptr_off: int = 8) -> QueueInfo:
+        """A user-mode queue: ring in host memory, pointers in uncached memory, doorbell mapped. `ptrs` puts the
+        write/read pointers at those offsets of caller memory (an AQL queue's amd_queue_t dispatch ids)."""
         qtype = {"compute": K.KFD_IOC_QUEUE_TYPE_COMPUTE, "aql": K.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,
                  "sdma": K.KFD_IOC_QUEUE_TYPE_SDMA}[kind]
         ring = self.alloc(ring_bytes, "gtt", uncached=True)
-        ptrs = self.alloc(PAGE, "gtt", uncached=True)
+        own = ptrs is None
+        ptrs = ptrs or self.alloc(PAGE, "gtt", uncached=True)
         extra = {}
         eop_va = eop_size = cwsr_va = cwsr_size = ctl = 0
         if kind != "sdma":
@@ -180,16 +183,18 @@ class KFD:
             extra = {"eop": eop, "cwsr": cwsr}
         r = self.ioctl("AMDKFD_IOC_CREATE_QUEUE", ring_base_address=ring.va, ring_size=ring.size, gpu_id=self.gpu_id,
                        queue_type=qtype, queue_percentage=K.KFD_MAX_QUEUE_PERCENTAGE,
-                       queue_priority=K.KFD_MAX_QUEUE_PRIORITY, write_pointer_address=ptrs.va,
-                       read_pointer_address=ptrs.va + 8, eop_buffer_address=eop_va, eop_buffer_size=eop_size,
+                       queue_priority=K.KFD_MAX_QUEUE_PRIORITY, write_pointer_address=ptrs.va + wptr_off,
+                       read_pointer_address=ptrs.va + rptr_off, eop_buffer_address=eop_va, eop_buffer_size=eop_size,
                        ctx_save_restore_address=cwsr_va, ctx_save_restore_size=cwsr_size, ctl_stack_size=ctl)
         page_off = r["doorbell_offset"] & ~(0x2000 - 1)
         if page_off not in self.doorbell_pages:
             self.doorbell_pages[page_off] = self.seam.mmap(None, 0x2000, PROT_READ | PROT_WRITE, MAP_SHARED, self.fd,
                                                            page_off)
-        rptr = Allocation(ptrs.va + 8, 8, "uncached", None, Mapping(ptrs.va + 8, 8, ptrs.cpu.mv[8:16]))
-        wptr = Allocation(ptrs.va, 8, "uncached", None, Mapping(ptrs.va, 8, ptrs.cpu.mv[0:8]))
-        extra["ptrs"] = ptrs
+        r8, w8 = ptrs.va + rptr_off, ptrs.va + wptr_off
+        rptr = Allocation(r8, 8, "uncached", None, Mapping(r8, 8, ptrs.cpu.mv[rptr_off:rptr_off + 8]))
+        wptr = Allocation(w8, 8, "uncached", None, Mapping(w8, 8, ptrs.cpu.mv[wptr_off:wptr_off + 8]))
+        if own:
+            extra["ptrs"] = ptrs
         return QueueInfo(kind, r["queue_id"], self.doorbell_pages[page_off], r["doorbell_offset"] & 0x1FFF, ring, rptr,
                          wptr, extra)
 

@@ -17,6 +17,7 @@ from ..hw.targets import TARGETS, Target, get_target
 from .copy import CopyQueue, OrderedTimeline, gpu_wait
 from .memory import Allocator, Buffer
 from .program import LaunchRecord, Program
+from .aql import AQLQueue
 from .queue import ComputeQueue
 from .signal import Timeline
 
@@ -64,6 +65,12 @@ def _open_iface(iface: str | None, arch: str | None):
     from ..sim.kfd import SimKFD
     gpu = SimGPU(arch or "gfx1100")
     return KFD(SimKFD(gpu), arch or "gfx1100"), gpu
+
+
+def use_aql(target: Target) -> bool:
+    """AMD_AQL=1: the compute queue speaks AQL; AMD_AQL=0: PM4; unset: AQL on multi-die targets (gfx942, gfx950)."""
+    v = os.environ.get("AMD_AQL", "").strip()
+    return target.xcc > 1 if v == "" else v != "0"
 
 
 @dataclass
@@ -128,7 +135,8 @@ class Device:
         self.ts_alloc = self.allocator.alloc(1 << 16, "gtt", uncached=True)
         self._ts_next = 0
         self.queues: list = []
-        self.queue = ComputeQueue(self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))), self.new_timeline())
+        self.queue = (AQLQueue if use_aql(self.target) else ComputeQueue)(
+            self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))), self.new_timeline())
         self.queues.append(self.queue)
         self.copyq: CopyQueue | None = None             # SDMA; None: buffers stay CPU-visible and copies use the CPU
         self._waited: dict = {}                          # (queue, other queue) -> other's value already waited for

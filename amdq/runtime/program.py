@@ -78,7 +78,11 @@ class Kernel:
         return p
 
     def bind(self, *args, grid=(1, 1, 1), block=(1, 1, 1)) -> "BoundLaunch":
-        """This launch recorded into an indirect buffer: `.submit()` resubmits it for a 4-dword ring write."""
+        """This launch recorded into an indirect buffer (on an AQL queue: a ready dispatch packet); `.submit()`
+        resubmits it and returns its timeline value."""
+        q = self.prg.dev.queue
+        if hasattr(q, "bind"):
+            return q.bind(self, args, _dims(grid, "grid"), _dims(block, "block"))
         return BoundLaunch(self, args, _dims(grid, "grid"), _dims(block, "block"))
 
     def pack_into(self, p: Plan, args: tuple, mv, off: int) -> None:
@@ -154,6 +158,33 @@ class Kernel:
 _SCALAR_FMT = {("float", 4): "f", ("double", 8): "d", ("half", 2): "e"}
 
 
+def arg_format(kernel: "Kernel", args: tuple) -> tuple[struct.Struct | None, list[int]]:
+    """One struct for all explicit arguments (None if they do not fit one) and the indices of the pointers,
+    which take Buffer.addr."""
+    fmt, ptr = "<", []
+    pos = 0
+    for i, a in enumerate(kernel.meta.explicit_args):
+        if a.offset < pos:
+            fmt = None
+            break
+        fmt += "x" * (a.offset - pos)
+        if a.value_kind == "global_buffer":
+            fmt += "Q"
+            ptr.append(i)
+        elif a.value_kind == "by_value" and (a.type_name.strip(), a.size) in _SCALAR_FMT:
+            fmt += _SCALAR_FMT[(a.type_name.strip(), a.size)]
+        elif a.value_kind == "by_value" and a.size in (1, 2, 4, 8) and a.type_name.strip() not in ("", "bool"):
+            fmt += {1: "b", 2: "h", 4: "i", 8: "q"}[a.size]
+        elif a.value_kind == "by_value" and not a.type_name.strip() and a.size in (2, 4, 8):
+            # untyped (LLVM IR): the plan is keyed by the Python types of these arguments
+            fmt += ({2: "e", 4: "f", 8: "d"} if isinstance(args[i], float) else {2: "h", 4: "i", 8: "q"})[a.size]
+        else:
+            fmt = None
+            break
+        pos = a.offset + a.size
+    return (struct.Struct(fmt) if fmt else None), ptr
+
+
 class Plan:
     """A launch of one kernel with one grid/block/LDS/scratch shape, encoded once: per call only the
     kernel arguments, the kernarg address and the signal value are written."""
@@ -182,29 +213,7 @@ class Plan:
         self.size = ((len(self.blob) + 63) & ~63) + (64 if self.pkt_off is not None else 0)
         if self.pkt_off is not None:                         # the AQL packet names the kernarg address at 40
             self.pkt = bytearray(dev.kernargs.read(out["kernarg"] + self.pkt_off, 64))
-        # explicit arguments: one struct for all of them; pointers take Buffer.addr
-        fmt, self.ptr = "<", []
-        pos = 0
-        for i, a in enumerate(kernel.meta.explicit_args):
-            if a.offset < pos:
-                fmt = None
-                break
-            fmt += "x" * (a.offset - pos)
-            if a.value_kind == "global_buffer":
-                fmt += "Q"
-                self.ptr.append(i)
-            elif a.value_kind == "by_value" and (a.type_name.strip(), a.size) in _SCALAR_FMT:
-                fmt += _SCALAR_FMT[(a.type_name.strip(), a.size)]
-            elif a.value_kind == "by_value" and a.size in (1, 2, 4, 8) and a.type_name.strip() not in ("", "bool"):
-                fmt += {1: "b", 2: "h", 4: "i", 8: "q"}[a.size]
-            elif a.value_kind == "by_value" and not a.type_name.strip() and a.size in (2, 4, 8):
-                # untyped (LLVM IR): the plan is keyed by the Python types of these arguments
-                fmt += ({2: "e", 4: "f", 8: "d"} if isinstance(args[i], float) else {2: "h", 4: "i", 8: "q"})[a.size]
-            else:
-                fmt = None
-                break
-            pos = a.offset + a.size
-        self.fmt = struct.Struct(fmt) if fmt else None
+        self.fmt, self.ptr = arg_format(kernel, args)
 
 
 class BoundLaunch:

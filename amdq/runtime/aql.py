@@ -1,0 +1,322 @@
+"""The AQL compute queue: HSA kernel-dispatch packets in a ring of 64-byte slots, with the amd_queue_t the
+command processor reads; PM4 work (timestamps, timeline signal, waits) goes in vendor-specific PM4-IB packets.
+
+A producer fills a slot's 60 body bytes first and its header (with the setup word) last, so the packet
+processor never sees a half-written packet: until then the header says INVALID and it waits there. Each
+ring slot owns a 64-byte indirect buffer for the PM4 of a vendor packet in it, reusable exactly when the
+slot is (the command processor releases a slot after its IB has run).
+"""
+from __future__ import annotations
+
+import struct
+import time
+
+import numpy as np
+
+from ..errors import GPUTimeout, InvalidArgument
+from ..hw import aql as A
+from ..hw import pm4
+from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
+from . import kernargs
+from .program import arg_format
+from .queue import Commands, SHRegs
+
+SLOT = A.PACKET_SIZE
+IB_DW = SLOT // 4                       # PM4 dwords that fit a slot's own indirect buffer
+Q = A.AMD_QUEUE
+RD, WR = Q.offsetof("read_dispatch_id"), Q.offsetof("write_dispatch_id")
+SYSTEM = A.HSA_FENCE_SCOPE_SYSTEM
+DISPATCH_HDR = A.header(A.HSA_PACKET_TYPE_KERNEL_DISPATCH, 1, SYSTEM, SYSTEM)
+VENDOR_HDR = A.header(A.HSA_PACKET_TYPE_VENDOR_SPECIFIC, 1, A.HSA_FENCE_SCOPE_NONE, SYSTEM)
+INVALID = A.header(A.HSA_PACKET_TYPE_INVALID)
+U32, U64 = struct.Struct("<I"), struct.Struct("<Q")
+
+
+class AQLPlan:
+    """One kernel's dispatch packet for one grid/block/dynamic-LDS shape, built once; per call only the
+    kernel arguments and the kernarg address are written."""
+
+    def __init__(self, kernel, args: tuple, grid, block):
+        d, t = kernel.desc, kernel.prg.dev.target
+        threads = block[0] * block[1] * block[2]
+        if threads > kernel.meta.max_flat_workgroup_size:
+            raise InvalidArgument(f"kernel {kernel.name}: block of {threads} work-items exceeds its maximum of "
+                                  f"{kernel.meta.max_flat_workgroup_size}")
+        blob, dyn = kernargs.pack(kernel.meta, args, grid, block, lambda b: b.addr, d.group_segment_fixed_size,
+                                  t.lds_bytes)
+        self.grid, self.block, self.blob = grid, block, bytearray(blob)
+        self.size = max(64, (len(blob) + 63) & ~63)
+        self.fmt, self.ptr = arg_format(kernel, args)
+        items = [g * b for g, b in zip(grid, block)]
+        dims = 3 if items[2] > 1 else 2 if items[1] > 1 else 1
+        self.scratch = d.uses_scratch
+        self.pkt = bytearray(A.KERNEL_DISPATCH.pack(
+            setup=dims, workgroup_size_x=block[0], workgroup_size_y=block[1], workgroup_size_z=block[2],
+            grid_size_x=items[0], grid_size_y=items[1], grid_size_z=items[2],
+            private_segment_size=d.private_segment_fixed_size, group_segment_size=d.group_segment_fixed_size + dyn,
+            kernel_object=kernel.kd_addr))
+        self.hdr = DISPATCH_HDR | dims << 16           # header and setup: the first dword, written last
+
+
+class AQLBound:
+    """A launch bound to its own kernel-argument memory: `submit()` writes its ready dispatch packet and the
+    timeline signal packet."""
+
+    def __init__(self, queue: "AQLQueue", kernel, args: tuple, grid, block):
+        self.queue = queue
+        p = queue.plan(kernel, args, grid, block)
+        self.kalloc = queue.dev.allocator.alloc(p.size, "gtt")
+        kernel.pack_into(p, args, self.kalloc.cpu.mv, 0)
+        self.pkt, self.hdr, self.scratch, self.kernel = bytearray(p.pkt), p.hdr, p.scratch, kernel
+        struct.pack_into("<Q", self.pkt, 40, self.kalloc.va)
+
+    def submit(self) -> int:
+        """Run it again; returns the timeline value that marks its completion."""
+        q = self.queue
+        if self.scratch:
+            q.scratch_for(self.kernel)
+        value = q.timeline.next()
+        i = q.reserve(2)
+        q.write(i, self.pkt, self.hdr)
+        q.release(i + 1, value)
+        q.ring_doorbell(i + 1)
+        return value
+
+    def free(self) -> None:
+        self.queue.dev.wait(self.queue.timeline.value, queue=self.queue)
+        self.queue.dev.allocator.free(self.kalloc)
+
+
+class AQLQueue:
+    """A KFD AQL queue: amd_queue_t, ring, per-slot indirect buffers; the runtime's producer side."""
+
+    def __init__(self, dev, ring_bytes: int, timeline):
+        self.dev, self.timeline = dev, timeline
+        self.gen = dev.target.gfx_version
+        self.sh = SHRegs(dev.target.ip["GC"])
+        self.t = pm4.table(self.gen)
+        self.qmem = dev.allocator.alloc(4096, "gtt", uncached=True)        # the amd_queue_t
+        self.qmv = self.qmem.cpu.mv
+        self.qmv[:Q.size] = bytes(Q.size)
+        Q.pack_into(self.qmv, 0, read_dispatch_id_field_base_byte_offset=RD,
+                    queue_properties=A.AMD_QUEUE_PROPERTIES_IS_PTR64)
+        self.q = dev.iface.create_queue("aql", ring_bytes, ptrs=self.qmem, wptr_off=WR, rptr_off=RD)
+        self.name = f"AQL queue {self.q.queue_id}"
+        self.mv = self.q.ring.cpu.mv
+        self.slots = self.q.ring.size // SLOT
+        self.mv[:] = bytes(len(self.mv))
+        np.frombuffer(self.mv, np.uint16)[::SLOT // 2] = INVALID
+        Q.pack_into(self.qmv, 0, hsa_queue={"features": 1, "base_address": self.q.ring.va, "size": self.slots,
+                                            "id": self.q.queue_id})     # features: KERNEL_DISPATCH
+        self.ibs = dev.allocator.alloc(self.slots * SLOT, "gtt", uncached=True)
+        self.ibmv = self.ibs.cpu.mv
+        self.wid = 0                                    # next packet index (write_dispatch_id)
+        self._limit = self.slots
+        self._scratch = None
+        self._kd: dict[int, str] = {}
+        c = self.commands()
+        self._rel = np.array(c.release(timeline.addr, 0, interrupt=dev.iface.signal_event).dw, np.uint32)
+        self._ts = np.array(self.commands().timestamp(0).dw, np.uint32)
+        self._vendor = bytearray(PM4_IB.pack(pm4_ib_format=AMD_AQL_FORMAT_PM4_IB, dw_count_remain=PM4_IB_DW_COUNT_REMAIN,
+                                             pm4_ib_command=self.t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=0,
+                                                                          IB_SIZE=0, VALID=1)))
+        self._ib3 = U32.unpack_from(self._vendor, 16)[0] & ~0xFFFFF      # INDIRECT_BUFFER dw3 without IB_SIZE
+        self.ibw = np.frombuffer(self.ibmv, np.uint32)
+
+    # -- encoding ------------------------------------------------------------------------------
+    def commands(self) -> Commands:
+        """A PM4 command list for this queue (it runs inside vendor packets)."""
+        return Commands(self.gen, self.sh)
+
+    def plan(self, kernel, args: tuple, grid, block) -> AQLPlan:
+        """The cached dispatch packet of this launch shape."""
+        dyn = tuple(a.nbytes for a in args if isinstance(a, kernargs.LDS)) if kernel._has_lds else ()
+        key = ("aql", grid, block, dyn, len(args),
+               tuple(type(args[i]) for i in kernel._untyped if i < len(args)) if kernel._untyped else ())
+        p = kernel._plans.get(key)
+        if p is None:
+            p = kernel._plans[key] = AQLPlan(kernel, args, grid, block)
+            self._kd[kernel.kd_addr] = kernel.name
+        return p
+
+    def launch(self, kernel, args: tuple, grid, block, ts: int | None) -> tuple[int, float]:
+        """Write the dispatch packet (and timestamp/signal vendor packets) and ring the doorbell; `ts` (if
+        given) receives the GPU clock before and after. Returns (timeline value, time encoding finished)."""
+        p = self.plan(kernel, args, grid, block)
+        kv = self.dev.kernargs
+        ka, off = kv.take(p.size)
+        kernel.pack_into(p, args, kv.mv, off)
+        if p.scratch:
+            self.scratch_for(kernel)
+        pkt = p.pkt
+        U64.pack_into(pkt, 40, ka)
+        value = self.timeline.next()
+        t1 = time.perf_counter()
+        if ts is None:
+            i = self.reserve(2)
+            self.write(i, pkt, p.hdr)
+            self.release(i + 1, value)
+            self.ring_doorbell(i + 1)
+        else:
+            i = self.reserve(3)
+            self.vendor(i, self._ts, ((3, ts),))
+            self.write(i + 1, pkt, p.hdr)
+            self.release(i + 2, value, ts + 8)
+            self.ring_doorbell(i + 2)
+        return value, t1
+
+    def bind(self, kernel, args: tuple, grid, block) -> AQLBound:
+        return AQLBound(self, kernel, args, grid, block)
+
+    # -- scratch -------------------------------------------------------------------------------
+    def scratch_for(self, kernel) -> None:
+        """Make the queue descriptor's scratch big enough for `kernel` (the device's scratch grows on demand)."""
+        d = kernel.desc
+        s = self.dev.scratch_for(d.private_segment_fixed_size, d.wave_size)
+        if s is self._scratch:
+            return
+        self._scratch = s
+        g = self.gen
+        w1 = A.bits_for(A.SQ_BUF_RSRC_WORD1, g)
+        w3 = A.bits_for(A.SQ_BUF_RSRC_WORD3, g)
+        sel = dict(DST_SEL_X=A.SQ_SEL_X, DST_SEL_Y=A.SQ_SEL_Y, DST_SEL_Z=A.SQ_SEL_Z, DST_SEL_W=A.SQ_SEL_W,
+                   INDEX_STRIDE=3 if d.wave_size == 64 else 2, ADD_TID_ENABLE=1)
+        if g < 10:
+            sel.update(DATA_FORMAT=A.BUF_DATA_FORMAT_32, NUM_FORMAT=A.BUF_NUM_FORMAT_UINT, ELEMENT_SIZE=1)
+        else:
+            sel.update(FORMAT=A.BUF_FORMAT_32_UINT, OOB_SELECT=2)
+        srd = [s.base & 0xFFFFFFFF, w1.encode(BASE_ADDRESS_HI=(s.base >> 32) & 0xFFFF, SWIZZLE_ENABLE=1),
+               min(s.wave_bytes * s.waves, 0xFFFFFFFF), w3.encode(**sel)]
+        Q.pack_into(self.qmv, 0, scratch_backing_memory_location=s.base, scratch_resource_descriptor=srd,
+                    scratch_wave64_lane_byte_size=s.wave_bytes // 64)
+        U32.pack_into(self.qmv, Q.offsetof("compute_tmpring_size"), s.tmpring)    # last: it enables scratch
+
+    # -- the ring ------------------------------------------------------------------------------
+    @property
+    def rptr(self) -> int:
+        """The command processor's read_dispatch_id: packets before it have completed and been released."""
+        return U64.unpack_from(self.qmv, RD)[0]
+
+    @property
+    def wptr(self) -> int:
+        return self.wid
+
+    def reserve(self, n: int, timeout_ms: int = 10_000) -> int:
+        """Index of the first of n fresh slots (write_dispatch_id moves past them)."""
+        i = self.wid
+        if i + n > self._limit:
+            if i + n - self.rptr > self.slots:
+                self._wait_space(n, timeout_ms)
+            self._limit = self.rptr + self.slots
+        self.wid = i + n
+        U64.pack_into(self.qmv, WR, self.wid)
+        return i
+
+    def write(self, i: int, pkt, hdr: int) -> None:
+        """Packet body into slot i, then its first dword (header and setup/format) last."""
+        o = (i % self.slots) * SLOT
+        self.mv[o + 4:o + SLOT] = pkt[4:SLOT]
+        U32.pack_into(self.mv, o, hdr)
+
+    def vendor(self, i: int, dws, patches=()) -> None:
+        """A PM4-IB vendor packet in slot i running `dws` (at most 16 dwords, patched with (dword, u64) pairs)
+        from the slot's own indirect buffer."""
+        n, o = len(dws), (i % self.slots) * SLOT
+        self.ibw[o // 4:o // 4 + n] = dws
+        for k, v in patches:
+            U64.pack_into(self.ibmv, o + 4 * k, v)
+        self._vendor_packet(i, self.ibs.va + o, n)
+
+    def _vendor_packet(self, i: int, ib_va: int, n: int) -> None:
+        v = self._vendor
+        struct.pack_into("<II", v, 8, ib_va & 0xFFFFFFFF, ib_va >> 32)
+        U32.pack_into(v, 16, self._ib3 | n)
+        self.write(i, v, VENDOR_HDR | AMD_AQL_FORMAT_PM4_IB << 16)
+
+    def release(self, i: int, value: int, ts: int | None = None) -> None:
+        """Slot i: (the end timestamp and) the timeline signal with its interrupt, once everything before is done."""
+        if ts is None:
+            self.vendor(i, self._rel, ((5, value),))
+        else:
+            self.vendor(i, np.concatenate([self._ts, self._rel]), ((3, ts), (len(self._ts) + 5, value)))
+
+    def ring_doorbell(self, last: int | None = None) -> None:
+        """Tell the command processor packets up to index `last` (default: all reserved) are written."""
+        self.q.doorbell.write64(self.q.doorbell_off, self.wid - 1 if last is None else last)
+
+    def submit(self, dws, timeout_ms: int = 10_000) -> None:
+        """Run PM4 dwords in a vendor packet (the slot's own IB if they fit, else kernel-argument space)."""
+        dws = np.asarray(dws, np.uint32)
+        i = self.reserve(1, timeout_ms)
+        if len(dws) <= IB_DW:
+            self.vendor(i, dws)
+        else:
+            va, off = self.dev.kernargs.take(4 * len(dws))
+            self.dev.kernargs.mv[off:off + 4 * len(dws)] = dws.tobytes()
+            self._vendor_packet(i, va, len(dws))
+        self.ring_doorbell(i)
+
+    def _wait_space(self, n: int, timeout_ms: int) -> None:
+        end = time.monotonic() + timeout_ms / 1000
+        while self.wid + n - self.rptr > self.slots:
+            if time.monotonic() > end:
+                raise GPUTimeout(f"{self.name}: no ring space for {n} packets after {timeout_ms} ms "
+                                 f"(read index stuck at {self.rptr}); {self.describe()['stuck']}", queue=self.name)
+            self.dev.iface.wait_events(1)
+
+    # -- inspection ----------------------------------------------------------------------------
+    def _cpu(self, va: int, n: int) -> bytes | None:
+        for a in (self.ibs, self.dev.kernargs.alloc):
+            if a.va <= va and va + n <= a.va + a.size:
+                return bytes(a.cpu.mv[va - a.va:va - a.va + n])
+        return None
+
+    def decode(self, raw: bytes) -> str:
+        """One AQL packet in words; a PM4-IB vendor packet with the PM4 it runs."""
+        hdr = A.HEADER.decode(U32.unpack_from(raw)[0] & 0xFFFF)
+        t, bar = hdr["TYPE"], f"barrier={hdr['BARRIER']}"
+        if t == A.HSA_PACKET_TYPE_KERNEL_DISPATCH:
+            f = A.KERNEL_DISPATCH.unpack(raw)
+            name = self._kd.get(f["kernel_object"], "?")
+            return (f"KERNEL_DISPATCH({bar}, kernel {name} @ {f['kernel_object']:#x}, grid=("
+                    f"{f['grid_size_x']}, {f['grid_size_y']}, {f['grid_size_z']}) work-items, workgroup=("
+                    f"{f['workgroup_size_x']}, {f['workgroup_size_y']}, {f['workgroup_size_z']}), "
+                    f"kernarg={f['kernarg_address']:#x}, private={f['private_segment_size']}, "
+                    f"group={f['group_segment_size']}, signal={f['completion_signal']['handle']:#x})")
+        if t in (A.HSA_PACKET_TYPE_BARRIER_AND, A.HSA_PACKET_TYPE_BARRIER_OR):
+            f = A.BARRIER_AND.unpack(raw)
+            deps = ", ".join(f"{d['handle']:#x}" for d in f["dep_signal"] if d["handle"])
+            kind = "AND" if t == A.HSA_PACKET_TYPE_BARRIER_AND else "OR"
+            return f"BARRIER_{kind}({bar}, deps=[{deps}], signal={f['completion_signal']['handle']:#x})"
+        if t == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC and raw[2] == AMD_AQL_FORMAT_PM4_IB:
+            f = PM4_IB.unpack(raw)
+            try:
+                ib = self.t.decode(f["pm4_ib_command"], 0).fields
+                va, n = ib["IB_BASE"], ib["IB_SIZE"]
+                body = self._cpu(va, 4 * n)
+                pk = [] if body is None else [p for _, p in self.t.walk(np.frombuffer(body, np.uint32))]
+                inner = ", ".join(f"{p.name}(" + ", ".join(f"{k}={v:#x}" for k, v in p.fields.items()
+                                                           if isinstance(v, int)) + ")" for p in pk)
+                return f"VENDOR_SPECIFIC PM4_IB({bar}, IB @ {va:#x}, {n} dwords: {inner or 'not readable'})"
+            except pm4.BadPacket as e:
+                return f"VENDOR_SPECIFIC PM4_IB({bar}, undecodable PM4: {e})"
+        if t == A.HSA_PACKET_TYPE_INVALID:
+            return "INVALID (the slot's packet was not written yet)"
+        return f"{A.PACKET_TYPES.get(t).name if t in A.PACKET_TYPES else f'type {t}'}({bar})"
+
+    def describe(self) -> dict:
+        """Where the queue is: the packet at the command processor's read index, decoded."""
+        rp = self.rptr
+        info = {"queue": self.name, "rptr": rp, "wptr": self.wid}
+        if rp >= self.wid:
+            info["stuck"] = "the queue is idle: everything submitted was consumed"
+            return info
+        o = (rp % self.slots) * SLOT
+        info["packet"] = self.decode(bytes(self.mv[o:o + SLOT]))
+        info["stuck"] = f"stuck at AQL packet {rp} (slot {rp % self.slots}): {info['packet']}"
+        return info
+
+    def close(self) -> None:
+        self.dev.iface.destroy_queue(self.q)
+        self.dev.allocator.free(self.ibs)
+        self.dev.allocator.free(self.qmem)

@@ -1,0 +1,322 @@
+"""The command processor's AQL compute queue: HSA packets in a ring of 64-byte slots, executed as the packet
+processor of a KFD_IOC_QUEUE_TYPE_COMPUTE_AQL queue does (HSA spec "Architected Queuing Language";
+ROCr amd_hsa_queue.h / amd_hsa_signal.h; LLVM AMDGPUUsage "Initial Kernel Execution State").
+
+What it reads:
+- From CREATE_QUEUE (the MQD): ring base and size, read-pointer report address, write-pointer address.
+  The runtime points the two pointers at `amd_queue_t.read_dispatch_id` and `.write_dispatch_id`; the CP
+  finds the amd_queue_t itself at the read-pointer address minus `read_dispatch_id_field_base_byte_offset`
+  (the u32 that follows read_dispatch_id, and must say 128).
+- The doorbell: the index of the last packet written. It bounds the fetch; write_dispatch_id is not polled.
+- From amd_queue_t, when a dispatch starts: `compute_tmpring_size` (scratch wave slots, bytes per wave),
+  `scratch_backing_memory_location` (scratch base), `scratch_resource_descriptor` (the four
+  private-segment-buffer user SGPRs) and `queue_properties` (ENABLE_PROFILING: start/end timestamps into
+  the completion signal). It writes `read_dispatch_id`.
+- Per packet, the header: INVALID = not yet written, wait at this slot; BARRIER = wait until every earlier
+  packet has completed; an acquire scope invalidates the instruction cache. KERNEL_DISPATCH reads the 64-byte
+  kernel descriptor at kernel_object (entry offset, RSRC1/2/3, enabled user SGPRs) and becomes the dispatch
+  register state; BARRIER_AND/OR wait on their dependent signals' values; VENDOR_SPECIFIC runs the PM4
+  INDIRECT_BUFFER a PM4-IB packet carries (with the PM4 executor of sim/cp.py) or waits like an AMD
+  barrier-value packet.
+- Completion: the completion signal's amd_signal_t.value is decremented atomically; a signal with an event
+  mailbox gets its event id written there and the interrupt raised. Then, in order, the slot's header is set
+  back to INVALID and read_dispatch_id advances: a stuck packet stays at the read index.
+
+Packets without the barrier bit may start while earlier ones still run (up to WINDOW in flight).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..errors import GPUFault
+from ..hw import aql as A
+from ..hw import kd as KD
+from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB_DW_COUNT_REMAIN
+from .cp import LDS_GRANULE, PM4Executor, QueueFault
+from .shader.core import DispatchRegs
+
+WINDOW = 8
+SLOT = A.PACKET_SIZE
+TYPES = {A.HSA_PACKET_TYPE_VENDOR_SPECIFIC: "VENDOR_SPECIFIC", A.HSA_PACKET_TYPE_INVALID: "INVALID",
+         A.HSA_PACKET_TYPE_KERNEL_DISPATCH: "KERNEL_DISPATCH", A.HSA_PACKET_TYPE_BARRIER_AND: "BARRIER_AND",
+         A.HSA_PACKET_TYPE_AGENT_DISPATCH: "AGENT_DISPATCH", A.HSA_PACKET_TYPE_BARRIER_OR: "BARRIER_OR"}
+DISPATCH = struct.Struct("<IHHHHIIIIIQQ")          # hsa_kernel_dispatch_packet_t up to kernarg_address
+RD = A.AMD_QUEUE.offsetof("read_dispatch_id")
+QSTATE = struct.Struct("<QII4IQ8xII")              # amd_queue_t from read_dispatch_id to queue_properties
+SIG_VALUE, SIG_MAILBOX, SIG_EVENT = (A.AMD_SIGNAL.offsetof(n) for n in ("value", "event_mailbox_ptr", "event_id"))
+SIG_START, SIG_END = A.AMD_SIGNAL.offsetof("start_ts"), A.AMD_SIGNAL.offsetof("end_ts")
+CONDITIONS = {A.HSA_SIGNAL_CONDITION_EQ: lambda v, r: v == r, A.HSA_SIGNAL_CONDITION_NE: lambda v, r: v != r,
+              A.HSA_SIGNAL_CONDITION_LT: lambda v, r: v < r, A.HSA_SIGNAL_CONDITION_GTE: lambda v, r: v >= r}
+
+
+class Slot:
+    """A packet taken from the ring and not yet released."""
+    __slots__ = ("index", "type", "signal", "run", "seen", "wait", "done", "what")
+
+    def __init__(self, index: int, type: int, signal: int):
+        self.index, self.type, self.signal = index, type, signal
+        self.run = self.wait = None
+        self.seen, self.done = 0, False
+        self.what = TYPES.get(type, f"type {type}")
+
+
+class AQLQueue(PM4Executor):
+    """One AQL hardware queue; `args` are the fields of kfd_ioctl_create_queue_args."""
+
+    def __init__(self, gpu, vmid: int, args: dict):
+        super().__init__(gpu, vmid, f"AQL queue @ {args['ring_base_address']:#x}")
+        self.ring_va, self.slots = args["ring_base_address"], args["ring_size"] // SLOT
+        self.rptr_va, self.wptr_va = args["read_pointer_address"], args["write_pointer_address"]
+        self.queue_va: int | None = None
+        self.rd = self.fetch = self.wr = 0           # released, fetched, doorbell + 1
+        self.inflight: list[Slot] = []
+        self.vendor: Slot | None = None               # the packet whose PM4 the executor is running
+        self.at: Slot | None = None                   # the packet being worked on (named by faults)
+        self.tmpring = A.bits_for(A.COMPUTE_TMPRING_SIZE, self.gen)
+        self.scratch_unit = 256 if self.gen >= 10 else 1024
+        self._kd: dict[bytes, tuple] = {}
+
+    # -- engine protocol ----------------------------------------------------------------------
+    def doorbell(self, value: int) -> None:
+        self.wr = max(self.wr, int(value) + 1)
+
+    @property
+    def busy(self) -> bool:
+        return self.fault is None and (self.rd != self.wr or bool(self.inflight) or self.pm4_active)
+
+    def step(self, budget: int) -> int:
+        if self.fault is not None or "hang_cp" in self.gpu.inject:
+            return 0
+        work = 0
+        try:
+            while work < budget and self.fault is None:
+                n = 0
+                if self.pm4_active:
+                    self.at = self.vendor
+                    n += PM4Executor.step(self, budget - work)
+                if self.vendor is not None and not self.pm4_active and self.fault is None:
+                    self._complete(self.vendor)
+                    self.vendor = None
+                    n += 1
+                n += self._run(budget - work) + self._poll() + self._retire() + self._fetch()
+                if not n:
+                    break
+                work += n
+        except GPUFault as e:
+            self._fault(str(e), e.address, "VM_FAULT")
+            return max(work, 1)
+        return work
+
+    # -- memory --------------------------------------------------------------------------------
+    def _mem(self, va: int, n: int, write: bool = False) -> tuple[np.ndarray, int]:
+        """(backing buffer, offset) of n bytes at GPU address va, through the MMU."""
+        buf, _, off = self.mmu.translate(np.array([va], np.uint64), n, write, "CP")[0]
+        return buf, int(off[0])
+
+    def _read(self, va: int, n: int) -> bytes:
+        buf, o = self._mem(va, n)
+        return buf[o:o + n].tobytes()
+
+    def _queue(self) -> int:
+        if self.queue_va is None:
+            buf, o = self._mem(self.rptr_va + 8, 4)
+            off = struct.unpack_from("<I", buf, o)[0]
+            if off != RD:
+                raise GPUFault(f"read_dispatch_id_field_base_byte_offset is {off}, not {RD}: the read pointer "
+                               f"{self.rptr_va:#x} does not point into an amd_queue_t", address=self.rptr_va + 8)
+            self.queue_va = self.rptr_va - off
+        return self.queue_va
+
+    # -- the packet processor ------------------------------------------------------------------
+    def _fetch(self) -> int:
+        n = 0
+        while self.fetch < self.wr and len(self.inflight) < WINDOW and self.fault is None:
+            if self.wr - self.rd > self.slots:
+                self._fault(f"doorbell index {self.wr - 1} is more than the ring's {self.slots} slots ahead of "
+                            f"the read index {self.rd}", None, "CP_BAD_OPCODE")
+                return n
+            va = self.ring_va + (self.fetch % self.slots) * SLOT
+            buf, o = self._mem(va, SLOT)
+            hdr = int(buf[o]) | int(buf[o + 1]) << 8
+            typ = hdr & 0xFF
+            if typ == A.HSA_PACKET_TYPE_INVALID:
+                break                                   # reserved but not yet written: wait at this slot
+            if hdr >> A.HSA_PACKET_HEADER_BARRIER & 1 and any(not s.done for s in self.inflight):
+                break
+            if typ == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC and self.vendor is not None:
+                break
+            raw = buf[o:o + SLOT].tobytes()
+            if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3:
+                self.gpu.core(self.vmid).icache.invalidate()
+            s = self.at = Slot(self.fetch, typ, struct.unpack_from("<Q", raw, 56)[0])
+            self.inflight.append(s)
+            self.fetch += 1
+            n += 1
+            self._start(s, raw, va)
+        return n
+
+    def _start(self, s: Slot, raw: bytes, va: int) -> None:
+        t = s.type
+        if t == A.HSA_PACKET_TYPE_KERNEL_DISPATCH:
+            self._dispatch_packet(s, raw, va)
+        elif t in (A.HSA_PACKET_TYPE_BARRIER_AND, A.HSA_PACKET_TYPE_BARRIER_OR):
+            deps = [h for h in struct.unpack_from("<5Q", raw, 8) if h]
+            s.wait = (t, deps)
+            self._poll_one(s)
+        elif t == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC:
+            fmt = raw[2]
+            if fmt == AMD_AQL_FORMAT_PM4_IB:
+                dws = struct.unpack_from("<5I", raw, 4)
+                if dws[4] != PM4_IB_DW_COUNT_REMAIN:
+                    self._fault(f"PM4-IB packet with dw_count_remain {dws[4]} (expected {PM4_IB_DW_COUNT_REMAIN})",
+                                None, "CP_BAD_OPCODE")
+                    return
+                s.what = "VENDOR_SPECIFIC PM4_IB"
+                self.vendor = s
+                self.push_ib(dws[:4], va + 4)          # the slot's PM4 dwords: one INDIRECT_BUFFER
+            elif fmt == A.HSA_AMD_PACKET_TYPE_BARRIER_VALUE:
+                s.what = "VENDOR_SPECIFIC BARRIER_VALUE"
+                f = A.BARRIER_VALUE.unpack(raw)
+                s.wait = ("value", f["signal"]["handle"], f["value"], f["mask"], f["cond"])
+                self._poll_one(s)
+            else:
+                self._fault(f"vendor-specific packet with unknown AmdFormat {fmt}", None, "CP_BAD_OPCODE")
+        elif t == A.HSA_PACKET_TYPE_AGENT_DISPATCH:
+            self._fault("AGENT_DISPATCH packets are for agents other than this GPU", None, "CP_BAD_OPCODE")
+        else:
+            self._fault(f"AQL packet type {t} is reserved", None, "CP_BAD_OPCODE")
+
+    def _dispatch_packet(self, s: Slot, raw: bytes, va: int) -> None:
+        hs, wx, wy, wz, _, gx, gy, gz, priv, group, kobj, karg = DISPATCH.unpack_from(raw)
+        block, items = (wx, wy, wz), (gx, gy, gz)
+        if 0 in block:
+            return self._fault(f"workgroup size {block} has a zero dimension", None, "CP_BAD_OPCODE")
+        if group > self.gpu.target.lds_bytes:
+            return self._fault(f"group_segment_size {group} exceeds the {self.gpu.target.lds_bytes} bytes of LDS",
+                               None, "CP_BAD_OPCODE")
+        kd = self._read(kobj, 64)
+        k = self._kd.get(kd)
+        if k is None:
+            f = KD.KERNEL_DESCRIPTOR.unpack(kd)
+            props = KD.CODE_PROPERTIES.decode(f["kernel_code_properties"])
+            k = self._kd[kd] = (f["kernel_code_entry_byte_offset"], f["compute_pgm_rsrc1"], f["compute_pgm_rsrc2"],
+                                f["compute_pgm_rsrc3"], [(n, c) for flag, n, c in KD.USER_SGPRS if props[flag]],
+                                bool(props["ENABLE_WAVEFRONT_SIZE32"]) and self.gen >= 10)
+        entry, rsrc1, rsrc2, rsrc3, user_sgprs, wave32 = k
+        _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(self._queue() + RD, QSTATE.size))
+        tmp = self.tmpring.decode(tmpring)
+        wave_bytes = tmp["WAVESIZE"] * self.scratch_unit
+        need = priv * (32 if wave32 else 64)
+        if need > wave_bytes:
+            return self._fault(f"private_segment_size {priv} needs {need} scratch bytes per wave; the queue's "
+                               f"compute_tmpring_size backs {wave_bytes}", None, "CP_SCRATCH")
+        vals = {"private_segment_buffer": srd, "dispatch_ptr": va, "queue_ptr": self._queue(),
+                "kernarg_segment_ptr": karg, "dispatch_id": s.index, "flat_scratch_init": scratch,
+                "private_segment_size": priv}
+        user = []
+        for name, count in user_sgprs:
+            v = vals[name]
+            user += v if isinstance(v, list) else [v & 0xFFFFFFFF, v >> 32][:count]
+        lds = -(-group // LDS_GRANULE)
+        f = self.cregs.rsrc2.fields["LDS_SIZE"]
+        rsrc2 = rsrc2 & ~(((1 << (f.hi - f.lo + 1)) - 1) << f.lo) | lds << f.lo
+        grid = tuple(-(-g // b) for g, b in zip(items, block))
+        d = DispatchRegs(pgm_addr=kobj + entry, rsrc1=rsrc1, rsrc2=rsrc2, rsrc3=rsrc3, grid=grid, block=block,
+                         user_data=user[:16], wave64=not wave32, lds_bytes=lds * LDS_GRANULE, scratch_base=scratch,
+                         scratch_wave_bytes=wave_bytes, scratch_waves=tmp["WAVES"],
+                         partial=tuple(g % b for g, b in zip(items, block)), gfx=self.gen,
+                         info={"aql_index": s.index})
+        if props & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING and s.signal:
+            self._signal_ts(s.signal, SIG_START)
+        if 0 in grid:
+            return self._complete(s)
+        s.run = self.gpu.core(self.vmid).start(d)
+        self.dispatches += 1
+
+    def _run(self, budget: int) -> int:
+        runs = [s for s in self.inflight if s.run is not None]
+        if not runs:
+            return 0
+        share, work = max(1, budget // len(runs)), 0
+        for s in runs:
+            self.at = s
+            done = s.run.step(share)
+            work += s.run.stats.steps - s.seen
+            s.seen = s.run.stats.steps
+            if done:
+                self.last_stats = s.run.stats
+                s.run = None
+                self._complete(s)
+                work += 1
+        return work
+
+    def _poll(self) -> int:
+        return sum(self._poll_one(s) for s in self.inflight if s.wait is not None and not s.done)
+
+    def _poll_one(self, s: Slot) -> int:
+        w = s.wait
+        if w[0] == "value":
+            _, h, ref, mask, cond = w
+            fn = CONDITIONS.get(cond)
+            if fn is None:
+                self._fault(f"barrier-value packet with unknown condition {cond}", None, "CP_BAD_OPCODE")
+                return 0
+            ok = fn(self._value(h) & mask, ref)
+        else:
+            vals = [self._value(h) == 0 for h in w[1]]
+            ok = all(vals) if w[0] == A.HSA_PACKET_TYPE_BARRIER_AND else (any(vals) or not vals)
+        if not ok:
+            return 0
+        s.wait = None
+        self._complete(s)
+        return 1
+
+    def _value(self, handle: int) -> int:
+        buf, o = self._mem(handle + SIG_VALUE, 8)
+        return struct.unpack_from("<q", buf, o)[0]
+
+    def _signal_ts(self, handle: int, off: int) -> None:
+        buf, o = self._mem(handle + off, 8, True)
+        struct.pack_into("<Q", buf, o, self.gpu.clock())
+
+    def _complete(self, s: Slot) -> None:
+        """The packet has finished: its completion signal (decrement, event), then it may be released."""
+        h = s.signal
+        if h:
+            props = QSTATE.unpack(self._read(self._queue() + RD, QSTATE.size))[-1]
+            if props & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING:
+                self._signal_ts(h, SIG_END)
+            buf, o = self._mem(h, A.AMD_SIGNAL.size, True)
+            v = struct.unpack_from("<q", buf, o + SIG_VALUE)[0]
+            struct.pack_into("<q", buf, o + SIG_VALUE, v - 1)
+            mailbox, event = struct.unpack_from("<QI", buf, o + SIG_MAILBOX)
+            if mailbox:
+                mb, mo = self._mem(mailbox, 8, True)
+                struct.pack_into("<Q", mb, mo, event)
+                self.gpu.interrupt("CP_EOP", event, self.vmid, queue=self.name)
+        s.done = True
+
+    def _retire(self) -> int:
+        n = 0
+        while self.inflight and self.inflight[0].done:
+            s = self.inflight.pop(0)
+            buf, o = self._mem(self.ring_va + (s.index % self.slots) * SLOT, 2, True)
+            struct.pack_into("<H", buf, o, A.header(A.HSA_PACKET_TYPE_INVALID))
+            self.rd += 1
+            n += 1
+        if n:
+            buf, o = self._mem(self.rptr_va, 8, True)
+            struct.pack_into("<Q", buf, o, self.rd)
+        return n
+
+    # -- faults --------------------------------------------------------------------------------
+    def _fault(self, reason: str, address: int | None, source: str) -> None:
+        s = self.at
+        where = f"AQL packet {s.index} (slot {s.index % self.slots}, {s.what})" if s else f"AQL read index {self.rd}"
+        if "AQL packet" not in reason:
+            reason = f"{reason}; at {where}"
+        self.fault = QueueFault(reason, s.index if s else self.rd, s.what if s else "AQL")
+        self.running = None
+        self.gpu.interrupt(source, 0, self.vmid, address=address, queue=self.name, reason=reason)
