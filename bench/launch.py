@@ -1,6 +1,6 @@
 """Host cost of a kernel launch, GPU side deferred: fresh launch (encode + signal + ring write +
 doorbell), resubmission of a bound launch, and the limit: one slice write of the same dwords into the
-ring. Last line: JSON.
+ring; then the same two on the AQL queue (AMD_AQL=1). Last line: JSON.
 
     python bench/launch.py [--quick]
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,40 @@ def per_call(fn, n: int, rounds: int, reset) -> float:
         best = min(best, (time.perf_counter() - t) / n)
         reset()
     return best
+
+
+def aql_launch(n: int, rounds: int) -> dict:
+    """The same fresh launch and bound resubmission on the AQL queue (AMD_AQL=1): dispatch packet + vendor
+    PM4-IB signal packet, header written last, doorbell = last packet index."""
+    old = os.environ.get("AMD_AQL")
+    os.environ["AMD_AQL"] = "1"
+    try:
+        dev = amdq.open_device("SIM:gfx1100")
+    finally:
+        os.environ.pop("AMD_AQL") if old is None else os.environ.__setitem__("AMD_AQL", old)
+    k = dev.load(amdq.compile(KERNEL, dev.arch))["axpy"]
+    y, x = dev.upload(np.zeros(64, np.float32)), dev.upload(np.ones(64, np.float32))
+    k(y, x, 2.0, 64, grid=1, block=64, wait=True)
+    gpu = dev.sim
+
+    def reset():
+        gpu.defer = False
+        dev.queue.ring_doorbell()
+        dev.synchronize()
+        gpu.defer = True
+
+    gpu.defer = True
+    fresh = per_call(lambda: k(y, x, 2.0, 64, grid=1, block=64), n, rounds, reset)
+    bound = k.bind(y, x, 2.0, 64, grid=1, block=64)
+    rebound = per_call(bound.submit, n, rounds, reset)
+    gpu.defer = False
+    reset()
+    gpu.defer = False
+    dev.synchronize()
+    ok = bool(np.allclose(y.numpy(np.float32), 2.0 * (1 + 2 * n * rounds)))
+    dev.close()
+    return {"aql_fresh_launch_us": round(fresh * 1e6, 2), "aql_bound_resubmit_us": round(rebound * 1e6, 2),
+            "aql_packets_per_launch": 2, "aql_results_valid": ok}
 
 
 def main() -> None:
@@ -88,6 +123,10 @@ def main() -> None:
     print(f"bound resubmit     {res['bound_resubmit_us']:8.2f} us")
     print(f"ring slice write   {res['ring_slice_write_us']:8.2f} us  (limit)")
     dev.close()
+    res.update(aql_launch(n, rounds))
+    res["results_valid"] = res["results_valid"] and res["aql_results_valid"]
+    print(f"AQL fresh launch   {res['aql_fresh_launch_us']:8.2f} us  (dispatch + vendor PM4-IB signal packet)")
+    print(f"AQL bound resubmit {res['aql_bound_resubmit_us']:8.2f} us")
     print(json.dumps(res))
 
 

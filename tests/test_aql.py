@@ -188,7 +188,6 @@ def test_completion_signal_and_event(dev):
     q.ring_doorbell()
     idle(dev)
     assert sig(a, 0) == 2 and sig(a, 1) == 0
-    ev = dev.sim.__dict__  # noqa: F841
     assert struct.unpack_from("<Q", dev.iface.event_page.cpu.mv, 8 * dev.iface.signal_slot)[0] == dev.iface.signal_event
     kfd = dev.iface.seam
     assert kfd.events[dev.iface.signal_event].signaled

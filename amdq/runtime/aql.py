@@ -30,6 +30,7 @@ DISPATCH_HDR = A.header(A.HSA_PACKET_TYPE_KERNEL_DISPATCH, 1, SYSTEM, SYSTEM)
 VENDOR_HDR = A.header(A.HSA_PACKET_TYPE_VENDOR_SPECIFIC, 1, A.HSA_FENCE_SCOPE_NONE, SYSTEM)
 INVALID = A.header(A.HSA_PACKET_TYPE_INVALID)
 U32, U64 = struct.Struct("<I"), struct.Struct("<Q")
+IB_ADDR_SIZE = struct.Struct("<QI")
 
 
 class AQLPlan:
@@ -115,13 +116,13 @@ class AQLQueue:
         self._scratch = None
         self._kd: dict[int, str] = {}
         c = self.commands()
-        self._rel = np.array(c.release(timeline.addr, 0, interrupt=dev.iface.signal_event).dw, np.uint32)
-        self._ts = np.array(self.commands().timestamp(0).dw, np.uint32)
+        self._rel = np.array(c.release(timeline.addr, 0, interrupt=dev.iface.signal_event).dw, np.uint32).tobytes()
+        self._ts = np.array(self.commands().timestamp(0).dw, np.uint32).tobytes()
+        self._ts_rel, self._nts = self._ts + self._rel, len(self._ts) // 4
         self._vendor = bytearray(PM4_IB.pack(pm4_ib_format=AMD_AQL_FORMAT_PM4_IB, dw_count_remain=PM4_IB_DW_COUNT_REMAIN,
                                              pm4_ib_command=self.t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=0,
                                                                           IB_SIZE=0, VALID=1)))
         self._ib3 = U32.unpack_from(self._vendor, 16)[0] & ~0xFFFFF      # INDIRECT_BUFFER dw3 without IB_SIZE
-        self.ibw = np.frombuffer(self.ibmv, np.uint32)
 
     # -- encoding ------------------------------------------------------------------------------
     def commands(self) -> Commands:
@@ -218,19 +219,19 @@ class AQLQueue:
         self.mv[o + 4:o + SLOT] = pkt[4:SLOT]
         U32.pack_into(self.mv, o, hdr)
 
-    def vendor(self, i: int, dws, patches=()) -> None:
-        """A PM4-IB vendor packet in slot i running `dws` (at most 16 dwords, patched with (dword, u64) pairs)
-        from the slot's own indirect buffer."""
+    def vendor(self, i: int, dws: bytes, patches=()) -> None:
+        """A PM4-IB vendor packet in slot i running `dws` (PM4 bytes, at most 16 dwords, patched with
+        (dword, u64) pairs) from the slot's own indirect buffer."""
         n, o = len(dws), (i % self.slots) * SLOT
-        self.ibw[o // 4:o // 4 + n] = dws
+        mv = self.ibmv
+        mv[o:o + n] = dws
         for k, v in patches:
-            U64.pack_into(self.ibmv, o + 4 * k, v)
-        self._vendor_packet(i, self.ibs.va + o, n)
+            U64.pack_into(mv, o + 4 * k, v)
+        self._vendor_packet(i, self.ibs.va + o, n // 4)
 
     def _vendor_packet(self, i: int, ib_va: int, n: int) -> None:
         v = self._vendor
-        struct.pack_into("<II", v, 8, ib_va & 0xFFFFFFFF, ib_va >> 32)
-        U32.pack_into(v, 16, self._ib3 | n)
+        IB_ADDR_SIZE.pack_into(v, 8, ib_va, self._ib3 | n)          # INDIRECT_BUFFER dw1-2 (address), dw3
         self.write(i, v, VENDOR_HDR | AMD_AQL_FORMAT_PM4_IB << 16)
 
     def release(self, i: int, value: int, ts: int | None = None) -> None:
@@ -238,7 +239,7 @@ class AQLQueue:
         if ts is None:
             self.vendor(i, self._rel, ((5, value),))
         else:
-            self.vendor(i, np.concatenate([self._ts, self._rel]), ((3, ts), (len(self._ts) + 5, value)))
+            self.vendor(i, self._ts_rel, ((3, ts), (self._nts + 5, value)))
 
     def ring_doorbell(self, last: int | None = None) -> None:
         """Tell the command processor packets up to index `last` (default: all reserved) are written."""
@@ -249,7 +250,7 @@ class AQLQueue:
         dws = np.asarray(dws, np.uint32)
         i = self.reserve(1, timeout_ms)
         if len(dws) <= IB_DW:
-            self.vendor(i, dws)
+            self.vendor(i, dws.tobytes())
         else:
             va, off = self.dev.kernargs.take(4 * len(dws))
             self.dev.kernargs.mv[off:off + 4 * len(dws)] = dws.tobytes()
