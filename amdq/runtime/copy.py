@@ -20,7 +20,8 @@ pass 2^31 and 2^32 freely.
 Staging. Device buffers with a copy queue have no CPU mapping. `upload` copies host bytes into GTT
 staging chunks (STAGING_CHUNK bytes) and queues one COPY_LINEAR per chunk, asynchronously; staging is
 recycled when the copy queue's timeline passes it, and the host waits only when more than
-STAGING_LIMIT bytes are in flight. `download` keeps two chunks in flight and waits for each.
+STAGING_LIMIT bytes are in flight. `download` copies into one staging buffer per DOWNLOAD_PIECE bytes,
+waits, and copies out.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ FUNC_GEQ = 5
 POLL_FOREVER = 0xFFF
 STAGING_CHUNK = 8 << 20
 STAGING_LIMIT = 64 << 20
+DOWNLOAD_PIECE = 64 << 20
 
 
 class OrderedTimeline(Timeline):
@@ -177,6 +179,7 @@ class CopyQueue:
         except sdma.BadPacket as e:
             info["packet"] = f"undecodable packet: {e}"
         info["stuck"] = f"stuck at ring byte {i * 4}: {info['packet']}"
+        info["fault"] = f"the engine stopped at ring byte {i * 4}: {info['packet']}"   # what a fault report shows
         return info
 
     def close(self) -> None:
@@ -221,29 +224,16 @@ class CopyQueue:
         return self.dev.allocator.alloc(n, "gtt")
 
     def download(self, src: int, nbytes: int) -> bytes:
-        """nbytes at the GPU address src, once every queue's earlier work has finished writing them."""
-        out = bytearray(nbytes) if nbytes > STAGING_CHUNK else None
-        flight: deque = deque()
-
-        def drain():
-            v, a, off, n = flight.popleft()
-            self.dev.wait(v, queue=self)
-            data = a.cpu.mv[:n]
-            if out is None:
-                data = bytes(data)
-            else:
-                out[off:off + n] = data
-            self.dev.allocator.free(a)
-            return data
-
-        for off in range(0, nbytes, STAGING_CHUNK):
-            n = min(STAGING_CHUNK, nbytes - off)
+        """nbytes at the GPU address src, once every queue's earlier work has finished writing them: one
+        staging buffer per DOWNLOAD_PIECE bytes, one wait, one host copy out of it."""
+        parts = []
+        for off in range(0, nbytes, DOWNLOAD_PIECE):
+            n = min(DOWNLOAD_PIECE, nbytes - off)
             a = self.dev.allocator.alloc(n, "gtt")
-            flight.append((self.run(self.copy(a.va, src + off, n)), a, off, n))
-            if len(flight) > 1:
-                drain()
-        last = drain()
-        return bytes(out) if out is not None else last
+            self.dev.wait(self.run(self.copy(a.va, src + off, n)), queue=self)   # on error the staging stays put
+            parts.append(bytes(a.cpu.mv[:n]))
+            self.dev.allocator.free(a)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def gpu_wait(queue, timeline: Timeline, value: int) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codeobj import cache as cocache
-from ..errors import DeviceError, GPUFault, UnsupportedTarget
+from ..errors import DeviceError, GPUFault, OutOfMemory, UnsupportedTarget
 from ..hw.targets import TARGETS, Target, get_target
 from .copy import CopyQueue, OrderedTimeline, gpu_wait
 from .memory import Allocator, Buffer
@@ -145,7 +145,7 @@ class Device:
                 self.copyq = CopyQueue(self, int(os.environ.get("AMDQ_SDMA_RING_BYTES", str(1 << 16))),
                                        self.new_timeline())
                 self.queues.append(self.copyq)
-            except OSError as e:
+            except (OSError, OutOfMemory) as e:                # the kernel refused (ENOMEM arrives as OutOfMemory)
                 log.debug("no SDMA copy queue (%s): copies go through the CPU", e)
         self.kernargs = Kernargs(self)
         self.scratch: Scratch | None = None
@@ -341,7 +341,9 @@ class Device:
     def wait(self, value: int, timeout_ms: int | None = None, queue=None) -> None:
         """Wait until `queue` (the compute queue by default) has completed submission `value`."""
         q = queue or self.queue
-        q.timeline.wait(value, timeout_ms, self.iface.wait_events, q.describe)
+        # block in the interrupt wait (>= 1 ms or until the queue's interrupt): polling with 0 ms waits keeps
+        # the simulated GPU's worker thread from the interpreter lock for a whole switch interval (5 ms)
+        q.timeline.wait(value, timeout_ms, lambda ms: self.iface.wait_events(max(1, ms)), q.describe)
         self._reclaim()
 
     def synchronize(self, timeout_ms: int | None = None) -> None:
