@@ -283,6 +283,10 @@ def test_queue_creation_failure_falls_back_to_the_cpu(monkeypatch, err):
     monkeypatch.setattr(Q, "make_queue", refuse)
     d = open_dev(monkeypatch)
     assert d.copyq is None and d.queues == [d.queue]
+    monkeypatch.setenv("AMD_DISABLE_SDMA", "1")
+    ref = open_dev(monkeypatch)
+    assert len(d.iface.seam.bos) == len(ref.iface.seam.bos)      # the refused queue's ring and pointers were freed
+    ref.close()
     b = d.upload(np.arange(10, dtype=np.uint8))
     c = d.alloc(10)
     d.copy(c, b, 8, 2, 1)

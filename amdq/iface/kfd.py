@@ -181,11 +181,18 @@ class KFD:
             eop_va, eop_size = eop.va, eop.size
             cwsr_va = cwsr.va if cwsr else 0
             extra = {"eop": eop, "cwsr": cwsr}
-        r = self.ioctl("AMDKFD_IOC_CREATE_QUEUE", ring_base_address=ring.va, ring_size=ring.size, gpu_id=self.gpu_id,
-                       queue_type=qtype, queue_percentage=K.KFD_MAX_QUEUE_PERCENTAGE,
-                       queue_priority=K.KFD_MAX_QUEUE_PRIORITY, write_pointer_address=ptrs.va + wptr_off,
-                       read_pointer_address=ptrs.va + rptr_off, eop_buffer_address=eop_va, eop_buffer_size=eop_size,
-                       ctx_save_restore_address=cwsr_va, ctx_save_restore_size=cwsr_size, ctl_stack_size=ctl)
+        try:
+            r = self.ioctl("AMDKFD_IOC_CREATE_QUEUE", ring_base_address=ring.va, ring_size=ring.size,
+                           gpu_id=self.gpu_id, queue_type=qtype, queue_percentage=K.KFD_MAX_QUEUE_PERCENTAGE,
+                           queue_priority=K.KFD_MAX_QUEUE_PRIORITY, write_pointer_address=ptrs.va + wptr_off,
+                           read_pointer_address=ptrs.va + rptr_off, eop_buffer_address=eop_va,
+                           eop_buffer_size=eop_size, ctx_save_restore_address=cwsr_va,
+                           ctx_save_restore_size=cwsr_size, ctl_stack_size=ctl)
+        except BaseException:                          # the kernel refused: give the queue's memory back
+            for a in (ring, ptrs if own else None, extra.get("eop"), extra.get("cwsr")):
+                if a is not None:
+                    self.free(a)
+            raise
         page_off = r["doorbell_offset"] & ~(0x2000 - 1)
         if page_off not in self.doorbell_pages:
             self.doorbell_pages[page_off] = self.seam.mmap(None, 0x2000, PROT_READ | PROT_WRITE, MAP_SHARED, self.fd,
