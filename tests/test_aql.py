@@ -246,6 +246,15 @@ def test_vendor_pm4_packets(dev):
     dev.allocator.free(m)
 
 
+def test_bad_vendor_pm4_faults_naming_the_packet(dev):
+    """PM4 the executor cannot decode, inside a vendor packet: the queue faults and says which AQL packet."""
+    q = dev.queue
+    q.submit(q.commands().dw + [0x12345678])            # a type-0 PM4 header
+    dev.sim.pump()
+    eng = dev.sim.engines[q.q.doorbell_off // 8]
+    assert eng.fault is not None and "AQL packet 0" in eng.fault.reason and "PM4_IB" in eng.fault.reason, eng.fault
+
+
 def test_ring_wraps_in_slots(monkeypatch):
     """Thousands of launches through a 64-slot ring: the write index wraps many times, results stay right."""
     dev = open_aql(monkeypatch, ring_bytes=4096)

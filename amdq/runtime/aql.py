@@ -102,7 +102,7 @@ class AQLQueue:
         Q.pack_into(self.qmv, 0, read_dispatch_id_field_base_byte_offset=RD,
                     queue_properties=A.AMD_QUEUE_PROPERTIES_IS_PTR64)
         self.q = dev.iface.create_queue("aql", ring_bytes, ptrs=self.qmem, wptr_off=WR, rptr_off=RD)
-        self.name = f"AQL queue {self.q.queue_id}"
+        self.name = f"compute queue {self.q.queue_id} (AQL)"
         self.mv = self.q.ring.cpu.mv
         self.slots = self.q.ring.size // SLOT
         self.mv[:] = bytes(len(self.mv))
