@@ -283,7 +283,8 @@ def test_scratch_growth_updates_queue_descriptor(dev):
     i = np.arange(64)
     assert (out.numpy(np.int32) == i + (i * 7) % 16).all()
     f1 = A.AMD_QUEUE.unpack(q.qmv)
-    assert f1["scratch_backing_memory_location"] == dev.scratch.base and f1["compute_tmpring_size"] == dev.scratch.tmpring
+    assert f1["scratch_backing_memory_location"] == dev.scratch.base
+    assert f1["compute_tmpring_size"] == dev.scratch.tmpring
     assert f1["scratch_resource_descriptor"][0] == dev.scratch.base & 0xFFFFFFFF
     prg["priv_big"](idx, out, grid=1, block=64, wait=True)
     assert (out.numpy(np.int32) == i * ((i * 7) % 300)).all()
@@ -330,7 +331,8 @@ def test_bound_launch_and_describe(dev):
     assert "idle" in q.describe()["stuck"]
     i = q.reserve(1)
     q.release(i, q.timeline.value)                      # not rung: still readable at the read index
-    assert q.describe()["packet"].startswith("VENDOR_SPECIFIC PM4_IB(barrier=1") and "RELEASE_MEM" in q.describe()["packet"]
+    d = q.describe()["packet"]
+    assert d.startswith("VENDOR_SPECIFIC PM4_IB(barrier=1") and "RELEASE_MEM" in d, d
     q.ring_doorbell()
     idle(dev)
 

@@ -101,7 +101,11 @@ class AQLQueue:
         self.qmv[:Q.size] = bytes(Q.size)
         Q.pack_into(self.qmv, 0, read_dispatch_id_field_base_byte_offset=RD,
                     queue_properties=A.AMD_QUEUE_PROPERTIES_IS_PTR64)
-        self.q = dev.iface.create_queue("aql", ring_bytes, ptrs=self.qmem, wptr_off=WR, rptr_off=RD)
+        try:
+            self.q = dev.iface.create_queue("aql", ring_bytes, ptrs=self.qmem, wptr_off=WR, rptr_off=RD)
+        except BaseException:
+            dev.allocator.free(self.qmem)
+            raise
         self.name = f"compute queue {self.q.queue_id} (AQL)"
         self.mv = self.q.ring.cpu.mv
         self.slots = self.q.ring.size // SLOT
@@ -119,9 +123,9 @@ class AQLQueue:
         self._rel = np.array(c.release(timeline.addr, 0, interrupt=dev.iface.signal_event).dw, np.uint32).tobytes()
         self._ts = np.array(self.commands().timestamp(0).dw, np.uint32).tobytes()
         self._ts_rel, self._nts = self._ts + self._rel, len(self._ts) // 4
-        self._vendor = bytearray(PM4_IB.pack(pm4_ib_format=AMD_AQL_FORMAT_PM4_IB, dw_count_remain=PM4_IB_DW_COUNT_REMAIN,
-                                             pm4_ib_command=self.t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=0,
-                                                                          IB_SIZE=0, VALID=1)))
+        ib = self.t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=0, IB_SIZE=0, VALID=1)
+        self._vendor = bytearray(PM4_IB.pack(pm4_ib_format=AMD_AQL_FORMAT_PM4_IB, pm4_ib_command=ib,
+                                             dw_count_remain=PM4_IB_DW_COUNT_REMAIN))
         self._ib3 = U32.unpack_from(self._vendor, 16)[0] & ~0xFFFFF      # INDIRECT_BUFFER dw3 without IB_SIZE
 
     # -- encoding ------------------------------------------------------------------------------
@@ -167,6 +171,7 @@ class AQLQueue:
         return value, t1
 
     def bind(self, kernel, args: tuple, grid, block) -> AQLBound:
+        """A launch with its own kernel arguments and a ready dispatch packet (Kernel.bind on this queue)."""
         return AQLBound(self, kernel, args, grid, block)
 
     # -- scratch -------------------------------------------------------------------------------
