@@ -16,7 +16,7 @@ from ...hw import kd as KD
 from . import decode
 from .memory import GPUMemory
 from .ops import CONTROL, build
-from .wave import BARRIER, DONE, EXEC, RUN, WaveState
+from .wave import BARRIER, DONE, EXEC, POOL, RUN, WaveState, mask_to_bits
 
 # importing the families registers their handlers
 from . import salu, smem, valu, vmem, lds  # noqa: E402,F401  isort: skip
@@ -104,10 +104,21 @@ class ICache:
                 self.steps[key] = st
                 return st
         code, base = self._fetch(pc)
-        inst = decode.decode(code, pc, base, wave64)
-        st = (build(inst), inst, inst.key in CONTROL, self.gen)
+        # decoded and built steps are shared by every core in the process, keyed by the bytes at the PC
+        bkey = (pc, wave64, code[pc - base:pc - base + 12])
+        hit = BUILT.get(bkey)
+        if hit is None:
+            inst = decode.decode(code, pc, base, wave64)
+            hit = (build(inst), inst, inst.key in CONTROL)
+            if len(BUILT) >= 1 << 16:
+                BUILT.clear()
+            BUILT[bkey] = hit
+        st = hit + (self.gen,)
         self.steps[key] = st
         return st
+
+
+BUILT: dict[tuple[int, bool, bytes], tuple] = {}
 
 
 class Batch:
@@ -135,19 +146,26 @@ class Batch:
         # work-item ids of every lane; lanes past the workgroup's size (and past partial edges) are off
         t = np.arange(wpg * lanes)
         tx, ty, tz = t % bx, (t // bx) % by, t // (bx * by)
-        valid = np.tile(t < threads, (nwg, 1))
-        for dim, (tid, wgd, g) in enumerate(((tx, wgx, d.grid[0]), (ty, wgy, d.grid[1]), (tz, wgz, d.grid[2]))):
-            if d.partial[dim]:
-                last = wgd == d.start[dim] + g - 1
-                valid &= ~(last[:, None] & (tid[None, :] >= d.partial[dim]))
-        valid = valid.reshape(nwg * wpg, lanes)
-        if lanes == 32:
-            w.s[EXEC] = (valid.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(1).astype(np.uint32)
+        edges = [dim for dim in range(3) if d.partial[dim]]
+        if threads == wpg * lanes and not edges:
+            w.s[EXEC] = np.uint32(0xFFFFFFFF)
+            if lanes == 64:
+                w.s[EXEC + 1] = np.uint32(0xFFFFFFFF)
+            w.em[:] = True
+            w.full[:] = True
         else:
-            bits = (valid.astype(np.uint64) << np.arange(64, dtype=np.uint64)).sum(1, dtype=np.uint64)
-            w.s[EXEC] = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-            w.s[EXEC + 1] = (bits >> np.uint64(32)).astype(np.uint32)
-        w.refresh_exec(slice(None))
+            valid = np.tile(t < threads, (nwg, 1))
+            for dim in edges:
+                tid, wgd = (tx, ty, tz)[dim], (wgx, wgy, wgz)[dim]
+                last = wgd == d.start[dim] + d.grid[dim] - 1
+                valid &= ~(last[:, None] & (tid[None, :] >= d.partial[dim]))
+            valid = valid.reshape(nwg * wpg, lanes)
+            bits = mask_to_bits(valid)
+            w.s[EXEC] = bits[:, 0]
+            if lanes == 64:
+                w.s[EXEC + 1] = bits[:, 1]
+            w.em[:] = valid
+            w.full[:] = (bits == np.uint32(0xFFFFFFFF)).all(1)
         # user SGPRs, then system SGPRs (AMDGPUUsage "Initial Kernel Execution State")
         nuser = r2["USER_SGPR_COUNT"]
         for i in range(min(nuser, len(d.user_data))):
@@ -174,14 +192,14 @@ class Batch:
             ids = ids | ty.astype(np.uint32) << 10
         if dims >= 2:
             ids = ids | tz.astype(np.uint32) << 20
-        w.v[0] = np.tile(ids.reshape(wpg, lanes), (nwg, 1))
+        w.v[0].reshape(nwg, wpg * lanes)[:] = ids
         # MODE: FP_ROUND 3:0, FP_DENORM 7:4, DX10_CLAMP 8, IEEE 9 (the last two exist up to gfx11)
         w.mode[:] = r1["FLOAT_ROUND_MODE_32"] | r1["FLOAT_ROUND_MODE_16_64"] << 2 | \
             r1["FLOAT_DENORM_MODE_32"] << 4 | r1["FLOAT_DENORM_MODE_16_64"] << 6 | \
             r1.get("ENABLE_DX10_CLAMP", 0) << 8 | r1.get("ENABLE_IEEE_MODE", 0) << 9
         # LDS, one block per workgroup
         self.lds_bytes = d.lds_bytes
-        self.lds = np.zeros(max(nwg * d.lds_bytes, 4), np.uint8)
+        self.lds = POOL.zeros((max(nwg * d.lds_bytes, 4),), np.uint8)
         w.lds_base = (w.wg * d.lds_bytes).astype(np.int64)
         w.lds_size = d.lds_bytes
         w.lds = self.lds
@@ -189,28 +207,34 @@ class Batch:
         w.scratch_base = np.uint64(d.scratch_base) + (self.scratch_slot * d.scratch_wave_bytes).astype(np.uint64)
         w.scratch_wave_bytes = d.scratch_wave_bytes
         w.dispatch = d
+        self.uniform: int | None = None
 
     def run(self, stats: Stats, max_steps: int | None = None) -> bool:
         """Execute until every wave ended (True) or max_steps steps were taken (False)."""
-        w, icache, wave64 = self.w, self.core.icache, self.lanes == 64
+        w, icache, wave64, n = self.w, self.core.icache, self.lanes == 64, self.w.n
+        lanes_all = n * self.lanes
         steps = 0
+        every = slice(None)
+        uniform = self.uniform          # the PC every wave is at while all run together, else None
         while True:
-            runnable = w.status == RUN
-            if not runnable.any():
-                if (w.status == DONE).all():
-                    return True
-                self._release_barriers()
-                if not (w.status == RUN).any():
-                    raise GPUFault("all live waves wait at a barrier that can never complete", address=None)
-                continue
-            pcs = w.pc[runnable]
-            pc = int(pcs.min())
-            if pcs.max() == pc and runnable.all():
-                sel = slice(None)
-                k = w.n
+            if uniform is not None:
+                pc, sel, k = uniform, every, n
             else:
-                sel = np.flatnonzero(runnable & (w.pc == pc))
-                k = len(sel)
+                runnable = w.status == RUN
+                if not runnable.any():
+                    if (w.status == DONE).all():
+                        return True
+                    self._release_barriers()
+                    if not (w.status == RUN).any():
+                        raise GPUFault("all live waves wait at a barrier that can never complete", address=None)
+                    continue
+                pcs = w.pc[runnable]
+                pc = int(pcs.min())
+                if pcs.max() == pc and runnable.all():
+                    sel, k, uniform = every, n, pc
+                else:
+                    sel = np.flatnonzero(runnable & (w.pc == pc))
+                    k = len(sel)
             fn, inst, control, _ = icache.get(pc, wave64)
             try:
                 fn(w, sel)
@@ -223,16 +247,22 @@ class Batch:
                 if f"pc {pc:#x}" not in str(e):
                     e.args = (f"{e.args[0]} by {inst.mnemonic} at pc {pc:#x}",)
                 raise
-            if not control:
+            if control:
+                uniform = None
+            else:
                 w.pc[sel] += inst.size
+                if uniform is not None:
+                    uniform += inst.size
             stats.steps += 1
             stats.wave_instructions += k
-            stats.lane_steps += k * self.lanes
+            stats.lane_steps += lanes_all if k == n else k * self.lanes
             if w.barrier_pending:
                 w.barrier_pending = False
+                uniform = None
                 self._release_barriers()
             steps += 1
             if max_steps is not None and steps >= max_steps:
+                self.uniform = uniform
                 return False
 
     def _release_barriers(self) -> None:
@@ -301,6 +331,7 @@ class Run:
                 self.stats.workgroups += len(ids)
             if not self.batch.run(self.stats, max_steps):
                 return False
+            self.batch.w.release()
             self.batch = None
         return True
 

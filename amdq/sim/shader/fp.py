@@ -113,6 +113,64 @@ def fma32(a, b, c) -> np.ndarray:
     return r.reshape(shape)
 
 
+FMA_ROWS_LANES = 1 << 15    # lanes per block of fma32_into: its f64 temporaries stay in L2
+
+
+def _rows(x, i: int, j: int, n: int):
+    return x[i:j] if np.ndim(x) == 2 and x.shape[0] == n else x
+
+
+def fma32_into(out: np.ndarray, a, b, c) -> None:
+    """out[...] = fma(a, b, c) correctly rounded, for a float32 (k, lanes) `out` and float32 operands that are
+    (k, lanes) arrays, (k, 1) columns or scalars. a and b may not share memory with `out` (c may).
+
+    Same method as fma32 (exact f64 product; the f64 sum rounds to f32 correctly except on an f32 tie or in the
+    f32 subnormal range), with fewer passes: the sum is formed in place, rounded straight into `out`, and only
+    the candidate lanes are redone with the error term (round to odd)."""
+    n, lanes = out.shape
+    if np.ndim(a) < np.ndim(b) or (np.ndim(a) == 2 and a.shape[1] == 1 and np.ndim(b) == 2 and b.shape[1] != 1):
+        a, b = b, a                                   # a: the widest operand
+    rows = max(1, FMA_ROWS_LANES // lanes)
+    h0 = min(rows, n)
+    p = np.empty((h0, lanes), F64)
+    cc = np.empty((h0, lanes), F64)
+    t64 = np.empty((h0, lanes), U64)
+    m = np.empty((h0, lanes), bool)
+    bw = np.ndim(b) == 2 and b.shape[1] == lanes
+    bs = b if bw else np.asarray(b, F64)
+    with np.errstate(all="ignore"):
+        for i in range(0, n, rows):
+            j = min(n, i + rows)
+            hh = j - i
+            P, C, T, M, o = p[:hh], cc[:hh], t64[:hh], m[:hh], out[i:j]
+            ai, bi, ci = _rows(a, i, j, n), _rows(bs, i, j, n), _rows(c, i, j, n)
+            P[...] = ai
+            if bw:
+                C[...] = bi
+                np.multiply(P, C, out=P)                 # exact: 48 significant bits at most
+            else:
+                np.multiply(P, bi, out=P)
+            C[...] = ci
+            np.add(P, C, out=P)
+            np.copyto(o, P, casting="same_kind")
+            np.bitwise_and(P.view(U64), U64(0x1FFFFFFF), out=T)
+            np.equal(T, U64(0x10000000), out=M)
+            sub = o.view(np.uint32) & np.uint32(0x7F800000)
+            M |= sub == 0
+            if not M.any():
+                continue
+            idx = np.flatnonzero(M)
+            s = P.reshape(-1)[idx]
+            c64 = C.reshape(-1)[idx]
+            pa = np.broadcast_to(ai, o.shape).reshape(-1)[idx].astype(F64)
+            pa *= np.broadcast_to(bi, o.shape).reshape(-1)[idx]
+            bb = s - pa
+            e = (pa - (s - bb)) + (c64 - bb)               # TwoSum error of pa + c64 (s is their f64 sum)
+            k = np.flatnonzero(e != 0)
+            if len(k):
+                o.flat[idx[k]] = to_odd(s[k], e[k]).astype(F32)
+
+
 def fma16(a, b, c) -> np.ndarray:
     """Fused multiply-add of float16 arrays, correctly rounded (RNE)."""
     shape = np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(c))

@@ -526,7 +526,7 @@ handler("s_cbranch_scc0", control=True)(_branch(lambda w, sel: w.scc[sel] == 0))
 handler("s_cbranch_scc1", control=True)(_branch(lambda w, sel: w.scc[sel] != 0))
 handler("s_cbranch_vccz", control=True)(_branch(lambda w, sel: _vcc_bits(w, sel) == 0))
 handler("s_cbranch_vccnz", control=True)(_branch(lambda w, sel: _vcc_bits(w, sel) != 0))
-handler("s_cbranch_execz", control=True)(_branch(lambda w, sel: ~w.em[sel].any(axis=1)))
-handler("s_cbranch_execnz", control=True)(_branch(lambda w, sel: w.em[sel].any(axis=1)))
+handler("s_cbranch_execz", control=True)(_branch(lambda w, sel: ~w.exec_any(sel)))
+handler("s_cbranch_execnz", control=True)(_branch(lambda w, sel: w.exec_any(sel)))
 
 __all__ = ["i32", "unsupported"]

@@ -31,7 +31,11 @@ def _s_load(inst: Inst):
     nbytes = 4 * inst.dst[0].n
 
     def step(w, sel):
-        d(w, sel, load(w.mem, addr(w, sel), nbytes))
+        a = addr(w, sel)
+        if len(a) > 1 and not (a != a[0]).any():       # every wave loads the same address (kernel arguments)
+            d(w, sel, np.broadcast_to(load(w.mem, a[:1], nbytes), (len(a), nbytes // 4)))
+        else:
+            d(w, sel, load(w.mem, a, nbytes))
     return step
 
 

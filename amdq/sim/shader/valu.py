@@ -404,6 +404,9 @@ __all__ = ["lane_op", "define", "typed_reader", "typed_writer", "raw_reader", "s
 # the instruction families register their handlers on import
 from . import valu_int, valu_float, valu_pk  # noqa: E402,F401  isort: skip
 
+from . import valu_fast  # noqa: E402  isort: skip
+valu_fast.install()
+
 BLOCK_LANES = 1 << 17     # lanes per block: a step's temporaries stay in cache
 
 

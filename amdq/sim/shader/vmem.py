@@ -32,7 +32,7 @@ from ...errors import GPUFault
 from . import lds as LDSM
 from .decode import OPS, Inst
 from .memory import ATOMICS, AtomicOp, atomic, load, store
-from .ops import U32, U64, handler, sread, sread64, unsupported, vread, vread64
+from .ops import M32, U32, U64, handler, sread, sread64, unsupported, vread, vread64
 from .wave import PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
 
 WIDTH = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2, "b16": 2, "b8": 1}
@@ -337,6 +337,75 @@ def _flat_addr(inst: Inst):
     return vaddr64(inst.addr, U64(inst.offset & M64))
 
 
+# ---------------------------------------------------------------- consecutive lanes
+
+RUN_CHUNK = 1 << 16         # lanes per block of the consecutive-address check (stays in cache)
+
+
+def _is_ramp(x: np.ndarray, stride: int) -> bool:
+    """x (uint32, C order) is x[0], x[0] + stride, ... without wrapping: every step between neighbours is
+    `stride` (checked block by block, so the differences never leave the cache)."""
+    x = x.reshape(-1)
+    n, x0 = x.size, int(x[0])
+    if x0 + stride * (n - 1) > M32 or int(x[-1]) != x0 + stride * (n - 1):
+        return False
+    tmp, bad = np.empty(min(n, RUN_CHUNK), U32), np.empty(min(n, RUN_CHUNK), bool)
+    st = U32(stride)
+    for i in range(0, n - 1, RUN_CHUNK):
+        c = x[i:i + RUN_CHUNK + 1]
+        m = len(c) - 1
+        np.subtract(c[1:], c[:-1], out=tmp[:m])
+        np.not_equal(tmp[:m], st, out=bad[:m])
+        if bad[:m].any():
+            return False
+    return True
+
+
+def _same(x: np.ndarray, v: int) -> bool:
+    return int(x.min()) == v == int(x.max())
+
+
+def run_start(inst: Inst, w, sel, stride: int) -> int | None:
+    """The first address when every lane of the waves `sel` (EXEC all on, sel a slice) accesses consecutive
+    `stride`-byte elements in lane order (the common unit-stride load/store), else None. Cheap to refute."""
+    a = inst.addr
+    if a is None or a.kind != "v" or not isinstance(sel, slice) or not w.all_on(sel):
+        return None
+    lo = w.v[a.reg][sel]
+    if not lo.size:
+        return None
+    off = inst.offset
+    if inst.enc == "GLOBAL" and inst.saddr is not None:
+        sr = inst.saddr.reg
+        b0, b1 = w.s[sr][sel], w.s[sr + 1][sel]
+        if not (_same(b0, int(b0[0])) and _same(b1, int(b1[0])) and _is_ramp(lo, stride)):
+            return None
+        return (int(b0[0]) | int(b1[0]) << 32) + int(lo.flat[0]) + off & M64
+    hi = w.v[a.reg + 1][sel]
+    h0 = int(hi.flat[0])
+    if int(hi.flat[-1]) != h0 or (inst.enc == "FLAT" and h0 in (SHARED_APERTURE_HI, PRIVATE_APERTURE_HI)):
+        return None
+    if not _is_ramp(lo, stride) or not _same(hi, h0):
+        return None
+    return (h0 << 32 | int(lo.flat[0])) + off & M64
+
+
+def run_view(mem, start: int, nbytes: int, write: bool) -> np.ndarray | None:
+    """uint32 view of [start, start + nbytes) when one mapped, dword-aligned backing run holds it; else None
+    (the caller takes the per-lane path, which reports a fault lane by lane)."""
+    try:
+        chunks = mem.translate(np.array([start], U64), nbytes, write)
+    except GPUFault:
+        return None
+    if len(chunks) != 1 or chunks[0][1] is not None:
+        return None
+    buf, _, off = chunks[0]
+    o = int(off[0])
+    if o & 3:
+        return None
+    return buf[o:o + nbytes].view(U32)
+
+
 def _flat_load(inst: Inst):
     d16, kind = parse_load(inst.key)
     if "lds" in inst.key.split("_"):
@@ -344,8 +413,23 @@ def _flat_load(inst: Inst):
     nbytes = WIDTH[kind]
     addr = _flat_addr(inst)
     r, enc = inst.dst[0].reg, inst.enc
+    words = nbytes // 4
+    fast = enc != "SCRATCH" and not d16 and nbytes >= 4
 
     def step(w, sel):
+        if fast:
+            a0 = run_start(inst, w, sel, nbytes)
+            if a0 is not None:
+                shape = w.em[sel].shape
+                data = run_view(w.mem, a0, nbytes * shape[0] * shape[1], False)
+                if data is not None:
+                    if words == 1:
+                        w.v[r][sel] = data.reshape(shape)
+                    else:
+                        data = data.reshape(shape + (words,))
+                        for i in range(words):
+                            w.v[r + i][sel] = data[..., i]
+                    return
         st = Lanes(w, sel)
         if st.n == 0:
             return
@@ -365,8 +449,23 @@ def _flat_store(inst: Inst):
     nbytes = WIDTH[kind]
     addr = _flat_addr(inst)
     r, enc = inst.data.reg, inst.enc
+    words = nbytes // 4
+    fast = enc != "SCRATCH" and not d16 and nbytes >= 4
 
     def step(w, sel):
+        if fast:
+            a0 = run_start(inst, w, sel, nbytes)
+            if a0 is not None:
+                shape = w.em[sel].shape
+                out = run_view(w.mem, a0, nbytes * shape[0] * shape[1], True)
+                if out is not None:
+                    if words == 1:
+                        out.reshape(shape)[...] = w.v[r][sel]
+                    else:
+                        out = out.reshape(shape + (words,))
+                        for i in range(words):
+                            out[..., i] = w.v[r + i][sel]
+                    return
         st = Lanes(w, sel)
         if st.n == 0:
             return

@@ -7,6 +7,11 @@ NULL 124, M0 125, EXEC 126/127), SCC and PC one entry per wave. The EXEC lane ma
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
+import threading
+
 import numpy as np
 
 RUN, BARRIER, DONE = 0, 1, 2
@@ -19,24 +24,93 @@ PRIVATE_APERTURE_HI = 0x0002_0000
 
 def bits_to_mask(lo: np.ndarray, hi: np.ndarray | None, lanes: int) -> np.ndarray:
     """(k,) uint32 words (and the high words for wave64) -> (k, lanes) bool."""
-    words = lo.astype(np.uint32)[:, None] if hi is None else np.stack([lo, hi], 1).astype(np.uint32)
-    return np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :lanes].astype(bool)
+    words = np.asarray(lo, np.uint32) if hi is None else np.stack([lo, hi], 1).astype(np.uint32)
+    words = np.ascontiguousarray(words).reshape(-1)
+    m = np.unpackbits(words.view(np.uint8), bitorder="little").view(bool)   # flat: many times faster than axis=1
+    n = len(words) // (1 if hi is None else 2)
+    return m.reshape(n, -1)[:, :lanes]
 
 
 def mask_to_bits(m: np.ndarray) -> np.ndarray:
     """(k, lanes) bool -> (k, lanes // 32) uint32."""
-    return np.packbits(m, axis=1, bitorder="little").view(np.uint32).reshape(m.shape[0], -1)
+    return np.packbits(np.ascontiguousarray(m).reshape(-1), bitorder="little").view(np.uint32).reshape(m.shape[0], -1)
+
+
+class Pool:
+    """Large zeroed arrays reused from one batch to the next. Fresh anonymous memory costs a page fault per
+    4 KiB on first touch (several microseconds each on a VM: far more than writing the page); clearing a
+    buffer that is already mapped costs one pass."""
+
+    def __init__(self, cap: int = 1 << 29):
+        self.cap, self.held, self.free = cap, 0, {}
+        self.lock = threading.Lock()
+
+    def zeros(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if nbytes < 1 << 20:
+            return np.zeros(shape, dtype)
+        with self.lock:
+            bufs = self.free.get(nbytes)
+            buf = bufs.pop() if bufs else None
+            if buf is not None:
+                self.held -= nbytes
+        if buf is None:
+            buf = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)      # zero pages, mapped on first touch
+        else:
+            _clear(buf)
+        return buf.view(dtype).reshape(shape)
+
+    def give(self, *arrays: np.ndarray) -> None:
+        """Return arrays from zeros() (no longer used by anyone)."""
+        for a in arrays:
+            if a.nbytes < 1 << 20 or not a.flags.c_contiguous:
+                continue
+            base = a.reshape(-1).view(np.uint8)
+            with self.lock:
+                if self.held + a.nbytes <= self.cap:
+                    self.free.setdefault(a.nbytes, []).append(base)
+                    self.held += a.nbytes
+
+
+POOL = Pool()
+PAGE = mmap.PAGESIZE
+
+
+def _mincore():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        f = libc.mincore
+    except (OSError, AttributeError):
+        return None
+    f.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+    f.restype = ctypes.c_int
+    return f
+
+
+_MINCORE = _mincore() if sys.platform.startswith("linux") else None
+
+
+def _clear(buf: np.ndarray) -> None:
+    """Zero a page-aligned buffer, writing only the pages that are mapped (the others still read as zero)."""
+    n = -(-buf.nbytes // PAGE)
+    vec = np.zeros(n, np.uint8)
+    if _MINCORE is None or _MINCORE(buf.ctypes.data, buf.nbytes, vec.ctypes.data) != 0:
+        buf.fill(0)
+        return
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], vec & 1, [0])).astype(np.int8)))
+    for a, b in zip(edges[::2].tolist(), edges[1::2].tolist()):
+        buf[a * PAGE:b * PAGE] = 0
 
 
 class WaveState:
     def __init__(self, n_waves: int, wave_size: int, n_vgprs: int):
         self.n, self.lanes = n_waves, wave_size
-        self.v = np.zeros((max(n_vgprs, 1), n_waves, wave_size), np.uint32)
-        self.s = np.zeros((128, n_waves), np.uint32)
+        self.v = POOL.zeros((max(n_vgprs, 1), n_waves, wave_size), np.uint32)
+        self.s = POOL.zeros((128, n_waves), np.uint32)
         self.scc = np.zeros(n_waves, np.uint32)
         self.pc = np.zeros(n_waves, np.int64)
         self.status = np.full(n_waves, RUN, np.int8)
-        self.em = np.zeros((n_waves, wave_size), bool)
+        self.em = POOL.zeros((n_waves, wave_size), bool)
         self.full = np.zeros(n_waves, bool)
         self.mode = np.zeros(n_waves, np.uint32)          # MODE register (round and denorm fields)
         self.wg = np.zeros(n_waves, np.int64)             # workgroup of each wave (index in the batch)
@@ -51,6 +125,11 @@ class WaveState:
         self.scratch_wave_bytes = 0
         self.dispatch = None
 
+    def release(self) -> None:
+        """Hand the large register arrays back for the next batch (the state is unusable afterwards)."""
+        POOL.give(self.v, self.s, self.em, self.lds)
+        self.v = self.s = self.em = self.lds = None
+
     def exec_bits(self, sel) -> np.ndarray:
         lo = self.s[EXEC][sel]
         if self.lanes == 32:
@@ -59,10 +138,21 @@ class WaveState:
 
     def refresh_exec(self, sel) -> None:
         """Recompute the unpacked EXEC mask of the selected waves from their SGPR image."""
-        hi = self.s[EXEC + 1][sel] if self.lanes == 64 else None
-        m = bits_to_mask(np.atleast_1d(self.s[EXEC][sel]), None if hi is None else np.atleast_1d(hi), self.lanes)
-        self.em[sel] = m
-        self.full[sel] = m.all(axis=1)
+        lo = np.atleast_1d(self.s[EXEC][sel])
+        hi = np.atleast_1d(self.s[EXEC + 1][sel]) if self.lanes == 64 else None
+        full = lo == np.uint32(0xFFFFFFFF)
+        if hi is not None:
+            full &= hi == np.uint32(0xFFFFFFFF)
+        self.full[sel] = full
+        if full.all():
+            self.em[sel] = True
+        else:
+            self.em[sel] = bits_to_mask(lo, hi, self.lanes)
+
+    def exec_any(self, sel) -> np.ndarray:
+        """Per selected wave: some lane of EXEC is on."""
+        lo = self.s[EXEC][sel]
+        return lo != 0 if self.lanes == 32 else (lo | self.s[EXEC + 1][sel]) != 0
 
     def all_on(self, sel) -> bool:
         f = self.full[sel]
@@ -73,5 +163,7 @@ class WaveState:
         dst = self.v[reg]
         if self.all_on(sel):
             dst[sel] = val
+        elif isinstance(sel, slice):
+            np.copyto(dst[sel], val, where=self.em[sel], casting="unsafe")
         else:
             dst[sel] = np.where(self.em[sel], val, dst[sel])

@@ -1,0 +1,337 @@
+"""Fast paths of the commonest VALU instructions in their plain form: 32-bit operands, no DPP, no input or
+output modifiers, and (for floats) MODE keeping f32 denormals. Same results as the general handlers, which
+still run every other form (and any step whose MODE flushes denormals).
+
+A plain step reads VGPRs as views, an SGPR that holds one value in every selected wave as a numpy scalar
+(a per-wave column would make numpy loop over 32-lane rows), and writes its result straight into the
+destination register (`out=`) when EXEC is full; otherwise into a temporary merged under EXEC.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from . import fp
+from .decode import Inst, Operand
+from .ops import F32, HANDLERS, I32, M32, U32, U64, mask_read, sread
+from .valu import mode_word
+from .valu_int import bfe_u32
+from .wave import EXEC, NULL, WaveState
+
+PLAIN: dict[str, tuple[Callable, tuple[str, ...], str, bool]] = {}
+DT = {"u32": U32, "b32": U32, "i32": I32, "f32": F32}
+FULL_F32 = 0x30                     # MODE.FP_DENORM f32 field: denormal inputs and outputs kept
+
+
+def plain(key: str, ins: tuple[str, ...], out: str, inplace: bool = True):
+    """Register fn(out, *sources) for `key`; inplace: fn is one elementwise pass, so `out` may alias a source."""
+    def reg(fn):
+        PLAIN[key] = (fn, ins, out, inplace)
+        return fn
+    return reg
+
+
+def column(col, dt=U32):
+    """A per-wave scalar operand, (k,) or 0-d: one numpy scalar when every wave holds the same value, else (k, 1)."""
+    col = np.asarray(col)
+    if col.ndim == 0:
+        return col.astype(dt, copy=False).view(dt)[()] if col.dtype != dt else col[()]
+    if len(col) == 1 or not (col != col[0]).any():
+        return col[:1].view(dt)[0]
+    return col.view(dt)[:, None]
+
+
+def reader(op: Operand, dt) -> Callable[[WaveState, object], object]:
+    """Lane operand as (k, lanes) view of dtype dt, a scalar, or a (k, 1) column."""
+    if op.kind == "v":
+        r = op.reg
+        if dt is U32:
+            return lambda w, sel: w.v[r][sel]
+        return lambda w, sel: w.v[r][sel].view(dt)
+    if op.kind == "c":
+        c = np.array(op.value & M32, U32).view(dt)[()]
+        return lambda w, sel: c
+    rd = sread(op)
+    return lambda w, sel: column(rd(w, sel), dt)
+
+
+def is_plain(inst: Inst, n: int) -> bool:
+    """32-bit operands without DPP, modifiers or OPSEL; n sources."""
+    if inst.dpp is not None or inst.clamp or inst.omod or inst.opsel or len(inst.src) != n or not inst.dst:
+        return False
+    d = inst.dst[0]
+    if d.kind != "v" or d.n != 1:
+        return False
+    return all(not (s.neg or s.abs) and s.n == 1 and s.bits == 32 for s in inst.src)
+
+
+def target(w: WaveState, sel, r: int, dt, alias: bool):
+    """(array to compute into, whether it must be merged into VGPR r under EXEC afterwards)."""
+    if not alias and isinstance(sel, slice) and w.all_on(sel):
+        return w.v[r][sel].view(dt), False
+    return np.empty(w.em[sel].shape, dt), True
+
+
+def _plain_builder(key: str, general: Callable):
+    fn, ins, out, inplace = PLAIN[key]
+
+    def build(inst: Inst):
+        if not is_plain(inst, len(ins)):
+            return general(inst)
+        slow = general(inst)
+        rds = [reader(s, DT[t]) for s, t in zip(inst.src, ins)]
+        r, dt = inst.dst[0].reg, DT[out]
+        floats = "f32" in ins or out == "f32"
+        alias = not inplace and any(s.kind == "v" and s.reg == r for s in inst.src)
+
+        def step(w, sel):
+            if floats and mode_word(w, sel) & FULL_F32 != FULL_F32:
+                return slow(w, sel)
+            xs = [rd(w, sel) for rd in rds]
+            o, merge = target(w, sel, r, dt, alias)
+            fn(o, *xs)
+            if merge:
+                w.write_v(r, sel, o.view(U32))
+        return step
+    return build
+
+
+# ---------------------------------------------------------------- plain lane operations
+
+def _binary(key: str, uf, t: str = "u32", out: str | None = None) -> None:
+    plain(key, (t, t), out or t)(lambda o, a, b: uf(a, b, out=o))
+
+
+for _k, _uf in (("v_add_nc_u32", np.add), ("v_sub_nc_u32", np.subtract), ("v_and_b32", np.bitwise_and),
+                ("v_or_b32", np.bitwise_or), ("v_xor_b32", np.bitwise_xor), ("v_mul_lo_u32", np.multiply),
+                ("v_min_u32", np.minimum), ("v_max_u32", np.maximum)):
+    _binary(_k, _uf)
+_binary("v_min_i32", np.minimum, "i32")
+_binary("v_max_i32", np.maximum, "i32")
+for _k, _uf in (("v_add_f32", np.add), ("v_sub_f32", np.subtract), ("v_mul_f32", np.multiply)):
+    _binary(_k, _uf, "f32")
+plain("v_subrev_nc_u32", ("u32", "u32"), "u32")(lambda o, a, b: np.subtract(b, a, out=o))
+plain("v_subrev_f32", ("f32", "f32"), "f32")(lambda o, a, b: np.subtract(b, a, out=o))
+plain("v_mov_b32", ("u32",), "u32")(lambda o, a: np.copyto(o, a))
+
+
+def _shift_amount(a):
+    return a & U32(31)
+
+
+@plain("v_lshlrev_b32", ("u32", "u32"), "u32")
+def _lshl(o, a, b):
+    np.left_shift(b, _shift_amount(a), out=o)
+
+
+@plain("v_lshrrev_b32", ("u32", "u32"), "u32")
+def _lshr(o, a, b):
+    np.right_shift(b, _shift_amount(a), out=o)
+
+
+@plain("v_ashrrev_i32", ("u32", "i32"), "i32")
+def _ashr(o, a, b):
+    np.right_shift(b, _shift_amount(a).astype(I32) if np.ndim(a) else I32(a & U32(31)), out=o)
+
+
+@plain("v_add3_u32", ("u32",) * 3, "u32", inplace=False)
+def _add3(o, a, b, c):
+    np.add(a, b, out=o)
+    np.add(o, c, out=o)
+
+
+@plain("v_lshl_add_u32", ("u32",) * 3, "u32", inplace=False)
+def _lshl_add(o, a, b, c):
+    np.left_shift(a, _shift_amount(b), out=o)
+    np.add(o, c, out=o)
+
+
+@plain("v_lshl_or_b32", ("u32",) * 3, "u32", inplace=False)
+def _lshl_or(o, a, b, c):
+    np.left_shift(a, _shift_amount(b), out=o)
+    np.bitwise_or(o, c, out=o)
+
+
+@plain("v_and_or_b32", ("u32",) * 3, "u32", inplace=False)
+def _and_or(o, a, b, c):
+    np.bitwise_and(a, b, out=o)
+    np.bitwise_or(o, c, out=o)
+
+
+@plain("v_or3_b32", ("u32",) * 3, "u32", inplace=False)
+def _or3(o, a, b, c):
+    np.bitwise_or(a, b, out=o)
+    np.bitwise_or(o, c, out=o)
+
+
+@plain("v_xor3_b32", ("u32",) * 3, "u32", inplace=False)
+def _xor3(o, a, b, c):
+    np.bitwise_xor(a, b, out=o)
+    np.bitwise_xor(o, c, out=o)
+
+
+@plain("v_bfe_u32", ("u32",) * 3, "u32")
+def _bfe(o, a, b, c):
+    if np.ndim(b) or np.ndim(c):
+        np.copyto(o, bfe_u32(a, b, c))
+        return
+    off, width = int(b) & 31, int(c) & 31
+    np.right_shift(a, U32(off), out=o)
+    np.bitwise_and(o, U32((1 << width) - 1), out=o)
+
+
+# ---------------------------------------------------------------- FMA
+
+def _fma_plain(o, a, b, c):
+    fp.fma32_into(o, a, b, c)
+
+
+plain("v_fma_f32", ("f32",) * 3, "f32", inplace=False)(_fma_plain)
+plain("v_fmamk_f32", ("f32",) * 3, "f32", inplace=False)(_fma_plain)
+plain("v_fmaak_f32", ("f32",) * 3, "f32", inplace=False)(_fma_plain)
+
+
+def _fmac_builder(general: Callable):
+    def build(inst: Inst):
+        if inst.key != "v_fmac_f32" or not is_plain(inst, 2):
+            return general(inst)
+        slow = general(inst)
+        ra, rb = reader(inst.src[0], F32), reader(inst.src[1], F32)
+        r = inst.dst[0].reg
+        alias = any(s.kind == "v" and s.reg == r for s in inst.src)
+
+        def step(w, sel):
+            if mode_word(w, sel) & FULL_F32 != FULL_F32:
+                return slow(w, sel)
+            a, b, c = ra(w, sel), rb(w, sel), w.v[r][sel].view(F32)
+            o, merge = target(w, sel, r, F32, alias)
+            fp.fma32_into(o, a, b, c)
+            if merge:
+                w.write_v(r, sel, o.view(U32))
+        return step
+    return build
+
+
+# ---------------------------------------------------------------- carries and 64-bit address arithmetic
+
+def _vcc_words(w: WaveState, r: int, sel, m: np.ndarray) -> None:
+    """Write the (k, lanes) bool lane mask m into SGPR (pair) r."""
+    from .wave import mask_to_bits
+    bits = mask_to_bits(m)
+    w.s[r][sel] = bits[:, 0]
+    if w.lanes == 64:
+        w.s[r + 1][sel] = bits[:, 1]
+    if r in (EXEC, EXEC + 1):
+        w.em[sel] = m
+        w.full[sel] = m.all(axis=1)
+
+
+def _carry_builder(general: Callable, add: bool, rev: bool, cin: bool):
+    def build(inst: Inst):
+        if not is_plain(inst, 3 if cin else 2) or inst.dst[1].kind != "s":
+            return general(inst)
+        ra, rb = reader(inst.src[0], U32), reader(inst.src[1], U32)
+        cr = mask_read(inst.src[2]) if cin else None
+        r, cd = inst.dst[0].reg, inst.dst[1].reg
+
+        def step(w, sel):
+            x, y = ra(w, sel), rb(w, sel)
+            if rev:
+                x, y = y, x
+            shape = w.em[sel].shape
+            if add:
+                # carry out of x + y (+ cin): y > ~x, or y == ~x with a carry in
+                nx = ~x
+                out = np.greater(y, nx)
+                if cin:
+                    ci = cr(w, sel)
+                    out |= np.equal(y, nx) & ci
+            else:
+                out = np.less(x, y)
+                if cin:
+                    ci = cr(w, sel)
+                    out |= np.equal(x, y) & ci
+            out = np.broadcast_to(out, shape)
+            o, merge = target(w, sel, r, U32, False)       # the carries are formed before D is written
+            (np.add if add else np.subtract)(x, y, out=o)
+            if cin:
+                (np.add if add else np.subtract)(o, ci.view(np.uint8), out=o, casting="unsafe")
+            if merge:
+                w.write_v(r, sel, o)
+            if cd != NULL:
+                _vcc_words(w, cd, sel, out if w.all_on(sel) else out & w.em[sel])
+        return step
+    return build
+
+
+def _mad_u64_builder(general: Callable):
+    """v_mad_u64_u32 D = S0 * S1 + S2 (64-bit) with the carry to an SGPR; plain form, per-wave S0/S1 folded first."""
+    def build(inst: Inst):
+        if inst.key != "v_mad_u64_u32" or inst.dpp is not None or inst.clamp or \
+                any(s.neg or s.abs for s in inst.src) or inst.dst[0].kind != "v":
+            return general(inst)
+        s0, s1, s2 = inst.src
+        if s0.kind == "v" or s1.kind == "v" or s2.kind != "v":
+            return general(inst)
+        ra, rb = sread(s0), sread(s1)
+        c, r, cd = s2.reg, inst.dst[0].reg, inst.dst[1]
+        carry = not (cd.kind == "s" and cd.reg == NULL)
+        if carry:
+            return general(inst)
+
+        def step(w, sel):
+            p = np.asarray(ra(w, sel), U32).astype(U64) * np.asarray(rb(w, sel), U32).astype(U64)
+            p = column(p, U64)
+            z = np.empty(w.em[sel].shape + (2,), U32)
+            z[..., 0], z[..., 1] = w.v[c][sel], w.v[c + 1][sel]
+            z = z.view(U64)[..., 0]
+            np.add(z, p, out=z)
+            lo, hi = _split(z)
+            w.write_v(r, sel, lo)
+            w.write_v(r + 1, sel, hi)
+        return step
+    return build
+
+
+def _split(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    h = z.view(U32).reshape(z.shape + (2,))
+    return h[..., 0], h[..., 1]
+
+
+def _shift64_builder(general: Callable):
+    """v_lshlrev_b64 with a constant shift: one pass over the interleaved pair."""
+    def build(inst: Inst):
+        if inst.key != "v_lshlrev_b64" or inst.dpp is not None or inst.clamp or inst.omod or \
+                any(s.neg or s.abs for s in inst.src) or inst.src[0].kind != "c" or inst.src[1].kind != "v":
+            return general(inst)
+        sh = U64(inst.src[0].value & 63)
+        a, r = inst.src[1].reg, inst.dst[0].reg
+
+        def step(w, sel):
+            z = np.empty(w.em[sel].shape + (2,), U32)
+            z[..., 0], z[..., 1] = w.v[a][sel], w.v[a + 1][sel]
+            z = z.view(U64)[..., 0]
+            np.left_shift(z, sh, out=z)
+            lo, hi = _split(z)
+            w.write_v(r, sel, lo)
+            w.write_v(r + 1, sel, hi)
+        return step
+    return build
+
+
+def install() -> None:
+    """Wrap the general builders with the fast paths (called once the families have registered)."""
+    for key in PLAIN:
+        if key in HANDLERS:
+            HANDLERS[key] = _plain_builder(key, HANDLERS[key])
+    HANDLERS["v_fmac_f32"] = _fmac_builder(HANDLERS["v_fmac_f32"])
+    for key, args in (("v_add_co_u32", (True, False, False)), ("v_sub_co_u32", (False, False, False)),
+                      ("v_subrev_co_u32", (False, True, False)), ("v_add_co_ci_u32", (True, False, True)),
+                      ("v_sub_co_ci_u32", (False, False, True)), ("v_subrev_co_ci_u32", (False, True, True))):
+        HANDLERS[key] = _carry_builder(HANDLERS[key], *args)
+    HANDLERS["v_mad_u64_u32"] = _mad_u64_builder(HANDLERS["v_mad_u64_u32"])
+    HANDLERS["v_lshlrev_b64"] = _shift64_builder(HANDLERS["v_lshlrev_b64"])
+
+
+__all__ = ["plain", "column", "reader", "is_plain", "install", "PLAIN"]
