@@ -202,6 +202,9 @@ class Batch:
         self.lds = POOL.zeros((max(nwg * d.lds_bytes, 4),), np.uint8)
         w.lds_base = (w.wg * d.lds_bytes).astype(np.int64)
         w.lds_size = d.lds_bytes
+        if d.lds_bytes % 4 == 0:
+            w.lds_rows = wpg
+            w.lds_words = (np.arange(nwg, dtype=np.uint32) * np.uint32(d.lds_bytes // 4))[:, None]
         w.lds = self.lds
         w.mem = core.mem
         w.scratch_base = np.uint64(d.scratch_base) + (self.scratch_slot * d.scratch_wave_bytes).astype(np.uint64)

@@ -81,6 +81,50 @@ def lds_addr(st: "V.Lanes", r: int, off: int) -> tuple[np.ndarray, np.ndarray]:
     return st.pick(a), st.pick(a + w.lds_base[sel][:, None])
 
 
+# ---------------------------------------------------------------- dword-aligned, in-range steps
+
+def fast_index(w, sel, r: int, off: int, span: int) -> np.ndarray | None:
+    """uint32 word index into w.lds (as dwords) of VGPR r + off for every lane of the waves `sel` (inactive lanes
+    too), when all of them are dword aligned and [address, address + span) lies inside the workgroup's block;
+    else None (the per-lane path decides what each lane does)."""
+    size = w.lds_size
+    if size & 3 or off & 3:
+        return None
+    a = w.v[r][sel]
+    if not a.size or int(a.max()) + off + span > size or int(np.bitwise_or.reduce(a, axis=None)) & 3:
+        return None
+    rows = w.lds_rows
+    if rows and isinstance(sel, slice) and sel.start is None and sel.stop is None:
+        idx = np.right_shift(a.reshape(w.n // rows, -1), U32(2))      # whole workgroups: one base per row
+        idx += w.lds_words
+    else:
+        idx = np.right_shift(a, U32(2))
+        idx += (w.lds_base[sel] >> 2).astype(U32)[:, None]
+    if off:
+        idx += U32(off >> 2)
+    return idx.reshape(a.shape)
+
+
+def _dwords(w) -> np.ndarray:
+    return w.lds[:w.lds.size & ~3].view(U32)
+
+
+def _take(w, sel, r: int, idx: np.ndarray) -> None:
+    """VGPR r of the waves sel = LDS dwords at idx (EXEC-masked)."""
+    if isinstance(sel, slice) and w.all_on(sel):
+        np.take(_dwords(w), idx, out=w.v[r][sel], mode="clip")
+    else:
+        w.write_v(r, sel, np.take(_dwords(w), idx, mode="clip"))
+
+
+def _put(w, sel, idx: np.ndarray, data: np.ndarray) -> bool:
+    """LDS dwords at idx = data, lanes in order (later lanes win); only with EXEC full (else False)."""
+    if not w.all_on(sel):
+        return False
+    _dwords(w)[idx.reshape(-1)] = data.reshape(-1)
+    return True
+
+
 # ---------------------------------------------------------------- helpers
 
 def _step(w, sel) -> "V.Lanes":
@@ -111,8 +155,15 @@ def _load(inst: Inst):
     d16, kind = _load_kind(inst.key)
     nbytes = WIDTH[kind]
     r = inst.dst[0].reg
+    words = nbytes // 4 if nbytes >= 4 and not d16 else 0
 
     def step(w, sel):
+        if words:
+            idx = fast_index(w, sel, inst.addr.reg, inst.offset, nbytes)
+            if idx is not None:
+                for i in range(words):
+                    _take(w, sel, r + i, idx + U32(i) if i else idx)
+                return
         st = _step(w, sel)
         if st.n == 0:
             return
@@ -127,8 +178,13 @@ def _store(inst: Inst):
     d16 = "hi" if rest.endswith("_d16_hi") else ""
     nbytes = WIDTH[rest[:-7] if d16 else rest]
     r = inst.data[0].reg
+    fast = nbytes == 4 and not d16
 
     def step(w, sel):
+        if fast:
+            idx = fast_index(w, sel, inst.addr.reg, inst.offset, 4)
+            if idx is not None and _put(w, sel, idx, w.v[r][sel]):
+                return
         st = _step(w, sel)
         if st.n == 0:
             return
@@ -147,8 +203,15 @@ def _load2(inst: Inst):
     _check(inst)
     size, o0, o1 = _two(inst)
     r = inst.dst[0].reg
+    nw = size // 4
 
     def step(w, sel):
+        idx = fast_index(w, sel, inst.addr.reg, 0, max(o0, o1) + size)
+        if idx is not None:
+            for j, o in enumerate((o0, o1)):
+                for i in range(nw):
+                    _take(w, sel, r + j * nw + i, idx + U32(o // 4 + i))
+            return
         st = _step(w, sel)
         if st.n == 0:
             return
@@ -164,6 +227,11 @@ def _store2(inst: Inst):
     nw = size // 4
 
     def step(w, sel):
+        if nw == 1:
+            idx = fast_index(w, sel, inst.addr.reg, 0, max(o0, o1) + size)
+            if idx is not None and _put(w, sel, idx + U32(o0 // 4), w.v[r0][sel]):
+                _put(w, sel, idx + U32(o1 // 4), w.v[r1][sel])
+                return
         st = _step(w, sel)
         if st.n == 0:
             return

@@ -121,6 +121,8 @@ class WaveState:
         self.lds = np.zeros(4, np.uint8)
         self.lds_base = np.zeros(n_waves, np.int64)
         self.lds_size = 0
+        self.lds_rows = 0                                  # waves per workgroup (0: unknown)
+        self.lds_words = np.zeros((1, 1), np.uint32)      # dword offset of each workgroup's block, (nwg, 1)
         self.scratch_base = np.zeros(n_waves, np.uint64)
         self.scratch_wave_bytes = 0
         self.dispatch = None
