@@ -174,7 +174,8 @@ class CopyQueue:
         window = self.ring[i:i + min((self.wptr - rp) >> 2, self.ring_dw - i)]
         try:
             p = self.t.decode(window, 0)
-            desc = ", ".join(f"{k}={v:#x}" for k, v in p.fields.items() if isinstance(v, int) and k not in ("op", "sub_op"))
+            desc = ", ".join(f"{k}={v:#x}" for k, v in p.fields.items()
+                             if isinstance(v, int) and k not in ("op", "sub_op"))
             info["packet"] = f"{p.name}({desc})"
         except sdma.BadPacket as e:
             info["packet"] = f"undecodable packet: {e}"

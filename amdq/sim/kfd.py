@@ -227,7 +227,8 @@ class SimKFD:
         if bo is None:
             raise OSError(errno.EINVAL, "no such buffer")
         if bo.mapped:
-            self._unmap(bo)
+            with self.gpu.lock:
+                self._unmap(bo)
         self.by_offset.pop(bo.handle << 12, None)
         bo.arena.free(bo.pa, bo.size)
 
@@ -241,16 +242,18 @@ class SimKFD:
             flags |= WRITEABLE
         if bo.arena is self.gpu.sysmem:
             flags |= SYSTEM | SNOOPED
-        self._map_range(bo.va, bo.pa, bo.size, flags)
-        bo.mapped = True
-        self.vm.invalidate()
+        with self.gpu.lock:                 # no engine walks or caches translations while the tables change
+            self._map_range(bo.va, bo.pa, bo.size, flags)
+            bo.mapped = True
+            self.vm.invalidate()
         return {"n_success": len(ids)}
 
     def _unmap_memory_from_gpu(self, a):
         bo = self.bos.get(a["handle"])
         if bo is None:
             raise OSError(errno.EINVAL, "no such buffer")
-        self._unmap(bo)
+        with self.gpu.lock:
+            self._unmap(bo)
         return {"n_success": a["n_devices"]}
 
     def _create_queue(self, a):
