@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Callable
 
 import numpy as np
 
@@ -44,7 +45,7 @@ DOWNLOAD_PIECE = 64 << 20
 class OrderedTimeline(Timeline):
     """A Timeline that calls `before(self)` before handing out each value (the device's cross-queue hook)."""
 
-    def __init__(self, alloc, index: int = 0, start: int = 0, before=None):
+    def __init__(self, alloc, index: int = 0, start: int = 0, before: Callable[[Timeline], None] | None = None):
         super().__init__(alloc, index, start)
         self.before = before
 
