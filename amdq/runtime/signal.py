@@ -57,9 +57,11 @@ class Timeline:
             if fault:
                 info = describe()
                 addr = fault.get("address")
+                kind = "page fault" if addr else "queue error (bad packet or engine fault)"
                 where = f" at {addr:#x}" if addr else ""
-                raise GPUFault(f"GPU fault{where} on {info.get('queue', 'the queue')} while waiting for timeline "
-                               f"value {value}: {info.get('fault') or fault}", address=addr, **info)
+                raise GPUFault(f"GPU {kind}{where} on {info.get('queue', 'the queue')} while waiting for timeline "
+                               f"value {value}; {info.get('stuck', '')}".rstrip("; "), address=addr or None,
+                               **{k: v for k, v in info.items() if k != "address"})
             v = self.completed
             if v != last:
                 last = v

@@ -98,7 +98,10 @@ class SimGPU:
             while budget > 0:
                 work = 0
                 for eng in list(self.engines.values()):
-                    work += eng.step(budget)
+                    try:
+                        work += eng.step(budget)
+                    except Exception as e:          # a simulator bug must not stop the GPU silently
+                        self._internal_error(eng, e)
                 if not work:
                     break
                 moved = True
@@ -108,6 +111,19 @@ class SimGPU:
     @property
     def busy(self) -> bool:
         return any(e.busy for e in list(self.engines.values()))
+
+    def _internal_error(self, eng, e: Exception) -> None:
+        """Stop an engine that raised, print the traceback, and fault its queue so waiters see an error."""
+        import sys
+        import traceback
+        print(f"amdq simulated GPU: internal error in {getattr(eng, 'name', eng)}:", file=sys.stderr)
+        traceback.print_exception(e, file=sys.stderr)
+        reason = f"simulator internal error: {type(e).__name__}: {e}"
+        if hasattr(eng, "_fault"):
+            eng._fault(reason, None, "CP_BAD_OPCODE")
+        else:
+            self.detach(next((d for d, x in self.engines.items() if x is eng), -1))
+            self.interrupt("CP_BAD_OPCODE", 0, 0, reason=reason)
 
     def _run_worker(self) -> None:
         while not self._stop:
