@@ -164,6 +164,7 @@ class ComputeQueue:
         except pm4.BadPacket as e:
             info["packet"] = f"undecodable packet: {e}"
         info["stuck"] = f"stuck at ring dword {i}: {info['packet']}"
+        info["fault"] = f"the queue stopped at ring dword {i}: {info['packet']}"
         return info
 
     def close(self) -> None:

@@ -60,7 +60,8 @@ class Timeline:
                 kind = "page fault" if addr else "queue error (bad packet or engine fault)"
                 where = f" at {addr:#x}" if addr else ""
                 raise GPUFault(f"GPU {kind}{where} on {info.get('queue', 'the queue')} while waiting for timeline "
-                               f"value {value}; {info.get('stuck', '')}".rstrip("; "), address=addr or None,
+                               f"value {value}; {info.get('fault') or info.get('stuck', '')}".rstrip("; "),
+                               address=addr or None,
                                **{k: v for k, v in info.items() if k != "address"})
             v = self.completed
             if v != last:
