@@ -265,3 +265,30 @@ def test_random_words_match_llvm_mc(fam: str) -> None:
         if (text(i), i.size) != r:
             bad.append(f"{words[:i.size].hex()}: llvm {r} ours {(text(i), i.size)}")
     assert not bad, "\n".join(bad)
+
+
+def test_mask_dead_lookahead() -> None:
+    """A carry or compare mask is dead only when straight-line code overwrites it before any read."""
+    from amdq.sim.shader.decode import mask_dead
+
+    def prog(*lines: str) -> tuple[bytes, list[int]]:
+        code, pcs = b"", []
+        for line in lines:
+            pcs.append(len(code))
+            code += asm(line)
+        return code, pcs
+
+    code, pcs = prog("v_add_co_u32 v0, vcc_lo, v1, v2", "v_add_co_ci_u32_e32 v3, vcc_lo, v4, v5, vcc_lo",
+                     "s_waitcnt vmcnt(0)", "v_add_co_u32 v6, vcc_lo, v1, v2", "v_cndmask_b32_e32 v7, v1, v2, vcc_lo",
+                     "v_cmp_gt_i32_e32 vcc_lo, v1, v2", "s_cbranch_vccz 2", "v_cmp_lt_i32_e32 vcc_lo, v1, v2",
+                     "s_endpgm")
+    dead = [mask_dead(code, 0, False, decode(code, pc)) for pc in pcs]
+    assert dead[:2] == [False, True]          # read by the carry-in / overwritten by the next carry out
+    assert dead[3] is False                   # read by v_cndmask
+    assert dead[5] is False                   # read by the branch (control flow ends the look-ahead anyway)
+    assert dead[7] is True                    # nothing after it but s_endpgm
+    code, pcs = prog("v_cmp_gt_i32_e32 vcc_lo, v1, v2", "s_and_saveexec_b32 s0, vcc_lo", "s_endpgm")
+    assert mask_dead(code, 0, False, decode(code, 0)) is False
+    code, pcs = prog("v_add_co_u32 v0, s4, v1, v2", "v_add_co_u32 v3, s5, v1, v2", "v_add_co_u32 v3, s4, v1, v2")
+    assert mask_dead(code, 0, False, decode(code, 0)) is True
+    assert mask_dead(code, 0, False, decode(code, pcs[1])) is False     # runs out of code: unsure

@@ -64,6 +64,7 @@ class ICache:
     def __init__(self, mem: GPUMemory):
         self.mem, self.gen = mem, 0
         self.steps: dict[tuple[int, bool], tuple] = {}
+        self.spans: dict[tuple[int, bool], bytes] = {}        # bytes each step was decoded from
         self.lines: dict[int, tuple[bytes, int]] = {}
 
     def invalidate(self) -> None:
@@ -98,21 +99,25 @@ class ICache:
         if st is not None:
             if st[3] == self.gen:
                 return st
-            code, base = self._fetch(pc, st[1].size)
-            if code[pc - base:pc - base + st[1].size] == st[1].raw:
+            span = self.spans[key]
+            code, base = self._fetch(pc, len(span))
+            if code[pc - base:pc - base + len(span)] == span:
                 st = (st[0], st[1], st[2], self.gen)
                 self.steps[key] = st
                 return st
-        code, base = self._fetch(pc)
-        # decoded and built steps are shared by every core in the process, keyed by the bytes at the PC
-        bkey = (pc, wave64, code[pc - base:pc - base + 12])
+        code, base = self._fetch(pc, self.LINE)
+        # decoded and built steps are shared by every core in the process, keyed by the bytes from the PC on
+        # (the look-ahead of mask_dead reads the instructions that follow)
+        bkey = (pc, wave64, code[pc - base:])
         hit = BUILT.get(bkey)
         if hit is None:
             inst = decode.decode(code, pc, base, wave64)
+            inst.dead_sdst = decode.mask_dead(code, base, wave64, inst)
             hit = (build(inst), inst, inst.key in CONTROL)
             if len(BUILT) >= 1 << 16:
                 BUILT.clear()
             BUILT[bkey] = hit
+        self.spans[key] = bkey[2]
         st = hit + (self.gen,)
         self.steps[key] = st
         return st

@@ -117,7 +117,7 @@ class Inst:
     __slots__ = ("pc", "size", "raw", "enc", "op", "name", "key", "e64", "dst", "src", "literal", "clamp", "omod",
                  "opsel", "opsel_hi", "neg_hi", "dpp", "simm16", "target", "offset", "offset0", "offset1", "glc",
                  "slc", "dlc", "gds", "sve", "offen", "idxen", "addr", "saddr", "sbase", "soffset", "srsrc", "data",
-                 "x", "y", "fields", "mask_bits")
+                 "x", "y", "fields", "mask_bits", "dead_sdst")
 
     def __init__(self, pc: int, enc: str, op: int, name: str):
         self.pc, self.enc, self.op, self.name = pc, enc, op, name
@@ -134,6 +134,7 @@ class Inst:
         self.x = self.y = None
         self.fields: dict[str, int] = {}
         self.mask_bits = 32
+        self.dead_sdst = False      # set by mask_dead(): the lane mask this writes to SGPRs is never read
 
     @property
     def mnemonic(self) -> str:
@@ -580,6 +581,67 @@ def decode(code: bytes, pc: int, base: int = 0, wave64: bool = False) -> Inst:
         raise _fail(ctx, "instruction runs past the end of the code")
     inst.raw = bytes(code[off:off + inst.size])
     return inst
+
+
+SAFE_ENC = ("SOP1", "SOP2", "SOPK", "SOPC", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3SD", "VOP3P", "VOPD", "DS",
+            "FLAT", "GLOBAL", "SCRATCH", "MUBUF")
+QUIET_SOPP = ("s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt",
+              "s_waitcnt_depctr", "s_delay_alu", "s_clause", "s_barrier", "s_sendmsg", "s_set_inst_prefetch_distance")
+LOOKAHEAD = 24
+
+
+def mask_sgpr(inst: Inst) -> Operand | None:
+    """The SGPR destination a VALU instruction writes as a lane mask (carry out, compare result), if any."""
+    for d in inst.dst:
+        if d.kind == "s" and d.reg not in (NULL, EXEC_LO, EXEC_HI) and inst.enc in ("VOP2", "VOP3", "VOP3SD", "VOPC"):
+            return d
+    return None
+
+
+def _operands(i: Inst):
+    yield from i.src
+    yield from (i.addr, i.saddr, i.sbase, i.soffset, i.srsrc)
+    if isinstance(i.data, tuple):
+        yield from i.data
+    else:
+        yield i.data
+    for h in (i.x, i.y):
+        if h is not None:
+            yield from h.src
+
+
+def mask_dead(code: bytes, base: int, wave64: bool, inst: Inst) -> bool:
+    """True when the lane mask `inst` writes to SGPRs is overwritten, in the straight-line code that follows
+    (within the bytes at hand), before any instruction could read it; False when unsure."""
+    d = mask_sgpr(inst)
+    if d is None:
+        return False
+    regs = set(range(d.reg, d.reg + d.n))
+    pc = inst.pc + inst.size
+    for _ in range(LOOKAHEAD):
+        try:
+            nxt = decode(code, pc, base, wave64)
+        except UnsupportedInstruction:
+            return False
+        k = nxt.key
+        if k == "s_endpgm":
+            return True
+        if nxt.enc not in SAFE_ENC and k not in QUIET_SOPP or "div_fmas" in k:
+            return False
+        for o in _operands(nxt):
+            if o is None:
+                continue
+            if o.kind == "s" and regs & set(range(o.reg, o.reg + o.n)):
+                return False
+            if o.kind == "x" and o.reg == 251 and regs & {VCC_LO, VCC_HI}:
+                return False
+        for o in nxt.dst:
+            if o.kind == "s":
+                regs -= set(range(o.reg, o.reg + o.n))
+        if not regs:
+            return True
+        pc += nxt.size
+    return False
 
 
 def decode_program(code: bytes, base: int = 0, wave64: bool = False) -> dict[int, Inst]:

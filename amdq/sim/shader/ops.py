@@ -207,12 +207,15 @@ def mask_write(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
     if r == NULL:
         return lambda w, sel, m: None
 
-    def wr(w, sel, m):
-        bits = mask_to_bits(m)
-        w.s[r][sel] = bits[:, 0]
-        if w.lanes == 64:
-            w.s[r + 1][sel] = bits[:, 1]
-        if r in (EXEC, EXEC + 1):
-            w.em[sel] = m
-            w.full[sel] = m.all(axis=1)
-    return wr
+    return lambda w, sel, m: put_mask(w, r, sel, m)
+
+
+def put_mask(w: WaveState, r: int, sel, m: np.ndarray) -> None:
+    """SGPR (pair) r of the waves sel = the (k, lanes) bool lane mask m; EXEC's unpacked copy follows."""
+    bits = mask_to_bits(m)
+    w.s[r][sel] = bits[:, 0]
+    if w.lanes == 64:
+        w.s[r + 1][sel] = bits[:, 1]
+    if r in (EXEC, EXEC + 1):
+        w.em[sel] = m
+        w.full[sel] = (bits == np.uint32(M32)).all(1)

@@ -14,10 +14,10 @@ import numpy as np
 
 from . import fp
 from .decode import Inst, Operand
-from .ops import F32, HANDLERS, I32, M32, U32, U64, mask_read, sread
+from .ops import F32, HANDLERS, I32, M32, U32, U64, mask_read, put_mask, sread
 from .valu import mode_word
 from .valu_int import bfe_u32
-from .wave import EXEC, NULL, WaveState
+from .wave import NULL, WaveState
 
 PLAIN: dict[str, tuple[Callable, tuple[str, ...], str, bool]] = {}
 DT = {"u32": U32, "b32": U32, "i32": I32, "f32": F32}
@@ -90,7 +90,8 @@ def _plain_builder(key: str, general: Callable):
                 return slow(w, sel)
             xs = [rd(w, sel) for rd in rds]
             o, merge = target(w, sel, r, dt, alias)
-            fn(o, *xs)
+            fxs, fo = fold(w, sel, xs, o)
+            fn(fo, *fxs)
             if merge:
                 w.write_v(r, sel, o.view(U32))
         return step
@@ -183,8 +184,50 @@ def _bfe(o, a, b, c):
 
 # ---------------------------------------------------------------- FMA
 
-def _fma_plain(o, a, b, c):
+def _pow2(x) -> int | None:
+    """k when the f32 scalar x is +-2**k (or None; 0 gives 0: a zero factor makes every product exact too)."""
+    if np.ndim(x):
+        return None
+    f = float(x)
+    if f == 0.0:
+        return 0
+    m, e = np.frexp(np.float64(f))
+    return int(e) - 1 if abs(m) == 0.5 and np.isfinite(f) else None
+
+
+def scaled_exact(s, b) -> bool:
+    """s * b is exact in f32 for every lane: s a scalar +-2**k (or 0), no product overflows or falls below
+    the normal range (checked on the extremes of b; a NaN among them refuses)."""
+    k = _pow2(s)
+    if k is None:
+        return False
+    if float(s) == 0.0:
+        return True
+    lo, hi = float(np.min(b)), float(np.max(b))
+    big = 2.0 ** min(127, 127 - k)              # |b * 2**k| < 2**127 * 2 keeps clear of overflow
+    if not (-big < lo and hi < big):
+        return False
+    if k >= 0:
+        return True
+    # scaling down: products must stay normal, i.e. no nonzero |b| below 2**(-126 - k)
+    small = 2.0 ** (-126 - k)
+    return bool(((np.abs(b) >= small) | (b == 0)).all())
+
+
+def fma_into(o, a, b, c) -> None:
+    """o = fma(a, b, c) for f32 operands (a, b not sharing memory with o); a product by an exact power-of-two
+    scalar is one f32 multiply and one f32 add (both exact but the final rounding)."""
+    if np.ndim(b) == 0 and np.ndim(a):
+        a, b = b, a
+    if np.ndim(a) == 0 and np.ndim(b) == 2 and b.shape == o.shape and scaled_exact(a, b):
+        np.multiply(b, a, out=o)
+        np.add(o, c, out=o)
+        return
     fp.fma32_into(o, a, b, c)
+
+
+def _fma_plain(o, a, b, c):
+    fma_into(o, a, b, c)
 
 
 plain("v_fma_f32", ("f32",) * 3, "f32", inplace=False)(_fma_plain)
@@ -205,27 +248,21 @@ def _fmac_builder(general: Callable):
             if mode_word(w, sel) & FULL_F32 != FULL_F32:
                 return slow(w, sel)
             a, b, c = ra(w, sel), rb(w, sel), w.v[r][sel].view(F32)
-            o, merge = target(w, sel, r, F32, alias)
-            fp.fma32_into(o, a, b, c)
-            if merge:
+            if alias or not (isinstance(sel, slice) and w.all_on(sel)):
+                o = np.empty(c.shape, F32)
+                fma_into(o, a, b, c)
                 w.write_v(r, sel, o.view(U32))
+                return
+            sc, v = (a, b) if np.ndim(a) == 0 else (b, a)
+            if np.ndim(sc) == 0 and np.ndim(v) == 2 and scaled_exact(sc, v):
+                np.add(np.multiply(v, sc), c, out=c)          # the product is exact: one rounding
+            else:
+                fp.fma32_into(c, a, b, c)                     # D is S2: accumulate in place
         return step
     return build
 
 
 # ---------------------------------------------------------------- carries and 64-bit address arithmetic
-
-def _vcc_words(w: WaveState, r: int, sel, m: np.ndarray) -> None:
-    """Write the (k, lanes) bool lane mask m into SGPR (pair) r."""
-    from .wave import mask_to_bits
-    bits = mask_to_bits(m)
-    w.s[r][sel] = bits[:, 0]
-    if w.lanes == 64:
-        w.s[r + 1][sel] = bits[:, 1]
-    if r in (EXEC, EXEC + 1):
-        w.em[sel] = m
-        w.full[sel] = m.all(axis=1)
-
 
 def _carry_builder(general: Callable, add: bool, rev: bool, cin: bool):
     def build(inst: Inst):
@@ -234,90 +271,177 @@ def _carry_builder(general: Callable, add: bool, rev: bool, cin: bool):
         ra, rb = reader(inst.src[0], U32), reader(inst.src[1], U32)
         cr = mask_read(inst.src[2]) if cin else None
         r, cd = inst.dst[0].reg, inst.dst[1].reg
+        if inst.dead_sdst:
+            cd = NULL                                   # nothing reads this carry out (see decode.mask_dead)
 
         def step(w, sel):
             x, y = ra(w, sel), rb(w, sel)
             if rev:
                 x, y = y, x
             shape = w.em[sel].shape
+            if cd == NULL:
+                o, merge = target(w, sel, r, U32, False)
+                (np.add if add else np.subtract)(x, y, out=o)
+                if cin:
+                    (np.add if add else np.subtract)(o, U32(1), out=o, where=cr(w, sel))
+                if merge:
+                    w.write_v(r, sel, o)
+                return
+            # carry out of x + y (+ cin): y > ~x, or y == ~x with a carry in; the borrow of x - y (- cin) likewise
             if add:
-                # carry out of x + y (+ cin): y > ~x, or y == ~x with a carry in
-                nx = ~x
-                out = np.greater(y, nx)
-                if cin:
-                    ci = cr(w, sel)
-                    out |= np.equal(y, nx) & ci
+                u, v = y, ~x
+                out = np.greater(u, v)
             else:
-                out = np.less(x, y)
-                if cin:
-                    ci = cr(w, sel)
-                    out |= np.equal(x, y) & ci
-            out = np.broadcast_to(out, shape)
+                u, v = x, y
+                out = np.less(u, v)
+            if out.shape != shape:
+                out = np.array(np.broadcast_to(out, shape))
+            if cin:
+                ci = cr(w, sel)
+                eq = np.equal(u, v)
+                eq &= ci
+                out |= eq
             o, merge = target(w, sel, r, U32, False)       # the carries are formed before D is written
             (np.add if add else np.subtract)(x, y, out=o)
             if cin:
-                (np.add if add else np.subtract)(o, ci.view(np.uint8), out=o, casting="unsafe")
+                (np.add if add else np.subtract)(o, U32(1), out=o, where=ci)
             if merge:
                 w.write_v(r, sel, o)
             if cd != NULL:
-                _vcc_words(w, cd, sel, out if w.all_on(sel) else out & w.em[sel])
+                put_mask(w, cd, sel, out if w.all_on(sel) else out & w.em[sel])
         return step
     return build
 
 
+def fold(w: WaveState, sel, xs: list, o: np.ndarray):
+    """(operands, target) regrouped G waves to a row (G = waves per workgroup) when every per-wave (k, 1) column
+    among xs is constant within each group: numpy then loops over G * lanes per row instead of lanes."""
+    g = w.lds_rows
+    if g <= 1 or not isinstance(sel, slice) or not o.flags.c_contiguous or \
+            not any(np.ndim(x) == 2 and x.shape[1] == 1 for x in xs):
+        return xs, o
+    k, start = o.shape[0], sel.indices(w.n)[0]
+    if k % g or start % g:
+        return xs, o
+    rows, out = k // g, []
+    for x in xs:
+        if np.ndim(x) == 2 and x.shape[1] == 1:
+            c = x.reshape(rows, g)
+            if (c != c[:, :1]).any():
+                return xs, o
+            out.append(c[:, :1])
+        else:
+            out.append(x.reshape(rows, -1) if np.ndim(x) == 2 else x)
+    return out, o.reshape(rows, -1)
+
+
 def _mad_u64_builder(general: Callable):
-    """v_mad_u64_u32 D = S0 * S1 + S2 (64-bit) with the carry to an SGPR; plain form, per-wave S0/S1 folded first."""
+    """v_mad_u64_u32 D = S0 * S1 + S2 with scalar S0, S1 and no carry out (the address idiom): the 64-bit sum
+    in two 32-bit halves, written straight into the destination pair."""
     def build(inst: Inst):
         if inst.key != "v_mad_u64_u32" or inst.dpp is not None or inst.clamp or \
                 any(s.neg or s.abs for s in inst.src) or inst.dst[0].kind != "v":
             return general(inst)
         s0, s1, s2 = inst.src
-        if s0.kind == "v" or s1.kind == "v" or s2.kind != "v":
+        cd = inst.dst[1]
+        if s0.kind == "v" or s1.kind == "v" or s2.kind != "v" or not (cd.kind == "s" and cd.reg == NULL):
             return general(inst)
+        slow = general(inst)
         ra, rb = sread(s0), sread(s1)
-        c, r, cd = s2.reg, inst.dst[0].reg, inst.dst[1]
-        carry = not (cd.kind == "s" and cd.reg == NULL)
-        if carry:
-            return general(inst)
+        c, r = s2.reg, inst.dst[0].reg
 
         def step(w, sel):
+            if not (isinstance(sel, slice) and w.all_on(sel)):
+                return slow(w, sel)
             p = np.asarray(ra(w, sel), U32).astype(U64) * np.asarray(rb(w, sel), U32).astype(U64)
-            p = column(p, U64)
-            z = np.empty(w.em[sel].shape + (2,), U32)
-            z[..., 0], z[..., 1] = w.v[c][sel], w.v[c + 1][sel]
-            z = z.view(U64)[..., 0]
-            np.add(z, p, out=z)
-            lo, hi = _split(z)
-            w.write_v(r, sel, lo)
-            w.write_v(r + 1, sel, hi)
+            plo, phi = column((p & U64(M32)).astype(U32)), column((p >> U64(32)).astype(U32))
+            dlo, dhi = w.v[r][sel], w.v[r + 1][sel]
+            (clo, chi, plo, phi), dlo = fold(w, sel, [w.v[c][sel], w.v[c + 1][sel], plo, phi], dlo)
+            dhi = dhi.reshape(dlo.shape)
+            t = np.add(clo, plo, out=dlo if r != c + 1 else None)   # D.lo last when it is S2.hi
+            carry = np.less(t, plo)
+            np.add(chi, phi, out=dhi)
+            np.add(dhi, U32(1), out=dhi, where=carry)
+            if t is not dlo:
+                dlo[...] = t
         return step
     return build
 
 
-def _split(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    h = z.view(U32).reshape(z.shape + (2,))
-    return h[..., 0], h[..., 1]
-
-
 def _shift64_builder(general: Callable):
-    """v_lshlrev_b64 with a constant shift: one pass over the interleaved pair."""
+    """v_lshlrev_b64 by a constant: the two halves shifted separately (no interleaving of the pair)."""
     def build(inst: Inst):
         if inst.key != "v_lshlrev_b64" or inst.dpp is not None or inst.clamp or inst.omod or \
                 any(s.neg or s.abs for s in inst.src) or inst.src[0].kind != "c" or inst.src[1].kind != "v":
             return general(inst)
-        sh = U64(inst.src[0].value & 63)
+        n = inst.src[0].value & 63
         a, r = inst.src[1].reg, inst.dst[0].reg
 
         def step(w, sel):
-            z = np.empty(w.em[sel].shape + (2,), U32)
-            z[..., 0], z[..., 1] = w.v[a][sel], w.v[a + 1][sel]
-            z = z.view(U64)[..., 0]
-            np.left_shift(z, sh, out=z)
-            lo, hi = _split(z)
-            w.write_v(r, sel, lo)
-            w.write_v(r + 1, sel, hi)
+            lo, hi = w.v[a][sel], w.v[a + 1][sel]
+            if 0 < n < 32 and isinstance(sel, slice) and w.all_on(sel):
+                t = lo >> U32(32 - n)                          # straight into the pair, in an order that
+                dlo, dhi = w.v[r][sel], w.v[r + 1][sel]        # reads each source half before it is overwritten
+                if r == a + 1:
+                    np.left_shift(hi, U32(n), out=dhi)
+                    dhi |= t
+                    np.left_shift(lo, U32(n), out=dlo)
+                else:
+                    np.left_shift(lo, U32(n), out=dlo)
+                    np.left_shift(hi, U32(n), out=dhi)
+                    dhi |= t
+                return
+            if n == 0:
+                nlo, nhi = lo.copy(), hi.copy()
+            elif n < 32:
+                nhi = np.left_shift(hi, U32(n))
+                nhi |= lo >> U32(32 - n)
+                nlo = np.left_shift(lo, U32(n))
+            else:
+                nhi = np.left_shift(lo, U32(n - 32))
+                nlo = np.zeros_like(lo)
+            w.write_v(r, sel, nlo)
+            w.write_v(r + 1, sel, nhi)
         return step
     return build
+
+
+CMP = {"lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
+CMPI = dict(CMP, ne=np.not_equal)
+CMPF = dict(CMP, neq=lambda a, b: ~np.equal(a, b), lg=lambda a, b: np.less(a, b) | np.greater(a, b))
+
+
+def _cmp_builder(general: Callable, fn: Callable, typ: str):
+    """VOPC (and its VOP3 form) on 32-bit operands without modifiers: the lane mask straight to VCC/SGPR/EXEC."""
+    def build(inst: Inst):
+        if not is_plain_cmp(inst):
+            return general(inst)
+        slow = general(inst)
+        dt = DT[typ]
+        ra, rb = reader(inst.src[0], dt), reader(inst.src[1], dt)
+        d = inst.dst[0]
+        floats = typ == "f32"
+        if inst.dead_sdst:
+            return lambda w, sel: None                  # nothing reads the result (see decode.mask_dead)
+
+        def step(w, sel):
+            if floats and mode_word(w, sel) & FULL_F32 != FULL_F32:
+                return slow(w, sel)
+            m = fn(ra(w, sel), rb(w, sel))
+            shape = w.em[sel].shape
+            if m.shape != shape:
+                m = np.array(np.broadcast_to(m, shape))
+            if not w.all_on(sel):
+                m &= w.em[sel]
+            if d.kind == "s" and d.reg != NULL:
+                put_mask(w, d.reg, sel, m)
+        return step
+    return build
+
+
+def is_plain_cmp(inst: Inst) -> bool:
+    return inst.dpp is None and not inst.clamp and not inst.omod and len(inst.src) == 2 and \
+        all(not (s.neg or s.abs) and s.n == 1 and s.bits == 32 for s in inst.src) and inst.dst[0].kind == "s"
 
 
 def install() -> None:
@@ -332,6 +456,12 @@ def install() -> None:
         HANDLERS[key] = _carry_builder(HANDLERS[key], *args)
     HANDLERS["v_mad_u64_u32"] = _mad_u64_builder(HANDLERS["v_mad_u64_u32"])
     HANDLERS["v_lshlrev_b64"] = _shift64_builder(HANDLERS["v_lshlrev_b64"])
+    for pre in ("v_cmp", "v_cmpx"):
+        for t in ("i32", "u32"):
+            for op, fn in CMPI.items():
+                HANDLERS[f"{pre}_{op}_{t}"] = _cmp_builder(HANDLERS[f"{pre}_{op}_{t}"], fn, t)
+        for op, fn in CMPF.items():
+            HANDLERS[f"{pre}_{op}_f32"] = _cmp_builder(HANDLERS[f"{pre}_{op}_f32"], fn, "f32")
 
 
 __all__ = ["plain", "column", "reader", "is_plain", "install", "PLAIN"]
