@@ -31,6 +31,7 @@ declare float @llvm.fma.f32(float, float, float)
 @pytest.fixture(params=["sync", "async"])
 def dev(request, monkeypatch):
     monkeypatch.setenv("AMDQ_SIM_MODE", request.param)
+    monkeypatch.delenv("AMD_DISABLE_SDMA", raising=False)
     d = amdq.open_device("SIM:gfx1100")
     yield d
     d.close()
@@ -89,3 +90,40 @@ def test_graph_of_cl_kernels(dev):
     g.replay()
     dev.synchronize()
     assert np.array_equal(C.numpy(np.float32), fma32(np.float32(3.0), a, b))
+
+
+def test_graph_with_copies_across_queues(dev):
+    """copy in -> kernel -> copy out, one buffer per queue, cross-queue waits inside each replay."""
+    assert dev.copyq is not None
+    k = dev.load(amdq.compile(AXPY, dev.arch))["axpy"]
+    n = 256
+    src, x, y, out = (dev.upload(np.zeros(n, np.float32)) for _ in range(4))
+    with dev.capture() as g:
+        dev.copy(x, src, 4 * n)                               # copy queue
+        k(y, x, 2.0, grid=n // 64, block=64)                  # compute queue, after the copy
+        dev.copy(out, y, 4 * n)                               # copy queue, after the kernel
+    assert g.copies == 2 and len(g.segments) == 3 and set(g.ibs) == {"compute", "copy"}
+    total = np.zeros(n, np.float32)
+    for r in range(1, 6):
+        src.write(np.full(n, r, np.float32))
+        g.replay()
+        total += 2.0 * r
+        assert np.array_equal(out.numpy(np.float32), total), r
+    with pytest.raises(RuntimeError, match="capture"):
+        with dev.capture():
+            src.write(np.zeros(n, np.float32))
+    g.free()
+
+
+def test_copy_record_and_profile(dev):
+    n = 1 << 20
+    a, b = dev.upload(np.arange(n, dtype=np.uint8)), dev.alloc(n)
+    rec = dev.copy(b, a, n, wait=True)
+    assert rec.kernel == "copy" and rec.extra["bytes"] == n and rec.gpu is not None and rec.gpu >= 0
+    assert np.array_equal(b.numpy(np.uint8), np.arange(n, dtype=np.uint8))
+    with dev.profile() as p:
+        dev.copy(a, b, n)
+        dev.copy(b, a, 1000)
+    assert [r.kernel for r in p.records] == ["copy", "copy"] and all(r.gpu is not None for r in p.records)
+    t = p.trace()
+    assert any(e["args"]["name"].startswith("GPU sdma") for e in t["traceEvents"] if e["ph"] == "M" and "tid" in e)

@@ -227,6 +227,9 @@ class Device:
         return b
 
     def _copy_in(self, buf: Buffer, off: int, raw: memoryview) -> None:
+        if self.capturing is not None:
+            raise RuntimeError("Buffer.write inside a capture: host transfers are not part of a graph; "
+                               "write before capturing or use dev.copy between device buffers")
         if buf.alloc.cpu is None:                          # through GTT staging, asynchronously
             self.copyq.upload(buf.addr + off, raw)
             return
@@ -235,28 +238,60 @@ class Device:
         buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
 
     def _copy_out(self, buf: Buffer, off: int, size: int) -> bytes:
+        if self.capturing is not None:
+            raise RuntimeError("Buffer.read inside a capture: nothing has run yet")
         if buf.alloc.cpu is None:                          # through GTT staging; waits
             return self.copyq.download(buf.addr + off, size)
         if not self.idle:
             self.synchronize()
         return bytes(buf.alloc.cpu.mv[off:off + size])
 
-    def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0) -> None:
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
+             wait: bool = False, timeout_ms: int | None = None) -> LaunchRecord | None:
         """Device-to-device copy of nbytes, ordered after all work submitted so far. On the SDMA queue it
-        returns at once; without one (AMD_DISABLE_SDMA=1, or no queue) the CPU copies through the mappings
-        once the GPU is idle."""
+        returns at once (with wait=True: after it finished, with a record of its stages); without one
+        (AMD_DISABLE_SDMA=1, or no queue) the CPU copies through the mappings once the GPU is idle."""
         for b, o, what in ((dst, dst_offset, "destination"), (src, src_offset, "source")):
             if nbytes < 0 or o < 0 or o + nbytes > b.size:
                 raise ValueError(f"copy of {nbytes} bytes at {what} offset {o} exceeds the {b.size}-byte buffer")
         if nbytes == 0:
-            return
+            return None
+        d_addr, s_addr = dst.addr + dst_offset, src.addr + src_offset
+        if self.capturing is not None:
+            self.capturing.add_copy(d_addr, s_addr, nbytes)
+            return None
+        rec = LaunchRecord("copy", extra={"queue": self.copyq.name if self.copyq else "host", "bytes": nbytes,
+                                          "src": hex(s_addr), "dst": hex(d_addr)})
+        t0 = time.perf_counter()
+        rec.extra["host_start"] = t0
         if self.copyq is not None:
-            self.copyq.copy_async(dst.addr + dst_offset, src.addr + src_offset, nbytes)
-            return
+            q = self.copyq
+            timed = wait or self.profiler is not None
+            ts = self._ts_slot() if timed else None
+            packets = q.copy(d_addr, s_addr, nbytes)
+            if ts is not None:
+                packets = q.timestamp(ts) + packets + q.timestamp(ts + 8)
+                rec.extra["ts"] = ts
+            t1 = time.perf_counter()
+            rec.value = q.run(packets)
+            rec.encode, rec.submit = t1 - t0, time.perf_counter() - t1
+            if self.profiler is not None:
+                self.profiler.add(rec)
+            if not wait:
+                return None
+            t2 = time.perf_counter()
+            self.wait(rec.value, timeout_ms, queue=q)
+            rec.wait = time.perf_counter() - t2
+            self.resolve(rec)
+            return rec
         if not self.idle:
             self.synchronize()
         d = np.frombuffer(dst.alloc.cpu.mv, np.uint8)
         d[dst_offset:dst_offset + nbytes] = np.frombuffer(src.alloc.cpu.mv, np.uint8)[src_offset:src_offset + nbytes]
+        rec.submit = time.perf_counter() - t0
+        if self.profiler is not None:
+            self.profiler.add(rec)
+        return rec if wait else None
 
     def _release(self, buf: Buffer) -> None:
         self._pending_free.append((self._marks(), buf.alloc))

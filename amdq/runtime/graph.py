@@ -1,14 +1,16 @@
-"""Graphs: launches recorded once (nothing runs while capturing) and replayed as one indirect buffer per
-queue. Between replays, arguments can change: a replay then costs the patched kernel-argument bytes,
-one IB packet with its completion signal, and one doorbell."""
+"""Graphs: launches and copies recorded once (nothing runs while capturing) and replayed from one
+indirect buffer per queue. A replay writes, per queue, the IB packets of its segments with the
+cross-queue waits and signals between them, and rings one doorbell; arguments can change between
+replays (`node.update`, `graph.replace`), which patches the kernel-argument bytes in place."""
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InvalidArgument
-from .queue import Bound
+from .signal import Timeline
 
 if TYPE_CHECKING:
     from .device import Device
@@ -27,7 +29,7 @@ class Node:
         if self.kernel.plan(args, self.plan.grid, self.plan.block, False) is not self.plan:
             raise InvalidArgument(f"kernel {self.kernel.name}: the new arguments change the launch shape "
                                   f"(dynamic LDS or scratch); capture the graph again")
-        self.graph.dev.wait(self.graph.last)             # the previous replay may still read the old bytes
+        self.graph.wait()                                   # the last replay may still read the old bytes
         self.kernel.pack_into(self.plan, args, self._mv, self._off)
         self.args = args
 
@@ -40,10 +42,13 @@ class Graph:
         self.dev, self.nodes = dev, []
         self.arenas: list = []
         self._head = ARENA
-        self.bound: Bound | None = None
-        self.last = 0
-        self._dw: list[np.ndarray] = []
+        self._dw: dict[str, list[int]] = {"compute": [], "copy": []}
+        self.segments: list[tuple[str, int, int]] = []     # (queue kind, first dword, dword count)
+        self.ibs: dict[str, object] = {}
+        self.last: dict[object, int] = {}                  # queue -> timeline value of the last replay
+        self.copies = 0
 
+    # -- capturing ------------------------------------------------------------------------------
     def __enter__(self) -> "Graph":
         if self.dev.capturing is not None:
             raise RuntimeError("already capturing on this device")
@@ -52,13 +57,20 @@ class Graph:
 
     def __exit__(self, *exc) -> None:
         self.dev.capturing = None
-        if exc[0] is None and self._dw:
-            self.bound = Bound(self.dev.queue, np.concatenate(self._dw), {})
-            q = self.dev.queue
-            cmds = q.commands()
-            cmds.release(q.timeline.addr, 0, interrupt=self.dev.iface.signal_event)
-            self._tail = np.concatenate([self.bound.ib, np.array(cmds.dw, np.uint32)])
-            self._vi = len(self.bound.ib) + 5
+        if exc[0] is None:
+            for kind, dws in self._dw.items():
+                if dws:
+                    a = self.dev.allocator.alloc(len(dws) * 4, "gtt", uncached=True)
+                    a.cpu.mv[:len(dws) * 4] = np.asarray(dws, np.uint32).tobytes()
+                    self.ibs[kind] = a
+
+    def _append(self, kind: str, dws: list[int]) -> None:
+        if self.segments and self.segments[-1][0] == kind:
+            k, first, n = self.segments[-1]
+            self.segments[-1] = (k, first, n + len(dws))
+        else:
+            self.segments.append((kind, len(self._dw[kind]), len(dws)))
+        self._dw[kind] += [int(x) for x in dws]
 
     def _space(self, n: int) -> tuple[int, object, int]:
         n = (n + 63) & ~63
@@ -78,28 +90,84 @@ class Graph:
         if p.ka_idx is not None:
             dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
         if p.pkt_off is not None:
-            import struct
             pa = ka + p.pkt_off
             pkt = bytearray(p.pkt)
             struct.pack_into("<Q", pkt, 40, ka)
             mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
             dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
-        self._dw.append(dw)
+        self._append("compute", dw.tolist())
         node = Node(self, kernel, p, args, mv, off)
         self.nodes.append(node)
         return node
 
+    def add_copy(self, dst: int, src: int, nbytes: int) -> None:
+        q = self.dev.copyq
+        if q is None:
+            raise RuntimeError("copies can be captured only on the SDMA copy queue (it is disabled or absent)")
+        self._append("copy", [d for p in q.copy(dst, src, nbytes) for d in p])
+        self.copies += 1
+
+    # -- replaying ------------------------------------------------------------------------------
+    def _queue(self, kind: str):
+        return self.dev.queue if kind == "compute" else self.dev.copyq
+
     def replay(self) -> int:
-        """Submit the whole graph again; returns the timeline value that marks its completion."""
-        if self.bound is None:
+        """Submit the whole graph again; returns the compute queue's timeline value for its end (or the copy
+        queue's for a graph of copies only)."""
+        if not self.segments or self.dev.capturing is self:
             raise RuntimeError("the graph is empty or still capturing")
-        q = self.dev.queue
-        value = q.timeline.next()
-        t = self._tail
-        t[self._vi], t[self._vi + 1] = value & 0xFFFFFFFF, value >> 32
-        q.submit(t)
-        self.last = value
-        return value
+        used = {kind for kind, _, _ in self.segments}
+        queues = {k: self._queue(k) for k in used}
+        for q in queues.values():                         # order after work submitted outside the graph
+            self.dev._before_signal(q.timeline)
+        out: dict[str, list] = {k: [] for k in used}       # per queue: ring content of this replay
+        last_signal: dict[str, int] = {}
+        prev = None
+        for kind, first, n in self.segments:
+            q = queues[kind]
+            if prev is not None and prev != kind:             # wait for the other queue's segment before
+                self._emit_wait(kind, out[kind], queues[prev].timeline, last_signal[prev])
+            self._emit_ib(kind, out[kind], self.ibs[kind].va + 4 * first, n)
+            value = Timeline.next(q.timeline)                 # the raw next: the graph orders itself
+            self._emit_signal(kind, out[kind], q.timeline, value)
+            last_signal[kind] = value
+            prev = kind
+        for kind, parts in out.items():
+            q = queues[kind]
+            if kind == "compute":
+                q.submit(np.asarray(parts, np.uint32))
+            else:
+                q.submit(parts)
+            self.last[q] = last_signal[kind]
+        return last_signal.get("compute", last_signal.get("copy", 0))
+
+    def _emit_ib(self, kind: str, out: list, addr: int, n: int) -> None:
+        if kind == "compute":
+            out += self.dev.queue.commands().t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=addr, IB_SIZE=n,
+                                                        VALID=1)
+        else:
+            out += self.dev.copyq.indirect(addr, n)
+
+    def _emit_signal(self, kind: str, out: list, t: Timeline, value: int) -> None:
+        if kind == "compute":
+            c = self.dev.queue.commands()
+            c.release(t.addr, value, interrupt=self.dev.iface.signal_event)
+            out += c.dw
+        else:
+            out += self.dev.copyq.signal(t.addr, value)
+
+    def _emit_wait(self, kind: str, out: list, t: Timeline, value: int) -> None:
+        if kind == "compute":
+            c = self.dev.queue.commands()
+            c.wait(t.addr + 4, value >> 32)
+            c.wait(t.addr, value & 0xFFFFFFFF)
+            out += c.dw
+        else:
+            out += self.dev.copyq.wait_packets(t.addr, value)
+
+    def wait(self) -> None:
+        for q, v in self.last.items():
+            self.dev.wait(v, queue=q)
 
     def replace(self, old: Any, new: Any) -> int:
         """Swap one argument value (e.g. a Buffer) for another in every node that uses it; returns how many."""
@@ -114,9 +182,7 @@ class Graph:
         node.update(*args)
 
     def free(self) -> None:
-        self.dev.wait(self.last)
-        if self.bound is not None:
-            self.bound.free()
-        for a in self.arenas:
+        self.wait()
+        for a in list(self.ibs.values()) + self.arenas:
             self.dev.allocator.free(a)
-        self.arenas, self.bound = [], None
+        self.arenas, self.ibs = [], {}
