@@ -4,6 +4,7 @@ Source: LLVM AMDGPUUsage "Code Object V3 Metadata" and its V4/V5/V6 additions.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +51,7 @@ class KernelMeta:
     reqd_workgroup_size: tuple[int, int, int] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    @property
+    @functools.cached_property
     def explicit_args(self) -> list[ArgMeta]:
         return [a for a in self.args if not a.hidden]
 
