@@ -135,6 +135,7 @@ class Device:
         self.ts_alloc = self.allocator.alloc(1 << 16, "gtt", uncached=True)
         self._ts_next = 0
         self.queues: list = []
+        self._queue_of: dict[int, object] = {}
         self.queue = (AQLQueue if use_aql(self.target) else ComputeQueue)(
             self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))), self.new_timeline())
         self.queues.append(self.queue)
@@ -169,18 +170,25 @@ class Device:
         first waits, on the GPU, for every other queue's outstanding work, so no copy or kernel can see
         memory another queue has not finished with. Before a value crosses into a new 2^32 block the
         device synchronizes, which keeps the two-word 32-bit waits exact (see amdq.runtime.copy)."""
-        if len(self.queues) < 2:
+        queues = self.queues
+        if len(queues) < 2:
             return
         if not (t.value + 1) & 0xFFFFFFFF:
             self.synchronize()
-        q = next((q for q in self.queues if q.timeline is t), None)
-        for o in self.queues:
+        q = self._queue_of.get(id(t))
+        if q is None:
+            q = self._queue_of[id(t)] = next((x for x in queues if x.timeline is t), None)
+        waited = self._waited
+        for o in queues:
+            if o is q:
+                continue
             ot = o.timeline
-            if o is q or ot.value <= self._waited.get((id(q), id(o)), -1) or ot.completed >= ot.value:
+            key = (id(q), id(o))
+            if ot.value <= waited.get(key, -1) or ot.completed >= ot.value:
                 continue
             if q is None or not gpu_wait(q, ot, ot.value):
                 self.wait(ot.value, queue=o)
-            self._waited[(id(q), id(o))] = ot.value
+            waited[key] = ot.value
 
     @property
     def timeline(self) -> Timeline:
