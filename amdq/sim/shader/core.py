@@ -7,6 +7,7 @@ when their PCs meet. `s_barrier` parks a wave until every live wave of its workg
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,34 +65,62 @@ class ICache:
     def __init__(self, mem: GPUMemory):
         self.mem, self.gen = mem, 0
         self.steps: dict[tuple[int, bool], tuple] = {}
-        self.spans: dict[tuple[int, bool], bytes] = {}        # bytes each step was decoded from
-        self.lines: dict[int, tuple[bytes, int]] = {}
+        self.deps: dict[tuple[int, bool], tuple] = {}        # (line, version) pairs each step was decoded from
+        self.lines: dict[int, tuple[bytes, int, int]] = {}    # line -> (bytes, generation fetched, version)
+        self.pages: dict[int, tuple[bytes, int]] = {}
+        self.version = 0
 
     def invalidate(self) -> None:
         self.gen += 1
 
-    def _line(self, addr: int) -> bytes:
-        hit = self.lines.get(addr)
+    def _page(self, addr: int) -> bytes:
+        """The 4 KiB-aligned block holding addr, read once per generation (one translation for all its lines)."""
+        page = addr & ~(PAGE - 1)
+        hit = self.pages.get(page)
         if hit is not None and hit[1] == self.gen:
             return hit[0]
-        chunks = self.mem.translate(np.array([addr], np.uint64), self.LINE, False)
+        chunks = self.mem.translate(np.array([page], np.uint64), PAGE, False)
         buf, _, off = chunks[0]
-        data = buf[int(off[0]):int(off[0]) + self.LINE].tobytes()
-        self.lines[addr] = (data, self.gen)
+        data = buf[int(off[0]):int(off[0]) + PAGE].tobytes()
+        self.pages[page] = (data, self.gen)
         return data
 
-    def _fetch(self, pc: int, size: int = 12) -> tuple[bytes, int]:
+    def _line(self, addr: int) -> tuple[bytes, int]:
+        """The line's bytes and version (a new version only when the bytes differ from the last fetch)."""
+        hit = self.lines.get(addr)
+        if hit is not None and hit[1] == self.gen:
+            return hit[0], hit[2]
+        o = addr & (PAGE - 1)
+        data = self._page(addr)[o:o + self.LINE]
+        if hit is not None and hit[0] == data:
+            ver = hit[2]
+        else:
+            self.version += 1
+            ver = self.version
+        self.lines[addr] = (data, self.gen, ver)
+        return data, ver
+
+    def _fetch(self, pc: int, size: int = 12) -> tuple[bytes, int, tuple]:
         line = pc & ~(self.LINE - 1)
         try:
-            code = self._line(line)
+            code, ver = self._line(line)
         except GPUFault:
             raise GPUFault(f"GPU page fault: instruction fetch at {pc:#x} (not mapped)", address=pc, fetch=True) from None
+        deps = ((line, ver),)
         if pc + size > line + self.LINE:
             try:
-                code += self._line(line + self.LINE)
+                more, ver2 = self._line(line + self.LINE)
+                code += more
+                deps += ((line + self.LINE, ver2),)
             except GPUFault:
                 pass                        # the decoder reports an instruction cut short
-        return code, line
+        return code, line, deps
+
+    def _valid(self, deps: tuple) -> bool:
+        try:
+            return all(self._line(line)[1] == ver for line, ver in deps)
+        except GPUFault:
+            return False
 
     def get(self, pc: int, wave64: bool):
         key = (pc, wave64)
@@ -99,13 +128,11 @@ class ICache:
         if st is not None:
             if st[3] == self.gen:
                 return st
-            span = self.spans[key]
-            code, base = self._fetch(pc, len(span))
-            if code[pc - base:pc - base + len(span)] == span:
+            if self._valid(self.deps[key]):          # revalidated line by line after an invalidate
                 st = (st[0], st[1], st[2], self.gen)
                 self.steps[key] = st
                 return st
-        code, base = self._fetch(pc, self.LINE)
+        code, base, deps = self._fetch(pc, self.LINE)
         # decoded and built steps are shared by every core in the process, keyed by the bytes from the PC on
         # (the look-ahead of mask_dead reads the instructions that follow)
         bkey = (pc, wave64, code[pc - base:])
@@ -117,13 +144,23 @@ class ICache:
             if len(BUILT) >= 1 << 16:
                 BUILT.clear()
             BUILT[bkey] = hit
-        self.spans[key] = bkey[2]
+        self.deps[key] = deps
         st = hit + (self.gen,)
         self.steps[key] = st
         return st
 
 
 BUILT: dict[tuple[int, bool, bytes], tuple] = {}
+PAGE = 4096
+
+
+@functools.lru_cache(maxsize=256)
+def _rsrc(gfx: int, rsrc1: int, rsrc2: int) -> tuple[int, dict, dict]:
+    gen = KD.generation(gfx)
+    return gen, KD.RSRC1[gen].decode(rsrc1), KD.RSRC2[gen].decode(rsrc2)
+
+
+SMALL = 16            # batches of up to this many waves are scheduled with Python lists
 
 
 class Batch:
@@ -131,8 +168,7 @@ class Batch:
 
     def __init__(self, d: DispatchRegs, wg_ids: np.ndarray, core: "ShaderCore"):
         self.d, self.core = d, core
-        gen = KD.generation(d.gfx)
-        r1, r2 = KD.RSRC1[gen].decode(d.rsrc1), KD.RSRC2[gen].decode(d.rsrc2)
+        gen, r1, r2 = _rsrc(d.gfx, d.rsrc1, d.rsrc2)
         lanes = 64 if d.wave64 else 32
         granule = 8 if (gen >= 11 and lanes == 32) or gen == 9 else 4
         nvgpr = (r1["GRANULATED_WORKITEM_VGPR_COUNT"] + 1) * granule
@@ -176,11 +212,10 @@ class Batch:
         for i in range(min(nuser, len(d.user_data))):
             w.s[i] = np.uint32(d.user_data[i] & 0xFFFFFFFF)
         n = nuser
-        per_wave = lambda a: np.repeat(a, wpg).astype(np.uint32)  # noqa: E731
-        for flag, vals in (("ENABLE_SGPR_WORKGROUP_ID_X", per_wave(wgx)), ("ENABLE_SGPR_WORKGROUP_ID_Y", per_wave(wgy)),
-                           ("ENABLE_SGPR_WORKGROUP_ID_Z", per_wave(wgz))):
+        for flag, vals in (("ENABLE_SGPR_WORKGROUP_ID_X", wgx), ("ENABLE_SGPR_WORKGROUP_ID_Y", wgy),
+                           ("ENABLE_SGPR_WORKGROUP_ID_Z", wgz)):
             if r2[flag]:
-                w.s[n] = vals
+                w.s[n] = np.repeat(vals, wpg)
                 n += 1
         if r2["ENABLE_SGPR_WORKGROUP_INFO"]:
             w.s[n] = np.uint32(threads)
@@ -227,6 +262,22 @@ class Batch:
         while True:
             if uniform is not None:
                 pc, sel, k = uniform, every, n
+            elif n <= SMALL:
+                st, pcs = w.status.tolist(), w.pc.tolist()
+                live = [i for i in range(n) if st[i] == RUN]
+                if not live:
+                    if all(x == DONE for x in st):
+                        return True
+                    self._release_barriers()
+                    if not (w.status == RUN).any():
+                        raise GPUFault("all live waves wait at a barrier that can never complete", address=None)
+                    continue
+                pc = min(pcs[i] for i in live)
+                at = [i for i in live if pcs[i] == pc]
+                if len(at) == n:
+                    sel, k, uniform = every, n, pc
+                else:
+                    sel, k = np.array(at, np.intp), len(at)
             else:
                 runnable = w.status == RUN
                 if not runnable.any():

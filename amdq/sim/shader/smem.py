@@ -25,6 +25,16 @@ def _addr(inst: Inst):
     return addr
 
 
+def load_one(mem, a: int, nbytes: int) -> np.ndarray:
+    """nbytes (a dword multiple) at one dword-aligned address: (1, nbytes / 4) uint32."""
+    chunks = mem.translate(np.array([a], U64), nbytes, False)
+    if len(chunks) == 1:
+        buf, _, off = chunks[0]
+        o = int(off[0])
+        return buf[o:o + nbytes].copy().view(U32)[None, :]
+    return load(mem, np.array([a], U64), nbytes)
+
+
 @handler("s_load_b32", "s_load_b64", "s_load_b128", "s_load_b256", "s_load_b512")
 def _s_load(inst: Inst):
     addr, d = _addr(inst), swrite_n(inst.dst[0])
@@ -32,8 +42,8 @@ def _s_load(inst: Inst):
 
     def step(w, sel):
         a = addr(w, sel)
-        if len(a) > 1 and not (a != a[0]).any():       # every wave loads the same address (kernel arguments)
-            d(w, sel, np.broadcast_to(load(w.mem, a[:1], nbytes), (len(a), nbytes // 4)))
+        if len(a) == 1 or not (a != a[0]).any():       # every wave loads the same address (kernel arguments)
+            d(w, sel, np.broadcast_to(load_one(w.mem, int(a[0]), nbytes), (len(a), nbytes // 4)))
         else:
             d(w, sel, load(w.mem, a, nbytes))
     return step

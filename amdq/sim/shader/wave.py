@@ -8,6 +8,7 @@ NULL 124, M0 125, EXEC 126/127), SCC and PC one entry per wave. The EXEC lane ma
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import sys
 import threading
@@ -46,7 +47,7 @@ class Pool:
         self.lock = threading.Lock()
 
     def zeros(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if nbytes < 1 << 20:
             return np.zeros(shape, dtype)
         with self.lock:
