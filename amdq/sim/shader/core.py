@@ -4,6 +4,8 @@ Waves of a dispatch are created in batches of whole workgroups. Within a batch t
 the lowest program counter among runnable waves and executes that instruction once for every wave
 sitting there: one numpy step. Divergent scalar branches split waves across PCs; they merge again
 when their PCs meet. `s_barrier` parks a wave until every live wave of its workgroup has arrived.
+While every wave runs at one PC the scheduler skips its per-wave bookkeeping; decoded and built steps
+are shared process-wide (keyed by the code bytes), and register arrays are reused between batches.
 """
 from __future__ import annotations
 

@@ -135,6 +135,7 @@ def fma32_into(out: np.ndarray, a, b, c) -> None:
     p = np.empty((h0, lanes), F64)
     cc = np.empty((h0, lanes), F64)
     t64 = np.empty((h0, lanes), U64)
+    t32 = np.empty((h0, lanes), np.uint32)
     m = np.empty((h0, lanes), bool)
     bw = np.ndim(b) == 2 and b.shape[1] == lanes
     bs = b if bw else np.asarray(b, F64)
@@ -142,7 +143,7 @@ def fma32_into(out: np.ndarray, a, b, c) -> None:
         for i in range(0, n, rows):
             j = min(n, i + rows)
             hh = j - i
-            P, C, T, M, o = p[:hh], cc[:hh], t64[:hh], m[:hh], out[i:j]
+            P, C, T, T32, M, o = p[:hh], cc[:hh], t64[:hh], t32[:hh], m[:hh], out[i:j]
             ai, bi, ci = _rows(a, i, j, n), _rows(bs, i, j, n), _rows(c, i, j, n)
             P[...] = ai
             if bw:
@@ -155,9 +156,10 @@ def fma32_into(out: np.ndarray, a, b, c) -> None:
             np.copyto(o, P, casting="same_kind")
             np.bitwise_and(P.view(U64), U64(0x1FFFFFFF), out=T)
             np.equal(T, U64(0x10000000), out=M)
-            sub = o.view(np.uint32) & np.uint32(0x7F800000)
-            M |= sub == 0
-            if not M.any():
+            np.bitwise_and(o.view(np.uint32), np.uint32(0x7F800000), out=T32)
+            if T32.min() == 0:                            # some result is zero or subnormal
+                M |= T32 == 0
+            elif not M.any():
                 continue
             idx = np.flatnonzero(M)
             s = P.reshape(-1)[idx]

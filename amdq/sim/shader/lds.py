@@ -10,6 +10,8 @@ DATA1 = compare value). DS_SWIZZLE (bitmask and quad-permute modes), DS_PERMUTE 
 data between lanes of a wave without touching LDS; a source lane that is inactive reads as 0; their lane
 index is (address / 4) mod 32, so in wave64 each 32-lane half permutes within itself (v_permlane64 crosses).
 GDS, GWS, ordered count, BVH stack and DS_CONDXCHG32 are not implemented.
+Speed: dword loads and stores (plain and 2ADDR) whose lanes are all dword aligned and in range are one
+take/put per dword over the batch's LDS viewed as dwords; anything else goes lane by lane.
 """
 from __future__ import annotations
 
@@ -98,8 +100,12 @@ def fast_index(w, sel, r: int, off: int, span: int) -> np.ndarray | None:
         idx = np.right_shift(a.reshape(w.n // rows, -1), U32(2))      # whole workgroups: one base per row
         idx += w.lds_words
     else:
-        idx = np.right_shift(a, U32(2))
-        idx += (w.lds_base[sel] >> 2).astype(U32)[:, None]
+        base = (w.lds_base[sel] >> 2).astype(U32)
+        g = max(rows, 1)
+        while g > 1 and (len(base) % g or (base.reshape(-1, g) != base[::g, None]).any()):
+            g //= 2                                    # waves sharing a block, g to a row (fewer, longer rows)
+        idx = np.right_shift(a.reshape(len(base) // g, -1), U32(2))
+        idx += base[::g, None]
     if off:
         idx += U32(off >> 2)
     return idx.reshape(a.shape)
@@ -118,10 +124,12 @@ def _take(w, sel, r: int, idx: np.ndarray) -> None:
 
 
 def _put(w, sel, idx: np.ndarray, data: np.ndarray) -> bool:
-    """LDS dwords at idx = data, lanes in order (later lanes win); only with EXEC full (else False)."""
-    if not w.all_on(sel):
-        return False
-    _dwords(w)[idx.reshape(-1)] = data.reshape(-1)
+    """LDS dwords at idx = data for the active lanes, in lane order (later lanes win)."""
+    if w.all_on(sel):
+        _dwords(w)[idx.reshape(-1)] = data.reshape(-1)
+    else:
+        m = w.em[sel]
+        _dwords(w)[idx.reshape(m.shape)[m]] = data[m]
     return True
 
 

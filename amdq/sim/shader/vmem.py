@@ -23,6 +23,8 @@ Instructions"; LLVM AMDGPUUsage (apertures, architected flat scratch). Inactive 
   (LLVM emits it so). INC/DEC wrap at the data value; CSUB clamps at 0. Old values return with GLC.
 - D16 loads write the low (D16) or high (D16_HI) half of the VGPR and keep the other half; D16_HI
   stores take bits [31:16].
+- Speed: with EXEC full, a GLOBAL/FLAT dword load or store whose lanes address consecutive elements in
+  lane order (checked block by block, cheaply refuted) is one slice copy instead of a gather/scatter.
 """
 from __future__ import annotations
 
