@@ -71,7 +71,7 @@ class Meter:
         C.ICache.get = get
 
 
-def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 3):
+def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 5):
     """Best of `repeat` timed runs (after one warm-up run): wall and CPU seconds of the compute units alone."""
     run_cl(src, kernel, args, grid, block, flags=flags)               # compile, warm the decode cache
     orig = C.ShaderCore.dispatch
@@ -105,7 +105,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes (CI)")
     ap.add_argument("--profile", action="store_true", help="time per mnemonic")
-    ap.add_argument("--repeat", type=int, default=3, help="timed runs per kernel (the best counts)")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per kernel (the best counts)")
     a = ap.parse_args()
     meter = Meter()
     meter.install(a.profile)

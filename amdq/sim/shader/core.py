@@ -178,7 +178,7 @@ class Batch:
         threads = bx * by * bz
         wpg = -(-threads // lanes)                     # waves per workgroup
         nwg = len(wg_ids)
-        w = self.w = WaveState(nwg * wpg, lanes, nvgpr)
+        w = self.w = WaveState(nwg * wpg, lanes, nvgpr, v0_written=True)
         w.wg = np.repeat(np.arange(nwg), wpg)
         w.pc[:] = d.pgm_addr
         self.nwg, self.wpg, self.lanes = nwg, wpg, lanes
@@ -338,9 +338,12 @@ class Batch:
 
 
 class ShaderCore:
-    """The compute units of one device (or of a standalone run over a flat memory)."""
+    """The compute units of one device (or of a standalone run over a flat memory).
 
-    def __init__(self, mem: GPUMemory, max_lanes: int = 1 << 20):
+    max_lanes bounds a batch: 2^18 lanes keep a batch's registers near the caches, which pays for the extra
+    numpy steps (vadd and the LDS reduction run faster than with 2^20-lane batches)."""
+
+    def __init__(self, mem: GPUMemory, max_lanes: int = 1 << 18):
         self.mem, self.max_lanes = mem, max_lanes
         self.icache = ICache(mem)
 

@@ -344,21 +344,30 @@ def _flat_addr(inst: Inst):
 RUN_CHUNK = 1 << 16         # lanes per block of the consecutive-address check (stays in cache)
 
 
-def _is_ramp(x: np.ndarray, stride: int) -> bool:
+def _is_ramp(x: np.ndarray, stride: int, hi: np.ndarray | None = None) -> bool:
     """x (uint32, C order) is x[0], x[0] + stride, ... without wrapping: every step between neighbours is
-    `stride` (checked block by block, so the differences never leave the cache)."""
+    `stride`; and hi (same shape), if given, holds one value. Checked block by block, so the differences
+    never leave the cache and each array is read once."""
     x = x.reshape(-1)
     n, x0 = x.size, int(x[0])
     if x0 + stride * (n - 1) > M32 or int(x[-1]) != x0 + stride * (n - 1):
         return False
+    if hi is not None:
+        hi = hi.reshape(-1)
+        h0 = int(hi[0])
+        if int(hi[-1]) != h0:
+            return False
     tmp, bad = np.empty(min(n, RUN_CHUNK), U32), np.empty(min(n, RUN_CHUNK), bool)
     st = U32(stride)
-    for i in range(0, n - 1, RUN_CHUNK):
+    for i in range(0, n, RUN_CHUNK):
         c = x[i:i + RUN_CHUNK + 1]
         m = len(c) - 1
-        np.subtract(c[1:], c[:-1], out=tmp[:m])
-        np.not_equal(tmp[:m], st, out=bad[:m])
-        if bad[:m].any():
+        if m:
+            np.subtract(c[1:], c[:-1], out=tmp[:m])
+            np.not_equal(tmp[:m], st, out=bad[:m])
+            if bad[:m].any():
+                return False
+        if hi is not None and not _same(hi[i:i + RUN_CHUNK], h0):
             return False
     return True
 
@@ -387,7 +396,7 @@ def run_start(inst: Inst, w, sel, stride: int) -> int | None:
     h0 = int(hi.flat[0])
     if int(hi.flat[-1]) != h0 or (inst.enc == "FLAT" and h0 in (SHARED_APERTURE_HI, PRIVATE_APERTURE_HI)):
         return None
-    if not _is_ramp(lo, stride) or not _same(hi, h0):
+    if not _is_ramp(lo, stride, hi):
         return None
     return (h0 << 32 | int(lo.flat[0])) + off & M64
 

@@ -46,7 +46,8 @@ class Pool:
         self.cap, self.held, self.free = cap, 0, {}
         self.lock = threading.Lock()
 
-    def zeros(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+    def zeros(self, shape: tuple[int, ...], dtype, skip: int = 0) -> np.ndarray:
+        """A zeroed array, except that the first `skip` bytes may hold stale data (the caller overwrites them)."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if nbytes < 1 << 20:
             return np.zeros(shape, dtype)
@@ -58,7 +59,7 @@ class Pool:
         if buf is None:
             buf = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)      # zero pages, mapped on first touch
         else:
-            _clear(buf)
+            _clear(buf, skip)
         return buf.view(dtype).reshape(shape)
 
     def give(self, *arrays: np.ndarray) -> None:
@@ -91,8 +92,13 @@ def _mincore():
 _MINCORE = _mincore() if sys.platform.startswith("linux") else None
 
 
-def _clear(buf: np.ndarray) -> None:
-    """Zero a page-aligned buffer, writing only the pages that are mapped (the others still read as zero)."""
+def _clear(buf: np.ndarray, skip: int = 0) -> None:
+    """Zero a page-aligned buffer from byte `skip` on (rounded down to a page), writing only the pages that are
+    mapped (the others still read as zero)."""
+    if skip:
+        s0 = skip // PAGE * PAGE
+        _clear(buf[s0:])
+        return
     n = -(-buf.nbytes // PAGE)
     vec = np.zeros(n, np.uint8)
     if _MINCORE is None or _MINCORE(buf.ctypes.data, buf.nbytes, vec.ctypes.data) != 0:
@@ -104,9 +110,11 @@ def _clear(buf: np.ndarray) -> None:
 
 
 class WaveState:
-    def __init__(self, n_waves: int, wave_size: int, n_vgprs: int):
+    def __init__(self, n_waves: int, wave_size: int, n_vgprs: int, v0_written: bool = False):
+        """v0_written: the caller fills v0 of every wave itself (it need not be cleared)."""
         self.n, self.lanes = n_waves, wave_size
-        self.v = POOL.zeros((max(n_vgprs, 1), n_waves, wave_size), np.uint32)
+        self.v = POOL.zeros((max(n_vgprs, 1), n_waves, wave_size), np.uint32,
+                            n_waves * wave_size * 4 if v0_written else 0)
         self.s = POOL.zeros((128, n_waves), np.uint32)
         self.scc = np.zeros(n_waves, np.uint32)
         self.pc = np.zeros(n_waves, np.int64)
