@@ -10,6 +10,9 @@ import numpy as np
 from .decode import Inst
 from .memory import load
 from .ops import U32, U64, handler, sread, sread64, swrite_n
+from .wave import NULL
+
+M64 = (1 << 64) - 1
 
 
 def _addr(inst: Inst):
@@ -40,13 +43,28 @@ def _s_load(inst: Inst):
     addr, d = _addr(inst), swrite_n(inst.dst[0])
     nbytes = 4 * inst.dst[0].n
 
+    sb = inst.sbase
+    so = inst.soffset
+    one = sb.kind == "s" and sb.reg != NULL and (so is None or (so.kind == "s" and so.reg != NULL))
+
     def step(w, sel):
+        if one:                                         # SBASE (and SOFFSET) alike in every wave: one load
+            regs = [w.s[sb.reg][sel], w.s[sb.reg + 1][sel]] + ([w.s[so.reg][sel]] if so is not None else [])
+            if all(_uniform(x) for x in regs):
+                x = [int(v[0]) for v in regs] + [0]
+                a = ((x[0] | x[1] << 32) + inst.offset + x[2]) & ~3 & M64
+                d(w, sel, np.broadcast_to(load_one(w.mem, a, nbytes), (len(regs[0]), nbytes // 4)))
+                return
         a = addr(w, sel)
         if len(a) == 1 or not (a != a[0]).any():       # every wave loads the same address (kernel arguments)
             d(w, sel, np.broadcast_to(load_one(w.mem, int(a[0]), nbytes), (len(a), nbytes // 4)))
         else:
             d(w, sel, load(w.mem, a, nbytes))
     return step
+
+
+def _uniform(x: np.ndarray) -> bool:
+    return len(x) == 1 or int(x.min()) == int(x.max())
 
 
 @handler("s_buffer_load_b32", "s_buffer_load_b64", "s_buffer_load_b128", "s_buffer_load_b256",
