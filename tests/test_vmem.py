@@ -640,3 +640,36 @@ def test_consecutive_lane_fast_path_agrees_with_lanes():
         exp = np.zeros_like(got)
         exp[want.reshape(-1)] = w.v[6].reshape(-1)                     # later lanes win, as in lane order
         assert (got[want.reshape(-1)] == exp[want.reshape(-1)]).all(), case
+
+
+def test_gather_within_one_run_agrees_with_lanes():
+    """Dword loads/stores whose lanes share the high address word go by one take/put over the run they span;
+    duplicates keep lane order, a misaligned lane or a lane outside the allocation goes lane by lane."""
+    r = np.random.default_rng(5)
+    for case in ("perm", "dups", "misaligned", "outside"):
+        w = wstate(64, nv=8, mem_bytes=1 << 22)
+        base = w.mem.alloc(1 << 16)
+        w.mem.write(base, np.arange(1 << 14, dtype=np.uint32))
+        off = r.integers(0, 1 << 14, (64, 32)).astype(np.uint64) * 4
+        if case == "dups":
+            off[:, ::2] = off[:, 1::2]
+        if case == "misaligned":
+            off[3, 5] += 2
+        if case == "outside":
+            off[7, 9] = 1 << 20
+        setv64(w, 2, np.uint64(base) + off)
+        if case == "outside":
+            with pytest.raises(GPUFault):
+                ins("GLOBAL", "global_load_b32", addr=2, saddr=OFF, vdst=5)(w, slice(None))
+            continue
+        ins("GLOBAL", "global_load_b32", addr=2, saddr=OFF, vdst=5)(w, slice(None))
+        mem = np.frombuffer(w.mem.read(base, 1 << 16), np.uint8)
+        want = np.array([int.from_bytes(mem[o:o + 4].tobytes(), "little") for o in off.reshape(-1).tolist()], np.uint32)
+        assert (w.v[5].reshape(-1) == want).all(), case
+        w.v[6] = np.arange(64 * 32, dtype=np.uint32).reshape(64, 32) + 1
+        before = mem.copy()
+        ins("GLOBAL", "global_store_b32", addr=2, saddr=OFF, data=6)(w, slice(None))
+        exp = before.copy()
+        for o, v in zip(off.reshape(-1).tolist(), w.v[6].reshape(-1).tolist()):    # lane order
+            exp[o:o + 4] = np.frombuffer(int(v).to_bytes(4, "little"), np.uint8)
+        assert (np.frombuffer(w.mem.read(base, 1 << 16), np.uint8) == exp).all(), case

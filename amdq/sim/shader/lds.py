@@ -97,17 +97,18 @@ def fast_index(w, sel, r: int, off: int, span: int) -> np.ndarray | None:
         return None
     rows = w.lds_rows
     if rows and isinstance(sel, slice) and sel.start is None and sel.stop is None:
-        idx = np.right_shift(a.reshape(w.n // rows, -1), U32(2))      # whole workgroups: one base per row
-        idx += w.lds_words
+        src, base = a.reshape(w.n // rows, -1), w.lds_words          # whole workgroups: one base per row
     else:
         base = (w.lds_base[sel] >> 2).astype(U32)
         g = max(rows, 1)
         while g > 1 and (len(base) % g or (base.reshape(-1, g) != base[::g, None]).any()):
             g //= 2                                    # waves sharing a block, g to a row (fewer, longer rows)
-        idx = np.right_shift(a.reshape(len(base) // g, -1), U32(2))
-        idx += base[::g, None]
+        src, base = a.reshape(len(base) // g, -1), base[::g, None]
+    idx = np.empty(src.shape, np.intp)                # intp: what take wants, no conversion pass
+    np.right_shift(src, U32(2), out=idx)
+    idx += base
     if off:
-        idx += U32(off >> 2)
+        idx += off >> 2
     return idx.reshape(a.shape)
 
 
@@ -170,7 +171,9 @@ def _load(inst: Inst):
             idx = fast_index(w, sel, inst.addr.reg, inst.offset, nbytes)
             if idx is not None:
                 for i in range(words):
-                    _take(w, sel, r + i, idx + U32(i) if i else idx)
+                    if i:
+                        idx += 1
+                    _take(w, sel, r + i, idx)
                 return
         st = _step(w, sel)
         if st.n == 0:
@@ -216,9 +219,12 @@ def _load2(inst: Inst):
     def step(w, sel):
         idx = fast_index(w, sel, inst.addr.reg, 0, max(o0, o1) + size)
         if idx is not None:
+            at = 0
             for j, o in enumerate((o0, o1)):
                 for i in range(nw):
-                    _take(w, sel, r + j * nw + i, idx + U32(o // 4 + i))
+                    idx += o // 4 + i - at                # step the index in place to the next dword
+                    at = o // 4 + i
+                    _take(w, sel, r + j * nw + i, idx)
             return
         st = _step(w, sel)
         if st.n == 0:
@@ -237,8 +243,11 @@ def _store2(inst: Inst):
     def step(w, sel):
         if nw == 1:
             idx = fast_index(w, sel, inst.addr.reg, 0, max(o0, o1) + size)
-            if idx is not None and _put(w, sel, idx + U32(o0 // 4), w.v[r0][sel]):
-                _put(w, sel, idx + U32(o1 // 4), w.v[r1][sel])
+            if idx is not None:
+                idx += o0 // 4
+                _put(w, sel, idx, w.v[r0][sel])
+                idx += (o1 - o0) // 4
+                _put(w, sel, idx, w.v[r1][sel])
                 return
         st = _step(w, sel)
         if st.n == 0:

@@ -401,6 +401,36 @@ def run_start(inst: Inst, w, sel, stride: int) -> int | None:
     return (h0 << 32 | int(lo.flat[0])) + off & M64
 
 
+def span_index(inst: Inst, w, sel, nbytes: int):
+    """(first address, dword index of every lane from it, span in bytes) when EXEC is full, the high address
+    words (or SADDR) are alike in every lane and every address is dword aligned: then one backing run may
+    serve all lanes by a take/put; else None."""
+    a = inst.addr
+    if nbytes != 4 or a is None or a.kind != "v" or not isinstance(sel, slice) or not w.all_on(sel):
+        return None
+    lo = w.v[a.reg][sel]
+    if not lo.size:
+        return None
+    if inst.enc == "GLOBAL" and inst.saddr is not None:
+        b0, b1 = w.s[inst.saddr.reg][sel], w.s[inst.saddr.reg + 1][sel]
+        if not (_same(b0, int(b0[0])) and _same(b1, int(b1[0]))):
+            return None
+        top = int(b0[0]) | int(b1[0]) << 32
+    else:
+        hi = w.v[a.reg + 1][sel]
+        h0 = int(hi.flat[0])
+        if (inst.enc == "FLAT" and h0 in (SHARED_APERTURE_HI, PRIVATE_APERTURE_HI)) or not _same(hi, h0):
+            return None
+        top = h0 << 32
+    l0, l1 = int(lo.min()), int(lo.max())
+    start = top + l0 + inst.offset
+    if start & 3 or start < 0 or int(np.bitwise_or.reduce(lo, axis=None)) & 3 or l1 - l0 > 1 << 30:
+        return None
+    idx = lo - U32(l0)
+    idx >>= U32(2)
+    return start & M64, idx, l1 - l0 + 4
+
+
 def run_view(mem, start: int, nbytes: int, write: bool) -> np.ndarray | None:
     """uint32 view of [start, start + nbytes) when one mapped, dword-aligned backing run holds it; else None
     (the caller takes the per-lane path, which reports a fault lane by lane)."""
@@ -441,6 +471,12 @@ def _flat_load(inst: Inst):
                         for i in range(words):
                             w.v[r + i][sel] = data[..., i]
                     return
+            sp = span_index(inst, w, sel, nbytes)
+            if sp is not None:
+                data = run_view(w.mem, sp[0], sp[2], False)
+                if data is not None:
+                    np.take(data, sp[1], out=w.v[r][sel], mode="clip")
+                    return
         st = Lanes(w, sel)
         if st.n == 0:
             return
@@ -476,6 +512,12 @@ def _flat_store(inst: Inst):
                         out = out.reshape(shape + (words,))
                         for i in range(words):
                             out[..., i] = w.v[r + i][sel]
+                    return
+            sp = span_index(inst, w, sel, nbytes)
+            if sp is not None:
+                out = run_view(w.mem, sp[0], sp[2], True)
+                if out is not None:
+                    out[sp[1].reshape(-1)] = w.v[r][sel].reshape(-1)       # later lanes win
                     return
         st = Lanes(w, sel)
         if st.n == 0:
