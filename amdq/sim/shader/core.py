@@ -261,9 +261,13 @@ class Batch:
         steps = 0
         every = slice(None)
         uniform = self.uniform          # the PC every wave is at while all run together, else None
+        group = None                    # (waves, PC, lowest PC of the other runnable waves) in straight-line code
         while True:
             if uniform is not None:
                 pc, sel, k = uniform, every, n
+            elif group is not None:
+                sel, pc, _ = group
+                k = len(sel)
             elif n <= SMALL:
                 st, pcs = w.status.tolist(), w.pc.tolist()
                 live = [i for i in range(n) if st[i] == RUN]
@@ -294,8 +298,11 @@ class Batch:
                 if pcs.max() == pc and runnable.all():
                     sel, k, uniform = every, n, pc
                 else:
-                    sel = np.flatnonzero(runnable & (w.pc == pc))
+                    at = w.pc == pc
+                    sel = np.flatnonzero(runnable & at)
                     k = len(sel)
+                    rest = pcs[pcs != pc]
+                    group = (sel, pc, int(rest.min()) if len(rest) else 1 << 64)
             fn, inst, control, _ = icache.get(pc, wave64)
             try:
                 fn(w, sel)
@@ -309,17 +316,19 @@ class Batch:
                     e.args = (f"{e.args[0]} by {inst.mnemonic} at pc {pc:#x}",)
                 raise
             if control:
-                uniform = None
+                uniform = group = None
             else:
                 w.pc[sel] += inst.size
                 if uniform is not None:
                     uniform += inst.size
+                elif group is not None:         # the same waves go on while they stay below the others
+                    group = (sel, pc + inst.size, group[2]) if pc + inst.size < group[2] else None
             stats.steps += 1
             stats.wave_instructions += k
             stats.lane_steps += lanes_all if k == n else k * self.lanes
             if w.barrier_pending:
                 w.barrier_pending = False
-                uniform = None
+                uniform = group = None
                 self._release_barriers()
             steps += 1
             if max_steps is not None and steps >= max_steps:
@@ -329,6 +338,9 @@ class Batch:
     def _release_barriers(self) -> None:
         w = self.w
         at = w.status == BARRIER
+        if at.all():                    # every wave arrived: all go on
+            w.status[:] = RUN
+            return
         if not at.any():
             return
         alive = np.bincount(w.wg[w.status != DONE], minlength=self.nwg)
