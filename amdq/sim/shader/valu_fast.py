@@ -283,7 +283,7 @@ def _carry_builder(general: Callable, add: bool, rev: bool, cin: bool):
                 o, merge = target(w, sel, r, U32, False)
                 (np.add if add else np.subtract)(x, y, out=o)
                 if cin:
-                    (np.add if add else np.subtract)(o, U32(1), out=o, where=cr(w, sel))
+                    (np.add if add else np.subtract)(o, cr(w, sel), out=o)      # bool carry in: 0 or 1
                 if merge:
                     w.write_v(r, sel, o)
                 return
@@ -304,7 +304,7 @@ def _carry_builder(general: Callable, add: bool, rev: bool, cin: bool):
             o, merge = target(w, sel, r, U32, False)       # the carries are formed before D is written
             (np.add if add else np.subtract)(x, y, out=o)
             if cin:
-                (np.add if add else np.subtract)(o, U32(1), out=o, where=ci)
+                (np.add if add else np.subtract)(o, ci, out=o)
             if merge:
                 w.write_v(r, sel, o)
             if cd != NULL:
@@ -361,7 +361,7 @@ def _mad_u64_builder(general: Callable):
             t = np.add(clo, plo, out=dlo if r != c + 1 else None)   # D.lo last when it is S2.hi
             carry = np.less(t, plo)
             np.add(chi, phi, out=dhi)
-            np.add(dhi, U32(1), out=dhi, where=carry)
+            np.add(dhi, carry, out=dhi)
             if t is not dlo:
                 dlo[...] = t
         return step
