@@ -19,9 +19,8 @@ from ..hw import kfd as K
 from ..iface.base import Mapping
 from ..iface.os_seam import PROT_NONE
 from .gpu import SimGPU
-from .mmu import ADDR_MASK, LEVEL_SHIFTS, READABLE, SYSTEM, VALID, WRITEABLE
-
-SNOOPED, EXECUTABLE = 1 << 2, 1 << 4
+from ..hw import vm as VM
+from .mmu import ADDR_MASK, VALID
 MMAP_DOORBELL = 3 << 62
 TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
 IP_DISCOVERY = "/sys/class/drm/renderD128/device/ip_discovery/die/0"
@@ -237,11 +236,9 @@ class SimKFD:
         ids = struct.unpack(f"<{a['n_devices']}I", self.read_user(a["device_ids_array_ptr"], 4 * a["n_devices"]))
         if bo is None or any(i != self.GPU_ID for i in ids):
             raise OSError(errno.EINVAL, "MAP_MEMORY_TO_GPU: bad handle or device id")
-        flags = VALID | READABLE | EXECUTABLE
-        if bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE:
-            flags |= WRITEABLE
-        if bo.arena is self.gpu.sysmem:
-            flags |= SYSTEM | SNOOPED
+        sysmem = bo.arena is self.gpu.sysmem
+        flags = VM.pte(self.gpu.target.gfx_version, 0, executable=True, system=sysmem, snooped=sysmem,
+                       writeable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE))
         with self.gpu.lock:                 # no engine walks or caches translations while the tables change
             self._map_range(bo.va, bo.pa, bo.size, flags)
             bo.mapped = True
@@ -331,7 +328,8 @@ class SimKFD:
         if not create:
             return None
         t = vram.alloc(4096)
-        vram.buf[table + 8 * idx:table + 8 * idx + 8] = np.frombuffer(struct.pack("<Q", t | VALID), np.uint8)
+        pde = VM.pde(self.gpu.target.gfx_version, t)
+        vram.buf[table + 8 * idx:table + 8 * idx + 8] = np.frombuffer(struct.pack("<Q", pde), np.uint8)
         return t
 
     def _map_range(self, va: int, pa: int, size: int, flags: int) -> None:
@@ -392,4 +390,4 @@ class SimKFD:
                 ev.data = {"va": info.get("address", 0) or 0, "error": 1 if kind == K.KFD_IOC_EVENT_MEMORY else 2}
 
 
-__all__ = ["SimKFD", "LEVEL_SHIFTS"]
+__all__ = ["SimKFD"]

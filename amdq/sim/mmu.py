@@ -1,9 +1,9 @@
 """The GPU's MMU: walks the page tables the driver wrote (4 levels, 48-bit VA, 4 KiB pages) and turns
 per-lane virtual addresses into locations in VRAM or system memory.
 
-PTE/PDE format (Linux amdgpu_vm.h, gmc_v11/v12): VALID bit 0, SYSTEM bit 1, READABLE 5, WRITEABLE 6,
-physical address bits 47:12; a PDE with the PDE-as-PTE bit (54 on gfx9-11, 63 on gfx12) maps a 2 MiB
-(PDB0) or 1 GiB (PDB1) page. Translations are cached as contiguous runs; the driver's TLB flush
+PTE/PDE format: amdq.hw.vm (Linux amdgpu_vm.h): VALID, SYSTEM, READABLE, WRITEABLE, the page frame in
+bits 47:12; a PDE with the PDE-as-PTE bit (54 on gfx9-11, 63 on gfx12) maps a 2 MiB (PDB0) or 1 GiB
+(PDB1) page. Translations are cached as contiguous runs; the driver's TLB flush
 (`invalidate`) drops them, as on hardware.
 """
 from __future__ import annotations
@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GPUFault
+from ..hw import vm
 from .memory import Arena
 
-VALID, SYSTEM, READABLE, WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 << 6
-ADDR_MASK = ((1 << 48) - 1) & ~0xFFF
-LEVEL_SHIFTS = (39, 30, 21, 12)          # PDB2, PDB1, PDB0, PTB
+_PTE = vm.PTE[10]                         # these bits are the same in every generation
+VALID, SYSTEM, READABLE, WRITEABLE = (_PTE[f].mask for f in ("VALID", "SYSTEM", "READABLE", "WRITEABLE"))
+ADDR_MASK = _PTE["ADDR"].mask
+LEVEL_SHIFTS = tuple(vm.LEVEL_SHIFT[level] for level in vm.LEVELS)
 
 
 @dataclass
@@ -50,7 +52,7 @@ class MMU:
     faults: list[Fault] = field(default_factory=list)
 
     def __post_init__(self):
-        self.pde_pte = 1 << (63 if self.gfx >= 12 else 54)
+        self.pde_pte = vm.PTE[vm.generation(self.gfx)]["PDE_PTE"].mask
         self._starts: list[int] = []
         self._runs: list[Run] = []
 
