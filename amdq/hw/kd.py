@@ -91,6 +91,10 @@ SYSTEM_SGPRS = (
 )
 
 
+# COMPUTE_PGM_RSRC2.LDS_SIZE (GRANULATED_LDS_SIZE) unit: 128 dwords on GFX7 to GFX12 (AMDGPUUsage).
+LDS_GRANULE = 512
+
+
 def generation(gfx_version: int) -> int:
     """Key of the bit-field tables above: 9 (GFX9/CDNA), 11 (GFX10/11) or 12 (GFX12)."""
     return 9 if gfx_version < 10 else 11 if gfx_version < 12 else 12

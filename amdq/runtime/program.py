@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from ..codeobj.image import KernelInfo, ProgramImage
 from ..errors import InvalidArgument
+from ..hw.kd import LDS_GRANULE
 from . import kernargs
 
 if TYPE_CHECKING:
     from .device import Device
 
-LDS_GRANULE = 512          # COMPUTE_PGM_RSRC2.LDS_SIZE unit
 AQL_DISPATCH = struct.Struct("<HHHHHHIIIIIQQQQ")   # hsa_kernel_dispatch_packet_t
 
 

@@ -13,11 +13,14 @@ import numpy as np
 from ..errors import GPUTimeout
 from ..hw import pm4, regs
 
-EOP_EVENT = 20                 # CACHE_FLUSH_AND_INV_TS_EVENT
-BOTTOM_OF_PIPE_TS = 40
-DATA_SEL_32, DATA_SEL_64, DATA_SEL_CLOCK = 1, 2, 3
-INT_AFTER_WRITE = 2
-WAIT_GEQ, WAIT_EQ = 5, 3
+_RM, _WRM = pm4.ENUMS["RELEASE_MEM"], pm4.ENUMS["WAIT_REG_MEM"]
+EOP_EVENT, BOTTOM_OF_PIPE_TS = pm4.CACHE_FLUSH_AND_INV_TS_EVENT, pm4.BOTTOM_OF_PIPE_TS
+END_OF_PIPE = _RM["EVENT_INDEX"]["END_OF_PIPE"]
+DATA_SEL_32, DATA_SEL_64, DATA_SEL_CLOCK = (_RM["DATA_SEL"][k] for k in (
+    "SEND_32_BIT_LOW", "SEND_64_BIT_DATA", "SEND_GPU_CLOCK_COUNTER"))
+INT_AFTER_WRITE = _RM["INT_SEL"]["SEND_INTERRUPT_AFTER_WRITE_CONFIRM"]
+WAIT_GEQ = _WRM["FUNCTION"]["GREATER_THAN_OR_EQUAL_REFERENCE_VALUE"]
+MEMORY_SPACE = _WRM["MEM_SPACE"]["MEMORY_SPACE"]
 
 
 class SHRegs:
@@ -58,18 +61,18 @@ class Commands:
         """End-of-pipe write of a 64-bit value (and the interrupt with context id `interrupt`)."""
         if name:
             self.patches[name] = len(self.dw) + 5          # DATA_LO dword
-        return self.packet("RELEASE_MEM", EVENT_TYPE=EOP_EVENT, EVENT_INDEX=5, DATA_SEL=DATA_SEL_64,
+        return self.packet("RELEASE_MEM", EVENT_TYPE=EOP_EVENT, EVENT_INDEX=END_OF_PIPE, DATA_SEL=DATA_SEL_64,
                            INT_SEL=INT_AFTER_WRITE if interrupt is not None else 0, ADDR=addr, DATA=value,
                            INT_CTXID=interrupt or 0, **self._gcr())
 
     def timestamp(self, addr: int) -> "Commands":
         """Write the GPU clock counter to `addr` when everything before has finished."""
-        return self.packet("RELEASE_MEM", EVENT_TYPE=BOTTOM_OF_PIPE_TS, EVENT_INDEX=5, DATA_SEL=DATA_SEL_CLOCK,
+        return self.packet("RELEASE_MEM", EVENT_TYPE=BOTTOM_OF_PIPE_TS, EVENT_INDEX=END_OF_PIPE, DATA_SEL=DATA_SEL_CLOCK,
                            ADDR=addr, **self._gcr())
 
     def wait(self, addr: int, value: int, mask: int = 0xFFFFFFFF) -> "Commands":
         """Block the queue until the 32-bit word at `addr` is >= value."""
-        return self.packet("WAIT_REG_MEM", FUNCTION=WAIT_GEQ, MEM_SPACE=1, ADDR=addr, REFERENCE=value & 0xFFFFFFFF,
+        return self.packet("WAIT_REG_MEM", FUNCTION=WAIT_GEQ, MEM_SPACE=MEMORY_SPACE, ADDR=addr, REFERENCE=value & 0xFFFFFFFF,
                            MASK=mask, POLL_INTERVAL=4)
 
     def _gcr(self) -> dict:

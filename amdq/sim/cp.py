@@ -13,12 +13,12 @@ import numpy as np
 
 from ..errors import GPUFault
 from ..hw import pm4, regs
+from ..hw.kd import LDS_GRANULE
 from .shader.core import DispatchRegs
 from .shader.memory import load, store
 
 COMPARE = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
            4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
-LDS_GRANULE = 512                         # COMPUTE_PGM_RSRC2.LDS_SIZE unit (128 dwords)
 
 
 class ComputeRegs:
