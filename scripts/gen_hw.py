@@ -30,6 +30,7 @@ def load(name: str) -> dict:
 
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    text = text.rstrip("\n") + "\n"
     path.write_text(text)
     print(f"wrote {path.relative_to(ROOT)} ({len(text)} bytes)")
 
@@ -868,6 +869,7 @@ AMDGPU_PDE_*, AMDGPU_VM_*), NOTES 2.5. Generations: 9 (gfx9/CDNA: MTYPE 58:57, T
 MTYPE 50:48, PRT 51, PDE_PTE 54, NOALLOC 58) and 12 (gfx12: MTYPE 55:54, PRT 56, PDE_PTE 63, BFS
 62:58). ADDR is the 4 KiB page frame (address bits 47:12). The PDE block-fragment-size field before
 gfx12 (AMDGPU_PDE_BFS(a) = a << 59) is not in the facts and comes from amdgpu_vm.h.
+The entry encoders over these tables are in amdq/hw/vm.py.
 {GEN}
 """
 from __future__ import annotations
@@ -891,45 +893,8 @@ LEVEL_SHIFT = {{"PDB2": 39, "PDB1": 30, "PDB0": 21, "PTB": 12}}
 # --- amdgpu_vm.h constants --------------------------------------------------------------------
 {consts_block(vmc)}
 
-def generation(gfx: int) -> int:
-    """Key of PTE for a GFX major version: 9, 10 (gfx10/11) or 12."""
-    return 9 if gfx < 10 else 10 if gfx < 12 else 12
-
-
-def pte(gen: int, addr: int, *, valid: bool = True, system: bool = False, snooped: bool = False, tmz: bool = False,
-        readable: bool = True, writeable: bool = True, executable: bool = False, mtype: int = 0, frag: int = 0,
-        prt: bool = False, pde: bool = False) -> int:
-    """A page-table entry mapping the 4 KiB-aligned `addr` (physical or system address). `pde=True` sets the
-    PDE_PTE bit (an entry of a PDB0 that maps a huge page directly)."""
-    if addr & (PAGE_SIZE - 1) or not 0 <= addr < 1 << 48:
-        raise ValueError(f"page address {{addr:#x}} is not 4 KiB-aligned below 2**48")
-    b = PTE[generation(gen) if gen not in PTE else gen]
-    return b.encode(ADDR=addr >> PAGE_SHIFT, VALID=valid, SYSTEM=system, SNOOPED=snooped, TMZ=tmz, READABLE=readable,
-                    WRITEABLE=writeable, EXECUTABLE=executable, MTYPE=mtype, FRAG=frag, PRT=prt, PDE_PTE=pde)
-
-
-def pde(gen: int, addr: int, *, valid: bool = True, system: bool = False, bfs: int = 0) -> int:
-    """A page-directory entry pointing at the next-level table at `addr` (4 KiB-aligned)."""
-    if addr & (PAGE_SIZE - 1) or not 0 <= addr < 1 << 48:
-        raise ValueError(f"table address {{addr:#x}} is not 4 KiB-aligned below 2**48")
-    b = PTE[generation(gen) if gen not in PTE else gen]
-    return b.encode(ADDR=addr >> PAGE_SHIFT, VALID=valid, SYSTEM=system, BFS=bfs)
-
-
-def decode(gen: int, entry: int) -> dict[str, int]:
-    """Fields of a PTE/PDE word, plus 'address' (ADDR << 12)."""
-    f = PTE[generation(gen) if gen not in PTE else gen].decode(entry)
-    f["address"] = f["ADDR"] << PAGE_SHIFT
-    return f
-
-
-def indices(va: int) -> tuple[int, int, int, int]:
-    """Table indices (PDB2, PDB1, PDB0, PTB) of a 48-bit GPU virtual address."""
-    if not 0 <= va < 1 << VA_BITS:
-        raise ValueError(f"GPU virtual address {{va:#x}} is outside 48 bits")
-    return tuple((va >> LEVEL_SHIFT[lv]) & (ENTRIES_PER_TABLE - 1) for lv in LEVELS)  # type: ignore[return-value]
 '''
-    write(OUT / "vm.py", text)
+    write(OUT / "vm_tables.py", text)
 
 
 
