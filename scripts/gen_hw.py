@@ -368,7 +368,8 @@ Source: shared/facts/hsa.json ({d["source"]}); hsa_queue_t, hsa_signal_t and the
 barrier-value packet are not in the facts and are laid out here from ROCr hsa.h / hsa_ext_amd.h
 (64-bit model). amd_control_directives_t and the scratch index entries of amd_queue_v2_t are kept as
 raw bytes. Bit unions (COMPUTE_TMPRING_SIZE, SQ_BUF_RSRC_WORD0..3) are `Bits` keyed by generation:
-9 = gfx9/CDNA (and gfx10 where no 10 entry exists), 10, 11, 12; use `bits_for`.
+9 = gfx9/CDNA (and gfx10 where no 10 entry exists), 10, 11, 12; use `bits_for` (amdq/hw/aql.py, which
+also has the header encoder and the packet-type lookup over these tables).
 {GEN}
 """
 from __future__ import annotations
@@ -397,32 +398,8 @@ STRUCTS: dict[str, Struct] = {{s.name: s for s in (
 {bits_txt}
 # --- constants --------------------------------------------------------------------------------
 {consts_block(keep)}
-PACKET_TYPES: dict[int, Struct] = {{
-    HSA_PACKET_TYPE_KERNEL_DISPATCH: KERNEL_DISPATCH, HSA_PACKET_TYPE_AGENT_DISPATCH: AGENT_DISPATCH,
-    HSA_PACKET_TYPE_BARRIER_AND: BARRIER_AND, HSA_PACKET_TYPE_BARRIER_OR: BARRIER_OR,
-}}
-
-
-def bits_for(table: dict[int, Bits], gfx: int) -> Bits:
-    """The entry of a per-generation table (COMPUTE_TMPRING_SIZE, SQ_BUF_RSRC_WORD*) for a GFX major version."""
-    return table[max(g for g in table if g <= max(gfx, 9))]
-
-
-def header(type: int, barrier: int = 0, acquire: int = HSA_FENCE_SCOPE_NONE, release: int = HSA_FENCE_SCOPE_NONE) -> int:
-    """The 16-bit packet header word."""
-    return HEADER.encode(TYPE=type, BARRIER=barrier, ACQUIRE_FENCE_SCOPE=acquire, RELEASE_FENCE_SCOPE=release)
-
-
-def packet_struct(buf: bytes | bytearray | memoryview, offset: int = 0) -> Struct | None:
-    """The Struct of the 64-byte packet at `offset`, by its header type (AMD vendor packets by AmdFormat);
-    None for INVALID and unknown types."""
-    hdr = int.from_bytes(bytes(buf[offset:offset + 4]), "little")
-    t = HEADER.decode(hdr & 0xFFFF)["TYPE"]
-    if t == HSA_PACKET_TYPE_VENDOR_SPECIFIC:
-        return BARRIER_VALUE if (hdr >> 16) & 0xFF == HSA_AMD_PACKET_TYPE_BARRIER_VALUE else None
-    return PACKET_TYPES.get(t)
 '''
-    write(OUT / "aql.py", text)
+    write(OUT / "aql_tables.py", text)
     for n in em.notes:
         print("  aql:", n)
 
