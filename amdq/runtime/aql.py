@@ -19,7 +19,7 @@ from ..hw import pm4
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
 from . import kernargs
 from .program import arg_format
-from .queue import Commands, SHRegs
+from .queue import Commands, SHRegs, stuck_report
 
 SLOT = A.PACKET_SIZE
 IB_DW = SLOT // 4                       # PM4 dwords that fit a slot's own indirect buffer
@@ -313,14 +313,9 @@ class AQLQueue:
     def describe(self) -> dict:
         """Where the queue is: the packet at the command processor's read index, decoded."""
         rp = self.rptr
-        info = {"queue": self.name, "rptr": rp, "wptr": self.wid}
-        if rp >= self.wid:
-            info["stuck"] = "the queue is idle: everything submitted was consumed"
-            return info
         o = (rp % self.slots) * SLOT
-        info["packet"] = self.decode(bytes(self.mv[o:o + SLOT]))
-        info["stuck"] = f"stuck at AQL packet {rp} (slot {rp % self.slots}): {info['packet']}"
-        return info
+        return stuck_report(self.name, rp, self.wid, f"AQL packet {rp} (slot {rp % self.slots})",
+                            lambda: self.decode(bytes(self.mv[o:o + SLOT])), None)
 
     def close(self) -> None:
         self.dev.iface.destroy_queue(self.q)

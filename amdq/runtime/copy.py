@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import GPUTimeout
 from ..hw import sdma
+from .queue import stuck_report
 from .signal import Timeline
 
 FUNC_GEQ = 5
@@ -167,22 +168,17 @@ class CopyQueue:
     def describe(self) -> dict:
         """Where the queue is: the packet at the engine's read pointer, decoded."""
         rp = self.rptr
-        info = {"queue": self.name, "rptr": rp, "wptr": self.wptr}
-        if rp >= self.wptr:
-            info["stuck"] = "the queue is idle: everything submitted was consumed"
-            return info
         i = (rp >> 2) % self.ring_dw
-        window = self.ring[i:i + min((self.wptr - rp) >> 2, self.ring_dw - i)]
-        try:
-            p = self.t.decode(window, 0)
+
+        def packet() -> str:
+            try:
+                p = self.t.decode(self.ring[i:i + min((self.wptr - rp) >> 2, self.ring_dw - i)], 0)
+            except sdma.BadPacket as e:
+                return f"undecodable packet: {e}"
             desc = ", ".join(f"{k}={v:#x}" for k, v in p.fields.items()
                              if isinstance(v, int) and k not in ("op", "sub_op"))
-            info["packet"] = f"{p.name}({desc})"
-        except sdma.BadPacket as e:
-            info["packet"] = f"undecodable packet: {e}"
-        info["stuck"] = f"stuck at ring byte {i * 4}: {info['packet']}"
-        info["fault"] = f"the engine stopped at ring byte {i * 4}: {info['packet']}"   # what a fault report shows
-        return info
+            return f"{p.name}({desc})"
+        return stuck_report(self.name, rp, self.wptr, f"ring byte {i * 4}", packet, "the engine")
 
     def close(self) -> None:
         for _, a in self._staged:

@@ -34,6 +34,20 @@ class SHRegs:
         return self.map[name].address(self.bases)
 
 
+def stuck_report(queue: str, rptr: int, wptr: int, where: str, packet, stopper: str | None) -> dict:
+    """What a queue reports for timeouts and faults: its pointers, the decoded packet at its read pointer
+    (`packet()` decodes it), where that is, and (if `stopper` names who stops) the fault wording."""
+    info = {"queue": queue, "rptr": rptr, "wptr": wptr}
+    if rptr >= wptr:
+        info["stuck"] = "the queue is idle: everything submitted was consumed"
+        return info
+    info["packet"] = packet()
+    info["stuck"] = f"stuck at {where}: {info['packet']}"
+    if stopper:
+        info["fault"] = f"{stopper} stopped at {where}: {info['packet']}"
+    return info
+
+
 class Commands:
     """Encoded PM4 dwords for one queue, with helpers for the packets the runtime uses."""
 
@@ -152,23 +166,18 @@ class ComputeQueue:
 
     def describe(self) -> dict:
         """Where the queue is: the packet at the GPU's read pointer, decoded."""
-        rp = self.rptr
-        info = {"queue": self.name, "rptr": rp, "wptr": self.wptr}
-        if rp >= self.wptr:
-            info["stuck"] = "the queue is idle: everything submitted was consumed"
-            return info
-        i = rp % self.ring_dw
-        window = np.take(self.ring, np.arange(i, i + min(self.wptr - rp, 64)) % self.ring_dw)
-        try:
-            p = pm4.table(self.gen).decode(window, 0)
+        rp, i = self.rptr, self.rptr % self.ring_dw
+
+        def packet() -> str:
+            window = np.take(self.ring, np.arange(i, i + min(self.wptr - rp, 64)) % self.ring_dw)
+            try:
+                p = pm4.table(self.gen).decode(window, 0)
+            except pm4.BadPacket as e:
+                return f"undecodable packet: {e}"
             desc = ", ".join(f"{k}={v:#x}" if isinstance(v, int) else f"{k}={v}" for k, v in p.fields.items()
-                             if k not in ("VALUES", "DATA", "BODY")) if p.fields else ""
-            info["packet"] = f"{p.name}({desc})"
-        except pm4.BadPacket as e:
-            info["packet"] = f"undecodable packet: {e}"
-        info["stuck"] = f"stuck at ring dword {i}: {info['packet']}"
-        info["fault"] = f"the queue stopped at ring dword {i}: {info['packet']}"
-        return info
+                             if k not in ("VALUES", "DATA", "BODY"))
+            return f"{p.name}({desc})"
+        return stuck_report(self.name, rp, self.wptr, f"ring dword {i}", packet, "the queue")
 
     def close(self) -> None:
         self.dev.iface.destroy_queue(self.q)
