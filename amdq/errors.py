@@ -30,13 +30,38 @@ class DeviceLost(DeviceError):
     """The device went away (reset, unplugged, off the bus)."""
 
 
-class GPUFault(AmdqError):
-    """The GPU faulted (page fault, illegal instruction, bad packet)."""
+class DeviceClosed(DeviceError):
+    """The device was closed; open a new one."""
+
+
+class GPUException(AmdqError):
+    """The GPU stopped a queue: the base of the hardware exceptions below. `info` carries what the driver
+    knows (queue, kernel, packet, the hardware record in `info["record"]`)."""
 
     def __init__(self, msg: str, address: int | None = None, **info):
         super().__init__(msg)
         self.address = address
         self.info = info
+
+
+class GPUFault(GPUException):
+    """A GPU memory fault: an access to an address that is not mapped (or not writable); `address` names it."""
+
+
+class IllegalInstruction(GPUException):
+    """A wave met an instruction word that is not a valid instruction; `address` is its PC."""
+
+
+class UnsupportedInstruction(GPUException):
+    """The simulated shader core met a valid instruction it does not implement; `address` is its PC."""
+
+
+class InvalidPacket(GPUException):
+    """A command processor or SDMA engine met a packet it cannot execute (undecodable, reserved field)."""
+
+
+class WaveKilled(GPUException):
+    """The GPU killed the waves of a dispatch (for example on a queue reset)."""
 
 
 class GPUTimeout(AmdqError):
@@ -45,10 +70,6 @@ class GPUTimeout(AmdqError):
     def __init__(self, msg: str, **info):
         super().__init__(msg)
         self.info = info
-
-
-class UnsupportedInstruction(GPUFault):
-    """The simulated shader core met an instruction it does not implement."""
 
 
 class InvalidArgument(AmdqError, TypeError):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amdq.errors import UnsupportedInstruction
+from amdq.errors import IllegalInstruction
 from amdq.hw import isa
 from amdq.sim.shader.decode import DPP8, DPP16, decode, decode_program
 from amdq.tools.disasm import disassemble, disassemble_elf, kernels, text
@@ -194,10 +194,10 @@ def test_undefined_opcode_raises() -> None:
     e = isa.encodings()["VOP1"]
     word = e.encode(op=0x7F, vdst=0, src0=256)            # VOP1 opcode 127 is not defined
     assert isa.opcode("VOP1Op", 0x7F) is None
-    with pytest.raises(UnsupportedInstruction, match="undefined VOP1 opcode 127 at pc 0x40"):
+    with pytest.raises(IllegalInstruction, match="undefined VOP1 opcode 127 at pc 0x40"):
         decode(word, 0x40, 0x40)
     free = next(n for n in range(0x60) if isa.opcode("SOP2Op", n) is None)
-    with pytest.raises(UnsupportedInstruction, match=f"undefined SOP2 opcode {free}"):
+    with pytest.raises(IllegalInstruction, match=f"undefined SOP2 opcode {free}"):
         decode(isa.encode("SOP2", op=free, sdst=0, ssrc0=0, ssrc1=0), 0)
     assert disassemble(word)[0][1].startswith(".long")
 

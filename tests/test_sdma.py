@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import amdq
-from amdq.errors import GPUFault, GPUTimeout
+from amdq.errors import GPUFault, GPUTimeout, InvalidPacket
 from amdq.hw import sdma
 from amdq.sim.sdma import SDMAQueue
 
@@ -156,13 +156,14 @@ def test_submission_waits_for_ring_space_with_a_timeout(monkeypatch):
     d = open_dev(monkeypatch)
     q = d.copyq
     b = d.alloc(4096, "gtt")
-    d.sim.inject["hang_sdma"] = True
+    d.sim.inject("hang_sdma")
+    monkeypatch.setenv("AMDQ_WAIT_TIMEOUT_MS", "300")          # the ring-space wait obeys the wait timeout
     t = time.monotonic()
     with pytest.raises(GPUTimeout, match=r"no ring space.*COPY_LINEAR"):
         for _ in range(q.ring_dw // 7 + 1):
-            q.submit(q.copy(b.addr, b.addr + 8, 8), timeout_ms=300)
+            q.submit(q.copy(b.addr, b.addr + 8, 8))
     assert time.monotonic() - t < 3
-    del d.sim.inject["hang_sdma"]
+    d.sim.clear("hang_sdma")
     d.close()
 
 
@@ -192,20 +193,23 @@ def test_sdma_page_fault_names_the_address(monkeypatch):
     with pytest.raises(GPUFault) as e:
         d.synchronize(timeout_ms=3000)
     assert e.value.address == bad and f"{bad:#x}" in str(e.value) and "sdma" in str(e.value)
-    f = engine(d).fault
-    assert f is not None and f"{bad:#x}" in f.reason and "write" in f.reason
+    r = e.value.info["record"]                              # the hardware record the engine wrote
+    assert r.va == bad and r.write and r.client == "SDMA" and "write" in str(e.value)
+    assert (d.upload(np.arange(8, dtype=np.uint8)).numpy(np.uint8) == np.arange(8)).all()   # recovered
     d.close()
 
 
 def test_hung_sdma_times_out_naming_the_packet(monkeypatch):
     d = open_dev(monkeypatch, "async")
     b = d.alloc(4096)
-    d.sim.inject["hang_sdma"] = True
+    d.sim.inject("hang_sdma")
     b.write(b"x" * 100)
     with pytest.raises(GPUTimeout, match=r"sdma queue.*COPY_LINEAR\(.*count=0x63"):
         d.synchronize(timeout_ms=300)
-    del d.sim.inject["hang_sdma"]
-    assert b.read(100) == b"x" * 100                        # the engine resumes
+    with pytest.raises(GPUTimeout):                         # the lost upload stays failed for its waiters
+        d.synchronize(timeout_ms=300)
+    b.write(b"y" * 100)                                     # the reset queue runs (the injected hang is gone)
+    assert b.read(100) == b"y" * 100
     d.close()
 
 
@@ -214,9 +218,10 @@ def test_bad_packet_stops_the_queue(dev, monkeypatch):
     q.submit([[0xFF]])
     v = q.run([])
     monkeypatch.setenv("AMDQ_WAIT_TIMEOUT_MS", "300")
-    with pytest.raises(GPUFault, match=r"sdma queue.*stopped at ring byte 0: undecodable packet.*unknown op 255"):
+    with pytest.raises(InvalidPacket, match=r"sdma queue.*stopped at ring byte 0: bad SDMA packet.*unknown op 255") as e:
         dev.wait(v, queue=q)
-    assert "bad SDMA packet" in engine(dev).fault.reason
+    assert e.value.info["record"].where == "ring byte 0"
+    assert dev.upload(np.arange(4, dtype=np.int32)).numpy(np.int32).tolist() == [0, 1, 2, 3]    # recovered
 
 
 # -- the same copies with and without SDMA --------------------------------------------------------
@@ -303,7 +308,7 @@ def test_upload_compute_download_without_host_sync(monkeypatch, mode):
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     A, B, C, D = d.upload(a), d.upload(b), d.alloc(4 * n), d.alloc(4 * n)
-    d.sim.inject["hang_cp"] = True                      # hold compute: the copy behind it must wait on the GPU
+    d.sim.inject("hang_cp")                      # hold compute: the copy behind it must wait on the GPU
     k(A, B, C, 2.0, n, grid=n // 256, block=256)
     d.copy(D, C, 4 * n)
     end = time.monotonic() + 10
@@ -313,7 +318,7 @@ def test_upload_compute_download_without_host_sync(monkeypatch, mode):
     assert "POLL_REGMEM" in d.copyq.describe()["stuck"]
     time.sleep(0.02)
     assert d.copyq.timeline.completed < d.copyq.timeline.value and "POLL_REGMEM" in d.copyq.describe()["stuck"]
-    del d.sim.inject["hang_cp"]
+    d.sim.clear("hang_cp")
     for i in range(3):                                  # upload, compute, download: the host never waits between
         A.write(a + i)
         k(A, B, C, 2.0, n, grid=n // 256, block=256)

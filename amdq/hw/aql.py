@@ -35,3 +35,16 @@ def packet_struct(buf: bytes | bytearray | memoryview, offset: int = 0) -> Struc
     if t == HSA_PACKET_TYPE_VENDOR_SPECIFIC:
         return BARRIER_VALUE if (hdr >> 16) & 0xFF == HSA_AMD_PACKET_TYPE_BARRIER_VALUE else None
     return PACKET_TYPES.get(t)
+
+
+def dispatch_packet(block: tuple[int, int, int], grid: tuple[int, int, int], private: int, group: int,
+                    kernel_object: int, kernarg: int = 0, hdr: int = 0) -> bytearray:
+    """A kernel-dispatch packet for `grid` workgroups of `block` work-items (the packet counts work-items);
+    `setup` is the number of dimensions used. The one layout the PM4 dispatch pointer, the AQL queue and
+    the simulated packet processor share."""
+    items = [g * b for g, b in zip(grid, block)]
+    dims = 3 if items[2] > 1 else 2 if items[1] > 1 else 1
+    return bytearray(KERNEL_DISPATCH.pack(
+        header=hdr, setup=dims, workgroup_size_x=block[0], workgroup_size_y=block[1], workgroup_size_z=block[2],
+        grid_size_x=items[0], grid_size_y=items[1], grid_size_z=items[2], private_segment_size=private,
+        group_segment_size=group, kernel_object=kernel_object, kernarg_address=kernarg))

@@ -11,6 +11,7 @@ import errno
 from dataclasses import dataclass
 
 from ..errors import DeviceError, OutOfMemory
+from ..hw import faults as F
 from ..hw import kfd as K
 from .base import Allocation, Mapping, QueueInfo
 from .os_seam import MAP_ANONYMOUS, MAP_FIXED, MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_NONE, PROT_READ, PROT_WRITE
@@ -91,7 +92,8 @@ class KFD:
         self.signal_event, self.signal_slot = ev["event_id"], ev["event_slot_index"]
         self.memory_event = self.ioctl("AMDKFD_IOC_CREATE_EVENT", event_type=K.KFD_IOC_EVENT_MEMORY,
                                        auto_reset=1)["event_id"]
-        self._events = (ctypes.c_uint8 * (48 * 2))()
+        self.hw_event = self.ioctl("AMDKFD_IOC_CREATE_EVENT", event_type=K.KFD_IOC_EVENT_HW_EXCEPTION,
+                                   auto_reset=1)["event_id"]
         self.doorbell_pages: dict[int, Mapping] = {}
 
     def ip_versions(self) -> dict[str, tuple[int, int, int]]:
@@ -212,19 +214,33 @@ class KFD:
                 self.free(a)
 
     # -- events and clocks ---------------------------------------------------------------------
-    def wait_events(self, timeout_ms: int) -> dict | None:
-        """Sleep until the EOP interrupt (or a GPU memory fault) or the timeout; a fault returns its data."""
-        ev = self._events
-        ctypes.memset(ev, 0, len(ev))
-        ctypes.c_uint32.from_buffer(ev, 40).value = self.signal_event
-        ctypes.c_uint32.from_buffer(ev, 48 + 40).value = self.memory_event
-        self.ioctl("AMDKFD_IOC_WAIT_EVENTS", events_ptr=ctypes.addressof(ev), num_events=2, wait_for_all=0,
+    def wait_events(self, timeout_ms: int) -> list[F.QueueException] | None:
+        """Sleep until the EOP interrupt, a GPU exception or the timeout. Returns the exceptions that stopped
+        queues (None if there were none): the full records where the kernel driver keeps them (the simulated
+        one does), else what the event data says (a memory fault's VA and kind; a hang)."""
+        ev = (ctypes.c_uint8 * (48 * 3))()             # kfd_event_data[3], one buffer per call (threads)
+        for i, eid in enumerate((self.signal_event, self.memory_event, self.hw_event)):
+            ctypes.c_uint32.from_buffer(ev, 48 * i + 40).value = eid
+        self.ioctl("AMDKFD_IOC_WAIT_EVENTS", events_ptr=ctypes.addressof(ev), num_events=3, wait_for_all=0,
                    timeout=max(0, int(timeout_ms)))
-        va = ctypes.c_uint64.from_buffer(ev, 48 + 16).value
-        err = ctypes.c_uint32.from_buffer(ev, 48 + 28).value
-        if va or err:
-            return {"address": va, "error_type": err, "gpu_id": ctypes.c_uint32.from_buffer(ev, 48 + 24).value}
-        return None
+        not_present, read_only, no_exec = (ctypes.c_uint32.from_buffer(ev, 48 + 4 * k).value for k in range(3))
+        hw = ctypes.c_uint32.from_buffer(ev, 96 + 12).value           # hw_exception_data.gpu_id: signaled
+        if not (not_present or read_only or no_exec or hw):
+            return None
+        take = getattr(self.seam, "take_exceptions", None)
+        found = take() if take is not None else []
+        if found:
+            return found
+        if not_present or read_only or no_exec:
+            va = ctypes.c_uint64.from_buffer(ev, 48 + 16).value
+            why = "page is read-only" if read_only else "not executable" if no_exec else "not mapped"
+            return [F.QueueException("a queue of this process", F.MemoryFault(va, bool(read_only), "unknown", 0, why))]
+        return [F.QueueException("a queue of this process", F.WaveException("the GPU reset an engine (hang)"))]
+
+    def queue_progress(self, q: QueueInfo) -> int | None:
+        """Work the queue has done (packets and waves retired) where the kernel driver can tell, else None."""
+        f = getattr(self.seam, "queue_progress", None)
+        return f(q.queue_id) if f is not None else None
 
     def clock_counters(self) -> tuple[int, int, int]:
         """(GPU clock counter, CPU clock in ns (CLOCK_MONOTONIC_RAW), system clock frequency)."""

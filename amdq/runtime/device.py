@@ -1,25 +1,31 @@
 """A device: one GPU reached through an interface, with its allocator, queue, timeline and programs."""
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import os
 import struct
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..codeobj import cache as cocache
-from ..errors import DeviceError, GPUFault, OutOfMemory, UnsupportedTarget
+from ..errors import (AmdqError, DeviceClosed, DeviceError, GPUFault, GPUTimeout, InvalidArgument, OutOfMemory,
+                      UnsupportedTarget)
 from ..hw.targets import TARGETS, Target, get_target
-from .copy import CopyQueue, OrderedTimeline, gpu_wait
+from ..iface.exceptions import to_error
+from .aql_queue import AQLQueue
+from .hwqueue import HWQueue
 from .memory import Allocator, Buffer
+from .pm4_queue import PM4Queue
 from .program import LaunchRecord, Program
-from .aql import AQLQueue
-from .queue import ComputeQueue
-from .signal import Timeline
+from .sdma_queue import SDMAQueue
+from .signal import Timeline, default_timeout_ms
 
 log = logging.getLogger(__name__)
 _said_sim = False
@@ -95,8 +101,10 @@ class Kernargs:
     def take(self, nbytes: int) -> tuple[int, int]:
         """(GPU address, offset) of `nbytes` fresh bytes."""
         need = (nbytes + 63) & ~63
+        if need > self.size:
+            raise InvalidArgument(f"{nbytes} bytes of kernel arguments exceed the {self.size}-byte kernel-argument ring")
         if self.head + need > self.size:
-            self.dev.synchronize()                  # everything older is done: start over
+            self.dev.drain()                        # everything older is done (or lost): start over
             self.head = 0
         off = self.head
         self.head += need
@@ -116,7 +124,13 @@ class Kernargs:
         self.mv[off:off + len(data)] = data
 
 
+MEMORY_KINDS = ("vram", "gtt")
+
+
 class Device:
+    """One GPU. Safe to use from several threads: submissions, allocations and recovery take `lock`;
+    waits sleep outside it."""
+
     def __init__(self, spec: str | None = None):
         iface_name, arch = parse_spec(spec)
         self.iface, self.sim = _open_iface(iface_name, arch)
@@ -129,6 +143,8 @@ class Device:
         self.uid = next(_serial)                     # never reused, unlike id(): keys the program cache
         self.name = f"{'SIM' if self.sim else ''}{self.iface.name}+AMD:{self.arch}"
         self.closed = False
+        self.lock = threading.RLock()
+        self._kernel_names: dict[int, str] = {}          # entry and descriptor addresses -> kernel name
         self.allocator = Allocator(self.iface)
         self.signals = self.allocator.alloc(4096, "gtt", uncached=True)   # 16-byte timeline slots, one per queue
         self._slots = 0
@@ -136,14 +152,14 @@ class Device:
         self._ts_next = 0
         self.queues: list = []
         self._queue_of: dict[int, object] = {}
-        self.queue = (AQLQueue if use_aql(self.target) else ComputeQueue)(
+        self.queue: HWQueue = (AQLQueue if use_aql(self.target) else PM4Queue)(
             self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))), self.new_timeline())
         self.queues.append(self.queue)
-        self.copyq: CopyQueue | None = None             # SDMA; None: buffers stay CPU-visible and copies use the CPU
+        self.copyq: SDMAQueue | None = None             # None: buffers stay CPU-visible and copies use the CPU
         self._waited: dict = {}                          # (queue, other queue) -> other's value already waited for
         if os.environ.get("AMD_DISABLE_SDMA", "0") in ("", "0"):
             try:
-                self.copyq = CopyQueue(self, int(os.environ.get("AMDQ_SDMA_RING_BYTES", str(1 << 16))),
+                self.copyq = SDMAQueue(self, int(os.environ.get("AMDQ_SDMA_RING_BYTES", str(1 << 16))),
                                        self.new_timeline())
                 self.queues.append(self.copyq)
             except (OSError, OutOfMemory) as e:                # the kernel refused (ENOMEM arrives as OutOfMemory)
@@ -160,8 +176,8 @@ class Device:
 
     def new_timeline(self) -> Timeline:
         """A timeline in the next free signal slot (AMDQ_TIMELINE_START sets where values begin)."""
-        t = OrderedTimeline(self.signals, self._slots, int(os.environ.get("AMDQ_TIMELINE_START", "0")),
-                            before=self._before_signal)
+        t = Timeline(self.signals, self._slots, int(os.environ.get("AMDQ_TIMELINE_START", "0")),
+                     before=self._before_signal)
         self._slots += 1
         return t
 
@@ -186,8 +202,11 @@ class Device:
             key = (id(q), id(o))
             if ot.value <= waited.get(key, -1) or ot.completed >= ot.value:
                 continue
-            if q is None or not gpu_wait(q, ot, ot.value):
-                self.wait(ot.value, queue=o)
+            if q is None:
+                self.wait(ot.value, queue=o, errors=False)
+            else:
+                q.depends(o, ot.value)
+                q.wait_on(ot, ot.value)
             waited[key] = ot.value
 
     @property
@@ -220,16 +239,32 @@ class Device:
         return (h0 + (ticks - g0) * 1e9 / f) / 1e9
 
     # -- memory --------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self.closed:
+            raise DeviceClosed(f"{self.name} is closed: open a new device")
+
     def alloc(self, nbytes: int, kind: str = "vram") -> Buffer:
-        if not isinstance(nbytes, int) or nbytes <= 0:
-            raise ValueError(f"alloc needs a positive byte count, got {nbytes!r}")
-        self._reclaim()
-        if kind == "vram" and self.copyq is not None:      # device memory, no CPU mapping: moved by SDMA
-            return Buffer(self, self.allocator.alloc(nbytes, kind, cpu=False), nbytes)
-        return Buffer(self, self.allocator.alloc(nbytes, kind), nbytes)
+        """A buffer of nbytes in device memory ("vram") or GPU-visible host memory ("gtt")."""
+        if isinstance(nbytes, np.integer):
+            nbytes = int(nbytes)
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+            raise InvalidArgument(f"alloc needs a positive byte count, got {nbytes!r}")
+        if kind not in MEMORY_KINDS:
+            raise InvalidArgument(f"unknown memory kind {kind!r}: use one of {', '.join(MEMORY_KINDS)}")
+        with self.lock:
+            self._check()
+            self._reclaim()
+            cpu = not (kind == "vram" and self.copyq is not None)   # device memory without CPU mapping: SDMA moves it
+            a = self.allocator.alloc(nbytes, kind, **({} if cpu else {"cpu": False}))
+            a.meta["nbytes"] = nbytes
+            return Buffer(self, a, nbytes)
 
     def upload(self, arr) -> Buffer:
+        """A buffer holding a copy of the array (numeric dtypes; bytes-like objects as bytes)."""
         arr = np.ascontiguousarray(arr)
+        if arr.dtype.hasobject:
+            raise InvalidArgument(f"cannot upload an array of dtype {arr.dtype}: it holds Python object pointers, "
+                                  f"not data; convert it to a numeric dtype first")
         b = self.alloc(max(arr.nbytes, 1))
         b.write(arr)
         return b
@@ -238,21 +273,27 @@ class Device:
         if self.capturing is not None:
             raise RuntimeError("Buffer.write inside a capture: host transfers are not part of a graph; "
                                "write before capturing or use dev.copy between device buffers")
-        if buf.alloc.cpu is None:                          # through GTT staging, asynchronously
-            self.copyq.upload(buf.addr + off, raw)
-            return
-        if not self.idle:
-            self.synchronize()
-        buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
+        with self.lock:
+            self._check()
+            if buf.alloc.cpu is None:                          # through GTT staging, asynchronously
+                with self.submitting(self.copyq):
+                    self.copyq.upload(buf.addr + off, raw)
+                return
+            if not self.idle:
+                self.drain()
+            buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
 
     def _copy_out(self, buf: Buffer, off: int, size: int) -> bytes:
         if self.capturing is not None:
             raise RuntimeError("Buffer.read inside a capture: nothing has run yet")
-        if buf.alloc.cpu is None:                          # through GTT staging; waits
-            return self.copyq.download(buf.addr + off, size)
-        if not self.idle:
-            self.synchronize()
-        return bytes(buf.alloc.cpu.mv[off:off + size])
+        with self.lock:
+            self._check()
+            if buf.alloc.cpu is None:                          # through GTT staging; waits
+                with self.submitting(self.copyq):
+                    return self.copyq.download(buf.addr + off, size)
+            if not self.idle:
+                self.drain()
+            return bytes(buf.alloc.cpu.mv[off:off + size])
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
              wait: bool = False, timeout_ms: int | None = None) -> LaunchRecord | None:
@@ -260,6 +301,11 @@ class Device:
         returns at once (with wait=True: after it finished, with a record of its stages); without one
         (AMD_DISABLE_SDMA=1, or no queue) the CPU copies through the mappings once the GPU is idle."""
         for b, o, what in ((dst, dst_offset, "destination"), (src, src_offset, "source")):
+            if not isinstance(b, Buffer):
+                raise InvalidArgument(f"copy {what} must be a Buffer, not {type(b).__name__}")
+            if b.dev is not self:
+                raise InvalidArgument(f"copy {what} {b!r} belongs to {b.dev.name}, not {self.name}")
+            b.addr                                              # a freed buffer says so
             if nbytes < 0 or o < 0 or o + nbytes > b.size:
                 raise ValueError(f"copy of {nbytes} bytes at {what} offset {o} exceeds the {b.size}-byte buffer")
         if nbytes == 0:
@@ -274,17 +320,20 @@ class Device:
         rec.extra["host_start"] = t0
         if self.copyq is not None:
             q = self.copyq
-            timed = wait or self.profiler is not None
-            ts = self._ts_slot() if timed else None
-            packets = q.copy(d_addr, s_addr, nbytes)
-            if ts is not None:
-                packets = q.timestamp(ts) + packets + q.timestamp(ts + 8)
-                rec.extra["ts"] = ts
-            t1 = time.perf_counter()
-            rec.value = q.run(packets)
-            rec.encode, rec.submit = t1 - t0, time.perf_counter() - t1
-            if self.profiler is not None:
-                self.profiler.add(rec)
+            with self.lock:
+                self._check()
+                timed = wait or self.profiler is not None
+                ts = self._ts_slot() if timed else None
+                packets = q.copy(d_addr, s_addr, nbytes)
+                if ts is not None:
+                    packets = q.timestamp(ts) + packets + q.timestamp(ts + 8)
+                    rec.extra["ts"] = ts
+                t1 = time.perf_counter()
+                with self.submitting(q):
+                    rec.value = q.run(packets)
+                rec.encode, rec.submit = t1 - t0, time.perf_counter() - t1
+                if self.profiler is not None:
+                    self.profiler.add(rec)
             if not wait:
                 return None
             t2 = time.perf_counter()
@@ -292,26 +341,60 @@ class Device:
             rec.wait = time.perf_counter() - t2
             self.resolve(rec)
             return rec
-        if not self.idle:
-            self.synchronize()
-        d = np.frombuffer(dst.alloc.cpu.mv, np.uint8)
-        d[dst_offset:dst_offset + nbytes] = np.frombuffer(src.alloc.cpu.mv, np.uint8)[src_offset:src_offset + nbytes]
-        rec.submit = time.perf_counter() - t0
-        if self.profiler is not None:
-            self.profiler.add(rec)
+        with self.lock:
+            self._check()
+            if not self.idle:
+                self.drain()
+            d = np.frombuffer(dst.alloc.cpu.mv, np.uint8)
+            d[dst_offset:dst_offset + nbytes] = np.frombuffer(src.alloc.cpu.mv, np.uint8)[src_offset:src_offset + nbytes]
+            rec.submit = time.perf_counter() - t0
+            if self.profiler is not None:
+                self.profiler.add(rec)
         return rec if wait else None
 
     def _release(self, buf: Buffer) -> None:
-        self._pending_free.append((self._marks(), buf.alloc))
+        with self.lock:
+            self._pending_free.append((self._marks(), buf.alloc))
 
     def _reclaim(self) -> None:
-        keep = []
-        for marks, a in self._pending_free:
-            if all(t.completed >= v for t, v in marks):
-                self.allocator.free(a)
-            else:
-                keep.append((marks, a))
-        self._pending_free = keep
+        if not self._pending_free:
+            return
+        with self.lock:
+            keep = []
+            for marks, a in self._pending_free:
+                if all(t.completed >= v for t, v in marks):
+                    self.allocator.free(a)
+                else:
+                    keep.append((marks, a))
+            self._pending_free = keep
+
+    def where(self, va: int) -> str | None:
+        """Where an address lies among this device's live allocations, in words ("12 bytes past the end of a
+        4096-byte buffer at 0x..."); None if nothing is near."""
+        if va < 1 << 16:
+            return f"a NULL pointer{'' if va == 0 else f' plus {va:#x}'}"
+        live = sorted(self.allocator.live_allocs.values(), key=lambda a: a.va)
+        if not live:
+            return None
+        starts = [a.va for a in live]
+        i = bisect.bisect_right(starts, va) - 1
+        below = live[i] if i >= 0 else None
+        above = live[i + 1] if i + 1 < len(live) else None
+
+        def name(a) -> str:
+            n = a.meta.get("nbytes")
+            what = a.meta.get("what", "buffer")
+            return f"a {n if n is not None else a.size}-byte {what} at {a.va:#x}"
+        if below is not None:
+            n = below.meta.get("nbytes", below.size)
+            if va < below.va + n:
+                return f"offset {va - below.va:#x} of {name(below)}"
+            past = va - (below.va + n)
+            if above is None or past <= above.va - va:
+                return f"{past} bytes past the end of {name(below)}"
+        if above is not None:
+            return f"{above.va - va} bytes before {name(above)}"
+        return None
 
     def scratch_for(self, lane_bytes: int, wave_size: int) -> Scratch:
         """Scratch big enough for `lane_bytes` per lane on every wave slot; grows, never shrinks."""
@@ -322,6 +405,7 @@ class Device:
             return self.scratch
         waves = min(t.cus * t.max_waves_per_cu, 4095)
         a = self.allocator.alloc(wave_bytes * waves, "vram")
+        a.meta["what"] = "scratch"
         from ..hw import regs
         tm = regs.load("GC", t.ip["GC"]).regCOMPUTE_TMPRING_SIZE
         old = self.scratch
@@ -334,24 +418,59 @@ class Device:
     def load(self, code_object: bytes) -> Program:
         if not isinstance(code_object, (bytes, bytearray)):
             raise TypeError(f"load takes code-object bytes, not {type(code_object).__name__}")
+        self._check()
         key = cocache.program_key(bytes(code_object), [self.uid])
-        return cocache.programs.get_or_create(key, lambda: Program(self, cocache.image_for(bytes(code_object), self.arch)))
+
+        def make() -> Program:
+            with self.lock:
+                prg = Program(self, cocache.image_for(bytes(code_object), self.arch))
+                prg.alloc.meta["what"] = "program"
+                for k in prg._k.values():
+                    self._kernel_names[k.addr] = self._kernel_names[k.kd_addr] = k.name
+                return prg
+        return cocache.programs.get_or_create(key, make)
+
+    def kernel_name(self, pc: int | None, kernel_object: int | None) -> str | None:
+        """The kernel whose entry is `pc` or whose descriptor is at `kernel_object`."""
+        for a in (pc, kernel_object):
+            if a is not None and a in self._kernel_names:
+                return self._kernel_names[a]
+        return None
+
+    @contextmanager
+    def submitting(self, q: HWQueue):
+        """Around one submission to q (under the device lock): if it fails before its work reached the GPU,
+        the timeline value it took is given back; a queue that timed out on ring space is recovered."""
+        with self.lock:
+            self._check()
+            mark = q.timeline.value
+            try:
+                yield
+            except GPUTimeout as e:
+                if e.info.get("ring_space"):
+                    q.timeline.value = mark              # nothing of it runs: the value was not submitted
+                    self._recover(q, e)
+                raise
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked)."""
+        if kernel.prg.dev is not self:
+            raise InvalidArgument(f"kernel {kernel.name} was loaded on {kernel.prg.dev.name}, not {self.name}")
         if self.capturing is not None:
             if wait:
                 raise RuntimeError("wait=True inside a capture: nothing runs until the graph is replayed")
             return self.capturing.add_launch(kernel, args, grid, block)
-        timed = wait or self.profiler is not None
-        ts = self._ts_slot() if timed else None
-        t0 = time.perf_counter()
-        value, t1 = self.queue.launch(kernel, args, grid, block, ts)
-        t2 = time.perf_counter()
-        rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value,
-                           extra={"queue": self.queue.name, "ts": ts, "host_start": t0, "grid": grid, "block": block})
-        if self.profiler is not None:
-            self.profiler.add(rec)
+        q = self.queue
+        with self.submitting(q):
+            timed = wait or self.profiler is not None
+            ts = self._ts_slot() if timed else None
+            t0 = time.perf_counter()
+            value, t1 = q.launch(kernel, args, grid, block, ts)
+            t2 = time.perf_counter()
+            rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value,
+                               extra={"queue": q.name, "ts": ts, "host_start": t0, "grid": grid, "block": block})
+            if self.profiler is not None:
+                self.profiler.add(rec)
         if not wait:
             return None
         self.wait(value, timeout_ms)
@@ -381,31 +500,117 @@ class Device:
         self._ts_next = (self._ts_next + 16) % self.ts_alloc.size
         return self.ts_alloc.va + off
 
-    def wait(self, value: int, timeout_ms: int | None = None, queue=None) -> None:
-        """Wait until `queue` (the compute queue by default) has completed submission `value`."""
+    # -- waits, faults and recovery --------------------------------------------------------------
+    def wait(self, value: int, timeout_ms: int | None = None, queue: HWQueue | None = None,
+             errors: bool = True) -> None:
+        """Wait until `queue` (the compute queue by default) has completed submission `value`.
+
+        The timeout (AMDQ_WAIT_TIMEOUT_MS, 30 s) restarts while the queue makes progress (its timeline,
+        read pointer, or the waves a running dispatch retires); then the queue is recovered and GPUTimeout
+        names where it was stuck. A GPU exception that stopped this work raises its error (every wait on
+        lost work does); `errors=False` waits only until the work is done or lost (to recycle memory)."""
         q = queue or self.queue
-        # block in the interrupt wait (>= 1 ms or until the queue's interrupt): polling with 0 ms waits keeps
-        # the simulated GPU's worker thread from the interpreter lock for a whole switch interval (5 ms)
-        q.timeline.wait(value, timeout_ms, lambda ms: self.iface.wait_events(max(1, ms)), q.describe)
+        t = q.timeline
+        if t.completed >= value and not q.failed:
+            self._reclaim()
+            return
+        timeout = (default_timeout_ms() if timeout_ms is None else timeout_ms) / 1000
+        deadline = time.monotonic() + timeout
+        seen = None
+        while True:
+            err = q.error_for(value) if q.failed else None
+            if err is not None:
+                if errors:
+                    raise err
+                break
+            if t.completed >= value:
+                break
+            if self.closed:
+                raise DeviceClosed(f"{self.name} was closed while waiting for {q.name} to reach {value}")
+            now = time.monotonic()
+            # block in the interrupt wait (>= 1 ms or until an interrupt): polling with 0 ms waits keeps the
+            # simulated GPU's worker thread from the interpreter lock for a whole switch interval (5 ms)
+            exc = self.iface.wait_events(max(1, min(10, int((deadline - now) * 1000))))
+            if exc:
+                self._exceptions(exc)
+                continue
+            p = (t.completed, q.progress())
+            if p != seen:
+                seen, deadline = p, time.monotonic() + timeout
+            elif time.monotonic() >= deadline:
+                with self.lock:
+                    if t.completed >= value or q.error_for(value) is not None:
+                        continue
+                    info = q.describe()
+                    err = GPUTimeout(f"timed out after {timeout * 1000:.0f} ms without progress waiting for timeline "
+                                     f"value {value} on {info.get('queue', q.name)} (last value seen {t.completed}); "
+                                     f"{info.get('stuck', 'the queue made no progress')}; the queue was reset",
+                                     queue=info.get("queue"), awaited=value, last=t.completed,
+                                     packet=info.get("packet"))
+                    self._recover(q, err)
+                raise err
         self._reclaim()
 
+    def drain(self) -> None:
+        """Wait until every queue has finished (or lost) everything submitted; errors are left to the waits
+        of the work that failed."""
+        for q in self.queues:
+            self.wait(q.timeline.value, None, q, errors=False)
+
     def synchronize(self, timeout_ms: int | None = None) -> None:
-        """Wait until the GPU has finished everything submitted, on every queue."""
+        """Wait until the GPU has finished everything submitted, on every queue (a failed submission raises)."""
         for q in self.queues:
             self.wait(q.timeline.value, timeout_ms, q)
 
+    def _exceptions(self, found: list) -> None:
+        """Queue exceptions reported by the interface: each stopped queue is recovered and its lost work
+        fails with the exception's error."""
+        with self.lock:
+            by_id = {q.q.queue_id: q for q in self.queues}
+            for exc in found:
+                if exc.queue_id is not None:
+                    q = by_id.get(exc.queue_id)
+                    if q is None:
+                        continue                            # a queue already reset: its work failed already
+                    targets = [q]
+                else:                                       # the interface cannot tell which queue stopped
+                    targets = [q for q in self.queues if q.timeline.completed < q.timeline.value] or [self.queue]
+                err = to_error(exc, self.kernel_name, self.where, targets[0].name if len(targets) == 1 else None)
+                for q in targets:
+                    self._recover(q, err)
+
+    def _recover(self, q: HWQueue, err: AmdqError) -> None:
+        """Reset q after a fault or a timeout: its hardware queue is destroyed (running waves killed) and
+        created again, its lost submissions fail with `err`, its timeline is realigned so no queue waits on
+        it forever, and work of other queues ordered after the lost work fails with `err` too."""
+        with self.lock:
+            t = q.timeline
+            first, last = t.completed + 1, t.value
+            log.info("recovering %s after %s (submissions %d..%d lost)", q.name, type(err).__name__, first, last)
+            q.reset()
+            t.realign()
+            q.fail(first, last, err)
+            for o in self.queues:
+                if o is q:
+                    continue
+                hit = [n for n, other, v in o.deps if other is q and first <= v <= last]
+                if hit:
+                    o.fail(min(hit), o.timeline.value, err)
+            self._waited = {k: v for k, v in self._waited.items() if id(q) not in k}
+
     def close(self) -> None:
-        if self.closed:
-            return
-        for q in self.queues:
-            try:
-                q.close()
-            except Exception:
-                pass
-        self.closed = True
-        cocache.programs.purge(lambda k: self.uid in k[1])
-        if self.sim is not None:
-            self.sim.close()
+        with self.lock:
+            if self.closed:
+                return
+            for q in self.queues:
+                try:
+                    q.close()
+                except (AmdqError, OSError):
+                    pass
+            self.closed = True
+            cocache.programs.purge(lambda k: self.uid in k[1])
+            if self.sim is not None:
+                self.sim.close()
 
 
 def open_device(spec: str | None = None) -> Device:

@@ -4,17 +4,18 @@ cross-queue waits and signals between them, and rings one doorbell; arguments ca
 replays (`node.update`, `graph.replace`), which patches the kernel-argument bytes in place."""
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InvalidArgument
+from .pm4_queue import pm4_plan
 from .signal import Timeline
 
 if TYPE_CHECKING:
     from .device import Device
-    from .program import Kernel, Plan
+    from .pm4_queue import Plan
+    from .program import Kernel
 
 ARENA = 1 << 16
 
@@ -26,7 +27,7 @@ class Node:
         self.graph, self.kernel, self.plan, self.args, self._mv, self._off = graph, kernel, plan, args, mv, off
 
     def update(self, *args: Any) -> None:
-        if self.kernel.plan(args, self.plan.grid, self.plan.block, False) is not self.plan:
+        if pm4_plan(self.graph.dev.queue, self.kernel, args, self.plan.grid, self.plan.block) is not self.plan:
             raise InvalidArgument(f"kernel {self.kernel.name}: the new arguments change the launch shape "
                                   f"(dynamic LDS or scratch); capture the graph again")
         self.graph.wait()                                   # the last replay may still read the old bytes
@@ -83,18 +84,9 @@ class Graph:
         return a.va + off, a.cpu.mv, off
 
     def add_launch(self, kernel: "Kernel", args: tuple, grid, block) -> Node:
-        p = kernel.plan(args, grid, block, False)
+        p = pm4_plan(self.dev.queue, kernel, args, grid, block)   # PM4 in an IB (AQL: in vendor packets)
         ka, mv, off = self._space(p.size)
-        kernel.pack_into(p, args, mv, off)
-        dw = p.dw[:p.work].copy()
-        if p.ka_idx is not None:
-            dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
-        if p.pkt_off is not None:
-            pa = ka + p.pkt_off
-            pkt = bytearray(p.pkt)
-            struct.pack_into("<Q", pkt, 40, ka)
-            mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
-            dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
+        dw = p.dwords_at(ka, mv, off, kernel, args)[:p.work]
         self._append("compute", dw.tolist())
         node = Node(self, kernel, p, args, mv, off)
         self.nodes.append(node)
@@ -116,6 +108,11 @@ class Graph:
         queue's for a graph of copies only)."""
         if not self.segments or self.dev.capturing is self:
             raise RuntimeError("the graph is empty or still capturing")
+        with self.dev.lock:
+            self.dev._check()
+            return self._replay()
+
+    def _replay(self) -> int:
         used = {kind for kind, _, _ in self.segments}
         queues = {k: self._queue(k) for k in used}
         for q in queues.values():                         # order after work submitted outside the graph
@@ -128,7 +125,7 @@ class Graph:
             if prev is not None and prev != kind:             # wait for the other queue's segment before
                 self._emit_wait(kind, out[kind], queues[prev].timeline, last_signal[prev])
             self._emit_ib(kind, out[kind], self.ibs[kind].va + 4 * first, n)
-            value = Timeline.next(q.timeline)                 # the raw next: the graph orders itself
+            value = q.timeline.advance()                      # the graph orders itself
             self._emit_signal(kind, out[kind], q.timeline, value)
             last_signal[kind] = value
             prev = kind

@@ -121,3 +121,33 @@ def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple
         if a.hidden and a.value_kind in hidden:
             buf[a.offset:a.offset + a.size] = (hidden[a.value_kind] & ((1 << (8 * a.size)) - 1)).to_bytes(a.size, "little")
     return bytes(buf), dyn_lds
+
+
+_SCALAR_FMT = {("float", 4): "f", ("double", 8): "d", ("half", 2): "e"}
+
+
+def arg_format(meta: KernelMeta, args: tuple) -> tuple[struct.Struct | None, list[int]]:
+    """One struct for all explicit arguments (None if they do not fit one) and the indices of the pointers,
+    which take Buffer.addr."""
+    fmt, ptr = "<", []
+    pos = 0
+    for i, a in enumerate(meta.explicit_args):
+        if a.offset < pos:
+            fmt = None
+            break
+        fmt += "x" * (a.offset - pos)
+        if a.value_kind == "global_buffer":
+            fmt += "Q"
+            ptr.append(i)
+        elif a.value_kind == "by_value" and (a.type_name.strip(), a.size) in _SCALAR_FMT:
+            fmt += _SCALAR_FMT[(a.type_name.strip(), a.size)]
+        elif a.value_kind == "by_value" and a.size in (1, 2, 4, 8) and a.type_name.strip() not in ("", "bool"):
+            fmt += {1: "b", 2: "h", 4: "i", 8: "q"}[a.size]
+        elif a.value_kind == "by_value" and not a.type_name.strip() and a.size in (2, 4, 8):
+            # untyped (LLVM IR): the plan is keyed by the Python types of these arguments
+            fmt += ({2: "e", 4: "f", 8: "d"} if isinstance(args[i], float) else {2: "h", 4: "i", 8: "q"})[a.size]
+        else:
+            fmt = None
+            break
+        pos = a.offset + a.size
+    return (struct.Struct(fmt) if fmt else None), ptr

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import OutOfMemory
+from ..errors import InvalidArgument, OutOfMemory
 from ..iface.base import Allocation
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ class Allocator:
         self.cache: OrderedDict[tuple[int, str], list[Allocation]] = OrderedDict()
         self.cached = 0
         self.live = 0
+        self.live_allocs: dict[int, Allocation] = {}          # by GPU address: to name a faulting address
 
     def alloc(self, size: int, kind: str = "vram", **kw) -> Allocation:
         size = max(PAGE, (size + PAGE - 1) & -PAGE)
@@ -31,6 +32,9 @@ class Allocator:
             a = self.cache[key].pop()
             self.cached -= size
             self.live += size
+            a.meta.pop("nbytes", None)
+            a.meta.pop("what", None)
+            self.live_allocs[a.va] = a
             return a
         try:
             a = self.iface.alloc(size, kind, **kw)
@@ -42,10 +46,12 @@ class Allocator:
                 raise OutOfMemory(f"cannot allocate {size} bytes of {kind} memory ({self.live} bytes live): {e}") from None
         self.live += size
         a.meta["cache_key"] = key
+        self.live_allocs[a.va] = a
         return a
 
     def free(self, a: Allocation) -> None:
         self.live -= a.size
+        self.live_allocs.pop(a.va, None)
         key = a.meta.get("cache_key", (a.size, a.kind, ()))
         self.cache.setdefault(key, []).append(a)
         self.cache.move_to_end(key)
@@ -72,16 +78,23 @@ class Buffer:
 
     @property
     def addr(self) -> int:
-        return self.alloc.va
+        a = self.alloc
+        if a is None:
+            raise InvalidArgument(f"use of a freed buffer ({self.size} bytes on {self.dev.name})")
+        return a.va
 
     def __repr__(self) -> str:
-        return f"<Buffer {self.size} bytes at {self.addr:#x} on {self.dev.name}>"
+        where = f"at {self.alloc.va:#x}" if self.alloc is not None else "(freed)"
+        return f"<Buffer {self.size} bytes {where} on {self.dev.name}>"
 
     def write(self, data, offset: int = 0) -> None:
         """Copy bytes or an array into the buffer (after the GPU finished work submitted so far)."""
+        if isinstance(data, np.ndarray) and data.dtype.hasobject:
+            raise InvalidArgument(f"cannot write an array of dtype {data.dtype}: it holds Python object pointers")
         raw = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
         if offset < 0 or offset + raw.nbytes > self.size:
             raise ValueError(f"write of {raw.nbytes} bytes at offset {offset} exceeds the {self.size}-byte buffer")
+        self.addr                                      # a freed buffer says so
         self.dev._copy_in(self, offset, raw)
 
     def read(self, size: int | None = None, offset: int = 0) -> bytes:
@@ -89,6 +102,7 @@ class Buffer:
         size = self.size - offset if size is None else size
         if offset < 0 or offset + size > self.size:
             raise ValueError(f"read of {size} bytes at offset {offset} exceeds the {self.size}-byte buffer")
+        self.addr                                      # a freed buffer says so
         return self.dev._copy_out(self, offset, size)
 
     def numpy(self, dtype=np.float32, shape=None) -> np.ndarray:

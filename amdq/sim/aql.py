@@ -30,11 +30,12 @@ import struct
 
 import numpy as np
 
-from ..errors import GPUFault
+from ..errors import AmdqError, GPUFault
 from ..hw import aql as A
+from ..hw import faults as F
 from ..hw import kd as KD
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB_DW_COUNT_REMAIN
-from .cp import LDS_GRANULE, PM4Executor, QueueFault
+from .cp import LDS_GRANULE, PM4Executor
 from .shader.core import DispatchRegs
 
 WINDOW = 8
@@ -53,11 +54,11 @@ CONDITIONS = {A.HSA_SIGNAL_CONDITION_EQ: lambda v, r: v == r, A.HSA_SIGNAL_CONDI
 
 class Slot:
     """A packet taken from the ring and not yet released."""
-    __slots__ = ("index", "type", "signal", "run", "seen", "wait", "done", "what")
+    __slots__ = ("index", "type", "signal", "run", "seen", "wait", "done", "what", "kobj")
 
     def __init__(self, index: int, type: int, signal: int):
         self.index, self.type, self.signal = index, type, signal
-        self.run = self.wait = None
+        self.run = self.wait = self.kobj = None
         self.seen, self.done = 0, False
         self.what = TYPES.get(type, f"type {type}")
 
@@ -84,19 +85,44 @@ class AQLQueue(PM4Executor):
 
     @property
     def busy(self) -> bool:
-        return self.fault is None and (self.rd != self.wr or bool(self.inflight) or self.pm4_active)
+        return not self.stopped and (self.rd != self.wr or bool(self.inflight) or self.pm4_active)
+
+    def waves_retired(self) -> int:
+        return self._waves + sum(s.run.waves_retired for s in self.inflight if s.run is not None)
+
+    def context(self) -> dict:
+        s = self.at
+        if s is None:
+            return {}
+        out = {"kernel_object": s.kobj} if s.kobj is not None else {}
+        if s.run is not None:
+            out["kernel_pc"] = s.run.d.pgm_addr
+        return out
+
+    def drop(self) -> None:
+        super().drop()
+        for s in self.inflight:
+            s.run = None
+
+    def _where(self) -> str:
+        s = self.at
+        return f"AQL packet {s.index} (slot {s.index % self.slots}, {s.what})" if s else f"AQL read index {self.rd}"
+
+    def _bad(self, reason: str) -> None:
+        where = self._where()
+        self.bad_packet(reason if "AQL packet" in reason else f"{reason}; at {where}", where)
 
     def step(self, budget: int) -> int:
-        if self.fault is not None or "hang_cp" in self.gpu.inject:
+        if self.stopped:
             return 0
         work = 0
         try:
-            while work < budget and self.fault is None:
+            while work < budget and self.exception is None:
                 n = 0
                 if self.pm4_active:
                     self.at = self.vendor
                     n += PM4Executor.step(self, budget - work)
-                if self.vendor is not None and not self.pm4_active and self.fault is None:
+                if self.vendor is not None and not self.pm4_active and self.exception is None:
                     self._complete(self.vendor)
                     self.vendor = None
                     n += 1
@@ -104,8 +130,8 @@ class AQLQueue(PM4Executor):
                 if not n:
                     break
                 work += n
-        except GPUFault as e:
-            self._fault(str(e), e.address, "VM_FAULT")
+        except AmdqError as e:
+            self.stop_on(e, "CP")
             return max(work, 1)
         return work
 
@@ -132,10 +158,10 @@ class AQLQueue(PM4Executor):
     # -- the packet processor ------------------------------------------------------------------
     def _fetch(self) -> int:
         n = 0
-        while self.fetch < self.wr and len(self.inflight) < WINDOW and self.fault is None:
+        while self.fetch < self.wr and len(self.inflight) < WINDOW and self.exception is None:
             if self.wr - self.rd > self.slots:
-                self._fault(f"doorbell index {self.wr - 1} is more than the ring's {self.slots} slots ahead of "
-                            f"the read index {self.rd}", None, "CP_BAD_OPCODE")
+                self._bad(f"doorbell index {self.wr - 1} is more than the ring's {self.slots} slots ahead of "
+                            f"the read index {self.rd}")
                 return n
             va = self.ring_va + (self.fetch % self.slots) * SLOT
             buf, o = self._mem(va, SLOT)
@@ -170,8 +196,7 @@ class AQLQueue(PM4Executor):
             if fmt == AMD_AQL_FORMAT_PM4_IB:
                 dws = struct.unpack_from("<5I", raw, 4)
                 if dws[4] != PM4_IB_DW_COUNT_REMAIN:
-                    self._fault(f"PM4-IB packet with dw_count_remain {dws[4]} (expected {PM4_IB_DW_COUNT_REMAIN})",
-                                None, "CP_BAD_OPCODE")
+                    self._bad(f"PM4-IB packet with dw_count_remain {dws[4]} (expected {PM4_IB_DW_COUNT_REMAIN})")
                     return
                 s.what = "VENDOR_SPECIFIC PM4_IB"
                 self.vendor = s
@@ -182,20 +207,20 @@ class AQLQueue(PM4Executor):
                 s.wait = ("value", f["signal"]["handle"], f["value"], f["mask"], f["cond"])
                 self._poll_one(s)
             else:
-                self._fault(f"vendor-specific packet with unknown AmdFormat {fmt}", None, "CP_BAD_OPCODE")
+                self._bad(f"vendor-specific packet with unknown AmdFormat {fmt}")
         elif t == A.HSA_PACKET_TYPE_AGENT_DISPATCH:
-            self._fault("AGENT_DISPATCH packets are for agents other than this GPU", None, "CP_BAD_OPCODE")
+            self._bad("AGENT_DISPATCH packets are for agents other than this GPU")
         else:
-            self._fault(f"AQL packet type {t} is reserved", None, "CP_BAD_OPCODE")
+            self._bad(f"AQL packet type {t} is reserved")
 
     def _dispatch_packet(self, s: Slot, raw: bytes, va: int) -> None:
         hs, wx, wy, wz, _, gx, gy, gz, priv, group, kobj, karg = DISPATCH.unpack_from(raw)
+        s.kobj = kobj
         block, items = (wx, wy, wz), (gx, gy, gz)
         if 0 in block:
-            return self._fault(f"workgroup size {block} has a zero dimension", None, "CP_BAD_OPCODE")
+            return self._bad(f"workgroup size {block} has a zero dimension")
         if group > self.gpu.target.lds_bytes:
-            return self._fault(f"group_segment_size {group} exceeds the {self.gpu.target.lds_bytes} bytes of LDS",
-                               None, "CP_BAD_OPCODE")
+            return self._bad(f"group_segment_size {group} exceeds the {self.gpu.target.lds_bytes} bytes of LDS")
         kd = self._read(kobj, 64)
         k = self._kd.get(kd)
         if k is None:
@@ -210,8 +235,8 @@ class AQLQueue(PM4Executor):
         wave_bytes = tmp["WAVESIZE"] * self.scratch_unit
         need = priv * (32 if wave32 else 64)
         if need > wave_bytes:
-            return self._fault(f"private_segment_size {priv} needs {need} scratch bytes per wave; the queue's "
-                               f"compute_tmpring_size backs {wave_bytes}", None, "CP_SCRATCH")
+            return self._bad(f"private_segment_size {priv} needs {need} scratch bytes per wave; the queue's "
+                               f"compute_tmpring_size backs {wave_bytes}")
         vals = {"private_segment_buffer": srd, "dispatch_ptr": va, "queue_ptr": self._queue(),
                 "kernarg_segment_ptr": karg, "dispatch_id": s.index, "flat_scratch_init": scratch,
                 "private_segment_size": priv}
@@ -232,6 +257,9 @@ class AQLQueue(PM4Executor):
             self._signal_ts(s.signal, SIG_START)
         if 0 in grid:
             return self._complete(s)
+        if self.gpu.inject.take("kill_wave") is not None:
+            return self.stop(F.WaveException("waves killed (injected kill_wave)", killed=True),
+                             kernel_pc=d.pgm_addr)
         s.run = self.gpu.core(self.vmid).start(d)
         self.dispatches += 1
 
@@ -247,6 +275,7 @@ class AQLQueue(PM4Executor):
             s.seen = s.run.stats.steps
             if done:
                 self.last_stats = s.run.stats
+                self._waves += s.run.waves_retired
                 s.run = None
                 self._complete(s)
                 work += 1
@@ -261,7 +290,7 @@ class AQLQueue(PM4Executor):
             _, h, ref, mask, cond = w
             fn = CONDITIONS.get(cond)
             if fn is None:
-                self._fault(f"barrier-value packet with unknown condition {cond}", None, "CP_BAD_OPCODE")
+                self._bad(f"barrier-value packet with unknown condition {cond}")
                 return 0
             ok = fn(self._value(h) & mask, ref)
         else:
@@ -305,18 +334,10 @@ class AQLQueue(PM4Executor):
             buf, o = self._mem(self.ring_va + (s.index % self.slots) * SLOT, 2, True)
             struct.pack_into("<H", buf, o, A.header(A.HSA_PACKET_TYPE_INVALID))
             self.rd += 1
+            self.retired += 1
             n += 1
         if n:
             buf, o = self._mem(self.rptr_va, 8, True)
             struct.pack_into("<Q", buf, o, self.rd)
         return n
 
-    # -- faults --------------------------------------------------------------------------------
-    def _fault(self, reason: str, address: int | None, source: str) -> None:
-        s = self.at
-        where = f"AQL packet {s.index} (slot {s.index % self.slots}, {s.what})" if s else f"AQL read index {self.rd}"
-        if "AQL packet" not in reason:
-            reason = f"{reason}; at {where}"
-        self.fault = QueueFault(reason, s.index if s else self.rd, s.what if s else "AQL")
-        self.running = None
-        self.gpu.interrupt(source, 0, self.vmid, address=address, queue=self.name, reason=reason)

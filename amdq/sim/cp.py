@@ -7,13 +7,13 @@ packet only when the packet has finished, so a hung queue's read pointer names t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..errors import GPUFault
+from ..errors import AmdqError
+from ..hw import faults as F
 from ..hw import pm4, regs
 from ..hw.kd import LDS_GRANULE
+from .engine import QueueEngine
 from .shader.core import DispatchRegs
 from .shader.memory import load, store
 
@@ -40,19 +40,12 @@ class ComputeRegs:
         self.num_thread = self.map.regCOMPUTE_NUM_THREAD_X
 
 
-@dataclass
-class QueueFault:
-    reason: str
-    offset: int                           # dword offset in the ring (or IB) of the packet
-    packet: str
-
-
-class PM4Executor:
+class PM4Executor(QueueEngine):
     """PM4 packet execution: register writes, dispatches, memory writes, waits, interrupts and indirect
     buffers. PM4Queue feeds it from a ring; the AQL queue (sim/aql.py) feeds it the IBs of vendor packets."""
 
     def __init__(self, gpu, vmid: int, name: str):
-        self.gpu, self.vmid, self.name = gpu, vmid, name
+        super().__init__(gpu, vmid, name)
         self.mmu = gpu.vm(vmid)
         self.gen = gpu.target.gfx_version
         self.pm4 = pm4.table(self.gen)
@@ -60,9 +53,10 @@ class PM4Executor:
         self.regs: dict[int, int] = {}
         self.ibs: list[list] = []                 # stack of [dwords, position, base address]
         self.running = None                       # shader Run of the current dispatch
-        self.fault: QueueFault | None = None
         self.dispatches = 0
         self.last_stats = None
+        self._waves = 0                           # waves of finished dispatches
+        self._cur = None
 
     @property
     def pm4_active(self) -> bool:
@@ -73,8 +67,18 @@ class PM4Executor:
         """Execute these dwords (found at GPU address `base`) next, as an indirect buffer."""
         self.ibs.append([np.asarray(dws, np.uint32), 0, base])
 
+    def waves_retired(self) -> int:
+        return self._waves + (self.running.waves_retired if self.running is not None else 0)
+
+    def context(self) -> dict:
+        return {"kernel_pc": self.running.d.pgm_addr} if self.running is not None else {}
+
+    def drop(self) -> None:
+        self.running = None
+        self.ibs = []
+
     def step(self, budget: int) -> int:
-        if self.fault is not None or "hang_cp" in self.gpu.inject:
+        if self.stopped:
             return 0
         work = 0
         try:
@@ -86,6 +90,7 @@ class PM4Executor:
                     if not done:
                         return max(work, 1)
                     self.last_stats = self.running.stats
+                    self._waves += self.running.waves_retired
                     self.running = None
                     self._finish_packet()
                     work += 1
@@ -93,13 +98,13 @@ class PM4Executor:
                 pkt = self._next_packet()
                 if pkt is None:
                     return work
-                if not self._execute(pkt):
-                    return work             # blocked (WAIT_REG_MEM not yet satisfied)
+                if not self._execute(pkt) or self.exception is not None:
+                    return work             # blocked (WAIT_REG_MEM not yet satisfied) or stopped
                 if self.running is None:
                     self._finish_packet()
                 work += 1
-        except GPUFault as e:
-            self._fault(str(e), e.address, "VM_FAULT")
+        except AmdqError as e:
+            self.stop_on(e, "CP")
         return max(work, 1)
 
     # -- fetching ------------------------------------------------------------------------------
@@ -120,10 +125,11 @@ class PM4Executor:
         try:
             return self.pm4.decode(dws, pos)
         except pm4.BadPacket as e:
-            self._fault(f"bad PM4 packet at {where}: {e}", None, "CP_BAD_OPCODE")
+            self._bad(f"bad PM4 packet at {where}: {e}")
             return None
 
     def _finish_packet(self) -> None:
+        self.retired += 1
         kind, pos, _ = self._cur
         if kind == "ib":
             self.ibs[-1][1] = pos + self._size if self.ibs and self.ibs[-1][1] == pos else self.ibs[-1][1] if self.ibs else 0
@@ -133,11 +139,12 @@ class PM4Executor:
     def _advance(self, size: int) -> None:
         raise NotImplementedError
 
-    def _fault(self, reason: str, address: int | None, source: str) -> None:
-        kind, pos, base = getattr(self, "_cur", None) or ("ib", 0, None)
-        self.fault = QueueFault(reason, pos, kind)
-        self.running = None
-        self.gpu.interrupt(source, 0, self.vmid, address=address, queue=self.name, reason=reason)
+    def _where(self) -> str:
+        kind, pos, base = self._cur or ("ib", 0, 0)
+        return f"IB @ {base:#x} dword {pos}" if kind == "ib" else f"ring dword {pos}"
+
+    def _bad(self, reason: str) -> None:
+        self.bad_packet(reason, self._where())
 
     # -- packets -------------------------------------------------------------------------------
     def _execute(self, p) -> bool:
@@ -175,7 +182,7 @@ class PM4Executor:
             self._size = 0
             self.ibs.append([dws, 0, int(addr[0]) if n else 0])
             return True
-        self._fault(f"unsupported PM4 packet {name} (opcode {p.opcode:#x})", None, "CP_BAD_OPCODE")
+        self._bad(f"unsupported PM4 packet {name} (opcode {p.opcode:#x})")
         return False
 
     def _release_mem(self, f: dict) -> None:
@@ -198,7 +205,7 @@ class PM4Executor:
             v = self.regs.get(addr & 0xFFFF, 0)
         fn = COMPARE.get(f["FUNCTION"])
         if fn is None:
-            self._fault(f"WAIT_REG_MEM with reserved FUNCTION {f['FUNCTION']}", None, "CP_BAD_OPCODE")
+            self._bad(f"WAIT_REG_MEM with reserved FUNCTION {f['FUNCTION']}")
             return False
         return bool(fn(v & f["MASK"], f["REFERENCE"]))
 
@@ -239,6 +246,9 @@ class PM4Executor:
             start=tuple(self._reg(f"COMPUTE_START_{d}") for d in "XYZ"), partial=partial, gfx=self.gen)
         if gx * gy * gz == 0:
             return
+        if self.gpu.inject.take("kill_wave") is not None:
+            self.stop(F.WaveException("waves killed (injected kill_wave)", killed=True), kernel_pc=pgm)
+            return
         self.running = self.gpu.core(self.vmid).start(d)
         self._steps_seen = 0
         self.dispatches += 1
@@ -259,7 +269,7 @@ class PM4Queue(PM4Executor):
 
     @property
     def busy(self) -> bool:
-        return self.fault is None and (self.rptr != self.wptr or bool(self.ibs) or self.running is not None)
+        return not self.stopped and (self.rptr != self.wptr or bool(self.ibs) or self.running is not None)
 
     # -- fetching ------------------------------------------------------------------------------
     def _ring(self) -> np.ndarray:
@@ -285,7 +295,7 @@ class PM4Queue(PM4Executor):
         store(self.mmu, np.array([self.rptr_va], np.uint64),
               np.array([[self.rptr & 0xFFFFFFFF, self.rptr >> 32]], np.uint32), 8)
 
-    def _fault(self, reason: str, address: int | None, source: str) -> None:
-        if getattr(self, "_cur", None) is None:
-            self._cur = ("ring", self.rptr, None)
-        super()._fault(reason, address, source)
+    def _where(self) -> str:
+        if self._cur is None:
+            return f"ring dword {self.rptr % self.ring_dw}"
+        return super()._where()

@@ -5,6 +5,10 @@ work, and advance cooperatively: each runs until it blocks (a wait on memory not
 runs dry. In "sync" mode they run on the thread that writes the doorbell (and on threads that wait
 for the GPU); in "async" mode a worker thread runs them, so a submission returns before the GPU is
 done, as on hardware.
+
+The GPU lock guards engine state and the page tables. Engines run in small slices under it (a slice
+is sized to take about SLICE_S seconds), and a host thread that needs the lock (`host_access`) gets it
+between two slices: a spinning kernel never keeps `alloc`, `load` or `close` waiting for long.
 """
 from __future__ import annotations
 
@@ -13,11 +17,16 @@ import threading
 import time
 from typing import Callable, Protocol
 
+from contextlib import contextmanager
+
+from ..hw import faults as F
 from ..hw.targets import Target, get_target
+from .inject import Injector
 from .memory import Arena
 from .mmu import MMU
 
 GPU_CLOCK_HZ = 100_000_000
+SLICE_S = 0.002                  # engine work per lock hold
 
 
 class Engine(Protocol):
@@ -42,10 +51,12 @@ class SimGPU:
         self.mode = mode or os.environ.get("AMDQ_SIM_MODE", "async")
         self.defer = False                            # doorbells only record (to time host work alone)
         self.lock = threading.RLock()
+        self._want = 0                                # host threads waiting for the lock
+        self._budget = 256                            # work units per slice, adapted to SLICE_S
         self._kick = threading.Event()
         self._stop = False
         self._t0 = time.perf_counter_ns()
-        self.inject: dict[str, object] = {}          # fault injection: "hang_cp", "kill_wave", ...
+        self.inject = Injector(self)                  # fault injection: inject("hang_cp"), inject.clear(...)
         self._worker = None
         if self.mode == "async":
             self._worker = threading.Thread(target=self._run_worker, name="amdq-sim-gpu", daemon=True)
@@ -70,13 +81,32 @@ class SimGPU:
         return self.cores[vmid]
 
     # -- engines and doorbells ----------------------------------------------------------------
+    @contextmanager
+    def host_access(self):
+        """The GPU lock for a host-side change (page tables, queues): taken between two engine slices."""
+        self._want += 1
+        try:
+            with self.lock:
+                yield
+        finally:
+            self._want -= 1
+
     def attach(self, doorbell: int, engine: Engine) -> None:
-        with self.lock:
+        with self.host_access():
             self.engines[doorbell] = engine
+            self.inject.attached(engine)
 
     def detach(self, doorbell: int) -> None:
-        with self.lock:
-            self.engines.pop(doorbell, None)
+        """Destroy the queue behind a doorbell: its running waves are killed."""
+        with self.host_access():
+            eng = self.engines.pop(doorbell, None)
+            if eng is not None and hasattr(eng, "kill"):
+                eng.kill()
+
+    def clear(self, kind: str | None = None) -> None:
+        """Disarm a fault injection (all if None)."""
+        with self.host_access():
+            self.inject.clear(kind)
 
     def ring(self, doorbell: int, value: int) -> None:
         """A doorbell write from the host."""
@@ -92,20 +122,31 @@ class SimGPU:
             self.pump(1 << 12)
 
     def pump(self, budget: int = 1 << 14) -> bool:
-        """Advance every engine until all are idle or blocked (or the budget is spent); True if any moved."""
+        """Advance every engine until all are idle or blocked (or the budget is spent), one slice at a time
+        under the lock, giving way to host threads between slices; True if any moved."""
         moved = False
-        with self.lock:
-            while budget > 0:
+        while budget > 0 and not self._stop:
+            if self._want:
+                time.sleep(0.0001)                   # let the host thread that waits for the lock take it
+                continue
+            with self.lock:
+                t0 = time.perf_counter()
+                share = min(budget, self._budget)
                 work = 0
                 for eng in list(self.engines.values()):
                     try:
-                        work += eng.step(budget)
+                        work += eng.step(share)
                     except Exception as e:          # a simulator bug must not stop the GPU silently
                         self._internal_error(eng, e)
-                if not work:
-                    break
-                moved = True
-                budget -= work
+                dt = time.perf_counter() - t0
+            if dt > SLICE_S and self._budget > 1:
+                self._budget //= 2
+            elif dt < SLICE_S / 4 and work >= share and self._budget < 1 << 14:
+                self._budget *= 2
+            if not work:
+                break
+            moved = True
+            budget -= work
         return moved
 
     @property
@@ -118,11 +159,11 @@ class SimGPU:
         import traceback
         print(f"amdq simulated GPU: internal error in {getattr(eng, 'name', eng)}:", file=sys.stderr)
         traceback.print_exception(e, file=sys.stderr)
-        reason = f"simulator internal error: {type(e).__name__}: {e}"
-        if hasattr(eng, "_fault"):
-            eng._fault(reason, None, "CP_BAD_OPCODE")
+        if hasattr(eng, "stop"):
+            eng.stop(F.record_of(e))
         else:
-            self.detach(next((d for d, x in self.engines.items() if x is eng), -1))
+            reason = f"simulator internal error: {type(e).__name__}: {e}"
+            self.engines.pop(next((d for d, x in self.engines.items() if x is eng), -1), None)
             self.interrupt("CP_BAD_OPCODE", 0, 0, reason=reason)
 
     def _run_worker(self) -> None:
@@ -143,8 +184,14 @@ class SimGPU:
         return not self.busy
 
     def close(self) -> None:
+        """Power off: engines stop (waves killed), the worker thread ends."""
         self._stop = True
         self._kick.set()
+        with self.host_access():
+            for eng in list(self.engines.values()):
+                if hasattr(eng, "kill"):
+                    eng.kill()
+            self.engines.clear()
 
     # -- interrupts ---------------------------------------------------------------------------
     def interrupt(self, source: str, ctxid: int, vmid: int = 0, **info) -> None:

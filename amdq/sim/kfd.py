@@ -10,7 +10,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import struct
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,6 +85,8 @@ class SimKFD:
         self._next_queue = 1
         self.events: dict[int, Event] = {}
         self._next_event = 1
+        self.exceptions: deque = deque(maxlen=256)     # hardware exception records, oldest first
+        self._lock = threading.Lock()                   # ioctls of several host threads (WAIT_EVENTS aside)
         self.vmid = 8
         self.vm = gpu.vm(self.vmid)
         self.vm.set_root(gpu.vram.alloc(4096))
@@ -179,7 +183,11 @@ class SimKFD:
         if handler is None:
             raise OSError(errno.EINVAL, f"{name} is not implemented by the simulated driver")
         args = st.unpack(arg)
-        out = handler(args)
+        if name == "AMDKFD_IOC_WAIT_EVENTS":
+            out = handler(args)
+        else:
+            with self._lock:
+                out = handler(args)
         if out:
             st.pack_into(arg, 0, **out)
 
@@ -266,9 +274,10 @@ class SimKFD:
             eng = make_queue(self.gpu, self.vmid, qtype, a)
         if a["ring_size"] & (a["ring_size"] - 1) or a["ring_size"] < 256:
             raise OSError(errno.EINVAL, "ring size must be a power of two of at least 256 bytes")
-        self.gpu.attach(index, eng)
         qid = self._next_queue
         self._next_queue += 1
+        eng.queue_id = qid
+        self.gpu.attach(index, eng)
         self.queues[qid] = (eng, index)
         return {"queue_id": qid, "doorbell_offset": MMAP_DOORBELL | (self.GPU_ID << 46) | index * 8}
 
@@ -311,8 +320,13 @@ class SimKFD:
             if not (self.gpu.mode != "async" and self.gpu.pump(64)):
                 time.sleep(0.0002)
         for i, e in enumerate(evs):
-            if e.signaled and e.data:
-                struct.pack_into("<QII", raw, 48 * i + 16, e.data.get("va", 0), self.GPU_ID, e.data.get("error", 1))
+            if e.signaled and e.data:            # kfd_event_data: memory or hardware exception data
+                if e.type == K.KFD_IOC_EVENT_MEMORY and e.data["memory"]:
+                    ro = e.data["read_only"]
+                    struct.pack_into("<IIIIQII", raw, 48 * i, int(not ro), int(ro), 0, 0, e.data["va"], self.GPU_ID, 0)
+                elif e.type == K.KFD_IOC_EVENT_HW_EXCEPTION:
+                    struct.pack_into("<IIII", raw, 48 * i, K.KFD_HW_EXCEPTION_PER_ENGINE_RESET,
+                                     K.KFD_HW_EXCEPTION_GPU_HANG, 0, self.GPU_ID)
             if e.signaled and e.auto_reset:
                 e.signaled = False
                 e.data = {}
@@ -377,17 +391,37 @@ class SimKFD:
         self.vm.invalidate()
 
     # -- interrupts -----------------------------------------------------------------------------
+    def queue_progress(self, queue_id: int) -> int | None:
+        """Packets and waves the queue has retired (what a hang watchdog looks at)."""
+        eng, _ = self.queues.get(queue_id, (None, None))
+        return eng.progress if eng is not None else None
+
+    def take_exceptions(self) -> list:
+        """The hardware exception records since the last call (what the real driver hands a debugger through
+        KFD_IOC_DBG_TRAP_QUERY_EXCEPTION_INFO; the simulated one keeps the whole record)."""
+        out = []
+        while self.exceptions:
+            out.append(self.exceptions.popleft())
+        return out
+
     def _interrupt(self, source: str, ctxid: int, vmid: int, info: dict) -> None:
         if source == "CP_EOP":
             ev = self.events.get(ctxid)
             if ev is not None:
                 ev.signaled = True
             return
-        kind = K.KFD_IOC_EVENT_MEMORY if source == "VM_FAULT" else K.KFD_IOC_EVENT_HW_EXCEPTION
-        for ev in self.events.values():
-            if ev.type in (K.KFD_IOC_EVENT_MEMORY, K.KFD_IOC_EVENT_HW_EXCEPTION) and (ev.type == kind or kind != K.KFD_IOC_EVENT_MEMORY):
+        exc = info.get("exception")
+        if exc is not None:
+            self.exceptions.append(exc)
+        # a VM fault is a memory exception event (VA, not-present / read-only); everything else stops the
+        # queue and is a hardware exception event
+        memory = source == "VM_FAULT"
+        va = info.get("address") or 0
+        read_only = "read-only" in getattr(getattr(exc, "record", None), "reason", "")
+        for ev in list(self.events.values()):
+            if ev.type == K.KFD_IOC_EVENT_MEMORY or (ev.type == K.KFD_IOC_EVENT_HW_EXCEPTION and not memory):
                 ev.signaled = True
-                ev.data = {"va": info.get("address", 0) or 0, "error": 1 if kind == K.KFD_IOC_EVENT_MEMORY else 2}
+                ev.data = {"va": va, "memory": memory, "read_only": read_only}
 
 
 __all__ = ["SimKFD"]

@@ -18,39 +18,32 @@ SDMA queue from consuming (a hung engine).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..errors import GPUFault
+from ..errors import AmdqError, GPUFault
 from ..hw import sdma
+from .engine import QueueEngine
 
 FUNCS = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
          4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
 CLIENT = "SDMA"
 
 
-@dataclass
-class QueueFault:
-    reason: str
-    offset: int                           # byte offset in the ring (or dword in the IB) of the packet
-    where: str                            # "ring" | "ib"
-
-
-class SDMAQueue:
+class SDMAQueue(QueueEngine):
     """One SDMA user queue (ring in host memory, byte read/write pointers, doorbell)."""
 
+    kind = "sdma"
+
     def __init__(self, gpu, vmid: int, args: dict):
-        self.gpu, self.vmid = gpu, vmid
+        super().__init__(gpu, vmid, f"SDMA queue @ {args['ring_base_address']:#x}")
         self.mmu = gpu.vm(vmid)
         self.version = gpu.target.ip["SDMA"][0]
         self.t = sdma.table(self.version)
         self.ring_va, self.ring_bytes = args["ring_base_address"], args["ring_size"]
         self.rptr_va, self.wptr_va = args["read_pointer_address"], args["write_pointer_address"]
-        self.name = f"SDMA queue @ {self.ring_va:#x}"
         self.rptr = self.wptr = 0                  # bytes, monotonic
         self.ib: list | None = None                # [dwords, position, base address] of the running IB
-        self.fault: QueueFault | None = None
+        self._cur = ("ring", 0)
         self.packets = 0
         self.bytes_copied = 0
 
@@ -60,10 +53,13 @@ class SDMAQueue:
 
     @property
     def busy(self) -> bool:
-        return self.fault is None and (self.rptr != self.wptr or self.ib is not None)
+        return not self.stopped and (self.rptr != self.wptr or self.ib is not None)
+
+    def drop(self) -> None:
+        self.ib = None
 
     def step(self, budget: int) -> int:
-        if self.fault is not None or "hang_sdma" in self.gpu.inject:
+        if self.stopped:
             return 0
         work = 0
         try:
@@ -88,7 +84,7 @@ class SDMAQueue:
                 if p is None:
                     return max(work, 1)
                 cost = self._execute(p)
-                if cost is None:                      # blocked (POLL_REGMEM) or faulted
+                if cost is None or self.exception is not None:      # blocked (POLL_REGMEM) or stopped
                     return work
                 self.packets += 1
                 if self.ib is not None and p.name != "INDIRECT":
@@ -96,8 +92,8 @@ class SDMAQueue:
                 elif p.name != "INDIRECT":
                     self._retire(p.size)
                 work += cost
-        except GPUFault as e:
-            self._fault(str(e), e.address, "VM_FAULT")
+        except AmdqError as e:
+            self.stop_on(e, CLIENT)
             return max(work, 1)
         return work
 
@@ -114,19 +110,20 @@ class SDMAQueue:
         try:
             return self.t.decode(dws, pos)
         except sdma.BadPacket as e:
-            self._fault(f"bad SDMA packet at {where} {'byte' if where == 'ring' else 'dword'} {offset}: {e}",
-                        None, "SDMA_BAD_PACKET")
+            self._bad(f"bad SDMA packet at {self._where()}: {e}")
             return None
 
     def _retire(self, dwords: int) -> None:
+        self.retired += 1
         self.rptr += dwords * 4
         self._write(self.rptr_va, np.array([self.rptr], np.uint64).view(np.uint8))
 
-    def _fault(self, reason: str, address: int | None, source: str) -> None:
-        where, off = getattr(self, "_cur", ("ring", self.rptr % self.ring_bytes))
-        self.fault = QueueFault(reason, off, where)
-        self.ib = None
-        self.gpu.interrupt(source, 0, self.vmid, address=address, queue=self.name, reason=reason)
+    def _where(self) -> str:
+        where, off = self._cur
+        return f"ring byte {off}" if where == "ring" else f"IB dword {off}"
+
+    def _bad(self, reason: str) -> None:
+        self.bad_packet(reason, self._where())
 
     # -- memory through the MMU ----------------------------------------------------------------
     def _pieces(self, va: int, n: int, write: bool) -> list[tuple[np.ndarray, int, int]]:
@@ -214,19 +211,18 @@ class SDMAQueue:
             return 1
         if name == "INDIRECT":
             if self.ib is not None:
-                self._fault(f"INDIRECT inside an indirect buffer (IB @ {self.ib[2]:#x} dword {self.ib[1]})",
-                            None, "SDMA_BAD_PACKET")
+                self._bad(f"INDIRECT inside an indirect buffer (IB @ {self.ib[2]:#x} dword {self.ib[1]})")
                 return None
             n, base = f["ib_size"], f["ib_base"]
             dws = self._read(base, 4 * n).view(np.uint32) if n else np.zeros(0, np.uint32)
             self.ib, self._ib_size = [dws, 0, base], p.size
             return 1
-        self._fault(f"unsupported SDMA packet {name} (op {p.op}, sub_op {p.sub_op})", None, "SDMA_BAD_PACKET")
+        self._bad(f"unsupported SDMA packet {name} (op {p.op}, sub_op {p.sub_op})")
         return None
 
     def _fill(self, f: dict) -> int | None:
         if f["fillsize"] == 3:
-            self._fault("CONSTANT_FILL with reserved FILLSIZE 3", None, "SDMA_BAD_PACKET")
+            self._bad("CONSTANT_FILL with reserved FILLSIZE 3")
             return None
         elem = 1 << f["fillsize"]
         n = f["count"] + elem
@@ -241,12 +237,12 @@ class SDMAQueue:
     def _poll(self, f: dict) -> int | None:
         fn = FUNCS.get(f["func"])
         if fn is None:
-            self._fault(f"POLL_REGMEM with reserved FUNC {f['func']}", None, "SDMA_BAD_PACKET")
+            self._bad(f"POLL_REGMEM with reserved FUNC {f['func']}")
             return None
         if not f["mem_poll"]:
             if f["hdp_flush"]:
                 return 1
-            self._fault("POLL_REGMEM on a register (only memory polls are modelled)", None, "SDMA_BAD_PACKET")
+            self._bad("POLL_REGMEM on a register (only memory polls are modelled)")
             return None
         v = int(self._read(f["addr"] & ~3, 4).view(np.uint32)[0])
         return 1 if fn(v & f["mask"], f["value"]) else None

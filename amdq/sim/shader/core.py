@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import GPUFault, UnsupportedInstruction
+from ...errors import GPUException, GPUFault, InvalidPacket, UnsupportedInstruction
 from ...hw import kd as KD
 from . import decode
 from .memory import GPUMemory
@@ -107,7 +107,8 @@ class ICache:
         try:
             code, ver = self._line(line)
         except GPUFault:
-            raise GPUFault(f"GPU page fault: instruction fetch at {pc:#x} (not mapped)", address=pc, fetch=True) from None
+            raise GPUFault(f"GPU page fault: instruction fetch at {pc:#x} (not mapped)", address=pc, fetch=True,
+                           client="shader (instruction fetch)", pc=pc) from None
         deps = ((line, ver),)
         if pc + size > line + self.LINE:
             try:
@@ -276,7 +277,7 @@ class Batch:
                         return True
                     self._release_barriers()
                     if not (w.status == RUN).any():
-                        raise GPUFault("all live waves wait at a barrier that can never complete", address=None)
+                        raise GPUException("all live waves wait at a barrier that can never complete")
                     continue
                 pc = min(pcs[i] for i in live)
                 at = [i for i in live if pcs[i] == pc]
@@ -291,7 +292,7 @@ class Batch:
                         return True
                     self._release_barriers()
                     if not (w.status == RUN).any():
-                        raise GPUFault("all live waves wait at a barrier that can never complete", address=None)
+                        raise GPUException("all live waves wait at a barrier that can never complete")
                     continue
                 pcs = w.pc[runnable]
                 pc = int(pcs.min())
@@ -307,9 +308,9 @@ class Batch:
             try:
                 fn(w, sel)
             except IndexError as e:
-                raise GPUFault(f"{inst.mnemonic} at pc {pc:#x}: register out of the wave's allocation ({e})",
-                               address=pc, pc=pc) from None
-            except GPUFault as e:
+                raise GPUException(f"{inst.mnemonic} at pc {pc:#x}: register out of the wave's allocation ({e})",
+                                   pc=pc) from None
+            except GPUException as e:
                 e.info.setdefault("pc", pc)
                 e.info.setdefault("instruction", inst.mnemonic)
                 if f"pc {pc:#x}" not in str(e):
@@ -379,18 +380,25 @@ class Run:
         self.total = gx * gy * gz
         threads = d.block[0] * d.block[1] * d.block[2]
         if threads == 0 or threads > 1024:
-            raise GPUFault(f"dispatch workgroup of {threads} work-items (1..1024 allowed)", address=None)
+            raise InvalidPacket(f"dispatch workgroup of {threads} work-items (1..1024 allowed)")
         lanes = 64 if d.wave64 else 32
         per_wg = -(-threads // lanes) * lanes
         self.per_batch = max(1, core.max_lanes // per_wg)
         if d.scratch_wave_bytes and d.scratch_waves:
             wpg = per_wg // lanes
             if d.scratch_waves < wpg:
-                raise GPUFault(f"COMPUTE_TMPRING_SIZE.WAVES={d.scratch_waves} cannot hold one workgroup of {wpg} "
-                               f"waves that need scratch", address=None)
+                raise InvalidPacket(f"COMPUTE_TMPRING_SIZE.WAVES={d.scratch_waves} cannot hold one workgroup of {wpg} "
+                                    f"waves that need scratch")
             self.per_batch = min(self.per_batch, d.scratch_waves // wpg)
         self.next_wg = 0
         self.batch: Batch | None = None
+        self._retired = 0
+
+    @property
+    def waves_retired(self) -> int:
+        """Waves that have ended so far (progress a watchdog can see)."""
+        b = self.batch
+        return self._retired + (int((b.w.status == DONE).sum()) if b is not None else 0)
 
     @property
     def done(self) -> bool:
@@ -407,6 +415,7 @@ class Run:
                 self.stats.workgroups += len(ids)
             if not self.batch.run(self.stats, max_steps):
                 return False
+            self._retired += self.batch.w.n
             self.batch.w.release()
             self.batch = None
         return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from amdq.errors import UnsupportedInstruction
+from amdq.errors import IllegalInstruction, UnsupportedInstruction
 from amdq.hw import isa
 
 ARCH = "rdna3"
@@ -179,9 +179,12 @@ class _Ctx:
         return (self.bits >> self.lit_pos) & 0xFFFFFFFF
 
 
-def _fail(ctx: _Ctx, why: str) -> UnsupportedInstruction:
-    words = " ".join(f"{(ctx.bits >> (32 * i)) & 0xFFFFFFFF:08X}" for i in range(2))
-    return UnsupportedInstruction(f"{why} at pc {ctx.pc:#x} (words {words})", address=ctx.pc)
+def _fail(ctx: _Ctx, why: str, cls=IllegalInstruction) -> IllegalInstruction | UnsupportedInstruction:
+    """Words that are no instruction of this ISA (IllegalInstruction), or a known encoding the decoder does
+    not model (UnsupportedInstruction)."""
+    words = tuple((ctx.bits >> (32 * i)) & 0xFFFFFFFF for i in range(2))
+    text = " ".join(f"{w:08X}" for w in words)
+    return cls(f"{why} at pc {ctx.pc:#x} (words {text})", address=ctx.pc, pc=ctx.pc, words=words)
 
 
 def _float_kind(fmt: str, bits: int) -> int:
@@ -565,11 +568,12 @@ def decode(code: bytes, pc: int, base: int = 0, wave64: bool = False) -> Inst:
     """Decode the instruction at `pc` of a code region that starts at address `base`."""
     off = pc - base
     if off < 0 or off + 4 > len(code):
-        raise UnsupportedInstruction(f"pc {pc:#x} outside the code region [{base:#x}, {base + len(code):#x})", address=pc)
+        raise IllegalInstruction(f"pc {pc:#x} outside the code region [{base:#x}, {base + len(code):#x})", address=pc)
     ctx = _Ctx(code, off, pc, wave64)
     e = isa.match(ctx.bits & 0xFFFFFFFF, ARCH)
     if e is None or e.name not in DECODERS:
-        raise _fail(ctx, f"unsupported encoding {e.name if e else '(none)'}")
+        raise _fail(ctx, f"unsupported encoding {e.name}", UnsupportedInstruction) if e else \
+            _fail(ctx, "no encoding matches")
     ctx.lit_pos = e.size * 8
     inst = DECODERS[e.name](ctx)
     inst.mask_bits = 64 if wave64 else 32
@@ -621,7 +625,7 @@ def mask_dead(code: bytes, base: int, wave64: bool, inst: Inst) -> bool:
     for _ in range(LOOKAHEAD):
         try:
             nxt = decode(code, pc, base, wave64)
-        except UnsupportedInstruction:
+        except (IllegalInstruction, UnsupportedInstruction):
             return False
         k = nxt.key
         if k == "s_endpgm":
@@ -645,7 +649,8 @@ def mask_dead(code: bytes, base: int, wave64: bool, inst: Inst) -> bool:
 
 
 def decode_program(code: bytes, base: int = 0, wave64: bool = False) -> dict[int, Inst]:
-    """Decode a whole code region linearly: {pc: Inst}; an undecodable word raises UnsupportedInstruction."""
+    """Decode a whole code region linearly: {pc: Inst}; an undecodable word raises IllegalInstruction
+    (or UnsupportedInstruction for an encoding the decoder does not model)."""
     out: dict[int, Inst] = {}
     pc, end = base, base + len(code)
     while pc + 4 <= end:

@@ -497,10 +497,10 @@ def _round_mode(inst: Inst):
 
 @handler("s_trap")
 def _trap(inst: Inst):
-    from ...errors import GPUFault
+    from ...errors import GPUException
 
     def step(w, sel):
-        raise GPUFault(f"s_trap {inst.simm16 & 0xFF} at pc {inst.pc:#x} (no trap handler installed)", address=inst.pc)
+        raise GPUException(f"s_trap {inst.simm16 & 0xFF} at pc {inst.pc:#x} (no trap handler installed)", pc=inst.pc)
     return step
 
 

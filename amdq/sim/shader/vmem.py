@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import GPUFault
+from ...errors import GPUException, GPUFault
 from . import lds as LDSM
 from .decode import OPS, Inst
 from .memory import ATOMICS, AtomicOp, atomic, load, store
@@ -185,7 +185,8 @@ def private_phys(st: Lanes, wv: np.ndarray, ln: np.ndarray, a: np.ndarray, nbyte
         i = int(np.argmax(bad))
         raise GPUFault(f"GPU fault: private {'write' if write else 'read'} of {nbytes} bytes at {int(a[i]):#x} by lane "
                        f"{int(ln[i])} of wave {int(wv[i])}, outside its {per_lane}-byte private segment",
-                       address=int(a[i]), write=write, private=True)
+                       address=int(a[i]), write=write, private=True, client="shader (private segment)",
+                       reason="outside the private segment")
     return w.scratch_base[wv] + ((a >> 2) * w.lanes + ln).astype(U64) * U64(4) + (a & 3).astype(U64)
 
 
@@ -218,8 +219,7 @@ def private_store(st: Lanes, wv, ln, a: np.ndarray, data: np.ndarray, nbytes: in
 
 def private_atomic(st: Lanes, wv, ln, a: np.ndarray, op: AtomicOp, src, cmp) -> np.ndarray:
     if src.dtype == U64:
-        raise GPUFault("64-bit atomic on private memory: its dwords are not contiguous (swizzled scratch)",
-                       address=int(a[0]) if len(a) else None)
+        raise GPUException("64-bit atomic on private memory: its dwords are not contiguous (swizzled scratch)")
     return atomic(st.w.mem, private_phys(st, wv, ln, a, 4, True), op, src, cmp)
 
 
@@ -580,7 +580,7 @@ def _buffer_addr(inst: Inst, nbytes: int, per_dword: bool):
         w, sel = st.w, st.sel
         w0, w1, w2, w3 = (w.s[rs + i][sel] for i in range(4))
         if np.any(w1 >> U32(30)):
-            raise GPUFault("swizzled buffer resources are not implemented by the shader core", address=None)
+            raise GPUException("swizzled buffer resources are not implemented by the shader core")
         base = st.pick((w0.astype(U64) | (w1 & U32(0xFFFF)).astype(U64) << U64(32))[:, None])
         stride = st.pick(((w1 >> U32(16)) & U32(0x3FFF)).astype(np.int64)[:, None])
         nrec = st.pick(w2.astype(np.int64)[:, None])

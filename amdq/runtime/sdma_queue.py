@@ -3,7 +3,7 @@ buffers for host<->device copies, and the GPU-side waits that order the device's
 
 Ring. Read/write pointers count bytes (KFD SDMA queues). A packet never wraps: when the ring's tail is
 too short for the next packet it is zero-filled (a zero dword is a one-dword NOP) and writing restarts
-at 0. Submission waits for ring space (doorbelling what it has written so far) with a timeout.
+at 0. Submission waits for ring space (doorbelling what it has written so far) with the wait timeout.
 
 Signals. A submission ends with FENCE(low word), FENCE(high word), TRAP(event): the 64-bit timeline
 value is written low half first, so a reader that sees the halves torn sees a value below the old one
@@ -11,7 +11,7 @@ value is written low half first, so a reader that sees the halves torn sees a va
 
 Waits on 64-bit values. POLL_REGMEM and PM4 WAIT_REG_MEM compare one 32-bit word (unsigned; amdq.hw.pm4
 has the WAIT_REG_MEM64 opcode but no body layout, and the command processor model does not run it).
-`wait_packets`/`gpu_wait` wait for a 64-bit value v as two polls: high word >= v>>32, then low word >=
+`wait_packets`/`wait_on` wait for a 64-bit value v as two polls: high word >= v>>32, then low word >=
 v & 0xffffffff. The first never passes early; the second is exact while the high word equals v's, and
 `Device` keeps it so: before a timeline's value crosses into the next 2^32 block it synchronizes the
 device, so no wait on the old block is still pending when the high word changes. Values may therefore
@@ -25,15 +25,12 @@ waits, and copies out.
 """
 from __future__ import annotations
 
-import time
 from collections import deque
-from typing import Callable
 
 import numpy as np
 
-from ..errors import GPUTimeout
 from ..hw import sdma
-from .queue import stuck_report
+from .hwqueue import HWQueue, stuck_report
 from .signal import Timeline
 
 FUNC_GEQ = 5
@@ -43,36 +40,28 @@ STAGING_LIMIT = 64 << 20
 DOWNLOAD_PIECE = 64 << 20
 
 
-class OrderedTimeline(Timeline):
-    """A Timeline that calls `before(self)` before handing out each value (the device's cross-queue hook)."""
-
-    def __init__(self, alloc, index: int = 0, start: int = 0, before: Callable[[Timeline], None] | None = None):
-        super().__init__(alloc, index, start)
-        self.before = before
-
-    def next(self) -> int:
-        if self.before is not None:
-            self.before(self)
-        return super().next()
-
-
-class CopyQueue:
+class SDMAQueue(HWQueue):
     """A KFD SDMA queue: the runtime's writer side of the ring, and host<->device copies through it."""
 
+    kind = "sdma"
+
     def __init__(self, dev, ring_bytes: int, timeline: Timeline):
-        self.dev, self.timeline = dev, timeline
-        self.q = dev.iface.create_queue("sdma", ring_bytes)
-        self.name = f"sdma queue {self.q.queue_id}"
         self.version = dev.target.ip["SDMA"][0]
         self.t = sdma.table(self.version)
-        self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
-        self.ring_dw = len(self.ring)
-        self.wptr = 0                                   # bytes, monotonic
-        self._limit = self.ring_dw * 4
         self.max_copy = dev.target.sdma_max_copy       # bytes per COPY_LINEAR / CONSTANT_FILL (tests shrink it)
         self.event = getattr(dev.iface, "signal_event", 0)
         self._staged: deque = deque()                   # (timeline value, staging allocation) of uploads
         self._staged_bytes = 0
+        self._signal_dw = sum(len(p) for p in self.signal(0, 0))
+        super().__init__(dev, ring_bytes, timeline)
+
+    def _open(self) -> None:
+        self.q = self.dev.iface.create_queue("sdma", self.ring_bytes)
+        self.name = f"sdma queue {self.q.queue_id}"
+        self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
+        self.ring_dw = len(self.ring)
+        self.wptr = 0                                   # bytes, monotonic
+        self._limit = self.ring_dw * 4
 
     # -- encoders (each returns a list of packets, a packet being a list of dwords) --------------------
     def copy(self, dst: int, src: int, nbytes: int) -> list[list[int]]:
@@ -131,7 +120,12 @@ class CopyQueue:
     def rptr(self) -> int:
         return self.q.rptr.cpu.read64(0)
 
-    def submit(self, packets: list[list[int]], timeout_ms: int = 10_000) -> None:
+    def room(self, ndw: int) -> None:
+        """Make sure ndw more dwords (placed anywhere, pads included) fit the ring."""
+        if self.wptr + 4 * ndw > self._limit:
+            self._wait_space(ndw)
+
+    def submit(self, packets: list[list[int]]) -> None:
         """Write packets to the ring (none split by the ring's end) and ring the doorbell."""
         ring, rdw = self.ring, self.ring_dw
         for p in packets:
@@ -141,7 +135,7 @@ class CopyQueue:
             i = (self.wptr >> 2) % rdw
             pad = rdw - i if i + n > rdw else 0
             if self.wptr + 4 * (pad + n) > self._limit:
-                self._wait_space(pad + n, timeout_ms)
+                self._wait_space(pad + n)
             if pad:
                 ring[i:] = 0
                 self.wptr += 4 * pad
@@ -154,15 +148,9 @@ class CopyQueue:
         self.q.wptr.cpu.write64(0, self.wptr)
         self.q.doorbell.write64(self.q.doorbell_off, self.wptr)
 
-    def _wait_space(self, ndw: int, timeout_ms: int) -> None:
-        self._doorbell()                                 # let the engine consume what is already there
-        need = self.wptr + 4 * ndw - 4 * self.ring_dw
-        end = time.monotonic() + timeout_ms / 1000
-        while self.rptr < need:
-            if time.monotonic() > end:
-                raise GPUTimeout(f"{self.name}: no ring space for {ndw} dwords after {timeout_ms} ms (read pointer "
-                                 f"stuck at byte {self.rptr}); {self.describe()['stuck']}", queue=self.name)
-            self.dev.iface.wait_events(1)
+    def _wait_space(self, ndw: int) -> None:
+        # doorbell first: let the engine consume what is already there
+        self.wait_space(lambda: self.rptr >= self.wptr + 4 * ndw - 4 * self.ring_dw, f"{ndw} dwords", self._doorbell)
         self._limit = self.rptr + 4 * self.ring_dw
 
     def describe(self) -> dict:
@@ -184,12 +172,19 @@ class CopyQueue:
         for _, a in self._staged:
             self.dev.allocator.free(a)
         self._staged.clear()
-        self.dev.iface.destroy_queue(self.q)
+        super().close()
+
+    def wait_on(self, timeline: Timeline, value: int) -> None:
+        """Make the queue wait on the GPU until `timeline` reaches value."""
+        self.submit(self.wait_packets(timeline.addr, value))
 
     # -- operations (each ends with a signal of the queue's timeline) ----------------------------------
     def run(self, packets: list[list[int]]) -> int:
         """Submit packets followed by the timeline signal; returns the timeline value."""
-        value = self.timeline.next()                     # first: the device may queue waits on other queues
+        need = sum(len(p) for p in packets) + self._signal_dw
+        if need + max(map(len, packets), default=0) <= self.ring_dw:
+            self.room(need + max(map(len, packets), default=0))   # ring space first: a value taken is submitted
+        value = self.timeline.next()                     # the device may queue waits on other queues here
         self.submit(packets + self.signal(self.timeline.addr, value))
         return value
 
@@ -215,7 +210,7 @@ class CopyQueue:
         while self._staged and (self._staged[0][0] <= done or self._staged_bytes + n > STAGING_LIMIT):
             v, a = self._staged.popleft()
             if v > done:
-                self.dev.wait(v, queue=self)
+                self.dev.wait(v, queue=self, errors=False)     # lost copies free their staging too
                 done = self.timeline.completed
             self._staged_bytes -= a.size
             self.dev.allocator.free(a)
@@ -232,21 +227,3 @@ class CopyQueue:
             parts.append(bytes(a.cpu.mv[:n]))
             self.dev.allocator.free(a)
         return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def gpu_wait(queue, timeline: Timeline, value: int) -> bool:
-    """Make `queue` wait on the GPU until `timeline` reaches value (two 32-bit polls, see the module notes).
-    False if the queue has no such packet (the caller then waits on the host)."""
-    if isinstance(queue, CopyQueue):
-        queue.submit(queue.wait_packets(timeline.addr, value))
-        return True
-    cmds = getattr(queue, "commands", None)
-    if cmds is None:
-        return False
-    c = cmds()
-    if not hasattr(c, "wait"):
-        return False
-    c.wait(timeline.addr + 4, value >> 32)
-    c.wait(timeline.addr, value & 0xFFFFFFFF)
-    queue.submit(c.dw)
-    return True

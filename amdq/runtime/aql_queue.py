@@ -13,13 +13,13 @@ import time
 
 import numpy as np
 
-from ..errors import GPUTimeout, InvalidArgument
+from ..errors import InvalidArgument
 from ..hw import aql as A
 from ..hw import pm4
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
 from . import kernargs
-from .program import arg_format
-from .queue import Commands, SHRegs, stuck_report
+from .hwqueue import HWQueue, stuck_report
+from .pm4_queue import Commands, SHRegs
 
 SLOT = A.PACKET_SIZE
 IB_DW = SLOT // 4                       # PM4 dwords that fit a slot's own indirect buffer
@@ -29,7 +29,7 @@ SYSTEM = A.HSA_FENCE_SCOPE_SYSTEM
 DISPATCH_HDR = A.header(A.HSA_PACKET_TYPE_KERNEL_DISPATCH, 1, SYSTEM, SYSTEM)
 VENDOR_HDR = A.header(A.HSA_PACKET_TYPE_VENDOR_SPECIFIC, 1, A.HSA_FENCE_SCOPE_NONE, SYSTEM)
 INVALID = A.header(A.HSA_PACKET_TYPE_INVALID)
-U32, U64 = struct.Struct("<I"), struct.Struct("<Q")
+U16, U32, U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 IB_ADDR_SIZE = struct.Struct("<QI")
 
 
@@ -43,20 +43,15 @@ class AQLPlan:
         if threads > kernel.meta.max_flat_workgroup_size:
             raise InvalidArgument(f"kernel {kernel.name}: block of {threads} work-items exceeds its maximum of "
                                   f"{kernel.meta.max_flat_workgroup_size}")
-        blob, dyn = kernargs.pack(kernel.meta, args, grid, block, lambda b: b.addr, d.group_segment_fixed_size,
+        blob, dyn = kernargs.pack(kernel.meta, args, grid, block, kernel.address_of, d.group_segment_fixed_size,
                                   t.lds_bytes)
         self.grid, self.block, self.blob = grid, block, bytearray(blob)
         self.size = max(64, (len(blob) + 63) & ~63)
-        self.fmt, self.ptr = arg_format(kernel, args)
-        items = [g * b for g, b in zip(grid, block)]
-        dims = 3 if items[2] > 1 else 2 if items[1] > 1 else 1
+        self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)
         self.scratch = d.uses_scratch
-        self.pkt = bytearray(A.KERNEL_DISPATCH.pack(
-            setup=dims, workgroup_size_x=block[0], workgroup_size_y=block[1], workgroup_size_z=block[2],
-            grid_size_x=items[0], grid_size_y=items[1], grid_size_z=items[2],
-            private_segment_size=d.private_segment_fixed_size, group_segment_size=d.group_segment_fixed_size + dyn,
-            kernel_object=kernel.kd_addr))
-        self.hdr = DISPATCH_HDR | dims << 16           # header and setup: the first dword, written last
+        self.pkt = A.dispatch_packet(block, grid, d.private_segment_fixed_size, d.group_segment_fixed_size + dyn,
+                                     kernel.kd_addr)
+        self.hdr = DISPATCH_HDR | U16.unpack_from(self.pkt, 2)[0] << 16   # header and setup: written last
 
 
 class AQLBound:
@@ -74,28 +69,44 @@ class AQLBound:
     def submit(self) -> int:
         """Run it again; returns the timeline value that marks its completion."""
         q = self.queue
-        if self.scratch:
-            q.scratch_for(self.kernel)
-        value = q.timeline.next()
-        i = q.reserve(2)
-        q.write(i, self.pkt, self.hdr)
-        q.release(i + 1, value)
-        q.ring_doorbell(i + 1)
+        with q.dev.submitting(q):
+            if self.scratch:
+                q.scratch_for(self.kernel)
+            q.room(2)
+            value = q.timeline.next()
+            i = q.reserve(2)
+            q.write(i, self.pkt, self.hdr)
+            q.release(i + 1, value)
+            q.ring_doorbell(i + 1)
         return value
 
     def free(self) -> None:
-        self.queue.dev.wait(self.queue.timeline.value, queue=self.queue)
+        self.queue.dev.wait(self.queue.timeline.value, queue=self.queue, errors=False)
         self.queue.dev.allocator.free(self.kalloc)
 
 
-class AQLQueue:
+class AQLQueue(HWQueue):
     """A KFD AQL queue: amd_queue_t, ring, per-slot indirect buffers; the runtime's producer side."""
 
+    kind = "aql"
+
     def __init__(self, dev, ring_bytes: int, timeline):
-        self.dev, self.timeline = dev, timeline
         self.gen = dev.target.gfx_version
         self.sh = SHRegs(dev.target.ip["GC"])
         self.t = pm4.table(self.gen)
+        self._kd: dict[int, str] = {}
+        super().__init__(dev, ring_bytes, timeline)
+        c = self.commands()
+        self._rel = np.array(c.release(timeline.addr, 0, interrupt=dev.iface.signal_event).dw, np.uint32).tobytes()
+        self._ts = np.array(self.commands().timestamp(0).dw, np.uint32).tobytes()
+        self._ts_rel, self._nts = self._ts + self._rel, len(self._ts) // 4
+        ib = self.t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=0, IB_SIZE=0, VALID=1)
+        self._vendor = bytearray(PM4_IB.pack(pm4_ib_format=AMD_AQL_FORMAT_PM4_IB, pm4_ib_command=ib,
+                                             dw_count_remain=PM4_IB_DW_COUNT_REMAIN))
+        self._ib3 = U32.unpack_from(self._vendor, 16)[0] & ~0xFFFFF      # INDIRECT_BUFFER dw3 without IB_SIZE
+
+    def _open(self) -> None:
+        dev, ring_bytes = self.dev, self.ring_bytes
         self.qmem = dev.allocator.alloc(4096, "gtt", uncached=True)        # the amd_queue_t
         self.qmv = self.qmem.cpu.mv
         self.qmv[:Q.size] = bytes(Q.size)
@@ -117,16 +128,14 @@ class AQLQueue:
         self.ibmv = self.ibs.cpu.mv
         self.wid = 0                                    # next packet index (write_dispatch_id)
         self._limit = self.slots
-        self._scratch = None
-        self._kd: dict[int, str] = {}
-        c = self.commands()
-        self._rel = np.array(c.release(timeline.addr, 0, interrupt=dev.iface.signal_event).dw, np.uint32).tobytes()
-        self._ts = np.array(self.commands().timestamp(0).dw, np.uint32).tobytes()
-        self._ts_rel, self._nts = self._ts + self._rel, len(self._ts) // 4
-        ib = self.t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=0, IB_SIZE=0, VALID=1)
-        self._vendor = bytearray(PM4_IB.pack(pm4_ib_format=AMD_AQL_FORMAT_PM4_IB, pm4_ib_command=ib,
-                                             dw_count_remain=PM4_IB_DW_COUNT_REMAIN))
-        self._ib3 = U32.unpack_from(self._vendor, 16)[0] & ~0xFFFFF      # INDIRECT_BUFFER dw3 without IB_SIZE
+        self._scratch = None                            # the new amd_queue_t has none yet
+
+    def _close_hw(self) -> None:
+        try:
+            self.dev.iface.destroy_queue(self.q)
+        finally:
+            self.dev.allocator.free(self.ibs)
+            self.dev.allocator.free(self.qmem)
 
     # -- encoding ------------------------------------------------------------------------------
     def commands(self) -> Commands:
@@ -155,6 +164,7 @@ class AQLQueue:
             self.scratch_for(kernel)
         pkt = p.pkt
         U64.pack_into(pkt, 40, ka)
+        self.room(2 if ts is None else 3)               # first the ring space: a value once taken is submitted
         value = self.timeline.next()
         t1 = time.perf_counter()
         if ts is None:
@@ -173,6 +183,13 @@ class AQLQueue:
     def bind(self, kernel, args: tuple, grid, block) -> AQLBound:
         """A launch with its own kernel arguments and a ready dispatch packet (Kernel.bind on this queue)."""
         return AQLBound(self, kernel, args, grid, block)
+
+    def wait_on(self, timeline, value: int) -> None:
+        """Make the queue wait on the GPU until `timeline` reaches value (PM4 polls in a vendor packet)."""
+        c = self.commands()
+        c.wait(timeline.addr + 4, value >> 32)
+        c.wait(timeline.addr, value & 0xFFFFFFFF)
+        self.submit(c.dw)
 
     # -- scratch -------------------------------------------------------------------------------
     def scratch_for(self, kernel) -> None:
@@ -207,13 +224,18 @@ class AQLQueue:
     def wptr(self) -> int:
         return self.wid
 
-    def reserve(self, n: int, timeout_ms: int = 10_000) -> int:
-        """Index of the first of n fresh slots (write_dispatch_id moves past them)."""
+    def room(self, n: int) -> None:
+        """Make sure n more slots are free (waiting for the command processor to release some if needed)."""
         i = self.wid
         if i + n > self._limit:
             if i + n - self.rptr > self.slots:
-                self._wait_space(n, timeout_ms)
+                self.wait_space(lambda: self.wid + n - self.rptr <= self.slots, f"{n} packets")
             self._limit = self.rptr + self.slots
+
+    def reserve(self, n: int) -> int:
+        """Index of the first of n fresh slots (write_dispatch_id moves past them)."""
+        self.room(n)
+        i = self.wid
         self.wid = i + n
         U64.pack_into(self.qmv, WR, self.wid)
         return i
@@ -250,10 +272,10 @@ class AQLQueue:
         """Tell the command processor packets up to index `last` (default: all reserved) are written."""
         self.q.doorbell.write64(self.q.doorbell_off, self.wid - 1 if last is None else last)
 
-    def submit(self, dws, timeout_ms: int = 10_000) -> None:
+    def submit(self, dws) -> None:
         """Run PM4 dwords in a vendor packet (the slot's own IB if they fit, else kernel-argument space)."""
         dws = np.asarray(dws, np.uint32)
-        i = self.reserve(1, timeout_ms)
+        i = self.reserve(1)
         if len(dws) <= IB_DW:
             self.vendor(i, dws.tobytes())
         else:
@@ -261,14 +283,6 @@ class AQLQueue:
             self.dev.kernargs.mv[off:off + 4 * len(dws)] = dws.tobytes()
             self._vendor_packet(i, va, len(dws))
         self.ring_doorbell(i)
-
-    def _wait_space(self, n: int, timeout_ms: int) -> None:
-        end = time.monotonic() + timeout_ms / 1000
-        while self.wid + n - self.rptr > self.slots:
-            if time.monotonic() > end:
-                raise GPUTimeout(f"{self.name}: no ring space for {n} packets after {timeout_ms} ms "
-                                 f"(read index stuck at {self.rptr}); {self.describe()['stuck']}", queue=self.name)
-            self.dev.iface.wait_events(1)
 
     # -- inspection ----------------------------------------------------------------------------
     def _cpu(self, va: int, n: int) -> bytes | None:
@@ -317,7 +331,3 @@ class AQLQueue:
         return stuck_report(self.name, rp, self.wid, f"AQL packet {rp} (slot {rp % self.slots})",
                             lambda: self.decode(bytes(self.mv[o:o + SLOT])), None)
 
-    def close(self) -> None:
-        self.dev.iface.destroy_queue(self.q)
-        self.dev.allocator.free(self.ibs)
-        self.dev.allocator.free(self.qmem)

@@ -1,0 +1,337 @@
+"""The PM4 compute queue: command encoding (with amdq.hw.pm4), the dispatch of a kernel as PM4 (its launch
+plan), ring writes with wrap-around, doorbell.
+
+A `Commands` list is the unit of encoding. It can be submitted to the ring as is, or bound into an
+indirect buffer so that a resubmission writes a 4-dword INDIRECT_BUFFER packet and rings the doorbell.
+"""
+from __future__ import annotations
+
+import struct
+import time
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from ..hw import aql as A
+from ..hw import pm4, regs
+from ..hw.kd import LDS_GRANULE
+from . import kernargs
+from .hwqueue import HWQueue, stuck_report
+
+_RM, _WRM = pm4.ENUMS["RELEASE_MEM"], pm4.ENUMS["WAIT_REG_MEM"]
+EOP_EVENT, BOTTOM_OF_PIPE_TS = pm4.CACHE_FLUSH_AND_INV_TS_EVENT, pm4.BOTTOM_OF_PIPE_TS
+END_OF_PIPE = _RM["EVENT_INDEX"]["END_OF_PIPE"]
+DATA_SEL_32, DATA_SEL_64, DATA_SEL_CLOCK = (_RM["DATA_SEL"][k] for k in (
+    "SEND_32_BIT_LOW", "SEND_64_BIT_DATA", "SEND_GPU_CLOCK_COUNTER"))
+INT_AFTER_WRITE = _RM["INT_SEL"]["SEND_INTERRUPT_AFTER_WRITE_CONFIRM"]
+WAIT_GEQ = _WRM["FUNCTION"]["GREATER_THAN_OR_EQUAL_REFERENCE_VALUE"]
+MEMORY_SPACE = _WRM["MEM_SPACE"]["MEMORY_SPACE"]
+
+
+DISPATCH_HDR = A.header(A.HSA_PACKET_TYPE_KERNEL_DISPATCH, 1)
+
+
+class SHRegs:
+    """Absolute dword addresses of the compute SH registers for one GC version (driver side)."""
+
+    def __init__(self, gc_version):
+        self.map = regs.load("GC", gc_version)
+        self.bases = regs.bases("vega" if gc_version[0] < 10 else "navi")["GC"]
+
+    def __getitem__(self, name: str) -> int:
+        return self.map[name].address(self.bases)
+
+
+class Commands:
+    """Encoded PM4 dwords for one queue, with helpers for the packets the runtime uses."""
+
+    def __init__(self, gen: int, sh: SHRegs):
+        self.gen, self.sh, self.t = gen, sh, pm4.table(gen)
+        self.dw: list[int] = []
+        self.patches: dict[str, int] = {}            # name -> dword index (for bound resubmission)
+
+    def packet(self, name: str, **f) -> "Commands":
+        self.dw += self.t.encode(name, shader_type=1, **f)
+        return self
+
+    def set_sh(self, name: str, *values: int) -> "Commands":
+        return self.packet("SET_SH_REG", REG=self.sh[name], VALUES=[v & 0xFFFFFFFF for v in values])
+
+    def acquire(self) -> "Commands":
+        if self.gen >= 10:
+            return self.packet("ACQUIRE_MEM", COHER_SIZE=0xFFFFFFFF, COHER_SIZE_HI=0xFFFFFF, POLL_INTERVAL=10,
+                               GLI_INV=1, GLK_INV=1, GLV_INV=1, GL1_INV=1, GL2_INV=1, GL2_WB=1)
+        return self.packet("ACQUIRE_MEM", COHER_SIZE=0xFFFFFFFF, COHER_SIZE_HI=0xFF, POLL_INTERVAL=10,
+                           SH_ICACHE_ACTION_ENA=1, SH_KCACHE_ACTION_ENA=1, TC_ACTION_ENA=1, TCL1_ACTION_ENA=1,
+                           TC_WB_ACTION_ENA=1)
+
+    def release(self, addr: int, value: int, interrupt: int | None = None, name: str | None = None) -> "Commands":
+        """End-of-pipe write of a 64-bit value (and the interrupt with context id `interrupt`)."""
+        if name:
+            self.patches[name] = len(self.dw) + 5          # DATA_LO dword
+        return self.packet("RELEASE_MEM", EVENT_TYPE=EOP_EVENT, EVENT_INDEX=END_OF_PIPE, DATA_SEL=DATA_SEL_64,
+                           INT_SEL=INT_AFTER_WRITE if interrupt is not None else 0, ADDR=addr, DATA=value,
+                           INT_CTXID=interrupt or 0, **self._gcr())
+
+    def timestamp(self, addr: int) -> "Commands":
+        """Write the GPU clock counter to `addr` when everything before has finished."""
+        return self.packet("RELEASE_MEM", EVENT_TYPE=BOTTOM_OF_PIPE_TS, EVENT_INDEX=END_OF_PIPE, DATA_SEL=DATA_SEL_CLOCK,
+                           ADDR=addr, **self._gcr())
+
+    def wait(self, addr: int, value: int, mask: int = 0xFFFFFFFF) -> "Commands":
+        """Block the queue until the 32-bit word at `addr` is >= value."""
+        return self.packet("WAIT_REG_MEM", FUNCTION=WAIT_GEQ, MEM_SPACE=MEMORY_SPACE, ADDR=addr, REFERENCE=value & 0xFFFFFFFF,
+                           MASK=mask, POLL_INTERVAL=4)
+
+    def _gcr(self) -> dict:
+        return {"GCR_GL2_WB": 1, "GCR_GLM_INV": 1, "GCR_GLM_WB": 1, "GCR_SEQ": 1} if self.gen >= 10 else \
+            {"TC_WB_ACTION_ENA": 1, "TC_ACTION_ENA": 1}
+
+
+class PM4Queue(HWQueue):
+    """A KFD (or AM) PM4 compute queue: the runtime's writer side of the ring."""
+
+    kind = "compute"
+
+    def __init__(self, dev, ring_bytes: int, timeline):
+        self.gen = dev.target.gfx_version
+        self.sh = SHRegs(dev.target.ip["GC"])
+        super().__init__(dev, ring_bytes, timeline)
+
+    def _open(self) -> None:
+        self.q = self.dev.iface.create_queue("compute", self.ring_bytes)
+        self.name = f"compute queue {self.q.queue_id}"
+        self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
+        self.ring_dw = len(self.ring)
+        self.wptr = 0
+        self._limit = self.ring_dw              # wptr may grow to this without rereading the read pointer
+
+    def commands(self) -> Commands:
+        return Commands(self.gen, self.sh)
+
+    def plan(self, kernel, args: tuple, grid, block, timed: bool = False) -> "Plan":
+        """The cached launch plan for this shape (grid, block, dynamic LDS sizes, scratch buffer)."""
+        return pm4_plan(self, kernel, args, grid, block, timed)
+
+    def launch(self, kernel, args: tuple, grid, block, ts: int | None) -> tuple[int, float]:
+        """Encode a dispatch from the kernel's launch plan and submit it; `ts` (if given) receives the GPU
+        clock before and after. Returns (timeline value, time when encoding finished)."""
+        p = self.plan(kernel, args, grid, block, ts is not None)
+        ka, off = self.dev.kernargs.take(p.size)
+        kernel.pack_into(p, args, self.dev.kernargs.mv, off)
+        dw = p.dw
+        if p.ka_idx is not None:
+            dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
+        if p.pkt_off is not None:
+            pa = ka + p.pkt_off
+            struct.pack_into("<Q", p.pkt, 40, ka)
+            self.dev.kernargs.mv[off + p.pkt_off:off + p.pkt_off + 64] = p.pkt
+            dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
+        self.room(len(dw))                      # first the ring space: a value once taken is submitted
+        value = self.timeline.next()
+        dw[p.value], dw[p.value + 1] = value & 0xFFFFFFFF, value >> 32
+        if ts is not None:
+            dw[p.ts], dw[p.ts + 1], dw[p.ts2], dw[p.ts2 + 1] = ts & 0xFFFFFFFF, ts >> 32, (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
+        t1 = time.perf_counter()
+        self.submit(dw)
+        return value, t1
+
+    def bind(self, kernel, args: tuple, grid, block) -> "PM4Bound":
+        """This launch recorded into an indirect buffer; `.submit()` resubmits it."""
+        return PM4Bound(self, kernel, args, grid, block)
+
+    def wait_on(self, timeline, value: int) -> None:
+        """Make the queue wait on the GPU until `timeline` reaches value (two 32-bit polls, see sdma_queue)."""
+        c = self.commands()
+        c.wait(timeline.addr + 4, value >> 32)
+        c.wait(timeline.addr, value & 0xFFFFFFFF)
+        self.submit(c.dw)
+
+    @property
+    def rptr(self) -> int:
+        return self.q.rptr.cpu.read64(0)
+
+    def room(self, n: int) -> None:
+        """Make sure n more dwords fit the ring (waiting for the GPU to consume if needed)."""
+        if n > self.ring_dw:
+            raise ValueError(f"{n} dwords do not fit the {self.ring_dw}-dword ring; bind them into an IB")
+        if self.wptr + n > self._limit:
+            if self.wptr + n - self.rptr > self.ring_dw:
+                self.wait_space(lambda: self.wptr + n - self.rptr <= self.ring_dw, f"{n} dwords")
+            self._limit = self.rptr + self.ring_dw
+
+    def submit(self, dws: list[int] | np.ndarray) -> None:
+        """Copy dwords into the ring (wrapping at its end) and ring the doorbell."""
+        n = len(dws)
+        self.room(n)
+        i = self.wptr % self.ring_dw
+        first = min(n, self.ring_dw - i)
+        arr = np.asarray(dws, np.uint32)
+        self.ring[i:i + first] = arr[:first]
+        if first < n:
+            self.ring[:n - first] = arr[first:]
+        self.wptr += n
+        self.q.wptr.cpu.write64(0, self.wptr)
+        self.q.doorbell.write64(self.q.doorbell_off, self.wptr)
+
+    def describe(self) -> dict:
+        """Where the queue is: the packet at the GPU's read pointer, decoded."""
+        rp, i = self.rptr, self.rptr % self.ring_dw
+
+        def packet() -> str:
+            window = np.take(self.ring, np.arange(i, i + min(self.wptr - rp, 64)) % self.ring_dw)
+            try:
+                p = pm4.table(self.gen).decode(window, 0)
+            except pm4.BadPacket as e:
+                return f"undecodable packet: {e}"
+            desc = ", ".join(f"{k}={v:#x}" if isinstance(v, int) else f"{k}={v}" for k, v in p.fields.items()
+                             if k not in ("VALUES", "DATA", "BODY"))
+            return f"{p.name}({desc})"
+        return stuck_report(self.name, rp, self.wptr, f"ring dword {i}", packet, "the queue")
+
+
+def pm4_plan(queue, kernel, args: tuple, grid, block, timed: bool = False) -> "Plan":
+    """The cached PM4 launch plan of a kernel for one shape on a queue that runs PM4 (a PM4 queue, or an
+    AQL queue's vendor packets, as graphs use it)."""
+    dyn = tuple(a.nbytes for a in args if isinstance(a, kernargs.LDS)) if kernel._has_lds else ()
+    d = kernel.desc
+    scratch = queue.dev.scratch_for(d.private_segment_fixed_size, d.wave_size).base if d.uses_scratch else 0
+    key = ("pm4", grid, block, timed, dyn, scratch, len(args),
+           tuple(type(args[i]) for i in kernel._untyped if i < len(args)) if kernel._untyped else ())
+    p = kernel._plans.get(key)
+    if p is None:
+        p = kernel._plans[key] = Plan(queue, kernel, args, grid, block, timed)
+    return p
+
+
+def encode_dispatch(cmds: Commands, kernel, args: tuple, grid, block) -> dict:
+    """Append the PM4 dispatch of `kernel` to `cmds`: SET_SH_REG of the COMPUTE_* state, DISPATCH_DIRECT.
+    Returns what the plan needs (kernarg blob and address, the dispatch packet's offset)."""
+    dev = kernel.prg.dev
+    d, t = kernel.desc, dev.target
+    threads = block[0] * block[1] * block[2]
+    if threads > kernel.meta.max_flat_workgroup_size:
+        raise InvalidArgument(f"kernel {kernel.name}: block of {threads} work-items exceeds its maximum of "
+                              f"{kernel.meta.max_flat_workgroup_size}")
+    blob, dyn = kernargs.pack(kernel.meta, args, grid, block, kernel.address_of, d.group_segment_fixed_size,
+                              t.lds_bytes)
+    lds = d.group_segment_fixed_size + dyn
+    ka = dev.kernargs.push(blob, 64 + A.PACKET_SIZE)
+    user, pkt_addr = [], ka + ((len(blob) + 63) & ~63)
+    if d.properties["ENABLE_SGPR_DISPATCH_PTR"]:              # the dispatch packet the kernel may read
+        dev.kernargs.write(pkt_addr, bytes(A.dispatch_packet(block, grid, d.private_segment_fixed_size, lds,
+                                                             kernel.kd_addr, ka, DISPATCH_HDR)))
+    scratch = dev.scratch_for(d.private_segment_fixed_size, d.wave_size) if d.uses_scratch else None
+    for name, _first, count in d.user_sgprs:
+        val = {"kernarg_segment_ptr": ka, "dispatch_ptr": pkt_addr, "queue_ptr": 0, "dispatch_id": 0,
+               "private_segment_size": d.private_segment_fixed_size,
+               "flat_scratch_init": scratch.base if scratch else 0,
+               "private_segment_buffer": 0}[name]
+        user += ([val & 0xFFFFFFFF, val >> 32] + [0, 0])[:count]
+    sh = cmds.sh
+    rsrc2 = (d.compute_pgm_rsrc2 & ~(0x1FF << 15)) | ((lds + LDS_GRANULE - 1) // LDS_GRANULE) << 15
+    cmds.set_sh("regCOMPUTE_PGM_LO", kernel.addr >> 8, kernel.addr >> 40)
+    cmds.set_sh("regCOMPUTE_PGM_RSRC1", d.compute_pgm_rsrc1, rsrc2)
+    cmds.set_sh("regCOMPUTE_PGM_RSRC3", d.compute_pgm_rsrc3)
+    cmds.set_sh("regCOMPUTE_TMPRING_SIZE", scratch.tmpring if scratch else 0)
+    if scratch:
+        cmds.set_sh("regCOMPUTE_DISPATCH_SCRATCH_BASE_LO", scratch.base >> 8, scratch.base >> 40)
+    cmds.set_sh("regCOMPUTE_RESOURCE_LIMITS", 0)
+    cmds.set_sh("regCOMPUTE_START_X", 0, 0, 0)
+    cmds.set_sh("regCOMPUTE_NUM_THREAD_X", *block)
+    if user:
+        cmds.set_sh("regCOMPUTE_USER_DATA_0", *user)
+        first = len(cmds.dw) - len(user)
+        pos = 0
+        for name, _first, count in d.user_sgprs:
+            if name in ("kernarg_segment_ptr", "dispatch_ptr"):
+                cmds.patches[name] = first + pos
+            pos += count
+    ini = sh.map.regCOMPUTE_DISPATCH_INITIATOR
+    flags = {"COMPUTE_SHADER_EN": 1, "FORCE_START_AT_000": 1}
+    if "CS_W32_EN" in ini.fields and d.wave32:
+        flags["CS_W32_EN"] = 1
+    cmds.packet("DISPATCH_DIRECT", DIM_X=grid[0], DIM_Y=grid[1], DIM_Z=grid[2], DISPATCH_INITIATOR=ini.encode(**flags))
+    return {"kernarg": ka, "blob": blob, "packet": pkt_addr - ka if d.properties["ENABLE_SGPR_DISPATCH_PTR"] else None}
+
+
+class Plan:
+    """A launch of one kernel with one grid/block/LDS/scratch shape, encoded once: per call only the
+    kernel arguments, the kernarg address and the signal value are written."""
+
+    def __init__(self, queue, kernel, args: tuple, grid, block, timed: bool):
+        dev = queue.dev
+        cmds = queue.commands()
+        cmds.acquire()
+        self.ts = None
+        if timed:
+            self.ts = len(cmds.dw) + 3                       # ADDR_LO of the first timestamp RELEASE_MEM
+            cmds.timestamp(0)
+        out = encode_dispatch(cmds, kernel, args, grid, block)
+        if timed:
+            self.ts2 = len(cmds.dw) + 3
+            cmds.timestamp(0)
+        self.work = len(cmds.dw)                             # dwords before the completion signal
+        self.value = len(cmds.dw) + 5                        # DATA_LO of the timeline RELEASE_MEM
+        cmds.release(queue.timeline.addr, 0, interrupt=dev.iface.signal_event)
+        self.dw = np.array(cmds.dw, np.uint32)
+        self.grid, self.block = grid, block
+        self.ka_idx = cmds.patches.get("kernarg_segment_ptr")
+        self.pkt_idx = cmds.patches.get("dispatch_ptr")
+        self.blob = bytearray(out["blob"])
+        self.pkt_off = out["packet"]
+        self.size = ((len(self.blob) + 63) & ~63) + (64 if self.pkt_off is not None else 0)
+        if self.pkt_off is not None:                         # the AQL packet names the kernarg address at 40
+            self.pkt = bytearray(dev.kernargs.read(out["kernarg"] + self.pkt_off, 64))
+        self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)
+
+    def dwords_at(self, ka: int, mv, off: int, kernel, args: tuple) -> np.ndarray:
+        """The plan's dwords for a launch whose kernel arguments live at GPU address ka (= mv[off:])."""
+        kernel.pack_into(self, args, mv, off)
+        dw = self.dw.copy()
+        if self.ka_idx is not None:
+            dw[self.ka_idx], dw[self.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
+        if self.pkt_off is not None:
+            pa = ka + self.pkt_off
+            pkt = bytearray(self.pkt)
+            struct.pack_into("<Q", pkt, 40, ka)
+            mv[off + self.pkt_off:off + self.pkt_off + 64] = pkt
+            dw[self.pkt_idx], dw[self.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
+        return dw
+
+
+class PM4Bound:
+    """A kernel launch (arguments included) bound into an indirect buffer: resubmitting writes one 4-dword
+    INDIRECT_BUFFER packet and the 8-dword completion signal to the ring."""
+
+    def __init__(self, queue: PM4Queue, kernel, args: tuple, grid, block):
+        dev = queue.dev
+        self.queue = queue
+        p = queue.plan(kernel, args, grid, block)
+        self.kalloc = dev.allocator.alloc(p.size, "gtt")         # its own kernargs: the ring moves on
+        dw = p.dwords_at(self.kalloc.va, self.kalloc.cpu.mv, 0, kernel, args)
+        # the work lives in the IB; the completion signal goes to the ring with each submission, because a
+        # value patched into a shared IB would be wrong as soon as two submissions are in flight
+        self.ib_alloc = dev.allocator.alloc(p.work * 4, "gtt", uncached=True)
+        self.ib_alloc.cpu.mv[:p.work * 4] = dw[:p.work].tobytes()
+        ib = pm4.table(queue.gen).encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=self.ib_alloc.va, IB_SIZE=p.work,
+                                         VALID=1)
+        self.tail = np.concatenate([np.array(ib, np.uint32), dw[p.work:]])
+        self.vi = len(ib) + (p.value - p.work)
+
+    def submit(self) -> int:
+        """Run it again; returns the timeline value that marks its completion."""
+        q = self.queue
+        with q.dev.submitting(q):
+            q.room(len(self.tail))
+            value = q.timeline.next()
+            t = self.tail
+            t[self.vi], t[self.vi + 1] = value & 0xFFFFFFFF, value >> 32
+            q.submit(t)
+        return value
+
+    def free(self) -> None:
+        q = self.queue
+        q.dev.wait(q.timeline.value, queue=q, errors=False)
+        q.dev.allocator.free(self.ib_alloc)
+        q.dev.allocator.free(self.kalloc)

@@ -1,0 +1,83 @@
+"""Fault injection into the simulated GPU, from code (`gpu.inject(kind, **params)`) and from the
+environment (`AMDQ_SIM_INJECT="kind[:key=value...],..."`), so an unmodified program can rehearse a failure.
+
+Kinds:
+- `hang_cp` / `hang_sdma`: the command processor's (or SDMA engine's) queues that exist, and the next one
+  created if none does, stop consuming their rings, as a hung engine does, until the queue is reset or
+  `gpu.clear(kind)`. `after=N`: after N more packets.
+- `kill_wave`: the waves of the next dispatch are killed when it starts (the queue reports it).
+"""
+from __future__ import annotations
+
+import os
+
+from ..errors import InvalidArgument
+
+KINDS = {"hang_cp": "cp", "hang_sdma": "sdma", "kill_wave": "cp"}
+
+
+def parse(text: str) -> list[tuple[str, dict]]:
+    """`"kind[:key=value...],..."` -> [(kind, params)]; values are ints where they look like ints."""
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        kind, *kvs = item.split(":")
+        params = {}
+        for kv in kvs:
+            k, sep, v = kv.partition("=")
+            if not sep:
+                raise InvalidArgument(f"AMDQ_SIM_INJECT: {item!r}: parameters are key=value")
+            try:
+                params[k.strip()] = int(v, 0)
+            except ValueError:
+                params[k.strip()] = v.strip()
+        out.append((kind.strip(), params))
+    return out
+
+
+class Injector:
+    """The armed injections of one simulated GPU."""
+
+    def __init__(self, gpu, kinds: dict[str, str] | None = None):
+        self.gpu = gpu
+        self.kinds = dict(KINDS, **(kinds or {}))
+        self.armed: dict[str, dict] = {}
+        for kind, params in parse(os.environ.get("AMDQ_SIM_INJECT", "")):
+            if kind in self.kinds:                  # other layers (e.g. a USB bridge) read their own kinds
+                self(kind, **params)
+
+    def __call__(self, kind: str, **params) -> None:
+        if kind not in self.kinds:
+            raise InvalidArgument(f"unknown fault injection {kind!r}: known kinds are {', '.join(sorted(self.kinds))}")
+        self.armed[kind] = dict(params, _hit=False)
+        if kind.startswith("hang_"):
+            target = self.kinds[kind]
+            for eng in list(self.gpu.engines.values()):
+                if getattr(eng, "kind", None) == target:
+                    self._arm_hang(eng, params)
+
+    def _arm_hang(self, eng, params: dict) -> None:
+        eng.hang_at = eng.retired + int(params.get("after", 0))
+        self.armed[next(k for k, t in self.kinds.items() if t == eng.kind and k.startswith("hang_"))]["_hit"] = True
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self.armed
+
+    def clear(self, kind: str | None = None) -> None:
+        """Disarm `kind` (every kind if None); engines it hung run again."""
+        for k in [kind] if kind else list(self.armed):
+            self.armed.pop(k, None)
+            if k.startswith("hang_"):
+                for eng in list(self.gpu.engines.values()):
+                    if getattr(eng, "kind", None) == self.kinds.get(k):
+                        eng.hang_at = None
+                        eng.hung = False
+
+    def attached(self, eng) -> None:
+        """A new engine: an armed hang nobody took yet takes it."""
+        for k, p in self.armed.items():
+            if k.startswith("hang_") and self.kinds[k] == getattr(eng, "kind", None) and not p["_hit"]:
+                self._arm_hang(eng, p)
+
+    def take(self, kind: str) -> dict | None:
+        """One-shot injections (kill_wave): the params, once."""
+        return self.armed.pop(kind, None)
