@@ -28,8 +28,9 @@ class MemoryFault:
     kind = "memory fault"
 
     def text(self) -> str:
-        by = f" by {self.instruction} at pc {self.pc:#x}" if self.instruction and self.pc is not None else ""
-        return f"{'write' if self.write else 'read'} at {self.va:#x} by {self.client}{by} ({self.reason})"
+        by = f"{self.instruction} at pc {self.pc:#x} ({self.client})" if self.instruction and self.pc is not None \
+            else self.client
+        return f"{'write' if self.write else 'read'} at {self.va:#x} by {by}: {self.reason}"
 
 
 @dataclass(frozen=True)

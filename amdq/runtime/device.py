@@ -125,6 +125,7 @@ class Kernargs:
 
 
 MEMORY_KINDS = ("vram", "gtt")
+NEAR = 1 << 20                  # a faulting address this close to an allocation is named relative to it
 
 
 class Device:
@@ -331,6 +332,7 @@ class Device:
                 t1 = time.perf_counter()
                 with self.submitting(q):
                     rec.value = q.run(packets)
+                q.note(rec.value, f"copy of {nbytes} bytes")
                 rec.encode, rec.submit = t1 - t0, time.perf_counter() - t1
                 if self.profiler is not None:
                     self.profiler.add(rec)
@@ -390,11 +392,11 @@ class Device:
             if va < below.va + n:
                 return f"offset {va - below.va:#x} of {name(below)}"
             past = va - (below.va + n)
-            if above is None or past <= above.va - va:
+            if past <= NEAR and (above is None or past <= above.va - va):
                 return f"{past} bytes past the end of {name(below)}"
-        if above is not None:
+        if above is not None and above.va - va <= NEAR:
             return f"{above.va - va} bytes before {name(above)}"
-        return None
+        return "no allocation of this device is near it"
 
     def scratch_for(self, lane_bytes: int, wave_size: int) -> Scratch:
         """Scratch big enough for `lane_bytes` per lane on every wave slot; grows, never shrinks."""
@@ -466,6 +468,7 @@ class Device:
             ts = self._ts_slot() if timed else None
             t0 = time.perf_counter()
             value, t1 = q.launch(kernel, args, grid, block, ts)
+            q.note(value, f"kernel {kernel.name}")
             t2 = time.perf_counter()
             rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value,
                                extra={"queue": q.name, "ts": ts, "host_start": t0, "grid": grid, "block": block})
@@ -542,11 +545,13 @@ class Device:
                     if t.completed >= value or q.error_for(value) is not None:
                         continue
                     info = q.describe()
+                    what = q.what(t.completed + 1)
                     err = GPUTimeout(f"timed out after {timeout * 1000:.0f} ms without progress waiting for timeline "
-                                     f"value {value} on {info.get('queue', q.name)} (last value seen {t.completed}); "
+                                     f"value {value} on {info.get('queue', q.name)} (last value seen {t.completed}"
+                                     f"{f'; the next is {what}' if what else ''}); "
                                      f"{info.get('stuck', 'the queue made no progress')}; the queue was reset",
                                      queue=info.get("queue"), awaited=value, last=t.completed,
-                                     packet=info.get("packet"))
+                                     packet=info.get("packet"), kernel=what)
                     self._recover(q, err)
                 raise err
         self._reclaim()

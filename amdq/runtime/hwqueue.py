@@ -48,6 +48,7 @@ class HWQueue:
         self.failed: list[tuple[int, int, AmdqError]] = []      # (first, last value, error) of lost work
         self.deps: list[tuple[int, object, int]] = []           # (own value, other queue, its value waited for)
         self.resets = 0
+        self._what: list[str | None] = [None] * 256    # what the last 256 submissions were, by value % 256
         self.q = None
         self._open()
 
@@ -90,6 +91,13 @@ class HWQueue:
                 raise GPUTimeout(f"{self.name}: no ring space for {what} after {timeout * 1000:.0f} ms without "
                                  f"progress (read pointer stuck at {self.rptr}); {self.describe()['stuck']}",
                                  queue=self.name, ring_space=True)
+
+    def note(self, value: int, what: str) -> None:
+        """Remember what submission `value` is (a kernel's name, "copy"), for timeout messages."""
+        self._what[value & 255] = what
+
+    def what(self, value: int) -> str | None:
+        return self._what[value & 255] if self.timeline.value - value < 256 else None
 
     # -- recovery --------------------------------------------------------------------------------
     def fail(self, first: int, last: int, error: AmdqError) -> None:

@@ -82,6 +82,8 @@ def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple
             else:
                 try:
                     addr = address_of(v)
+                except InvalidArgument:
+                    raise
                 except (TypeError, AttributeError):
                     raise InvalidArgument(f"argument {name} of {meta.name} is a global pointer: pass a Buffer or "
                                           f"a device address, not {type(v).__name__}") from None

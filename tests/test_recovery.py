@@ -1,0 +1,336 @@
+"""Faults are named for what they are and never poison the device: after every kind of failure the failed
+queue is reset and the next launch and the next copy on the same device are correct."""
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import amdq
+from amdq.errors import (DeviceClosed, GPUFault, GPUTimeout, IllegalInstruction, InvalidArgument, InvalidPacket,
+                         WaveKilled)
+from clang import compile_cl
+
+SRC = r"""
+__kernel void put(__global int *out, int v) { out[get_global_id(0)] = v; }
+__kernel void add(__global int *out, int v) { out[get_global_id(0)] += v; }
+__kernel void rd(__global const int *p, __global int *out) { out[get_global_id(0)] = p[get_global_id(0)]; }
+__kernel void spin(__global volatile int *flag, __global int *out) {
+  while (flag[0] == 0) {}
+  out[get_global_id(0)] = 1;
+}
+__kernel void steps(__global int *out, int n) {
+  int s = 0;
+  for (int k = 0; k < n; k++) s = s * 3 + k;
+  out[get_global_id(0)] = s;
+}
+"""
+BAD = r"""__kernel void bad(__global int *out) { out[get_global_id(0)] = 5; }"""
+MODES = [("pm4", "sync"), ("pm4", "async"), ("aql", "sync"), ("aql", "async")]
+
+
+def open_dev(monkeypatch, queue: str, mode: str, timeout_ms: int = 150, **env) -> amdq.Device:
+    monkeypatch.setenv("AMD_AQL", "1" if queue == "aql" else "0")
+    monkeypatch.setenv("AMDQ_SIM_MODE", mode)
+    monkeypatch.setenv("AMDQ_WAIT_TIMEOUT_MS", str(timeout_ms))
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(v))
+    return amdq.open_device("SIMKFD+AMD:gfx1100")
+
+
+class Bench:
+    """A device with the test kernels, a patched-illegal kernel and buffers to check results with."""
+
+    def __init__(self, dev: amdq.Device):
+        self.dev = dev
+        self.prg = dev.load(compile_cl(SRC, dev.arch).read_bytes())
+        self.bad = dev.load(compile_cl(BAD, dev.arch).read_bytes())
+        k = self.bad["bad"]
+        off = k.addr - self.bad.base                         # its first instruction: a word of no encoding
+        self.bad.alloc.cpu.mv[off:off + 4] = b"\xff\xff\xff\xff"
+        self.out = dev.upload(np.zeros(64, np.int32))
+        self.flag = dev.upload(np.zeros(1, np.int32))
+        self.n = 0
+
+    def check(self) -> None:
+        """A correct launch and a correct copy."""
+        self.n += 1
+        self.prg["put"](self.out, self.n, grid=1, block=64, wait=True)
+        assert (self.out.numpy(np.int32) == self.n).all()
+        src = self.dev.upload(np.arange(64, dtype=np.int32) + self.n)
+        dst = self.dev.alloc(256)
+        self.dev.copy(dst, src, 256, wait=True)
+        assert (dst.numpy(np.int32) == np.arange(64) + self.n).all()
+
+    # each failure: (expected error class, regex its message must match, the action)
+    def failures(self):
+        dev, prg, out = self.dev, self.prg, self.out
+        sdma_bad = lambda: dev.wait(dev.copyq.run([[0xFF]]), queue=dev.copyq)     # noqa: E731
+        return {
+            "null write": (GPUFault, r"in kernel put: write at 0x0 .*NULL pointer",
+                           lambda: prg["put"](0, 1, grid=1, block=64, wait=True)),
+            "null read": (GPUFault, r"in kernel rd: read at 0x10 .*NULL pointer plus 0x10",
+                          lambda: prg["rd"](16, out, grid=1, block=64, wait=True)),
+            "unmapped read": (GPUFault, r"in kernel rd: read at 0x7a0000000000 .*not mapped",
+                              lambda: prg["rd"](0x7A00_0000_0000, out, grid=1, block=64, wait=True)),
+            "unmapped write": (GPUFault, r"in kernel put: write at 0x7a0000001000",
+                               lambda: prg["put"](0x7A00_0000_1000, 1, grid=1, block=64, wait=True)),
+            "endless kernel": (GPUTimeout, r"kernel spin.*DISPATCH|KERNEL_DISPATCH.*spin",
+                               lambda: prg["spin"](self.flag, out, grid=1, block=64, wait=True)),
+            "illegal instruction": (IllegalInstruction, r"in kernel bad: no encoding matches at pc",
+                                    lambda: self.bad["bad"](out, grid=1, block=64, wait=True)),
+            "hang_cp": (GPUTimeout, r"compute queue", lambda: (dev.sim.inject("hang_cp"),
+                                                               prg["put"](out, 1, grid=1, block=64, wait=True))),
+            "hang_sdma": (GPUTimeout, r"sdma queue.*copy of 4 bytes",
+                          lambda: (dev.sim.inject("hang_sdma"), dev.copy(self.out, self.flag, 4, wait=True))),
+            "bad PM4 packet": (InvalidPacket, r"compute queue .*stopped at .*type-0 packet",
+                               lambda: (dev.queue.submit(dev.queue.commands().dw + [0x12345678]),
+                                        prg["put"](out, 1, grid=1, block=64, wait=True))),
+            "bad SDMA packet": (InvalidPacket, r"sdma queue .*unknown op 255", sdma_bad),
+            "kill_wave": (WaveKilled, r"waves killed",
+                          lambda: (dev.sim.inject("kill_wave"), prg["put"](out, 1, grid=1, block=64, wait=True))),
+        }
+
+
+@pytest.mark.parametrize("queue,mode", MODES)
+def test_each_failure_is_named_and_recovered(monkeypatch, queue, mode):
+    dev = open_dev(monkeypatch, queue, mode)
+    try:
+        b = Bench(dev)
+        b.check()
+        for name, (cls, pattern, action) in b.failures().items():
+            with pytest.raises(cls, match=pattern) as e:
+                action()
+            assert not isinstance(e.value, GPUFault) or e.value.address is not None, name
+            b.check()
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("queue,mode", MODES)
+def test_100_failures_in_a_row(monkeypatch, queue, mode):
+    """100 injected failures of every kind on one device, each followed by a correct launch and copy; the
+    total time is bounded by the timeouts (hangs cost one wait timeout each)."""
+    dev = open_dev(monkeypatch, queue, mode, timeout_ms=60)
+    try:
+        b = Bench(dev)
+        kinds = list(b.failures().items())
+        t0 = time.monotonic()
+        hangs = 0
+        for i, (name, (cls, pattern, action)) in zip(range(100), itertools.cycle(kinds)):
+            with pytest.raises(cls, match=pattern):
+                action()
+            hangs += cls is GPUTimeout
+            b.check()
+        elapsed = time.monotonic() - t0
+        print(f"100 failures ({hangs} hangs) in {elapsed:.1f} s")
+        assert elapsed < hangs * 0.06 * 4 + 100 * 1.0                 # timeouts plus a generous second each
+    finally:
+        dev.close()
+
+
+def test_fault_message_names_the_nearest_allocation(monkeypatch):
+    dev = open_dev(monkeypatch, "pm4", "sync")
+    try:
+        b = Bench(dev)
+        buf = dev.alloc(4096, "gtt")                        # a page of its own; the next page is not mapped
+        past = buf.addr + 4096 + 12
+        with pytest.raises(GPUFault) as e:
+            b.prg["rd"](past - 4 * 0, b.out, grid=1, block=1, wait=True)
+        assert e.value.address == past and "12 bytes past the end of a 4096-byte buffer" in str(e.value), e.value
+        assert e.value.info["kernel"] == "rd" and e.value.info["record"].write is False
+        b.check()
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("queue", ["pm4", "aql"])
+def test_lost_work_fails_every_dependent_wait(monkeypatch, queue):
+    """Work queued behind a fault fails with the fault's error, on its own queue and (through the GPU-side
+    ordering) on the copy queue; work submitted after recovery runs."""
+    dev = open_dev(monkeypatch, queue, "async")
+    try:
+        b = Bench(dev)
+        dev.sim.inject("hang_cp")
+        prg = b.prg
+        prg["put"](0, 1, grid=1, block=64)                  # will fault (NULL) once the CP runs again
+        v2 = dev.queue.timeline.value
+        prg["put"](b.out, 3, grid=1, block=64)               # queued behind it
+        v3 = dev.queue.timeline.value
+        src, dst = dev.upload(np.arange(4, dtype=np.int32)), dev.alloc(16)
+        copy = dev.copy(dst, src, 16)                        # ordered after the compute work, on the GPU
+        cv = dev.copyq.timeline.value
+        dev.sim.clear("hang_cp")
+        with pytest.raises(GPUFault) as e:
+            dev.wait(v3)
+        assert e.value.address == 0 and copy is None
+        for v, q in ((v2, dev.queue), (v3, dev.queue), (cv, dev.copyq)):
+            with pytest.raises(GPUFault) as e2:
+                dev.wait(v, queue=q)
+            assert e2.value is e.value
+        b.check()
+        dev.synchronize()                                     # the new work is what the device waits for now
+    finally:
+        dev.close()
+
+
+def test_long_kernel_is_not_a_hang(monkeypatch):
+    """A finite kernel running longer than the wait timeout, while its waves retire, completes. (The
+    simulated GPU runs a dispatch as batches of up to 4,096 workgroups of 64; waves retire batch by batch.)"""
+    dev = open_dev(monkeypatch, "pm4", "async", timeout_ms=300)
+    try:
+        b = Bench(dev)
+        groups, n = 8 * 4096, 300
+        out = dev.alloc(64 * 4 * groups)
+        t = time.monotonic()
+        b.prg["steps"](out, n, grid=groups, block=64, wait=True)
+        took = time.monotonic() - t
+        x = 0
+        for k in range(n):
+            x = (x * 3 + k) & 0xFFFFFFFF
+        assert (out.numpy(np.uint32) == x).all()
+        print(f"steps kernel: {took:.2f} s with a 0.3 s timeout")
+        if took < 0.6:
+            pytest.skip(f"the kernel ran in {took:.2f} s, too fast to show the timeout restarting")
+    finally:
+        dev.close()
+
+
+def test_ring_space_timeout_obeys_the_timeout_and_keeps_the_timeline(monkeypatch):
+    dev = open_dev(monkeypatch, "pm4", "async", timeout_ms=200, AMDQ_RING_BYTES=4096)
+    try:
+        b = Bench(dev)
+        dev.sim.inject("hang_cp")
+        t = time.monotonic()
+        with pytest.raises(GPUTimeout, match="no ring space"):
+            for _ in range(1000):
+                b.prg["put"](b.out, 1, grid=1, block=64)
+        assert time.monotonic() - t < 5
+        q = dev.queue
+        assert q.timeline.completed == q.timeline.value     # nothing handed out is left pending
+        b.check()
+        dev.synchronize(timeout_ms=2000)
+    finally:
+        dev.close()
+
+
+def test_host_calls_do_not_wait_for_a_spinning_kernel(monkeypatch):
+    """While a kernel spins, allocation, upload, load and close go on (they get the GPU between slices)."""
+    dev = open_dev(monkeypatch, "pm4", "async", timeout_ms=60_000)
+    b = Bench(dev)
+    b.prg["spin"](b.flag, b.out, grid=4, block=64)
+    time.sleep(0.2)
+    t = time.monotonic()
+    bufs = [dev.alloc(1 << 20) for _ in range(5)] + [dev.upload(np.ones(1000, np.float32))]
+    dev.load(compile_cl(SRC.replace("put", "put2"), dev.arch).read_bytes())
+    busy = time.monotonic() - t
+    t = time.monotonic()
+    dev.close()
+    closing = time.monotonic() - t
+    print(f"alloc/upload/load while spinning: {busy * 1000:.0f} ms, close: {closing * 1000:.0f} ms")
+    assert busy < 10 and closing < 10 and bufs                  # liveness bounds, not performance
+    with pytest.raises(DeviceClosed):
+        b.prg["put"](b.out, 1, grid=1, block=64)
+
+
+@pytest.mark.parametrize("queue", ["pm4", "aql"])
+def test_threads_share_a_device(monkeypatch, queue):
+    """4 threads x 1,000 launches on one device: every launch runs exactly once, no packet is torn."""
+    dev = open_dev(monkeypatch, queue, "async", timeout_ms=30_000)
+    try:
+        b = Bench(dev)
+        outs = [dev.upload(np.zeros(64, np.int32)) for _ in range(4)]
+        errors = []
+
+        def work(i: int) -> None:
+            try:
+                k = b.prg["add"]
+                for n in range(1000):
+                    k(outs[i], i + 1, grid=1, block=64, wait=n % 250 == 249)
+                dev.synchronize()
+            except Exception as e:                          # noqa: BLE001  reported below
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        for i, o in enumerate(outs):
+            assert (o.numpy(np.int32) == 1000 * (i + 1)).all()
+        b.check()
+    finally:
+        dev.close()
+
+
+def test_a_killed_process_leaves_the_next_one_working(tmp_path):
+    code = compile_cl(SRC, "gfx1100")
+    script = tmp_path / "child.py"
+    script.write_text(f"""
+import numpy as np, amdq, sys
+dev = amdq.open_device("SIMKFD+AMD:gfx1100")
+prg = dev.load(open({str(code)!r}, "rb").read())
+out = dev.upload(np.zeros(64, np.int32))
+print("running", flush=True)
+while True:
+    prg["add"](out, 1, grid=1, block=64)
+""")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(amdq.__file__).parents[1])})
+    assert p.stdout.readline().strip() == "running"
+    time.sleep(0.3)
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    assert p.returncode == -signal.SIGKILL
+    dev = amdq.open_device("SIMKFD+AMD:gfx1100")
+    try:
+        Bench(dev).check()
+    finally:
+        dev.close()
+
+
+# -- bad input gets its named error -------------------------------------------------------------
+def test_bad_input_gets_named_errors(monkeypatch):
+    dev = open_dev(monkeypatch, "pm4", "sync")
+    other = open_dev(monkeypatch, "pm4", "sync")
+    try:
+        b = Bench(dev)
+        put = b.prg["put"]
+        freed = dev.alloc(256)
+        freed.free()
+        with pytest.raises(InvalidArgument, match="freed buffer"):
+            put(freed, 1, grid=1, block=64)
+        with pytest.raises(InvalidArgument, match="freed buffer"):
+            freed.read()
+        with pytest.raises(InvalidArgument, match="freed buffer"):
+            freed.write(b"x")
+        with pytest.raises(InvalidArgument, match="freed buffer"):
+            dev.copy(b.out, freed, 4)
+        foreign = other.alloc(256)
+        with pytest.raises(InvalidArgument, match="belongs to"):
+            put(foreign, 1, grid=1, block=64)
+        with pytest.raises(InvalidArgument, match="belongs to"):
+            dev.copy(b.out, foreign, 4)
+        with pytest.raises(InvalidArgument, match="memory kind 'hbm'"):
+            dev.alloc(64, kind="hbm")
+        with pytest.raises(InvalidArgument, match="object"):
+            dev.upload(np.array([object(), 1], dtype=object))
+        put(b.out, 9, grid=np.int64(1), block=(np.int32(64),), wait=True)       # numpy integers are integers
+        assert (b.out.numpy(np.int32) == 9).all()
+        b.check()
+        other.close()
+        for call in (lambda: other.alloc(64), lambda: other.upload(np.zeros(4)), lambda: foreign.read(),
+                     lambda: other.load(compile_cl(SRC, other.arch).read_bytes())):
+            with pytest.raises(DeviceClosed):
+                call()
+    finally:
+        dev.close()
+        other.close()
