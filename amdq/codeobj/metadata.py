@@ -86,6 +86,9 @@ MAX_ALIGN = 1 << 32                 # LLVM's largest alignment (Value::MaxAlignm
 # A kernel's argument count: ROCclr's 1024 parameter bytes allow at most 1024 explicit (1-byte) arguments,
 # and code object v5 adds about twenty hidden ones; 4096 leaves room and keeps a bad note cheap to refuse.
 MAX_ARGS = 4096
+# The msgpack note itself: LLVM writes a few hundred bytes per kernel argument, so even a library of
+# thousands of kernels stays within a few MiB; a larger note is refused before it is decoded.
+MAX_METADATA = 16 << 20
 MAX_FLAT_WORKGROUP = 1024           # "amdgpu-flat-work-group-size" is at most 1024 (AMDGPUUsage)
 _POINTER_KINDS = {"global_buffer": (8,), "dynamic_shared_pointer": (4, 8)}    # sizes the runtime writes
 
@@ -203,6 +206,9 @@ def _kernel(k: Any, i: int) -> KernelMeta:
 
 def parse_metadata(desc: bytes) -> Metadata:
     """Decode the msgpack descriptor of an NT_AMDGPU_METADATA note."""
+    if len(desc) > MAX_METADATA:
+        raise CodeObjectError(f"AMDGPU metadata note is {len(desc)} bytes, more than the {MAX_METADATA >> 20} MiB "
+                              f"amdq accepts")
     try:
         m = msgpack.unpackb(desc, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several unrelated types on bad input
