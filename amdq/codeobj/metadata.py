@@ -137,7 +137,7 @@ def _arg(a: Any, where: str, kss: int) -> ArgMeta:
     off = _int(a, ".offset", where, 0, MAX_KERNARG_SEGMENT)
     size = _int(a, ".size", where, 0, MAX_KERNARG_SEGMENT)
     if off + size > kss:
-        raise CodeObjectError(f"metadata of {where} ({kind}): .offset {off} + .size {size} = {off + size} runs past "
+        raise CodeObjectError(f"metadata of {where}: .offset {off} + .size {size} = {off + size} runs past "
                               f"the {kss}-byte kernarg segment (.kernarg_segment_size)")
     addr_space = _opt_str(a, ".address_space", where)
     sizes = _POINTER_KINDS.get(kind) or ((8,) if kind == "by_value" and addr_space == "global" else None)
@@ -164,6 +164,15 @@ def _check_overlaps(args: list[ArgMeta], w: str) -> None:
                                   f"at bytes {a0.offset}..{end0 - 1}")
 
 
+def _label(a: Any) -> str:
+    """' (name)' of an argument for messages, else ' (value kind)'."""
+    if isinstance(a, dict):
+        for key in (".name", ".value_kind"):
+            if isinstance(a.get(key), str) and a[key]:
+                return f" ({a[key]})"
+    return ""
+
+
 def _kernel(k: Any, i: int) -> KernelMeta:
     if not isinstance(k, dict):
         raise CodeObjectError(f"metadata amdhsa.kernels[{i}] is a {type(k).__name__}, not a map")
@@ -178,8 +187,7 @@ def _kernel(k: Any, i: int) -> KernelMeta:
     align = _int(k, ".kernarg_segment_align", w, 1, MAX_ALIGN)
     if not _pow2(align):
         raise CodeObjectError(f"metadata of {w}: .kernarg_segment_align = {align} is not a power of two")
-    parsed = [_arg(a, f"{w} .args[{j}]" + (f" ({a['.name']})" if isinstance(a, dict) and isinstance(a.get(".name"), str)
-                                          and a[".name"] else ""), kss) for j, a in enumerate(args)]
+    parsed = [_arg(a, f"{w} .args[{j}]{_label(a)}", kss) for j, a in enumerate(args)]
     _check_overlaps(parsed, w)
     wave = _int(k, ".wavefront_size", w, 32, 64)
     if wave not in (32, 64):
