@@ -164,3 +164,13 @@ def test_duplicate_kernel_and_too_many_arguments(base):
 def test_huge_metadata_note_refused_before_decoding(base):
     with pytest.raises(CodeObjectError, match=rf"metadata note is \d+ bytes, more than the {MAX_METADATA >> 20} MiB"):
         load_code_object(with_meta(base, lambda k, m: m.__setitem__("amdhsa.padding", b"\0" * MAX_METADATA)))
+
+
+def test_oversized_file_refused_before_parsing(base, monkeypatch):
+    import amdq.codeobj.elf as elf
+    data = with_meta(base, lambda k, m: None)
+    monkeypatch.setattr(elf, "MAX_FILE", len(data) - 1)
+    with pytest.raises(CodeObjectError, match=rf"code object is {len(data)} bytes, more than the"):
+        load_code_object(data)
+    monkeypatch.setattr(elf, "MAX_FILE", len(data))
+    assert load_code_object(data).kernels
