@@ -109,3 +109,123 @@ def test_compile_unsupported_target():
 def test_compile_adds_code_object_version_to_existing_flags():
     ir = IR + '\n!llvm.module.flags = !{!0}\n!0 = !{i32 7, !"frame-pointer", i32 0}\n'
     assert load_code_object(amdq.compile(ir, "gfx1100")).cov == 5
+
+
+# -- inline assembly and LLVM aborts: always a CompileError, never a dead process -----------------
+
+ASM_IR = """
+define amdgpu_kernel void @k(ptr addrspace(1) %out) {
+  call void asm sideeffect "s_nop 0", ""()
+  %v = call i32 asm "v_mov_b32 $0, 0x1234abcd", "=v"()
+  store i32 %v, ptr addrspace(1) %out
+  ret void
+}
+"""
+
+
+def _llc():
+    from clang import tool
+    return tool("llc")            # skips without LLVM 19 (fails in CI, where it must be present)
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201", "gfx942"])
+def test_valid_inline_asm_compiles(arch, monkeypatch):
+    from clang import run, tool
+    monkeypatch.setenv("AMDQ_LLC", _llc())
+    co = amdq.compile(ASM_IR, arch)
+    img = load_code_object(co, arch)
+    assert set(img.kernels) == {"k"} and img.cov == 5 and img.kind == "ET_REL"
+    dis = run(tool("llvm-objdump"), "-d", f"--mcpu={arch}", str(write(co)))
+    assert "s_nop 0" in dis and "0x1234abcd" in dis.lower()
+
+
+def test_valid_inline_asm_runs(monkeypatch):
+    import numpy as np
+    monkeypatch.setenv("AMDQ_LLC", _llc())
+    co = amdq.compile(ASM_IR, "gfx1100")
+    dev = amdq.open_device("SIM:gfx1100")
+    try:
+        out = dev.upload(np.zeros(1, np.uint32))
+        dev.load(co)["k"](out, grid=1, block=1, wait=True)
+        assert out.numpy(np.uint32)[0] == 0x1234ABCD       # the value only the inline asm writes
+    finally:
+        dev.close()
+
+
+def test_invalid_inline_asm_is_a_compile_error(monkeypatch):
+    monkeypatch.setenv("AMDQ_LLC", _llc())
+    bad = ASM_IR.replace("s_nop 0", "s_bogus_instruction")
+    with pytest.raises(CompileError, match=r"rejected the module with inline assembly for gfx1100.*"
+                                           r"error: invalid instruction"):
+        amdq.compile(bad, "gfx1100")
+    with pytest.raises(CompileError, match=r"invalid operand|not a valid operand|error:"):
+        amdq.compile(ASM_IR.replace("0x1234abcd", "s[9999]"), "gfx1100")
+    assert load_code_object(amdq.compile(IR, "gfx1100")).kernels        # and compiling goes on
+
+
+def test_module_level_asm_goes_to_llc(monkeypatch):
+    monkeypatch.setenv("AMDQ_LLC", _llc())
+    with pytest.raises(CompileError, match=r"inline assembly.*error:"):
+        amdq.compile('module asm "s_bogus 1"\n' + IR, "gfx1100")
+
+
+def test_inline_asm_without_llc_is_refused_clearly(monkeypatch):
+    import amdq.codeobj.compiler as C
+    monkeypatch.setattr(C, "find_llc", lambda: None)
+    with pytest.raises(CompileError, match=r"inline assembly, which llvmlite's AMDGPU backend cannot assemble.*"
+                                           r"install llvm-19 or set AMDQ_LLC"):
+        amdq.compile(ASM_IR, "gfx1100")
+    monkeypatch.undo()
+    monkeypatch.setenv("AMDQ_LLC", "/nonexistent/llc")
+    with pytest.raises(CompileError, match=r"could not run /nonexistent/llc"):
+        amdq.compile(ASM_IR, "gfx1100")
+
+
+def test_llc_that_does_not_know_the_target(monkeypatch):
+    monkeypatch.setenv("AMDQ_LLC", _llc())
+    import subprocess
+    cpus = subprocess.run([_llc(), "-mtriple=amdgcn", "-mcpu=help"], capture_output=True, text=True)
+    if "gfx950" in cpus.stdout + cpus.stderr:
+        pytest.skip("this llc knows gfx950")
+    with pytest.raises(CompileError, match=r"llc\S* does not know gfx950.*'gfx950' is not a recognized processor"):
+        amdq.compile(ASM_IR, "gfx950")
+
+
+ABORTS = {
+    # LLVM's instruction selector aborts (report_fatal_error) on an MFMA intrinsic for RDNA
+    "cannot select": ("""
+define amdgpu_kernel void @k(ptr addrspace(1) %out) {
+  %v = call <4 x float> @llvm.amdgcn.mfma.f32.4x4x1f32(float 1.0, float 2.0, <4 x float> zeroinitializer, i32 0, i32 0, i32 0)
+  store <4 x float> %v, ptr addrspace(1) %out
+  ret void
+}
+declare <4 x float> @llvm.amdgcn.mfma.f32.4x4x1f32(float, float, <4 x float>, i32, i32, i32)
+""", r"LLVM aborted while compiling for gfx1100 \(killed by signal 6.*LLVM ERROR: Cannot select: intrinsic "
+     r"%llvm.amdgcn.mfma"),
+    # an unknown processor and feature in the function's attributes: warnings, then an abort
+    "bad target-cpu": ("""
+define amdgpu_kernel void @k(ptr addrspace(1) %out) #0 {
+  store i32 1, ptr addrspace(1) %out
+  ret void
+}
+attributes #0 = { "target-features"="+bogus,-wavefrontsize32" "target-cpu"="gfx9999" }
+""", r"LLVM aborted while compiling for gfx1100.*'gfx9999' is not a recognized processor"),
+}
+
+
+@pytest.mark.parametrize("case", list(ABORTS))
+def test_llvm_abort_is_a_compile_error(case):
+    ir, message = ABORTS[case]
+    with pytest.raises(CompileError, match=message):
+        amdq.compile(ir, "gfx1100")
+    co = amdq.compile(IR, "gfx1100")              # a fresh worker takes over
+    assert set(load_code_object(co).kernels) == {"scale", "lds_sum"}
+
+
+def test_compile_argument_checks():
+    from amdq.errors import InvalidArgument
+    with pytest.raises(InvalidArgument, match="LLVM IR text, not bytes"):
+        amdq.compile(IR.encode(), "gfx1100")
+    with pytest.raises(InvalidArgument, match="opt is an optimisation level 0, 1, 2 or 3, not 7"):
+        amdq.compile(IR, "gfx1100", opt=7)
+    assert load_code_object(amdq.compile(IR, "gfx1100", opt=0)).kernels

@@ -17,6 +17,10 @@ from ..hw import elf as E
 
 SHT_NOBITS, SHT_RELA, SHT_REL, SHT_NOTE, SHT_SYMTAB, SHT_DYNSYM = 8, 4, 9, 7, 2, 11
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 1, 2, 4
+# A code object file larger than this is refused before it is copied or parsed: the loaded image is
+# capped at 256 MiB (image.MAX_IMAGE) and the metadata at 16 MiB, so only debug sections could fill
+# the rest.
+MAX_FILE = 1 << 30
 
 
 @dataclass
@@ -69,6 +73,8 @@ class ElfImage:
     def __init__(self, data: bytes):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise CodeObjectError(f"a code object is bytes, not {type(data).__name__}")
+        if len(data) > MAX_FILE:
+            raise CodeObjectError(f"code object is {len(data)} bytes, more than the {MAX_FILE >> 20} MiB amdq loads")
         self.data = bytes(data)
         try:
             self._parse()

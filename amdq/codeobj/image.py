@@ -165,6 +165,9 @@ class ProgramImage:
         if not 0 <= entry < self.size or entry % 256:
             raise CodeObjectError(f"kernel {km.name}: entry at image offset {entry:#x} is outside the image or not "
                                   f"256-byte aligned")
+        if kd.wave_size != km.wavefront_size:
+            raise CodeObjectError(f"kernel {km.name}: metadata says .wavefront_size {km.wavefront_size}, its descriptor "
+                                  f"wave{kd.wave_size} (ENABLE_WAVEFRONT_SIZE32 = {int(kd.wave32)})")
         lds = max(kd.group_segment_fixed_size, km.group_segment_fixed_size)
         if lds > self.target.lds_bytes:
             raise KernelLDSTooLarge(f"kernel {km.name} uses {lds} bytes of static LDS; {self.target.arch} allows "

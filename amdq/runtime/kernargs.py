@@ -94,8 +94,14 @@ def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple
             if not isinstance(v, LDS):
                 raise InvalidArgument(f"argument {name} of {meta.name} is a __local pointer: pass amdq.LDS(nbytes), "
                                       f"not {type(v).__name__}")
+            if not isinstance(v.nbytes, int) or v.nbytes < 0:
+                raise InvalidArgument(f"argument {name} of {meta.name}: LDS size must be a non-negative integer, "
+                                      f"not {v.nbytes!r}")
             align = max(a.pointee_align or 4, 4)
             lds_offset = (lds_offset + align - 1) & -align
+            if lds_offset >= 1 << (8 * a.size):
+                raise LDSLimitExceeded(f"kernel {meta.name}: argument {name} would start at LDS byte {lds_offset} "
+                                       f"(pointee_align {align}), which its {a.size}-byte pointer cannot hold")
             buf[a.offset:a.offset + a.size] = lds_offset.to_bytes(a.size, "little")
             lds_offset += v.nbytes
             dyn_lds = lds_offset - static_lds
