@@ -15,25 +15,10 @@ import numpy as np
 import pytest
 
 import amdq
-from amdq.errors import (DeviceClosed, GPUFault, GPUTimeout, IllegalInstruction, InvalidArgument, InvalidPacket,
-                         WaveKilled)
+from amdq.errors import DeviceClosed, GPUFault, GPUTimeout, InvalidArgument
 from clang import compile_cl
+from failures import SRC, Bench
 
-SRC = r"""
-__kernel void put(__global int *out, int v) { out[get_global_id(0)] = v; }
-__kernel void add(__global int *out, int v) { out[get_global_id(0)] += v; }
-__kernel void rd(__global const int *p, __global int *out) { out[get_global_id(0)] = p[get_global_id(0)]; }
-__kernel void spin(__global volatile int *flag, __global int *out) {
-  while (flag[0] == 0) {}
-  out[get_global_id(0)] = 1;
-}
-__kernel void steps(__global int *out, int n) {
-  int s = 0;
-  for (int k = 0; k < n; k++) s = s * 3 + k;
-  out[get_global_id(0)] = s;
-}
-"""
-BAD = r"""__kernel void bad(__global int *out) { out[get_global_id(0)] = 5; }"""
 MODES = [("pm4", "sync"), ("pm4", "async"), ("aql", "sync"), ("aql", "async")]
 
 
@@ -44,60 +29,6 @@ def open_dev(monkeypatch, queue: str, mode: str, timeout_ms: int = 150, **env) -
     for k, v in env.items():
         monkeypatch.setenv(k, str(v))
     return amdq.open_device("SIMKFD+AMD:gfx1100")
-
-
-class Bench:
-    """A device with the test kernels, a patched-illegal kernel and buffers to check results with."""
-
-    def __init__(self, dev: amdq.Device):
-        self.dev = dev
-        self.prg = dev.load(compile_cl(SRC, dev.arch).read_bytes())
-        self.bad = dev.load(compile_cl(BAD, dev.arch).read_bytes())
-        k = self.bad["bad"]
-        off = k.addr - self.bad.base                         # its first instruction: a word of no encoding
-        self.bad.alloc.cpu.mv[off:off + 4] = b"\xff\xff\xff\xff"
-        self.out = dev.upload(np.zeros(64, np.int32))
-        self.flag = dev.upload(np.zeros(1, np.int32))
-        self.n = 0
-
-    def check(self) -> None:
-        """A correct launch and a correct copy."""
-        self.n += 1
-        self.prg["put"](self.out, self.n, grid=1, block=64, wait=True)
-        assert (self.out.numpy(np.int32) == self.n).all()
-        src = self.dev.upload(np.arange(64, dtype=np.int32) + self.n)
-        dst = self.dev.alloc(256)
-        self.dev.copy(dst, src, 256, wait=True)
-        assert (dst.numpy(np.int32) == np.arange(64) + self.n).all()
-
-    # each failure: (expected error class, regex its message must match, the action)
-    def failures(self):
-        dev, prg, out = self.dev, self.prg, self.out
-        sdma_bad = lambda: dev.wait(dev.copyq.run([[0xFF]]), queue=dev.copyq)     # noqa: E731
-        return {
-            "null write": (GPUFault, r"in kernel put: write at 0x0 .*NULL pointer",
-                           lambda: prg["put"](0, 1, grid=1, block=64, wait=True)),
-            "null read": (GPUFault, r"in kernel rd: read at 0x10 .*NULL pointer plus 0x10",
-                          lambda: prg["rd"](16, out, grid=1, block=64, wait=True)),
-            "unmapped read": (GPUFault, r"in kernel rd: read at 0x7a0000000000 .*not mapped",
-                              lambda: prg["rd"](0x7A00_0000_0000, out, grid=1, block=64, wait=True)),
-            "unmapped write": (GPUFault, r"in kernel put: write at 0x7a0000001000",
-                               lambda: prg["put"](0x7A00_0000_1000, 1, grid=1, block=64, wait=True)),
-            "endless kernel": (GPUTimeout, r"kernel spin.*DISPATCH|KERNEL_DISPATCH.*spin",
-                               lambda: prg["spin"](self.flag, out, grid=1, block=64, wait=True)),
-            "illegal instruction": (IllegalInstruction, r"in kernel bad: no encoding matches at pc",
-                                    lambda: self.bad["bad"](out, grid=1, block=64, wait=True)),
-            "hang_cp": (GPUTimeout, r"compute queue", lambda: (dev.sim.inject("hang_cp"),
-                                                               prg["put"](out, 1, grid=1, block=64, wait=True))),
-            "hang_sdma": (GPUTimeout, r"sdma queue.*copy of 4 bytes",
-                          lambda: (dev.sim.inject("hang_sdma"), dev.copy(self.out, self.flag, 4, wait=True))),
-            "bad PM4 packet": (InvalidPacket, r"compute queue .*stopped at .*type-0 packet",
-                               lambda: (dev.queue.submit(dev.queue.commands().dw + [0x12345678]),
-                                        prg["put"](out, 1, grid=1, block=64, wait=True))),
-            "bad SDMA packet": (InvalidPacket, r"sdma queue .*unknown op 255", sdma_bad),
-            "kill_wave": (WaveKilled, r"waves killed",
-                          lambda: (dev.sim.inject("kill_wave"), prg["put"](out, 1, grid=1, block=64, wait=True))),
-        }
 
 
 @pytest.mark.parametrize("queue,mode", MODES)
