@@ -265,3 +265,30 @@ def test_bad_input_gets_named_errors(monkeypatch):
     finally:
         dev.close()
         other.close()
+
+
+def test_injection_from_the_environment(tmp_path):
+    """AMDQ_SIM_INJECT rehearses a failure in an unmodified program: the CP hangs at its 17th packet (in the second launch)."""
+    code = compile_cl(SRC, "gfx1100")
+    script = tmp_path / "prog.py"
+    script.write_text(f"""
+import numpy as np, amdq
+dev = amdq.open_device("SIMKFD+AMD:gfx1100")
+prg = dev.load(open({str(code)!r}, "rb").read())
+out = dev.upload(np.zeros(64, np.int32))
+for n in range(3):
+    try:
+        prg["put"](out, n, grid=1, block=64, wait=True)
+        print("ok", int(out.numpy(np.int32)[0]))
+    except amdq.errors.GPUTimeout as e:
+        print("timeout", "compute queue" in str(e))
+""")
+    env = {**os.environ, "PYTHONPATH": str(Path(amdq.__file__).parents[1]), "AMDQ_SIM_INJECT": "hang_cp:after=16",
+           "AMDQ_WAIT_TIMEOUT_MS": "200", "AMD_AQL": "0"}
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[0] == "ok 0" and "timeout True" in lines[1:3] and "ok 2" in lines[2:], r.stdout
+    bad = subprocess.run([sys.executable, str(script)], env={**env, "AMDQ_SIM_INJECT": "hang_everything"},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "unknown fault injection 'hang_everything'" in bad.stderr

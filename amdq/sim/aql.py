@@ -117,7 +117,7 @@ class AQLQueue(PM4Executor):
             return 0
         work = 0
         try:
-            while work < budget and self.exception is None:
+            while work < budget and self.exception is None and not (self.hang_at is not None and self.stopped):
                 n = 0
                 if self.pm4_active:
                     self.at = self.vendor

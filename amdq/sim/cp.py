@@ -83,6 +83,8 @@ class PM4Executor(QueueEngine):
         work = 0
         try:
             while work < budget:
+                if self.hang_at is not None and self.stopped:
+                    return work             # an armed hang took hold
                 if self.running is not None:
                     done = self.running.step(max(1, budget - work))
                     work += self.running.stats.steps - self._steps_seen

@@ -42,8 +42,7 @@ class Injector:
         self.kinds = dict(KINDS, **(kinds or {}))
         self.armed: dict[str, dict] = {}
         for kind, params in parse(os.environ.get("AMDQ_SIM_INJECT", "")):
-            if kind in self.kinds:                  # other layers (e.g. a USB bridge) read their own kinds
-                self(kind, **params)
+            self(kind, **params)                    # an unknown kind is an error, not a silent no-op
 
     def __call__(self, kind: str, **params) -> None:
         if kind not in self.kinds:

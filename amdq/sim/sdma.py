@@ -65,6 +65,8 @@ class SDMAQueue(QueueEngine):
         try:
             ring = None
             while work < budget:
+                if self.hang_at is not None and self.stopped:
+                    return work                       # an armed hang took hold
                 if self.ib is not None:
                     dws, pos, base = self.ib
                     if pos >= len(dws):               # the IB is done: the INDIRECT packet retires
