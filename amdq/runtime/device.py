@@ -7,15 +7,17 @@ import os
 import struct
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..codeobj import cache as cocache
-from ..errors import DeviceError, GPUFault, OutOfMemory, UnsupportedTarget
+from ..errors import DeviceError, GPUFault, InvalidArgument, OutOfMemory, UnsupportedTarget
 from ..hw.targets import TARGETS, Target, get_target
 from .copy import CopyQueue, OrderedTimeline, gpu_wait
 from .memory import Allocator, Buffer
+from .codemem import LoadedCode
 from .program import LaunchRecord, Program
 from .aql import AQLQueue
 from .queue import ComputeQueue
@@ -153,6 +155,7 @@ class Device:
         self.profiler = None
         self.capturing = None
         self._pending_free: list[tuple[int, object]] = []
+        self._codes: weakref.WeakSet = weakref.WeakSet()      # LoadedCode of this device, freed at close
         self._clock = self._measure_clock()
 
     def __repr__(self) -> str:
@@ -332,13 +335,26 @@ class Device:
 
     # -- programs and launches -----------------------------------------------------------------
     def load(self, code_object: bytes) -> Program:
+        """A new Program handle on the code object's memory, uploaded once per device while the program
+        cache keeps it (amdq.runtime.codemem says who owns it); `prg.free()` lets go of it."""
         if not isinstance(code_object, (bytes, bytearray)):
             raise TypeError(f"load takes code-object bytes, not {type(code_object).__name__}")
-        key = cocache.program_key(bytes(code_object), [self.uid])
-        return cocache.programs.get_or_create(key, lambda: Program(self, cocache.image_for(bytes(code_object), self.arch)))
+        co = bytes(code_object)
+        key = cocache.program_key(co, [self.uid])
+        self._reclaim()
+        while True:                        # an entry evicted between lookup and acquire is loaded again
+            code = cocache.programs.get_or_create(key, lambda: LoadedCode(self, cocache.image_for(co, self.arch)))
+            if code.acquire():
+                try:
+                    return Program(self, code.img, code)
+                except BaseException:
+                    code.release()
+                    raise
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked)."""
+        if kernel.prg.freed:
+            raise InvalidArgument(f"kernel {kernel.name}: its program {kernel.prg!r} was freed; load the code object again")
         if self.capturing is not None:
             if wait:
                 raise RuntimeError("wait=True inside a capture: nothing runs until the graph is replayed")
@@ -404,6 +420,16 @@ class Device:
                 pass
         self.closed = True
         cocache.programs.purge(lambda k: self.uid in k[1])
+        # the queues are gone, so nothing runs any more: give back program code, deferred frees and the
+        # device's own memory, then the allocator's cache (live user buffers stay with their owners)
+        for code in list(self._codes):
+            code.drop()
+        own = [a for _, a in self._pending_free] + [self.kernargs.alloc, self.signals, self.ts_alloc]
+        own += [self.scratch.alloc] if self.scratch is not None else []
+        self._pending_free = []
+        for a in own:
+            self.allocator.free(a)
+        self.allocator.trim(0)
         if self.sim is not None:
             self.sim.close()
 
