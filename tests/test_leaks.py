@@ -146,10 +146,10 @@ def test_close_gives_back_programs_and_device_memory(vadd_co):
     d.alloc(1 << 20).free()
     d.close()
     assert held.freed and d.allocator.live == 0 and d.allocator.cached == 0
-    # left: the KFD event page (the interface's own, in system memory) and the page tables
-    assert [bo.size for bo in seam.bos.values()] == [0x8000]
-    assert sim.vram.used == 4 * PAGE and sim.sysmem.used == 0x8000   # root + 3 tables mapping the event page
-    assert seam.address_space.used == 2 << 20
+    # nothing left but the root page directory (the driver's, allocated with the VM)
+    assert not seam.bos and not seam.events and not seam.fds
+    assert sim.vram.used == PAGE and sim.sysmem.used == 0
+    assert seam.address_space.used == 0
     held.free()
 
 

@@ -263,5 +263,16 @@ class KFD:
         return r["gpu_clock_counter"], r["cpu_clock_counter"], r["system_clock_freq"]
 
     def close(self) -> None:
+        """Give back the interface's own events, event page and doorbell mappings, then the files (queues and
+        the runtime's memory must be gone already)."""
+        try:
+            for ev in (self.signal_event, self.memory_event):
+                self.ioctl("AMDKFD_IOC_DESTROY_EVENT", event_id=ev)
+            self.free(self.event_page)
+        except (OSError, OutOfMemory):
+            pass                                       # closing the files below releases them in the kernel
+        for m in self.doorbell_pages.values():
+            self.seam.munmap(m)
+        self.doorbell_pages.clear()
         self.seam.close(self.drm_fd)
         self.seam.close(self.fd)

@@ -430,6 +430,10 @@ class Device:
         for a in own:
             self.allocator.free(a)
         self.allocator.trim(0)
+        try:
+            self.iface.close()
+        except OSError as e:
+            log.debug("closing the interface: %s", e)
         if self.sim is not None:
             self.sim.close()
 
