@@ -418,8 +418,8 @@ class Device:
                 q.close()
             except Exception:
                 pass
+        cocache.programs.purge(lambda k: self.uid in k[1])     # (before closed: their frees are deferred)
         self.closed = True
-        cocache.programs.purge(lambda k: self.uid in k[1])
         # the queues are gone, so nothing runs any more: give back program code, deferred frees and the
         # device's own memory, then the allocator's cache (live user buffers stay with their owners)
         for code in list(self._codes):
