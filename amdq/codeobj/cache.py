@@ -8,10 +8,14 @@ from typing import Any, Callable, Hashable
 
 
 class LRU:
-    """A small thread-safe LRU map."""
+    """A small thread-safe LRU map. `on_evict(value)` (if given) is called, outside the lock, for every value
+    that leaves it without being asked for: evicted for capacity, purged, or made twice concurrently."""
 
-    def __init__(self, capacity: int = 64):
-        self.capacity, self._d, self._lock = capacity, OrderedDict(), threading.Lock()
+    def __init__(self, capacity: int = 64, on_evict: Callable[[Any], None] | None = None):
+        if capacity < 1:
+            raise ValueError(f"an LRU needs a capacity of at least 1, not {capacity}")
+        self.capacity, self.on_evict = capacity, on_evict
+        self._d, self._lock = OrderedDict(), threading.Lock()
 
     def get_or_create(self, key: Hashable, make: Callable[[], Any]) -> Any:
         with self._lock:
@@ -19,22 +23,34 @@ class LRU:
                 self._d.move_to_end(key)
                 return self._d[key]
         value = make()
+        gone = []
         with self._lock:
-            self._d[key] = value
+            if key in self._d:                   # another thread made it meanwhile: keep theirs
+                gone.append(value)
+                value = self._d[key]
+            else:
+                self._d[key] = value
             self._d.move_to_end(key)
             while len(self._d) > self.capacity:
-                self._d.popitem(last=False)
+                gone.append(self._d.popitem(last=False)[1])
+        self._evicted(gone)
         return value
 
+    def _evicted(self, values: list) -> None:
+        if self.on_evict is not None:
+            for v in values:
+                self.on_evict(v)
+
     def pop(self, key: Hashable) -> Any:
+        """Remove and return the value of `key` (None if absent); the caller takes it over (no on_evict)."""
         with self._lock:
             return self._d.pop(key, None)
 
     def purge(self, pred: Callable[[Hashable], bool]) -> None:
         """Drop every entry whose key satisfies `pred`."""
         with self._lock:
-            for k in [k for k in self._d if pred(k)]:
-                del self._d[k]
+            gone = [self._d.pop(k) for k in [k for k in self._d if pred(k)]]
+        self._evicted(gone)
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._d
@@ -50,7 +66,8 @@ def program_key(code_object: bytes, devices: Any) -> tuple[str, frozenset]:
 
 
 images = LRU(128)          # sha256 -> ProgramImage (target-independent parse and layout)
-programs = LRU(128)        # program_key -> Program (owned by the runtime)
+# program_key -> LoadedCode (amdq.runtime.codemem): the cache owns one reference, given up on eviction
+programs = LRU(128, on_evict=lambda code: code.release())
 
 
 def image_for(code_object: bytes, arch: str | None = None):

@@ -139,23 +139,54 @@ class KFD:
             flags |= K.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE
         if kind == "vram" and cpu:
             flags |= K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC
-        reserve = self.seam.mmap(None, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
         try:
+            reserve = self.seam.mmap(None, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+        except OSError as e:
+            if e.errno == errno.ENOMEM:
+                raise OutOfMemory(f"cannot reserve {size} bytes of virtual address space for {kind} memory: "
+                                  f"{e.strerror}") from e
+            raise
+        handle, mapped = None, False
+        try:                                           # any failure from here gives back what was taken
             r = self.ioctl("AMDKFD_IOC_ALLOC_MEMORY_OF_GPU", va_addr=reserve.addr, size=size, gpu_id=self.gpu_id,
                            flags=flags)
+            handle = r["handle"]
+            mapping = None
+            if cpu and kind != "doorbell":
+                mapping = self.seam.mmap(reserve.addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                                         self.drm_fd, r["mmap_offset"])
+            m = self.ioctl("AMDKFD_IOC_MAP_MEMORY_TO_GPU", handle=handle,
+                           device_ids_array_ptr=ctypes.addressof(self._gpu_ids), n_devices=1)
+            mapped = True                              # (perhaps partly: unmapping is harmless then)
+            if m["n_success"] != 1:
+                raise DeviceError(f"mapping {size} bytes at {reserve.addr:#x} to GPU {self.gpu_id} failed")
         except BaseException:
-            self.seam.munmap(reserve)
+            self._undo_alloc(reserve, handle, mapped)
             raise
-        mapping = None
-        if cpu and kind != "doorbell":
-            mapping = self.seam.mmap(reserve.addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                                     self.drm_fd, r["mmap_offset"])
-        m = self.ioctl("AMDKFD_IOC_MAP_MEMORY_TO_GPU", handle=r["handle"],
-                       device_ids_array_ptr=ctypes.addressof(self._gpu_ids), n_devices=1)
-        if m["n_success"] != 1:
-            raise DeviceError(f"mapping {size} bytes at {reserve.addr:#x} to GPU {self.gpu_id} failed")
-        return Allocation(reserve.addr, size, "uncached" if uncached else kind, r["handle"], mapping,
+        return Allocation(reserve.addr, size, "uncached" if uncached else kind, handle, mapping,
                           {"reserve": reserve})
+
+    def _undo_alloc(self, reserve: Mapping, handle: int | None, mapped: bool) -> None:
+        """Release a half-made allocation (GPU mapping, buffer, address range), keeping the first error."""
+        try:
+            if mapped:
+                self.ioctl("AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU", handle=handle,
+                           device_ids_array_ptr=ctypes.addressof(self._gpu_ids), n_devices=1)
+            if handle is not None:
+                self.ioctl("AMDKFD_IOC_FREE_MEMORY_OF_GPU", handle=handle)
+        except (OSError, OutOfMemory):
+            return                                     # the buffer may still sit at that address: keep the range
+        self.seam.munmap(reserve)
+
+    def available(self, kind: str = "vram") -> int | None:
+        """Bytes of `kind` memory the kernel driver could still give this process (AMDKFD_IOC_AVAILABLE_MEMORY,
+        VRAM only; None when unknown: other kinds, or a kernel without the ioctl)."""
+        if kind != "vram" or self.version < (1, 9):
+            return None
+        try:
+            return self.ioctl("AMDKFD_IOC_AVAILABLE_MEMORY", gpu_id=self.gpu_id)["available"]
+        except OSError:
+            return None
 
     def free(self, a: Allocation) -> None:
         self.ioctl("AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU", handle=a.handle,
@@ -248,5 +279,16 @@ class KFD:
         return r["gpu_clock_counter"], r["cpu_clock_counter"], r["system_clock_freq"]
 
     def close(self) -> None:
+        """Give back the interface's own events, event page and doorbell mappings, then the files (queues and
+        the runtime's memory must be gone already)."""
+        try:
+            for ev in (self.signal_event, self.memory_event, self.hw_event):
+                self.ioctl("AMDKFD_IOC_DESTROY_EVENT", event_id=ev)
+            self.free(self.event_page)
+        except (OSError, OutOfMemory):
+            pass                                       # closing the files below releases them in the kernel
+        for m in self.doorbell_pages.values():
+            self.seam.munmap(m)
+        self.doorbell_pages.clear()
         self.seam.close(self.drm_fd)
         self.seam.close(self.fd)

@@ -69,6 +69,8 @@ class AQLBound:
     def submit(self) -> int:
         """Run it again; returns the timeline value that marks its completion."""
         q = self.queue
+        if self.kernel.prg.freed:
+            raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
         with q.dev.submitting(q):
             if self.scratch:
                 q.scratch_for(self.kernel)

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..iface.exceptions import to_error
 from .aql_queue import AQLQueue
 from .hwqueue import HWQueue
 from .memory import Allocator, Buffer
+from .codemem import LoadedCode
 from .pm4_queue import PM4Queue
 from .program import LaunchRecord, Program
 from .sdma_queue import SDMAQueue
@@ -170,6 +172,7 @@ class Device:
         self.profiler = None
         self.capturing = None
         self._pending_free: list[tuple[int, object]] = []
+        self._codes: weakref.WeakSet = weakref.WeakSet()      # LoadedCode of this device, freed at close
         self._clock = self._measure_clock()
 
     def __repr__(self) -> str:
@@ -418,19 +421,27 @@ class Device:
 
     # -- programs and launches -----------------------------------------------------------------
     def load(self, code_object: bytes) -> Program:
+        """A new Program handle on the code object's memory, uploaded once per device while the program
+        cache keeps it (amdq.runtime.codemem says who owns it); `prg.free()` lets go of it."""
         if not isinstance(code_object, (bytes, bytearray)):
             raise TypeError(f"load takes code-object bytes, not {type(code_object).__name__}")
         self._check()
-        key = cocache.program_key(bytes(code_object), [self.uid])
-
-        def make() -> Program:
+        co = bytes(code_object)
+        key = cocache.program_key(co, [self.uid])
+        self._reclaim()
+        while True:                        # an entry evicted between lookup and acquire is loaded again
             with self.lock:
-                prg = Program(self, cocache.image_for(bytes(code_object), self.arch))
-                prg.alloc.meta["what"] = "program"
-                for k in prg._k.values():
-                    self._kernel_names[k.addr] = self._kernel_names[k.kd_addr] = k.name
-                return prg
-        return cocache.programs.get_or_create(key, make)
+                code = cocache.programs.get_or_create(key, lambda: LoadedCode(self, cocache.image_for(co, self.arch)))
+                if code.acquire():
+                    try:
+                        prg = Program(self, code.img, code)
+                    except BaseException:
+                        code.release()
+                        raise
+                    code.alloc.meta["what"] = "program"
+                    for k in prg._k.values():
+                        self._kernel_names[k.addr] = self._kernel_names[k.kd_addr] = k.name
+                    return prg
 
     def kernel_name(self, pc: int | None, kernel_object: int | None) -> str | None:
         """The kernel whose entry is `pc` or whose descriptor is at `kernel_object`."""
@@ -456,8 +467,11 @@ class Device:
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked)."""
+        self._check()
         if kernel.prg.dev is not self:
             raise InvalidArgument(f"kernel {kernel.name} was loaded on {kernel.prg.dev.name}, not {self.name}")
+        if kernel.prg.freed:
+            raise InvalidArgument(f"kernel {kernel.name}: its program {kernel.prg!r} was freed; load the code object again")
         if self.capturing is not None:
             if wait:
                 raise RuntimeError("wait=True inside a capture: nothing runs until the graph is replayed")
@@ -612,10 +626,24 @@ class Device:
                     q.close()
                 except (AmdqError, OSError):
                     pass
+            cocache.programs.purge(lambda k: self.uid in k[1])     # (before closed: their frees are deferred)
             self.closed = True
-            cocache.programs.purge(lambda k: self.uid in k[1])
+            # the queues are gone, so nothing runs any more: give back program code, deferred frees and the
+            # device's own memory, then the allocator's cache (live user buffers stay with their owners)
+            for code in list(self._codes):
+                code.drop()
+            own = [a for _, a in self._pending_free] + [self.kernargs.alloc, self.signals, self.ts_alloc]
+            own += [self.scratch.alloc] if self.scratch is not None else []
+            self._pending_free = []
+            for a in own:
+                self.allocator.free(a)
+            self.allocator.trim(0)
             if self.sim is not None:
-                self.sim.close()
+                self.sim.close()                # first: the simulated GPU's worker stops with its engines
+            try:
+                self.iface.close()
+            except OSError as e:
+                log.debug("closing the interface: %s", e)
 
 
 def open_device(spec: str | None = None) -> Device:

@@ -108,6 +108,9 @@ class Graph:
         queue's for a graph of copies only)."""
         if not self.segments or self.dev.capturing is self:
             raise RuntimeError("the graph is empty or still capturing")
+        freed = sorted({n.kernel.name for n in self.nodes if n.kernel.prg.freed})
+        if freed:
+            raise InvalidArgument(f"the graph launches kernels of freed programs ({', '.join(freed)}); capture it again")
         with self.dev.lock:
             self.dev._check()
             return self._replay()

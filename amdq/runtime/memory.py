@@ -16,11 +16,18 @@ PAGE = 4096
 
 
 class Allocator:
-    """Allocations of one interface, with freed ones kept (up to `cache_bytes`) for reuse by size."""
+    """Allocations of one interface, with freed ones kept (up to `cache_bytes`) for reuse by size.
+
+    `live` counts the bytes handed out and not freed, `cached` the bytes kept for reuse. A failed
+    allocation changes neither, unless returning the cache to the driver could have made it fit (the
+    interface's `available()` memory plus the cached bytes of that kind reach the request, or the
+    interface cannot tell): then the cache is emptied first and stays so if the retry fails too. What
+    was live stays live and usable either way; the interface gives back whatever a failed attempt took.
+    """
 
     def __init__(self, iface, cache_bytes: int = 256 << 20):
         self.iface, self.cache_bytes = iface, cache_bytes
-        self.cache: OrderedDict[tuple[int, str], list[Allocation]] = OrderedDict()
+        self.cache: OrderedDict[tuple, list[Allocation]] = OrderedDict()
         self.cached = 0
         self.live = 0
         self.live_allocs: dict[int, Allocation] = {}          # by GPU address: to name a faulting address
@@ -38,16 +45,35 @@ class Allocator:
             return a
         try:
             a = self.iface.alloc(size, kind, **kw)
-        except (OutOfMemory, OSError):
+        except (OutOfMemory, OSError) as e:
+            avail = self._available(kind)
+            cached = self.cached_bytes(kind)
+            if avail is not None and size > avail + cached:
+                raise self._oom(size, kind, avail, e) from None
             self.trim(0)
             try:
                 a = self.iface.alloc(size, kind, **kw)
-            except (OutOfMemory, OSError) as e:
-                raise OutOfMemory(f"cannot allocate {size} bytes of {kind} memory ({self.live} bytes live): {e}") from None
+            except (OutOfMemory, OSError) as e2:
+                raise self._oom(size, kind, self._available(kind), e2) from None
         self.live += size
         a.meta["cache_key"] = key
         self.live_allocs[a.va] = a
         return a
+
+    def _available(self, kind: str) -> int | None:
+        f = getattr(self.iface, "available", None)
+        return f(kind) if f is not None else None
+
+    def cached_bytes(self, kind: str | None = None) -> int:
+        """Bytes cached for reuse (of one kind of memory, or all)."""
+        if kind is None:
+            return self.cached
+        return sum(k[0] * len(lst) for k, lst in self.cache.items() if k[1] == kind)
+
+    def _oom(self, size: int, kind: str, avail: int | None, cause: Exception) -> OutOfMemory:
+        free = f"{avail} bytes available, " if avail is not None else ""
+        return OutOfMemory(f"cannot allocate {size} bytes of {kind} memory ({free}{self.live} bytes live, "
+                           f"{self.cached} cached): {cause}")
 
     def free(self, a: Allocation) -> None:
         self.live -= a.size

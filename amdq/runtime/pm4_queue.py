@@ -306,7 +306,7 @@ class PM4Bound:
 
     def __init__(self, queue: PM4Queue, kernel, args: tuple, grid, block):
         dev = queue.dev
-        self.queue = queue
+        self.queue, self.kernel = queue, kernel
         p = queue.plan(kernel, args, grid, block)
         self.kalloc = dev.allocator.alloc(p.size, "gtt")         # its own kernargs: the ring moves on
         dw = p.dwords_at(self.kalloc.va, self.kalloc.cpu.mv, 0, kernel, args)
@@ -322,6 +322,8 @@ class PM4Bound:
     def submit(self) -> int:
         """Run it again; returns the timeline value that marks its completion."""
         q = self.queue
+        if self.kernel.prg.freed:
+            raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
         with q.dev.submitting(q):
             q.room(len(self.tail))
             value = q.timeline.next()

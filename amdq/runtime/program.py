@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import struct
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from ..errors import InvalidArgument
 from . import kernargs
 
 if TYPE_CHECKING:
+    from .codemem import LoadedCode
     from .device import Device
 
 
@@ -103,17 +105,45 @@ class Kernel:
 
 
 class Program:
-    """A code object loaded on one device."""
+    """A code object loaded on one device: a handle on its code memory (shared with the other handles of
+    the same code object on the device, see amdq.runtime.codemem for who owns what).
 
-    def __init__(self, dev: "Device", img: ProgramImage):
+    `free()` gives this handle's share back; the memory is freed once no handle and not the program
+    cache hold it, after the GPU finished the work submitted so far. Afterwards launches of this
+    handle's kernels raise InvalidArgument. A handle nothing references any more is freed when it is
+    garbage collected; one still referenced is never freed under its user by a cache eviction.
+    """
+
+    def __init__(self, dev: "Device", img: ProgramImage, code: "LoadedCode | None" = None):
+        from .codemem import LoadedCode
         self.dev, self.img = dev, img
         t0 = time.perf_counter()
-        self.alloc = dev.allocator.alloc(img.size, "vram", executable=True)
-        self.base = self.alloc.va
-        self.alloc.cpu.mv[:img.size] = bytes(img.at(self.base))
+        self.code = code if code is not None else LoadedCode(dev, img)   # we own one reference to it
+        self.base = self.code.base
         self.load_time = time.perf_counter() - t0
+        self._freed = False
+        self._release = weakref.finalize(self, self.code.release)      # at most once: free() or collection
+        self._release.atexit = False
         self.kernels = list(img.kernels)
         self._k = {n: Kernel(self, k) for n, k in img.kernels.items()}
+
+    @property
+    def alloc(self):
+        """The code memory (None once freed)."""
+        return None if self._freed else self.code.alloc
+
+    @property
+    def freed(self) -> bool:
+        return self._freed or self.code.freed
+
+    def free(self) -> None:
+        """Give this handle's code memory back (idempotent); see the class docstring."""
+        if self._freed:
+            return
+        self._freed = True
+        self._release()
+        if not self.dev.closed:
+            self.dev._reclaim()
 
     def __getitem__(self, name: str) -> Kernel:
         if name not in self._k:
@@ -121,4 +151,5 @@ class Program:
         return self._k[name]
 
     def __repr__(self) -> str:
-        return f"<Program {self.img.arch} {', '.join(self.kernels)} at {self.base:#x}>"
+        state = " (freed)" if self.freed else ""
+        return f"<Program {self.img.arch} {', '.join(self.kernels)} at {self.base:#x}{state}>"

@@ -7,6 +7,7 @@ CREATE_QUEUE asks for, and turns end-of-pipe interrupts and GPU faults into even
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import errno
 import struct
@@ -24,6 +25,9 @@ from .gpu import SimGPU
 from ..hw import vm as VM
 from .mmu import ADDR_MASK, VALID
 MMAP_DOORBELL = 3 << 62
+HOST_USER_VA_BITS = 47          # what an x86-64 Linux process gets below the canonical hole (TASK_SIZE = 2**47 - 4 KiB)
+PAGE = 4096
+HUGE = 1 << 21
 TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
 IP_DISCOVERY = "/sys/class/drm/renderD128/device/ip_discovery/die/0"
 GFX_TARGET_VERSION = {"gfx1100": 110000, "gfx1101": 110001, "gfx1102": 110002, "gfx1151": 110501,
@@ -39,6 +43,65 @@ class Bo:
     pa: int
     flags: int
     mapped: bool = False
+
+
+class AddressSpace:
+    """The simulated process's virtual address space for anonymous reservations, as mmap hands it out.
+
+    A free list of [start, end) ranges between `low` and `high`, sorted by address: a reservation takes the
+    highest range that fits (top-down, like Linux's default mmap layout), `release` gives it back and merges
+    it with its neighbours, so alloc/free cycles reuse the same addresses and the space never runs out
+    while the reservations in use fit. Reservations are 2 MiB aligned and padded to 2 MiB, so every
+    buffer may use 2 MiB PDE-as-PTE pages and owns its page-table pages; the padding is part of the
+    reservation and freed with it.
+    """
+
+    def __init__(self, low: int, high: int, align: int = HUGE):
+        if low % align or high <= low:
+            raise ValueError(f"bad address space [{low:#x}, {high:#x})")
+        self.low, self.high, self.align = low, high, align
+        self.free_ranges: list[tuple[int, int]] = [(low, high)]
+        self.reserved: dict[int, int] = {}              # start -> padded extent
+
+    @property
+    def used(self) -> int:
+        """Bytes of address space reserved (padding included)."""
+        return sum(self.reserved.values())
+
+    @property
+    def largest_free(self) -> int:
+        return max((e - s for s, e in self.free_ranges), default=0)
+
+    def reserve(self, size: int) -> int:
+        """Start of a fresh reservation of `size` bytes; ENOMEM (as mmap) when no free range fits."""
+        extent = (max(size, 1) + self.align - 1) & -self.align
+        for i in range(len(self.free_ranges) - 1, -1, -1):
+            s, e = self.free_ranges[i]
+            start = (e - extent) & -self.align
+            if start < s:
+                continue
+            pieces = [r for r in ((s, start), (start + extent, e)) if r[1] > r[0]]
+            self.free_ranges[i:i + 1] = pieces
+            self.reserved[start] = extent
+            return start
+        raise OSError(errno.ENOMEM, f"mmap: no {extent:#x} bytes of free address space (largest free range "
+                                    f"{self.largest_free:#x} of {self.high - self.low:#x}, {self.used:#x} reserved)")
+
+    def release(self, start: int) -> bool:
+        """Give back the reservation that starts at `start`; False if none does (munmap of other mappings)."""
+        extent = self.reserved.pop(start, None)
+        if extent is None:
+            return False
+        end = start + extent
+        fr = self.free_ranges
+        i = bisect.bisect_left(fr, (start, end))
+        if i < len(fr) and fr[i][0] == end:                 # merge with the range above
+            end = fr.pop(i)[1]
+        if i > 0 and fr[i - 1][1] == start:                 # and with the one below
+            i -= 1
+            start = fr.pop(i)[0]
+        fr.insert(i, (start, end))
+        return True
 
 
 @dataclass
@@ -90,7 +153,8 @@ class SimKFD:
         self.vmid = 8
         self.vm = gpu.vm(self.vmid)
         self.vm.set_root(gpu.vram.alloc(4096))
-        self._va_next = 0x7F00_0000_0000
+        # user space of the simulated process: 4 GiB up to the lower of the host's user VA limit and the GPU's VA
+        self.address_space = AddressSpace(1 << 32, (min(1 << HOST_USER_VA_BITS, 1 << VM.VA_BITS) - PAGE) & -HUGE)
         self._doorbells = DoorbellPage(gpu, 0)
         self._next_doorbell = 0
         self.vm_acquired = False
@@ -156,9 +220,7 @@ class SimKFD:
         if fd == -1:                                       # anonymous: reserve address space
             if prot != PROT_NONE:
                 raise OSError(errno.EINVAL, "the simulated process only reserves address space anonymously")
-            va = self._va_next
-            self._va_next += (size + 0x1FFFFF) & ~0x1FFFFF
-            return Mapping(va, size, None)
+            return Mapping(self.address_space.reserve(size), size, None)
         if self.fds.get(fd) == "kfd" and offset & MMAP_DOORBELL == MMAP_DOORBELL:
             return self._doorbells
         bo = self.by_offset.get(offset)
@@ -169,7 +231,9 @@ class SimKFD:
         return Mapping(bo.va, size, bo.arena.view(bo.pa, size))
 
     def munmap(self, m: Mapping) -> None:
-        pass
+        """Unmapping a reservation returns its address range; doorbell and buffer views hold no range of
+        their own (a buffer's CPU view lies inside its reservation)."""
+        self.address_space.release(m.addr)
 
     def ioctl(self, fd: int, request: int, arg: bytearray) -> None:
         if self.fds.get(fd) != "kfd":
@@ -211,6 +275,9 @@ class SimKFD:
         flags, size, va = a["flags"], a["size"], a["va_addr"]
         if size == 0 or va % 4096 or size % 4096:
             raise OSError(errno.EINVAL, "allocations are page aligned")
+        if va + size > 1 << VM.VA_BITS:
+            raise OSError(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{va:#x}, {va + size:#x}) is outside the "
+                                        f"{VM.VA_BITS}-bit GPU virtual address space")
         if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
             arena = self.gpu.vram
         elif flags & (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL):
@@ -228,6 +295,11 @@ class SimKFD:
         off = h << 12
         self.by_offset[off] = bo
         return {"handle": h, "mmap_offset": off}
+
+    def _available_memory(self, a):
+        if a["gpu_id"] != self.GPU_ID:
+            raise OSError(errno.EINVAL, "AVAILABLE_MEMORY: bad gpu_id")
+        return {"available": self.gpu.vram.size - self.gpu.vram.used, "gpu_id": a["gpu_id"]}
 
     def _free_memory_of_gpu(self, a):
         bo = self.bos.pop(a["handle"], None)
@@ -248,7 +320,11 @@ class SimKFD:
         flags = VM.pte(self.gpu.target.gfx_version, 0, executable=True, system=sysmem, snooped=sysmem,
                        writeable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE))
         with self.gpu.lock:                 # no engine walks or caches translations while the tables change
-            self._map_range(bo.va, bo.pa, bo.size, flags)
+            try:
+                self._map_range(bo.va, bo.pa, bo.size, flags)
+            except MemoryError:             # no VRAM left for page tables: undo the part that was mapped
+                self._unmap(bo)
+                raise OSError(errno.ENOMEM, f"MAP_MEMORY_TO_GPU: no VRAM for the page tables of {bo.size} bytes") from None
             bo.mapped = True
             self.vm.invalidate()
         return {"n_success": len(ids)}
@@ -367,6 +443,8 @@ class SimKFD:
             va, pa = va + n * 4096, pa + n * 4096
 
     def _unmap(self, bo: Bo) -> None:
+        """Clear the PTEs of [bo.va, bo.va + bo.size) and free every page table left empty, as amdgpu does
+        when a range is unmapped (so mapping cycles do not grow the page tables in VRAM)."""
         vram = self.gpu.vram
         va, end = bo.va, bo.va + bo.size
         while va < end:
@@ -379,6 +457,7 @@ class SimKFD:
             e = vram.u64(pdb0 + 8 * i0)
             if e & self.vm.pde_pte:
                 vram.buf[pdb0 + 8 * i0:pdb0 + 8 * i0 + 8] = 0
+                self._prune(va)
                 va += 1 << 21
                 continue
             ptb = e & ADDR_MASK if e & VALID else None
@@ -386,9 +465,31 @@ class SimKFD:
             n = min(512 - first, (end - va + 4095) >> 12)
             if ptb is not None:
                 vram.buf[ptb + 8 * first:ptb + 8 * (first + n)] = 0
+                self._prune(va)
             va += n * 4096
         bo.mapped = False
         self.vm.invalidate()
+
+    def _prune(self, va: int) -> None:
+        """Free the page tables on the walk to `va` that hold no valid entry any more (bottom up; the root stays)."""
+        vram = self.gpu.vram
+        path = [(self.vm.root, (va >> 39) & 0x1FF)]
+        for shift in (30, 21):
+            e = vram.u64(path[-1][0] + 8 * path[-1][1])
+            if not e & VALID or e & self.vm.pde_pte:
+                break
+            path.append((e & ADDR_MASK, (va >> shift) & 0x1FF))
+        else:
+            e = vram.u64(path[-1][0] + 8 * path[-1][1])
+            if e & VALID and not e & self.vm.pde_pte:
+                path.append((e & ADDR_MASK, 0))
+        for level in range(len(path) - 1, 0, -1):            # path[level] is a table its parent points to
+            table = path[level][0]
+            if vram.buf[table:table + 4096].view(np.uint64).any():
+                break
+            vram.free(table, 4096)
+            parent, idx = path[level - 1]
+            vram.buf[parent + 8 * idx:parent + 8 * idx + 8] = 0
 
     # -- interrupts -----------------------------------------------------------------------------
     def queue_progress(self, queue_id: int) -> int | None:

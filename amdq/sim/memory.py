@@ -5,6 +5,7 @@ page is written.
 """
 from __future__ import annotations
 
+import bisect
 import mmap
 
 import numpy as np
@@ -13,39 +14,54 @@ MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 
 
 class Arena:
-    """A byte-addressed physical memory (VRAM or system memory) with a page allocator."""
+    """A byte-addressed physical memory (VRAM or system memory) with a page allocator: first fit over
+    address-sorted holes below `top`, which merge on free (and give `top` back), so alloc/free cycles of
+    any sizes do not fragment it for good. `used` counts the bytes allocated."""
 
     def __init__(self, name: str, size: int, page: int = 4096):
         self.name, self.size, self.page = name, size, page
         self._map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE)
         self.buf = np.frombuffer(self._map, np.uint8)
         self.top = 0
-        self.free_list: list[tuple[int, int]] = []      # (addr, size) holes, first fit
+        self.used = 0
+        self.free_list: list[tuple[int, int]] = []      # (addr, size) holes below top, sorted by address
 
     def alloc(self, size: int, align: int = 4096) -> int:
         """Physical address of `size` contiguous bytes; raises MemoryError when the arena is full."""
         size = (size + self.page - 1) & -self.page
-        for i, (a, s) in enumerate(self.free_list):
+        fl = self.free_list
+        for i, (a, s) in enumerate(fl):
             start = (a + align - 1) & -align
             if start + size <= a + s:
-                del self.free_list[i]
-                if start > a:
-                    self.free_list.append((a, start - a))
-                if start + size < a + s:
-                    self.free_list.append((start + size, a + s - start - size))
+                fl[i:i + 1] = [h for h in ((a, start - a), (start + size, a + s - start - size)) if h[1]]
+                self.used += size
                 return start
         start = (self.top + align - 1) & -align
         if start + size > self.size:
-            raise MemoryError(f"{self.name}: {size} bytes requested, {self.size - start} left of {self.size}")
+            raise MemoryError(f"{self.name}: {size} bytes requested, {self.size - start} left of {self.size} "
+                              f"({self.used} in use)")
         if start > self.top:
-            self.free_list.append((self.top, start - self.top))
+            fl.append((self.top, start - self.top))
         self.top = start + size
+        self.used += size
         return start
 
     def free(self, addr: int, size: int) -> None:
         size = (size + self.page - 1) & -self.page
         self._map.madvise(mmap.MADV_DONTNEED, addr, size)    # zero pages, and give them back to the host
-        self.free_list.append((addr, size))
+        self.used -= size
+        fl = self.free_list
+        i = bisect.bisect_left(fl, (addr, 0))
+        end = addr + size
+        if i < len(fl) and fl[i][0] == end:                 # merge with the hole above
+            end += fl.pop(i)[1]
+        if i > 0 and fl[i - 1][0] + fl[i - 1][1] == addr:   # and with the one below
+            i -= 1
+            addr = fl.pop(i)[0]
+        if end == self.top:                                  # the topmost hole shrinks the arena instead
+            self.top = addr
+        else:
+            fl.insert(i, (addr, end - addr))
 
     def view(self, addr: int, size: int) -> memoryview:
         return memoryview(self._map)[addr:addr + size]
