@@ -456,3 +456,13 @@ def test_vm_against_facts():
     assert vm.PTE[12]["MTYPE"].mask == c["AMDGPU_PTE_MTYPE_GFX12_MASK"] and vm.PTE[12]["PRT"].mask == c["AMDGPU_PTE_PRT_GFX12"]
     assert vm.PTE[12]["PDE_PTE"].mask == c["AMDGPU_PDE_PTE_GFX12"] and vm.PTE[10]["PDE_PTE"].mask == c["AMDGPU_PDE_PTE"]
     assert vm.PTE[10]["PRT"].mask == c["AMDGPU_PTE_PRT"]
+
+
+def test_isa_tables_per_family():
+    """Every family has its generated tables; a family without any is UnsupportedTarget."""
+    from amdq.hw import isa
+    assert isa.tables("gfx12") is isa.tables("rdna4") and isa.tables("gfx9") is isa.tables("cdna3")
+    assert "VBUFFER" in isa.encodings("rdna4") and "SDWA" not in isa.encodings("rdna4")
+    assert "MUBUF" in isa.encodings("cdna3") and "V_MFMA_F32_16X16X16_F16" in isa.opnums("VOP3POp", "cdna3")
+    with pytest.raises(UnsupportedTarget, match="gfx10"):
+        isa.tables("gfx10")

@@ -5,13 +5,19 @@ import importlib
 from functools import lru_cache
 from types import ModuleType
 
-ARCHS = {"gfx11": "rdna3"}
+# ISA family (and gfx major) -> generated table module. CDNA tables are CDNA4's (gfx950), a superset of gfx942's.
+ARCHS = {"gfx11": "rdna3", "rdna3": "rdna3", "gfx12": "rdna4", "rdna4": "rdna4", "gfx9": "cdna", "cdna3": "cdna",
+         "cdna": "cdna"}
 
 
 @lru_cache(maxsize=None)
 def tables(arch: str = "rdna3") -> ModuleType:
-    """The generated table module of an ISA family ("rdna3", or a gfx major such as "gfx11")."""
-    return importlib.import_module(f"{__name__}.{ARCHS.get(arch, arch)}")
+    """The generated table module of an ISA family ("rdna3", "rdna4", "cdna3", or a gfx major such as "gfx11")."""
+    mod = ARCHS.get(arch)
+    if mod is None:
+        from ...errors import UnsupportedTarget
+        raise UnsupportedTarget(f"no instruction tables for {arch!r}: amdq has {', '.join(sorted(set(ARCHS)))}")
+    return importlib.import_module(f"{__name__}.{mod}")
 
 
 class Encoding:
