@@ -106,7 +106,7 @@ def main() -> None:
         for _ in range(kernels):
             k(y, x, 2.0, 64, grid=1, block=64)
     graph = per_call(g.replay, max(3, n // kernels), rounds, reset) / kernels
-    p = k.plan((y, x, 2.0, 64), (1, 1, 1), (64, 1, 1), False)
+    p = dev.queue.plan(k, (y, x, 2.0, 64), (1, 1, 1), (64, 1, 1))
     ring, dw = dev.queue.ring, p.dw
 
     def slice_write():

@@ -9,7 +9,6 @@ import struct
 import sys
 import threading
 import time
-from contextlib import contextmanager
 import weakref
 from dataclasses import dataclass
 
@@ -124,6 +123,33 @@ class Kernargs:
     def write(self, addr: int, data: bytes) -> None:
         off = addr - self.alloc.va
         self.mv[off:off + len(data)] = data
+
+
+class Submitting:
+    """Around one submission to a queue, under the device lock: if it fails before its work reached the
+    GPU, the timeline value it took is given back, and a queue that timed out on ring space is recovered.
+    (A class, not a generator context manager: it is on every launch's path.)"""
+
+    __slots__ = ("dev", "q", "mark")
+
+    def __init__(self, dev: "Device", q: HWQueue):
+        self.dev, self.q = dev, q
+
+    def __enter__(self) -> None:
+        dev = self.dev
+        dev.lock.acquire()
+        if dev.closed:
+            dev.lock.release()
+            dev._check()
+        self.mark = self.q.timeline.value
+
+    def __exit__(self, typ, e, tb) -> None:
+        try:
+            if typ is GPUTimeout and e.info.get("ring_space"):
+                self.q.timeline.value = self.mark           # nothing of it runs: the value was not submitted
+                self.dev._recover(self.q, e)
+        finally:
+            self.dev.lock.release()
 
 
 MEMORY_KINDS = ("vram", "gtt")
@@ -450,20 +476,9 @@ class Device:
                 return self._kernel_names[a]
         return None
 
-    @contextmanager
-    def submitting(self, q: HWQueue):
-        """Around one submission to q (under the device lock): if it fails before its work reached the GPU,
-        the timeline value it took is given back; a queue that timed out on ring space is recovered."""
-        with self.lock:
-            self._check()
-            mark = q.timeline.value
-            try:
-                yield
-            except GPUTimeout as e:
-                if e.info.get("ring_space"):
-                    q.timeline.value = mark              # nothing of it runs: the value was not submitted
-                    self._recover(q, e)
-                raise
+    def submitting(self, q: HWQueue) -> "Submitting":
+        """`with dev.submitting(q):` around one submission to q (see Submitting)."""
+        return Submitting(self, q)
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked)."""
@@ -482,7 +497,7 @@ class Device:
             ts = self._ts_slot() if timed else None
             t0 = time.perf_counter()
             value, t1 = q.launch(kernel, args, grid, block, ts)
-            q.note(value, f"kernel {kernel.name}")
+            q.note(value, kernel.label)
             t2 = time.perf_counter()
             rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value,
                                extra={"queue": q.name, "ts": ts, "host_start": t0, "grid": grid, "block": block})

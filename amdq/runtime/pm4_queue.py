@@ -127,13 +127,16 @@ class PM4Queue(HWQueue):
             struct.pack_into("<Q", p.pkt, 40, ka)
             self.dev.kernargs.mv[off + p.pkt_off:off + p.pkt_off + 64] = p.pkt
             dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
+        w = self.wptr
         self.room(len(dw))                      # first the ring space: a value once taken is submitted
         value = self.timeline.next()
+        if self.wptr != w:                      # the ordering hook queued waits first: room for dw again
+            self.room(len(dw))
         dw[p.value], dw[p.value + 1] = value & 0xFFFFFFFF, value >> 32
         if ts is not None:
             dw[p.ts], dw[p.ts + 1], dw[p.ts2], dw[p.ts2 + 1] = ts & 0xFFFFFFFF, ts >> 32, (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
         t1 = time.perf_counter()
-        self.submit(dw)
+        self._write(dw)
         return value, t1
 
     def bind(self, kernel, args: tuple, grid, block) -> "PM4Bound":
@@ -162,8 +165,12 @@ class PM4Queue(HWQueue):
 
     def submit(self, dws: list[int] | np.ndarray) -> None:
         """Copy dwords into the ring (wrapping at its end) and ring the doorbell."""
+        self.room(len(dws))
+        self._write(dws)
+
+    def _write(self, dws) -> None:
+        """Ring write and doorbell of dwords room() was made for."""
         n = len(dws)
-        self.room(n)
         i = self.wptr % self.ring_dw
         first = min(n, self.ring_dw - i)
         arr = np.asarray(dws, np.uint32)
@@ -325,11 +332,14 @@ class PM4Bound:
         if self.kernel.prg.freed:
             raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
         with q.dev.submitting(q):
+            w = q.wptr
             q.room(len(self.tail))
             value = q.timeline.next()
+            if q.wptr != w:
+                q.room(len(self.tail))
             t = self.tail
             t[self.vi], t[self.vi + 1] = value & 0xFFFFFFFF, value >> 32
-            q.submit(t)
+            q._write(t)
         return value
 
     def free(self) -> None:

@@ -55,6 +55,7 @@ def _dims(v, name: str) -> tuple[int, int, int]:
 class Kernel:
     def __init__(self, prg: "Program", info: KernelInfo):
         self.prg, self.info, self.name = prg, info, info.name
+        self.label = f"kernel {info.name}"
         self.meta, self.desc = info.meta, info.descriptor
         self.addr = prg.base + info.entry_offset
         self.kd_addr = prg.base + info.kd_offset
