@@ -19,7 +19,7 @@ from ..hw import pm4
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
-from .pm4_queue import Commands, SHRegs
+from .pm4_queue import Commands, PM4Queue, SHRegs
 
 SLOT = A.PACKET_SIZE
 IB_DW = SLOT // 4                       # PM4 dwords that fit a slot's own indirect buffer
@@ -186,12 +186,7 @@ class AQLQueue(HWQueue):
         """A launch with its own kernel arguments and a ready dispatch packet (Kernel.bind on this queue)."""
         return AQLBound(self, kernel, args, grid, block)
 
-    def wait_on(self, timeline, value: int) -> None:
-        """Make the queue wait on the GPU until `timeline` reaches value (PM4 polls in a vendor packet)."""
-        c = self.commands()
-        c.wait(timeline.addr + 4, value >> 32)
-        c.wait(timeline.addr, value & 0xFFFFFFFF)
-        self.submit(c.dw)
+    wait_on = PM4Queue.wait_on          # the same PM4 polls, run from a vendor packet by submit()
 
     # -- scratch -------------------------------------------------------------------------------
     def scratch_for(self, kernel) -> None:
