@@ -10,8 +10,52 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import UnsupportedCodeObjectTarget, UnsupportedTarget
+from .aql_tables import BUF_DATA_FORMAT_32, BUF_FORMAT_32_UINT, BUF_NUM_FORMAT_UINT
 
 IPVersion = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What varies by GPU generation (GC major version), in one place for the driver and the simulator.
+
+    Sources: LLVM AMDGPUUsage (scratch and VGPR granules, wave32, kernel-descriptor layouts), Linux
+    amdgpu `soc15d.h`/`nvd.h` (PM4 forms: ACQUIRE_MEM and RELEASE_MEM cache fields), `gfx_v9_4_3.c` /
+    `gfx_v11_0.c` (COMPUTE_TMPRING_SIZE.WAVESIZE units), the register headers (SQ_BUF_RSRC_WORD3).
+    """
+    gfx: int                       # 9 (GFX9/CDNA), 11 (GFX11/RDNA3), 12 (GFX12/RDNA4)
+    isa: str                       # ISA family of amdq.hw.isa: "cdna3", "rdna3", "rdna4"
+    bases: str                     # register-base table of amdq.hw.regs: "vega" or "navi"
+    scratch_unit: int              # bytes per COMPUTE_TMPRING_SIZE.WAVESIZE step
+    wave32: bool                   # DISPATCH_INITIATOR.CS_W32_EN exists (wave32 dispatches)
+    kd: int                        # key of the kernel-descriptor bit tables in amdq.hw.kd
+    arrays_per_se: int             # shader arrays per shader engine
+    acquire: dict                  # ACQUIRE_MEM cache actions of a full invalidate
+    release: dict                  # RELEASE_MEM cache actions of an end-of-pipe write-back
+    scratch_srd: dict              # SQ_BUF_RSRC_WORD3 format fields of the scratch buffer descriptor
+
+    def vgpr_granule(self, wave32: bool, family: str) -> int:
+        """VGPRs per GRANULATED_WORKITEM_VGPR_COUNT step: GFX10+ 8 in wave32 and 4 in wave64; GFX90A and
+        GFX942/950 (CDNA3/4) 8; other GFX9 4."""
+        if self.gfx >= 10:
+            return 8 if wave32 else 4
+        return 8 if family in ("CDNA3", "CDNA4") else 4
+
+
+_GFX10_ACQUIRE = dict(COHER_SIZE=0xFFFFFFFF, COHER_SIZE_HI=0xFFFFFF, POLL_INTERVAL=10, GLI_INV=1, GLK_INV=1, GLV_INV=1,
+                      GL1_INV=1, GL2_INV=1, GL2_WB=1)
+_GFX10_RELEASE = {"GCR_GL2_WB": 1, "GCR_GLM_INV": 1, "GCR_GLM_WB": 1, "GCR_SEQ": 1}
+GENERATIONS: dict[int, Generation] = {
+    9: Generation(9, "cdna3", "vega", 1024, False, 9, 1,
+                  dict(COHER_SIZE=0xFFFFFFFF, COHER_SIZE_HI=0xFF, POLL_INTERVAL=10, SH_ICACHE_ACTION_ENA=1,
+                       SH_KCACHE_ACTION_ENA=1, TC_ACTION_ENA=1, TCL1_ACTION_ENA=1, TC_WB_ACTION_ENA=1),
+                  {"TC_WB_ACTION_ENA": 1, "TC_ACTION_ENA": 1},
+                  {"DATA_FORMAT": BUF_DATA_FORMAT_32, "NUM_FORMAT": BUF_NUM_FORMAT_UINT, "ELEMENT_SIZE": 1}),
+    11: Generation(11, "rdna3", "navi", 256, True, 11, 2, _GFX10_ACQUIRE, _GFX10_RELEASE,
+                   {"FORMAT": BUF_FORMAT_32_UINT, "OOB_SELECT": 2}),
+    12: Generation(12, "rdna4", "navi", 256, True, 12, 2, _GFX10_ACQUIRE, _GFX10_RELEASE,
+                   {"FORMAT": BUF_FORMAT_32_UINT, "OOB_SELECT": 2}),
+}
 
 
 @dataclass(frozen=True)
@@ -36,13 +80,18 @@ class Target:
         return self.ip["GC"][0]
 
     @property
+    def gen(self) -> Generation:
+        """The generation profile (everything generation-dependent)."""
+        return GENERATIONS[self.gfx_version]
+
+    @property
     def max_waves_per_cu(self) -> int:
         return self.simds_per_cu * self.max_waves_per_simd
 
     @property
     def scratch_wave_align(self) -> int:
         """Granule of per-wave scratch (TMPRING_SIZE.WAVESIZE unit) in bytes."""
-        return 256 if self.gfx_version >= 10 else 1024
+        return self.gen.scratch_unit
 
     @property
     def sdma_max_copy(self) -> int:
@@ -52,9 +101,7 @@ class Target:
     @property
     def vgpr_alloc_granule(self) -> int:
         """VGPRs per GRANULATED_WORKITEM_VGPR_COUNT step for the default wave size."""
-        if self.gfx_version >= 10:
-            return 8 if self.wave_size == 32 else 4   # gfx11 wave32 allocates in blocks of 8
-        return 8 if self.family == "CDNA3" or self.family == "CDNA4" else 4
+        return self.gen.vgpr_granule(self.wave_size == 32, self.family)
 
 
 def _t(arch, family, mach, board, wave, lds, cus, ses, simds, waves, vram_gib, ip, xcc=1) -> Target:

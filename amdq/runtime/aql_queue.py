@@ -200,11 +200,7 @@ class AQLQueue(HWQueue):
         w1 = A.bits_for(A.SQ_BUF_RSRC_WORD1, g)
         w3 = A.bits_for(A.SQ_BUF_RSRC_WORD3, g)
         sel = dict(DST_SEL_X=A.SQ_SEL_X, DST_SEL_Y=A.SQ_SEL_Y, DST_SEL_Z=A.SQ_SEL_Z, DST_SEL_W=A.SQ_SEL_W,
-                   INDEX_STRIDE=3 if d.wave_size == 64 else 2, ADD_TID_ENABLE=1)
-        if g < 10:
-            sel.update(DATA_FORMAT=A.BUF_DATA_FORMAT_32, NUM_FORMAT=A.BUF_NUM_FORMAT_UINT, ELEMENT_SIZE=1)
-        else:
-            sel.update(FORMAT=A.BUF_FORMAT_32_UINT, OOB_SELECT=2)
+                   INDEX_STRIDE=3 if d.wave_size == 64 else 2, ADD_TID_ENABLE=1, **self.dev.target.gen.scratch_srd)
         srd = [s.base & 0xFFFFFFFF, w1.encode(BASE_ADDRESS_HI=(s.base >> 32) & 0xFFFF, SWIZZLE_ENABLE=1),
                min(s.wave_bytes * s.waves, 0xFFFFFFFF), w3.encode(**sel)]
         Q.pack_into(self.qmv, 0, scratch_backing_memory_location=s.base, scratch_resource_descriptor=srd,

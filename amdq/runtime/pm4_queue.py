@@ -15,6 +15,7 @@ from ..errors import InvalidArgument
 from ..hw import aql as A
 from ..hw import pm4, regs
 from ..hw.kd import LDS_GRANULE
+from ..hw.targets import GENERATIONS
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
 
@@ -36,7 +37,7 @@ class SHRegs:
 
     def __init__(self, gc_version):
         self.map = regs.load("GC", gc_version)
-        self.bases = regs.bases("vega" if gc_version[0] < 10 else "navi")["GC"]
+        self.bases = regs.bases(GENERATIONS[gc_version[0]].bases)["GC"]
 
     def __getitem__(self, name: str) -> int:
         return self.map[name].address(self.bases)
@@ -58,12 +59,8 @@ class Commands:
         return self.packet("SET_SH_REG", REG=self.sh[name], VALUES=[v & 0xFFFFFFFF for v in values])
 
     def acquire(self) -> "Commands":
-        if self.gen >= 10:
-            return self.packet("ACQUIRE_MEM", COHER_SIZE=0xFFFFFFFF, COHER_SIZE_HI=0xFFFFFF, POLL_INTERVAL=10,
-                               GLI_INV=1, GLK_INV=1, GLV_INV=1, GL1_INV=1, GL2_INV=1, GL2_WB=1)
-        return self.packet("ACQUIRE_MEM", COHER_SIZE=0xFFFFFFFF, COHER_SIZE_HI=0xFF, POLL_INTERVAL=10,
-                           SH_ICACHE_ACTION_ENA=1, SH_KCACHE_ACTION_ENA=1, TC_ACTION_ENA=1, TCL1_ACTION_ENA=1,
-                           TC_WB_ACTION_ENA=1)
+        """Invalidate the caches (instruction and scalar caches included) before the work that follows."""
+        return self.packet("ACQUIRE_MEM", **GENERATIONS[self.gen].acquire)
 
     def release(self, addr: int, value: int, interrupt: int | None = None, name: str | None = None) -> "Commands":
         """End-of-pipe write of a 64-bit value (and the interrupt with context id `interrupt`)."""
@@ -84,8 +81,7 @@ class Commands:
                            MASK=mask, POLL_INTERVAL=4)
 
     def _gcr(self) -> dict:
-        return {"GCR_GL2_WB": 1, "GCR_GLM_INV": 1, "GCR_GLM_WB": 1, "GCR_SEQ": 1} if self.gen >= 10 else \
-            {"TC_WB_ACTION_ENA": 1, "TC_ACTION_ENA": 1}
+        return GENERATIONS[self.gen].release
 
 
 class PM4Queue(HWQueue):

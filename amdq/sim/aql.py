@@ -76,7 +76,7 @@ class AQLQueue(PM4Executor):
         self.vendor: Slot | None = None               # the packet whose PM4 the executor is running
         self.at: Slot | None = None                   # the packet being worked on (named by faults)
         self.tmpring = A.bits_for(A.COMPUTE_TMPRING_SIZE, self.gen)
-        self.scratch_unit = 256 if self.gen >= 10 else 1024
+        self.scratch_unit = gpu.target.gen.scratch_unit
         self._kd: dict[bytes, tuple] = {}
 
     # -- engine protocol ----------------------------------------------------------------------
@@ -228,7 +228,7 @@ class AQLQueue(PM4Executor):
             props = KD.CODE_PROPERTIES.decode(f["kernel_code_properties"])
             k = self._kd[kd] = (f["kernel_code_entry_byte_offset"], f["compute_pgm_rsrc1"], f["compute_pgm_rsrc2"],
                                 f["compute_pgm_rsrc3"], [(n, c) for flag, n, c in KD.USER_SGPRS if props[flag]],
-                                bool(props["ENABLE_WAVEFRONT_SIZE32"]) and self.gen >= 10)
+                                bool(props["ENABLE_WAVEFRONT_SIZE32"]) and self.gpu.target.gen.wave32)
         entry, rsrc1, rsrc2, rsrc3, user_sgprs, wave32 = k
         _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(self._queue() + RD, QSTATE.size))
         tmp = self.tmpring.decode(tmpring)

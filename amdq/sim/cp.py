@@ -13,6 +13,7 @@ from ..errors import AmdqError
 from ..hw import faults as F
 from ..hw import pm4, regs
 from ..hw.kd import LDS_GRANULE
+from ..hw.targets import GENERATIONS
 from .engine import QueueEngine
 from .shader.core import DispatchRegs
 from .shader.memory import load, store
@@ -32,7 +33,7 @@ class ComputeRegs:
 
     def __init__(self, gc_version: tuple[int, int, int]):
         self.map = regs.load("GC", gc_version)
-        bases = regs.bases("vega" if gc_version[0] < 10 else "navi")["GC"]
+        bases = regs.bases(GENERATIONS[gc_version[0]].bases)["GC"]
         self.addr = {n: self.map[n].address(bases) for n in self.NAMES}
         self.initiator = self.map.regCOMPUTE_DISPATCH_INITIATOR
         self.tmpring = self.map.regCOMPUTE_TMPRING_SIZE
@@ -236,13 +237,14 @@ class PM4Executor(QueueEngine):
         partial = tuple(t["NUM_THREAD_PARTIAL"] if ini.get("PARTIAL_TG_EN") else 0 for t in nt)
         rsrc2 = self._reg("COMPUTE_PGM_RSRC2")
         tmp = c.tmpring.decode(self._reg("COMPUTE_TMPRING_SIZE"))
-        unit = 256 if self.gen >= 10 else 1024
+        gen = self.gpu.target.gen
+        unit = gen.scratch_unit
         pgm = (self._reg("COMPUTE_PGM_LO") | self._reg("COMPUTE_PGM_HI") << 32) << 8
         scratch = (self._reg("COMPUTE_DISPATCH_SCRATCH_BASE_LO") | self._reg("COMPUTE_DISPATCH_SCRATCH_BASE_HI") << 32) << 8
         d = DispatchRegs(
             pgm_addr=pgm, rsrc1=self._reg("COMPUTE_PGM_RSRC1"), rsrc2=rsrc2, rsrc3=self._reg("COMPUTE_PGM_RSRC3"),
             grid=(gx, gy, gz), block=block, user_data=[self._reg("COMPUTE_USER_DATA_0", i) for i in range(16)],
-            wave64=not ini.get("CS_W32_EN", 0) if self.gen >= 10 else True,
+            wave64=not ini.get("CS_W32_EN", 0) if gen.wave32 else True,
             lds_bytes=c.rsrc2.decode(rsrc2)["LDS_SIZE"] * LDS_GRANULE,
             scratch_base=scratch, scratch_wave_bytes=tmp["WAVESIZE"] * unit, scratch_waves=tmp["WAVES"],
             start=tuple(self._reg(f"COMPUTE_START_{d}") for d in "XYZ"), partial=partial, gfx=self.gen)
