@@ -175,7 +175,7 @@ class AQLQueue(PM4Executor):
                 break
             raw = buf[o:o + SLOT].tobytes()
             if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3:
-                self.gpu.core(self.vmid).icache.invalidate()
+                self.gpu.core(self.vmid).invalidate_icache()
             s = self.at = Slot(self.fetch, typ, struct.unpack_from("<Q", raw, 56)[0])
             self.inflight.append(s)
             self.fetch += 1

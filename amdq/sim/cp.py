@@ -166,7 +166,7 @@ class PM4Executor(QueueEngine):
             return True
         if name == "ACQUIRE_MEM":
             if f.get("GLI_INV") or f.get("SH_ICACHE_ACTION_ENA"):
-                self.gpu.core(self.vmid).icache.invalidate()
+                self.gpu.core(self.vmid).invalidate_icache()
             return True
         if name == "RELEASE_MEM":
             self._release_mem(f)

@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 
 from contextlib import contextmanager
 
+from ..errors import UnsupportedInstruction
 from ..hw import faults as F
 from ..hw.targets import Target, get_target
 from .inject import Injector
@@ -57,6 +58,11 @@ class SimGPU:
         self._stop = False
         self._t0 = time.perf_counter_ns()
         self.inject = Injector(self)                  # fault injection: inject("hang_cp"), inject.clear(...)
+        from .shader.isa import for_gfx               # the shader front end is built now, not in a first dispatch
+        try:                                          # that a short wait timeout would take for a hang
+            for_gfx(self.target.gfx_version)
+        except UnsupportedInstruction:
+            pass
         self._worker = None
         if self.mode == "async":
             self._worker = threading.Thread(target=self._run_worker, name="amdq-sim-gpu", daemon=True)

@@ -16,13 +16,9 @@ import numpy as np
 
 from ...errors import GPUException, GPUFault, InvalidPacket, UnsupportedInstruction
 from ...hw import kd as KD
-from . import decode
+from .isa import Isa, for_gfx
 from .memory import GPUMemory
-from .ops import CONTROL, build
 from .wave import BARRIER, DONE, EXEC, POOL, RUN, WaveState, mask_to_bits
-
-# importing the families registers their handlers
-from . import salu, smem, valu, vmem, lds  # noqa: E402,F401  isort: skip
 
 
 @dataclass
@@ -64,8 +60,8 @@ class ICache:
 
     LINE = 64
 
-    def __init__(self, mem: GPUMemory):
-        self.mem, self.gen = mem, 0
+    def __init__(self, mem: GPUMemory, isa: Isa):
+        self.mem, self.isa, self.gen = mem, isa, 0
         self.steps: dict[tuple[int, bool], tuple] = {}
         self.deps: dict[tuple[int, bool], tuple] = {}        # (line, version) pairs each step was decoded from
         self.lines: dict[int, tuple[bytes, int, int]] = {}    # line -> (bytes, generation fetched, version)
@@ -138,12 +134,13 @@ class ICache:
         code, base, deps = self._fetch(pc, self.LINE)
         # decoded and built steps are shared by every core in the process, keyed by the bytes from the PC on
         # (the look-ahead of mask_dead reads the instructions that follow)
-        bkey = (pc, wave64, code[pc - base:])
+        isa = self.isa
+        bkey = (isa.name, pc, wave64, code[pc - base:])
         hit = BUILT.get(bkey)
         if hit is None:
-            inst = decode.decode(code, pc, base, wave64)
-            inst.dead_sdst = decode.mask_dead(code, base, wave64, inst)
-            hit = (build(inst), inst, inst.key in CONTROL)
+            inst = isa.decode(code, pc, base, wave64)
+            inst.dead_sdst = isa.mask_dead(code, base, wave64, inst)
+            hit = (isa.build(inst), inst, inst.key in isa.control)
             if len(BUILT) >= 1 << 16:
                 BUILT.clear()
             BUILT[bkey] = hit
@@ -153,7 +150,7 @@ class ICache:
         return st
 
 
-BUILT: dict[tuple[int, bool, bytes], tuple] = {}
+BUILT: dict[tuple[str, int, bool, bytes], tuple] = {}     # (ISA family, pc, wave64, code bytes) -> step
 PAGE = 4096
 
 
@@ -257,7 +254,7 @@ class Batch:
 
     def run(self, stats: Stats, max_steps: int | None = None) -> bool:
         """Execute until every wave ended (True) or max_steps steps were taken (False)."""
-        w, icache, wave64, n = self.w, self.core.icache, self.lanes == 64, self.w.n
+        w, icache, wave64, n = self.w, self.core.icache_for(self.d), self.lanes == 64, self.w.n
         lanes_all = n * self.lanes
         steps = 0
         every = slice(None)
@@ -358,7 +355,23 @@ class ShaderCore:
 
     def __init__(self, mem: GPUMemory, max_lanes: int = 1 << 18):
         self.mem, self.max_lanes = mem, max_lanes
-        self.icache = ICache(mem)
+        self.icaches: dict[int, ICache] = {}          # by GPU generation: each with its family's front end
+
+    def icache_for(self, d: DispatchRegs) -> ICache:
+        ic = self.icaches.get(d.gfx)
+        if ic is None:
+            ic = self.icaches[d.gfx] = ICache(self.mem, for_gfx(d.gfx, d.pgm_addr))
+        return ic
+
+    @property
+    def icache(self) -> ICache:
+        """The RDNA3 instruction cache (the one standalone runs use)."""
+        return self.icache_for(DispatchRegs(0, 0, 0, 0, (1, 1, 1), (1, 1, 1), [], gfx=11))
+
+    def invalidate_icache(self) -> None:
+        """An instruction-cache invalidate (ACQUIRE_MEM GLI_INV, an AQL acquire fence)."""
+        for ic in self.icaches.values():
+            ic.invalidate()
 
     def dispatch(self, d: DispatchRegs, max_steps: int | None = None) -> Stats:
         """Run a whole dispatch to completion."""
@@ -368,6 +381,7 @@ class ShaderCore:
         return run.stats
 
     def start(self, d: DispatchRegs) -> "Run":
+        self.icache_for(d)                  # a family without a front end is refused when the dispatch starts
         return Run(self, d)
 
 

@@ -1,0 +1,55 @@
+"""The ISA seam of the shader core: one front end per instruction-set family (decoder, handler table),
+chosen from the dispatch's GPU generation and part of every decoded-instruction cache key.
+
+Today the RDNA3 front end (gfx11, also gfx11.5) exists; RDNA4 (gfx12) and CDNA3 (gfx9.4) code is refused
+with UnsupportedInstruction when a dispatch starts instead of being decoded with the wrong tables.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ...errors import UnsupportedInstruction
+from ...hw.targets import GENERATIONS
+
+
+@dataclass(frozen=True)
+class Isa:
+    """One family's front end: decode(code, pc, base, wave64) -> Inst, the look-ahead for dead masks, and
+    the handler builders by instruction key (with the keys of handlers that set the PC themselves)."""
+    name: str
+    decode: Callable
+    mask_dead: Callable
+    handlers: dict
+    control: frozenset
+
+    def build(self, inst):
+        b = self.handlers.get(inst.key)
+        if b is None:
+            from .ops import unsupported
+            raise unsupported(inst)
+        return b(inst)
+
+
+def _rdna3() -> Isa:
+    from . import decode, lds, salu, smem, valu, vmem  # noqa: F401  the families fill the handler table
+    from .ops import CONTROL, HANDLERS
+    return Isa("rdna3", decode.decode, decode.mask_dead, HANDLERS, frozenset(CONTROL))
+
+
+FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3}
+_made: dict[str, Isa] = {}
+
+
+def for_gfx(gfx: int, pc: int | None = None) -> Isa:
+    """The front end of a GPU generation (9, 11, 12); UnsupportedInstruction for a family without one."""
+    family = GENERATIONS[gfx].isa if gfx in GENERATIONS else f"gfx{gfx}"
+    isa = _made.get(family)
+    if isa is None:
+        make = FRONT_ENDS.get(family)
+        if make is None:
+            raise UnsupportedInstruction(f"the simulated shader core has no {family} front end yet (gfx{gfx} code "
+                                         f"cannot run; families: {', '.join(FRONT_ENDS)})", address=pc, pc=pc,
+                                         encoding=family)
+        isa = _made[family] = make()
+    return isa
