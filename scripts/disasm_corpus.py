@@ -208,7 +208,7 @@ def encoding_of(data: bytes, off: int, wave64: bool) -> str:
 
 
 def _shape(tok: str) -> str:
-    return re.sub(r"0x[0-9a-fA-F]+", "X", re.sub(r"(?<![0-9a-fA-Fx])\d+", "N", tok))
+    return re.sub(r"\d+", "N", re.sub(r"0x[0-9a-fA-F]+", "X", tok))
 
 
 def diff_kind(ours: str, ref: str) -> str:
@@ -219,7 +219,7 @@ def diff_kind(ours: str, ref: str) -> str:
         k = 0
         while k < min(len(om), len(rm)) and om[k] == rm[k]:
             k += 1
-        k = om.rfind("_", 0, k + 1) if "_" in om[:k + 1] else 0
+        k = max(om.rfind("_", 0, k + 1), 0)
         return f"mnemonic '{om[k:]}' vs '{rm[k:]}'"
     ot, rt = re.split(r",\s*|\s+", orest), re.split(r",\s*|\s+", rrest)
     for a, b in zip(ot, rt):

@@ -510,6 +510,8 @@ def _flat(ctx: _Ctx) -> Inst:
         raise _fail(ctx, f"invalid FLAT segment {seg}")
     f = _fields(ctx, enc)
     name, opr = _lookup(ctx, enc + "Op", f["op"], enc)
+    if not opr:     # a row the tables carry for an operation of another segment (e.g. FLAT_ATOMIC_CSUB_U32)
+        raise _fail(ctx, f"{name} has no {enc} form")
     inst = Inst(ctx.pc, enc, f["op"], name)
     inst.fields, inst.size = f, 8
     inst.glc, inst.slc, inst.dlc, inst.sve = f["glc"], f["slc"], f["dlc"], f["sve"]
