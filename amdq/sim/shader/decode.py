@@ -447,6 +447,9 @@ def _vop3p(ctx: _Ctx) -> Inst:
     inst.clamp, inst.opsel, inst.neg_hi = f["clmp"], f["opsel"], f["neg_hi"]
     inst.opsel_hi = f["opsel_hi"] | f["opsel_hi2"] << 2
     inst.dst = (_vreg(f["vdst"], opr.get("vdst", ("", 32, ""))[1]),)
+    if ctx.wave64 and name.startswith("V_WMMA"):    # wave64 holds the C/D matrices in half the VGPRs per lane
+        for o in (inst.dst[0], srcs[2]):
+            o.n, o.bits = max(1, o.n // 2), o.bits // 2
     inst.src = tuple(srcs)
     return inst
 
