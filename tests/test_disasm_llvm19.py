@@ -38,6 +38,17 @@ CASES = [
     (False, "1f10d4d802000008", "ds_swizzle_b32 v8, v2 offset:swizzle(SWAP,4)"),
     (False, "2000d4d802000008", "ds_swizzle_b32 v8, v2 offset:swizzle(BROADCAST,32,1)"),
     (False, "0400d4d801000005", 'ds_swizzle_b32 v5, v1 offset:swizzle(BITMASK_PERM,"00p00")'),
+    # s_delay_alu fields out of range
+    (False, "ff0787bf", "s_delay_alu instid0(/* invalid instid value */) | instskip(/* invalid instskip value */) | instid1(/* invalid instid value */)"),
+    # encodings the decoder does not model, formatted from their fields (amdq.tools.disasm_raw)
+    (False, "ff0f0ce8000402 03".replace(" ", ""), "tbuffer_load_d16_format_x v4, off, s[8:11], s3 offset:4095"),
+    (False, "0803 85f0 0105 020c".replace(" ", ""), "image_sample_c_d v[5:6], v[1:9], s[8:15], s[12:15] dmask:0x3 dim:SQ_RSRC_IMG_3D a16"),
+    (False, "050870f020400104 10080024", "image_sample_d v64, [v32, v16, v8, v0, v[36:37]], s[4:11], s[4:7] dmask:0x8 dim:SQ_RSRC_IMG_2D"),
+    (False, "008100f0ff000000", "image_load v0, v255, s[0:7] dmask:0x1 dim:SQ_RSRC_IMG_1D r128"),
+    (False, "00cd02cd01050ee4", "v_interp_p10_f16_f32 v0, -v1, -v2, -v3 clamp op_sel:[1,0,0,1] wait_exp:5"),
+    (False, "0a0016ce", "lds_direct_load v10 wait_vdst:6"),
+    (False, "0b5905ce", "lds_param_load v11, attr22.y wait_vdst:5"),
+    (False, "8328 00f8 0403 0000".replace(" ", ""), "exp mrtz v4, v3, off, off done row_en"),
     # wave64 WMMA keeps C/D in half the VGPRs
     (True, "104040cc0011421c", "v_wmma_f32_16x16x16_f16 v[16:19], v[0:7], v[8:15], v[16:19]"),
     (False, "104040cc0011421c", "v_wmma_f32_16x16x16_f16 v[16:23], v[0:7], v[8:15], v[16:23]"),
@@ -52,7 +63,7 @@ def llvm(data: bytes, wave64: bool) -> str:
 
 @pytest.mark.parametrize("wave64,hexbytes,want", CASES, ids=[f"{c[2][:40]}-w{64 if c[0] else 32}" for c in CASES])
 def test_spelling(wave64: bool, hexbytes: str, want: str) -> None:
-    data = bytes.fromhex(hexbytes)
+    data = bytes.fromhex(hexbytes.replace(" ", ""))
     assert llvm(data, wave64) == want
     assert [" ".join(t.split()) for _, t in disassemble(data, 0, wave64)] == [want]
 

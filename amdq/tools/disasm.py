@@ -113,10 +113,12 @@ def waitcnt(v: int) -> str:
 
 def delay_alu(v: int) -> str:
     id0, skip, id1 = v & 0xF, v >> 4 & 7, v >> 7 & 0xF
-    if id0 >= len(DELAY_ID) or id1 >= len(DELAY_ID) or skip >= len(DELAY_SKIP):
+    if v >> 11:
         return f"{v:#x}"
-    parts = [f"instid0({DELAY_ID[id0]})" if id0 else "", f"instskip({DELAY_SKIP[skip]})" if skip else "",
-             f"instid1({DELAY_ID[id1]})" if id1 else ""]
+    ids = lambda k: DELAY_ID[k] if k < len(DELAY_ID) else "/* invalid instid value */"    # noqa: E731
+    parts = [f"instid0({ids(id0)})" if id0 else "",
+             f"instskip({DELAY_SKIP[skip] if skip < len(DELAY_SKIP) else '/* invalid instskip value */'})" if skip else "",
+             f"instid1({ids(id1)})" if id1 else ""]
     return " | ".join(p for p in parts if p) or "0"
 
 
@@ -441,6 +443,12 @@ def disassemble(code: bytes, base: int = 0, wave64: bool = False) -> list[tuple[
             out.append((pc, text(inst)))
             pc += inst.size
         except AmdqError:
+            from .disasm_raw import text_raw     # encodings the decoder does not model
+            raw = text_raw(code, pc - base, wave64)
+            if raw:
+                out.append((pc, raw[0]))
+                pc += raw[1]
+                continue
             word = struct.unpack_from("<I", code, pc - base)[0]
             out.append((pc, f".long {word:#010x}"))
             pc += 4
