@@ -32,7 +32,7 @@ _T = isa.tables().OPCODES
 PROMOTED = {r[0][:-4] for r in _T["VOP3Op"].values() if r[0].endswith("_E64")} | \
     {r[0] for n, r in _T["VOP3SDOp"].items() if n < 512}     # VOP1/VOP2/VOPC operations that also have a VOP3 form
 NO_SUFFIX = {"V_READFIRSTLANE_B32_E32", "V_NOP_E32", "V_FMAMK_F32_E32", "V_FMAAK_F32_E32", "V_FMAMK_F16_E32",
-             "V_FMAAK_F16_E32", "V_PIPEFLUSH_E32", "V_READFIRSTLANE_B32_E64"}
+             "V_FMAAK_F16_E32", "V_PIPEFLUSH_E32", "V_READFIRSTLANE_B32_E64", "V_NOP_E64", "V_PIPEFLUSH_E64"}
 
 
 # ---------------------------------------------------------------- operands
@@ -58,7 +58,11 @@ def _fkind(op: Operand, fmt_hint: str = "") -> int:
     return 0 if op.bits == 16 else 2 if op.bits == 64 else 1
 
 
-def _lit_text(op: Operand) -> str:
+def _int16(op: Operand) -> bool:
+    return op.bits == 16 and op.fmt in ("NUM_I16", "NUM_U16", "NUM_B16")
+
+
+def _lit_text(op: Operand, salu: bool = False) -> str:
     """A literal, printed as LLVM does: the inline spelling when its value has one, else hex."""
     lit = op.value >> 32 if op.bits == 64 and op.value >> 32 and not op.value & 0xFFFFFFFF else op.value & 0xFFFFFFFF
     raw = lit
@@ -67,20 +71,22 @@ def _lit_text(op: Operand) -> str:
     s = raw - (1 << 32) if raw >> 31 else raw
     if -16 <= s <= 64:
         return str(s)
-    if op.bits != 64:
+    if op.bits != 64 and not _int16(op):
         for code, pats in FLOAT_CONST.items():
-            if pats[1] == raw or (op.bits == 16 and pats[0] == raw):
+            if pats[1] == raw or (op.bits == 16 and not salu and pats[0] == raw):
                 return FLOAT_TEXT.get(code, INV2PI[1])
     return f"{raw:#x}"
 
 
-def src_text(op: Operand) -> str:
-    """A source operand with its neg/abs modifiers."""
+def src_text(op: Operand, salu: bool = False) -> str:
+    """A source operand with its neg/abs modifiers (`salu`: a scalar operand; its 16-bit constants are dwords)."""
     if op.kind == "c":
         if op.literal:
-            t = _lit_text(op)
+            t = _lit_text(op, salu)
         elif op.code <= 208:
             t = str(op.code - 128 if op.code <= 192 else 192 - op.code)
+        elif _int16(op) and not salu:      # 16-bit integer operands read the f16 bit pattern; LLVM prints it in hex
+            t = f"{FLOAT_CONST[op.code][0]:#x}"
         else:
             t = FLOAT_TEXT.get(op.code) or INV2PI[_fkind(op)]
     elif op.kind == "x":
@@ -107,10 +113,12 @@ def waitcnt(v: int) -> str:
 
 def delay_alu(v: int) -> str:
     id0, skip, id1 = v & 0xF, v >> 4 & 7, v >> 7 & 0xF
-    if id0 >= len(DELAY_ID) or id1 >= len(DELAY_ID) or skip >= len(DELAY_SKIP):
+    if v >> 11:
         return f"{v:#x}"
-    parts = [f"instid0({DELAY_ID[id0]})" if id0 else "", f"instskip({DELAY_SKIP[skip]})" if skip else "",
-             f"instid1({DELAY_ID[id1]})" if id1 else ""]
+    ids = lambda k: DELAY_ID[k] if k < len(DELAY_ID) else "/* invalid instid value */"    # noqa: E731
+    parts = [f"instid0({ids(id0)})" if id0 else "",
+             f"instskip({DELAY_SKIP[skip] if skip < len(DELAY_SKIP) else '/* invalid instskip value */'})" if skip else "",
+             f"instid1({ids(id1)})" if id1 else ""]
     return " | ".join(p for p in parts if p) or "0"
 
 
@@ -161,7 +169,7 @@ def _sopk(i: Inst) -> str:
     if m in ("s_getreg_b32", "s_setreg_b32"):
         return f"{m} {reg(i.dst[0])}, {hwreg(v)}" if m == "s_getreg_b32" else f"{m} {hwreg(v)}, {reg(i.dst[0])}"
     if m == "s_setreg_imm32_b32":
-        return f"{m} {hwreg(v)}, {src_text(i.src[0])}"
+        return f"{m} {hwreg(v)}, {src_text(i.src[0], salu=True)}"
     if m == "s_version":
         return f"{m} {v}" if v <= 255 else f"{m} {v:#x}"
     if m.startswith("s_subvector_loop"):
@@ -178,7 +186,7 @@ def _salu(i: Inst) -> str:
     if i.enc == "SOPK":
         return _sopk(i)
     ops = [reg(d) for d in i.dst]
-    srcs = [src_text(s) for s in i.src]
+    srcs = [src_text(s, salu=True) for s in i.src]
     if m == "s_sendmsg_rtn_b32" or m == "s_sendmsg_rtn_b64":
         srcs = [sendmsg(i.fields["ssrc0"])]
     if m == "s_fmamk_f32":
@@ -250,7 +258,7 @@ def _vname(i: Inst) -> str:
     if i.dpp is not None:
         if i.enc == "VOPC":
             return base
-        return base + ("_e64_dpp" if i.enc in ("VOP3", "VOP3SD") and i.op < 512 else "_dpp")
+        return base + ("_e64_dpp" if i.enc in ("VOP3", "VOP3SD", "VOP3P") else "_dpp")   # LLVM 19: VOP3-only too
     if n.endswith("_E32"):
         return base + "_e32" if n[:-4] in PROMOTED else base
     if n.endswith("_E64") or (i.enc == "VOP3SD" and i.op < 512):
@@ -277,9 +285,17 @@ def _valu(i: Inst) -> str:
         ops[len(dst) + k] = f"{srcs[k].value:#x}"
     mods = []
     if i.enc in ("VOP3", "VOP3SD"):
-        if i.opsel and any(o.bits == 16 for o in (*dst, *srcs)):
+        if m in ("v_permlane16_b32", "v_permlanex16_b32"):     # op_sel bits 0/1 are fetch-inactive, bound_ctrl
+            if i.opsel & 3:
+                mods.append("op_sel:" + _bits_list(i.opsel, 2))
+        elif i.opsel and any(o.bits == 16 for o in (*dst, *srcs)) and not (i.dpp is not None and i.op < 512):
+            # LLVM 19 has no op_sel on the DPP forms of VOP1/VOP2/VOPC operations, and shows bits of 16-bit
+            # operands only
             nsrc = len(srcs)
-            mods.append("op_sel:" + _bits_list((i.opsel & ((1 << nsrc) - 1)) | (i.opsel >> 3 & 1) << nsrc, nsrc + 1))
+            sel = sum(1 << k for k, o in enumerate(srcs) if i.opsel >> k & 1 and o.bits == 16)
+            sel |= (i.opsel >> 3 & 1) << nsrc
+            if sel:
+                mods.append("op_sel:" + _bits_list(sel, nsrc + 1))
         if i.clamp:
             mods.append("clamp")
         if i.omod:
@@ -342,7 +358,8 @@ def _ds(i: Inst) -> str:
         if i.offset1:
             mods.append(f"offset1:{i.offset1}")
     elif m == "ds_swizzle_b32" and i.offset:
-        mods.append(f"offset:swizzle{_swizzle(i.offset)}")
+        sw = _swizzle(i.offset)
+        mods.append(f"offset:swizzle{sw}" if sw else f"offset:{i.offset}")
     elif i.offset:
         mods.append(f"offset:{i.offset}")
     if i.gds:
@@ -350,14 +367,21 @@ def _ds(i: Inst) -> str:
     return " ".join([m + (" " + ", ".join(ops) if ops else "")] + mods)
 
 
-def _swizzle(v: int) -> str:
+def _swizzle(v: int) -> str | None:
+    """ds_swizzle offset macro text (LLVM's swizzle(...) syntax), None where LLVM prints the number."""
+    if v & 0xFF00 == 0x8000:        # quad-perm mode
+        return f"(QUAD_PERM,{v & 3},{v >> 2 & 3},{v >> 4 & 3},{v >> 6 & 3})"
     if v & 0x8000:
-        return f"(QDMODE_PERM,{v & 3},{v >> 2 & 3},{v >> 4 & 3},{v >> 6 & 3})"   # quad-perm mode
+        return None
     and_m, or_m, xor_m = v & 0x1F, v >> 5 & 0x1F, v >> 10 & 0x1F
-    if and_m == 0x1F and or_m == 0 and xor_m and xor_m & (xor_m - 1) == 0:
+    pow2 = lambda x: x and x & (x - 1) == 0     # noqa: E731
+    if and_m == 0x1F and or_m == 0 and pow2(xor_m):
         return f"(SWAP,{xor_m})"
-    if or_m == 0 and xor_m == 0x1F - and_m and ((and_m + 1) & 0x1F) & and_m == 0 if False else False:
-        pass
+    if and_m == 0x1F and or_m == 0 and pow2(xor_m + 1):
+        return f"(REVERSE,{xor_m + 1})"
+    group = (~and_m & 0x1F) + 1
+    if xor_m == 0 and group > 1 and pow2(group) and or_m < group:
+        return f"(BROADCAST,{group},{or_m})"
     return f"(BITMASK_PERM,\"{_bitmask(and_m, or_m, xor_m)}\")"
 
 
@@ -419,6 +443,12 @@ def disassemble(code: bytes, base: int = 0, wave64: bool = False) -> list[tuple[
             out.append((pc, text(inst)))
             pc += inst.size
         except AmdqError:
+            from .disasm_raw import text_raw     # encodings the decoder does not model
+            raw = text_raw(code, pc - base, wave64)
+            if raw:
+                out.append((pc, raw[0]))
+                pc += raw[1]
+                continue
             word = struct.unpack_from("<I", code, pc - base)[0]
             out.append((pc, f".long {word:#010x}"))
             pc += 4

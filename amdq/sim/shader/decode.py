@@ -447,6 +447,9 @@ def _vop3p(ctx: _Ctx) -> Inst:
     inst.clamp, inst.opsel, inst.neg_hi = f["clmp"], f["opsel"], f["neg_hi"]
     inst.opsel_hi = f["opsel_hi"] | f["opsel_hi2"] << 2
     inst.dst = (_vreg(f["vdst"], opr.get("vdst", ("", 32, ""))[1]),)
+    if ctx.wave64 and name.startswith("V_WMMA"):    # wave64 holds the C/D matrices in half the VGPRs per lane
+        for o in (inst.dst[0], srcs[2]):
+            o.n, o.bits = max(1, o.n // 2), o.bits // 2
     inst.src = tuple(srcs)
     return inst
 
@@ -510,6 +513,8 @@ def _flat(ctx: _Ctx) -> Inst:
         raise _fail(ctx, f"invalid FLAT segment {seg}")
     f = _fields(ctx, enc)
     name, opr = _lookup(ctx, enc + "Op", f["op"], enc)
+    if not opr:     # a row the tables carry for an operation of another segment (e.g. FLAT_ATOMIC_CSUB_U32)
+        raise _fail(ctx, f"{name} has no {enc} form")
     inst = Inst(ctx.pc, enc, f["op"], name)
     inst.fields, inst.size = f, 8
     inst.glc, inst.slc, inst.dlc, inst.sve = f["glc"], f["slc"], f["dlc"], f["sve"]
