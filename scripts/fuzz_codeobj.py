@@ -959,7 +959,7 @@ class Launcher:
 
     def __init__(self, queue: str = "pm4", timeout_ms: int = 300, mode: str | None = None):
         self.queue, self.timeout_ms, self.mode = queue, timeout_ms, mode
-        self.recreated = 0
+        self.recreated = self.lost_resets = 0
         self.n = 0
         self.good_code = self._good_code()
         self._open()
@@ -988,10 +988,12 @@ class Launcher:
         except Exception:  # noqa: BLE001
             pass
         self.recreated += 1
+        self.lost_resets += self.resets
         self._open()
 
     @property
     def resets(self) -> int:
+        """Queue recoveries of the current device."""
         return sum(q.resets for q in self.dev.queues)
 
     def check(self) -> str | None:
@@ -1134,7 +1136,7 @@ def _run_launch(launches, seed, seeds, queues, timeout_ms, mode, verbose, progre
                          f"{time.perf_counter() - t0:.0f} s")
     finally:
         sys.stderr = old_stderr
-        resets = sum(lc.resets for lc in launchers) - sum(resets0)
+        resets = sum(lc.resets + lc.lost_resets for lc in launchers) - sum(resets0)
         recreated = sum(lc.recreated for lc in launchers)
         for lc in launchers:
             lc.dev.close()

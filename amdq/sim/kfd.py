@@ -23,6 +23,8 @@ from ..iface.os_seam import PROT_NONE
 from .gpu import SimGPU
 from ..hw import vm as VM
 from .mmu import ADDR_MASK, VALID
+
+USER_VA_END = 1 << 47                 # end of an x86-64 process's user address space
 MMAP_DOORBELL = 3 << 62
 TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
 IP_DISCOVERY = "/sys/class/drm/renderD128/device/ip_discovery/die/0"
@@ -156,8 +158,11 @@ class SimKFD:
         if fd == -1:                                       # anonymous: reserve address space
             if prot != PROT_NONE:
                 raise OSError(errno.EINVAL, "the simulated process only reserves address space anonymously")
-            va = self._va_next
-            self._va_next += (size + 0x1FFFFF) & ~0x1FFFFF
+            va, span = self._va_next, (size + 0x1FFFFF) & ~0x1FFFFF
+            if size <= 0 or va + span > USER_VA_END:
+                raise OSError(errno.ENOMEM, f"cannot reserve {size} bytes of address space (the simulated process "
+                                            f"has {USER_VA_END - va} left)")
+            self._va_next += span
             return Mapping(va, size, None)
         if self.fds.get(fd) == "kfd" and offset & MMAP_DOORBELL == MMAP_DOORBELL:
             return self._doorbells
@@ -169,7 +174,9 @@ class SimKFD:
         return Mapping(bo.va, size, bo.arena.view(bo.pa, size))
 
     def munmap(self, m: Mapping) -> None:
-        pass
+        """Unmapping the latest reservation gives its address space back (earlier ones stay reserved)."""
+        if m.mv is None and m.addr + ((m.size + 0x1FFFFF) & ~0x1FFFFF) == self._va_next:
+            self._va_next = m.addr
 
     def ioctl(self, fd: int, request: int, arg: bytearray) -> None:
         if self.fds.get(fd) != "kfd":
@@ -211,6 +218,9 @@ class SimKFD:
         flags, size, va = a["flags"], a["size"], a["va_addr"]
         if size == 0 or va % 4096 or size % 4096:
             raise OSError(errno.EINVAL, "allocations are page aligned")
+        if va + size > 1 << VM.VA_BITS:
+            raise OSError(errno.EINVAL, f"allocation at {va:#x} of {size} bytes ends past the GPU's "
+                                        f"{VM.VA_BITS}-bit virtual address space")
         if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
             arena = self.gpu.vram
         elif flags & (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL):
