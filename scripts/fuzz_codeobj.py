@@ -784,6 +784,20 @@ def lm_code_word(rng, lay, d):
     return d
 
 
+def lm_code_encoding(rng, lay, d):
+    """An instruction replaced by random bits inside one gfx11 encoding (its fixed bits kept), with random
+    second and literal dwords: every encoding and opcode the decoder knows is reached."""
+    from amdq.hw import isa
+    off, size = rng.choice(_text(lay))
+    p = off + 4 * rng.randrange(size // 4)
+    e = rng.choice(list(isa.encodings("rdna3").values()))
+    words = [e.value | rng.getrandbits(32) & ~e.mask & 0xFFFFFFFF, rng.getrandbits(32), rng.getrandbits(32)]
+    for k, w in enumerate(words):
+        if p + 4 * k + 4 <= off + size:
+            struct.pack_into("<I", d, p + 4 * k, w)
+    return d
+
+
 def lm_code_flip(rng, lay, d):
     """1-3 bits flipped in one instruction word (opcodes, register numbers, offsets, immediates)."""
     off, size = rng.choice(_text(lay))
@@ -842,7 +856,7 @@ def lm_kd_word(rng, lay, d):
     return d
 
 
-LAUNCH_MUTATORS: list[Callable] = [lm_code_word, lm_code_word, lm_code_flip, lm_code_flip, lm_code_swap, lm_kd_field,
+LAUNCH_MUTATORS: list[Callable] = [lm_code_word, lm_code_encoding, lm_code_encoding, lm_code_flip, lm_code_flip, lm_code_swap, lm_kd_field,
                                    lm_kd_field, lm_kd_field, lm_kd_word, lm_kd_word]
 LAUNCH_META = [mm_kernel_int, mm_arg_str, mm_arg_int, mm_kernel_other]
 

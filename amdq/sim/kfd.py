@@ -333,7 +333,8 @@ class SimKFD:
             if e.signaled and e.data:            # kfd_event_data: memory or hardware exception data
                 if e.type == K.KFD_IOC_EVENT_MEMORY and e.data["memory"]:
                     ro = e.data["read_only"]
-                    struct.pack_into("<IIIIQII", raw, 48 * i, int(not ro), int(ro), 0, 0, e.data["va"], self.GPU_ID, 0)
+                    struct.pack_into("<IIIIQII", raw, 48 * i, int(not ro), int(ro), 0, 0,
+                                     e.data["va"] & (1 << 64) - 1, self.GPU_ID, 0)
                 elif e.type == K.KFD_IOC_EVENT_HW_EXCEPTION:
                     struct.pack_into("<IIII", raw, 48 * i, K.KFD_HW_EXCEPTION_PER_ENGINE_RESET,
                                      K.KFD_HW_EXCEPTION_GPU_HANG, 0, self.GPU_ID)

@@ -185,7 +185,8 @@ def private_phys(st: Lanes, wv: np.ndarray, ln: np.ndarray, a: np.ndarray, nbyte
         i = int(np.argmax(bad))
         raise GPUFault(f"GPU fault: private {'write' if write else 'read'} of {nbytes} bytes at {int(a[i]):#x} by lane "
                        f"{int(ln[i])} of wave {int(wv[i])}, outside its {per_lane}-byte private segment",
-                       address=int(a[i]), write=write, private=True, client="shader (private segment)",
+                       address=PRIVATE_APERTURE_HI << 32 | int(a[i]) & M32, write=write, private=True,
+                       client="shader (private segment)",
                        reason="outside the private segment")
     return w.scratch_base[wv] + ((a >> 2) * w.lanes + ln).astype(U64) * U64(4) + (a & 3).astype(U64)
 
@@ -607,7 +608,7 @@ def _buffer_inv(inst: Inst):
 
 def _buffer_load(inst: Inst):
     d16, kind = parse_load(inst.key)
-    if "format" in inst.key or inst.fields.get("lds"):
+    if "format" in inst.key or inst.fields.get("lds") or "lds" in inst.key.split("_"):
         raise unsupported(inst, "typed (FORMAT) and LDS buffer loads are not implemented")
     nbytes = WIDTH[kind]
     words = max(1, nbytes // 4)
