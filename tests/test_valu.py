@@ -439,6 +439,8 @@ def test_setreg_reads_the_sgpr_its_sdst_field_names():
     assert int(w.s[5][0]) == 0x3
     w = run("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 4), 0xf", w)
     assert int(w.mode[0]) == 0xF0
+    w = run("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 28, 8), 0xff", w)    # bits past 31 are cut
+    assert int(w.mode[0]) == 0xF00000F0
 
 
 def test_frexp_ldexp_fract_rounding():
