@@ -713,7 +713,7 @@ def run(count: int, seed: int, seeds: list[tuple[str, bytes]] | None = None, ver
     return {"cases": count, "seed": seed, "seed_files": [n for n, _ in layouts], "outcomes": dict(outcomes),
             "escapes": len(failures), "seconds": round(time.perf_counter() - t0, 1),
             "slowest_case": {"case": slowest[1], "seconds": round(slowest[0], 3)},
-            "by_mutator": {k: dict(v) for k, v in sorted(by_mut.items())}, "failures": failures}
+            "by_mutator": {k: dict(v) for k, v in sorted(by_mut.items())}, "examples": examples, "failures": failures}
 
 
 # -- launch stage: mutated code objects that load are launched on one simulated device -----------------
@@ -1118,6 +1118,7 @@ def _run_launch(launches, seed, seeds, queues, timeout_ms, mode, verbose, progre
     outcomes: Counter = Counter()
     by_mut: dict[str, Counter] = {}
     failures, times = [], []
+    examples: dict[str, str] = {}            # the first launch of each outcome
     submitted = 0
     t0 = time.perf_counter()
     i = 0
@@ -1134,6 +1135,7 @@ def _run_launch(launches, seed, seeds, queues, timeout_ms, mode, verbose, progre
                                  "detail": load, "where": "load"})
             for r in outs:
                 outcomes[r.outcome] += 1
+                examples.setdefault(r.outcome, f"case {i} ({name}, {how}, {lc.queue}): {r.detail[:240]}")
                 times.append(r.seconds)
                 submitted += r.submitted
                 for mname in how.split("+"):
@@ -1161,7 +1163,7 @@ def _run_launch(launches, seed, seeds, queues, timeout_ms, mode, verbose, progre
             "recoveries": resets, "devices_recreated": recreated, "seconds": round(time.perf_counter() - t0, 1),
             "launch_seconds": {"mean": round(sum(times) / n, 4) if n else 0, "median": round(times[n // 2], 4) if n else 0,
                                "max": round(times[-1], 3) if n else 0},
-            "by_mutator": {k: dict(v) for k, v in sorted(by_mut.items())}, "failures": failures}
+            "by_mutator": {k: dict(v) for k, v in sorted(by_mut.items())}, "examples": examples, "failures": failures}
 
 
 def launch_main(a) -> int:
@@ -1186,7 +1188,7 @@ def launch_main(a) -> int:
           f"in {rep['seconds']} s; {rep['recoveries']} queue recoveries, {rep['devices_recreated']} devices recreated")
     print(f"  loads: {rep['loads']}")
     for k, v in sorted(rep["outcomes"].items(), key=lambda kv: -kv[1]):
-        print(f"  {v:6d}  {k}")
+        print(f"  {v:6d}  {k}" + (f"   e.g. {rep['examples'][k]}" if a.verbose else ""))
     kinds = Counter((f["outcome"], f["where"]) for f in rep["failures"])
     for (o, where), n in kinds.most_common(40):
         ex = next(f for f in rep["failures"] if (f["outcome"], f["where"]) == (o, where))
@@ -1197,8 +1199,8 @@ def launch_main(a) -> int:
         layouts = [(n, parse_layout(d)) for n, d in seeds]
         for f in rep["failures"]:
             (a.save / f"launch{f['case']}.bin").write_bytes(launch_case(layouts, a.seed, f["case"])[2])
-    rep.pop("failures")
-    rep.pop("by_mutator")
+    for k in ("failures", "by_mutator", "examples"):
+        rep.pop(k)
     print(json.dumps(rep))
     return 1 if rep["failures_count"] else 0
 
