@@ -713,7 +713,7 @@ def run(count: int, seed: int, seeds: list[tuple[str, bytes]] | None = None, ver
     return {"cases": count, "seed": seed, "seed_files": [n for n, _ in layouts], "outcomes": dict(outcomes),
             "escapes": len(failures), "seconds": round(time.perf_counter() - t0, 1),
             "slowest_case": {"case": slowest[1], "seconds": round(slowest[0], 3)},
-            "by_mutator": {k: dict(v) for k, v in sorted(by_mut.items())}, "examples": examples, "failures": failures}
+            "by_mutator": {k: dict(v) for k, v in sorted(by_mut.items())}, "failures": failures}
 
 
 # -- launch stage: mutated code objects that load are launched on one simulated device -----------------
