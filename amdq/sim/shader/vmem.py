@@ -185,8 +185,7 @@ def private_phys(st: Lanes, wv: np.ndarray, ln: np.ndarray, a: np.ndarray, nbyte
         i = int(np.argmax(bad))
         raise GPUFault(f"GPU fault: private {'write' if write else 'read'} of {nbytes} bytes at {int(a[i]):#x} by lane "
                        f"{int(ln[i])} of wave {int(wv[i])}, outside its {per_lane}-byte private segment",
-                       address=PRIVATE_APERTURE_HI << 32 | int(a[i]) & M32, write=write, private=True,
-                       client="shader (private segment)",
+                       address=int(a[i]), write=write, private=True, client="shader (private segment)",
                        reason="outside the private segment")
     return w.scratch_base[wv] + ((a >> 2) * w.lanes + ln).astype(U64) * U64(4) + (a & 3).astype(U64)
 
