@@ -18,8 +18,10 @@ The last line of the output is JSON: {"cases": N, "outcomes": {...}, "escapes": 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import io
+import os
 import json
 import random
 import signal
@@ -714,6 +716,495 @@ def run(count: int, seed: int, seeds: list[tuple[str, bytes]] | None = None, ver
             "by_mutator": {k: dict(v) for k, v in sorted(by_mut.items())}, "failures": failures}
 
 
+# -- launch stage: mutated code objects that load are launched on one simulated device -----------------
+#
+# Each case is a gfx1100 code object mutated in its machine code, its kernel descriptor or its metadata.
+# If it loads, every kernel (up to LAUNCH_KERNELS) is launched with arguments built from its metadata;
+# the launch must complete or raise an AmdqError, within the wait timeout plus a margin, without the
+# simulator reporting an internal error. After every launch a known-good kernel runs on the same device
+# and its result is checked exactly: a wrong or failing check means the device was poisoned.
+
+LAUNCH_SEEDS = [                         # (name, source under tests/kernels or tests/codeobj, link with ld.lld)
+    ("vadd.o", "vadd.cl", False), ("vadd.hsaco", "vadd.cl", True), ("scalar_args.hsaco", "scalar_args.cl", True),
+    ("dyn_lds.o", "dyn_lds.cl", False), ("scratch_array.hsaco", "scratch_array.cl", True),
+    ("lds_reduce.o", "lds_reduce.cl", False), ("divergent_loop.hsaco", "divergent_loop.cl", True),
+    ("globals.o", "codeobj/globals.cl", False),
+]
+GOOD_SRC = "__kernel void put(__global int *out, int v) { out[get_global_id(0)] = v; }"
+LAUNCH_KERNELS = 3                       # kernels launched per case
+ARG_BYTES = 1 << 20                      # each global-pointer argument gets a buffer of this size
+HANG_MARGIN_S = 2.0                      # a launch slower than 3 wait timeouts plus this is a hang
+
+# gfx11 instruction words that make interesting faults (encodings from llvm-mc-19 -mcpu=gfx1100)
+GFX11_WORDS = {
+    "s_endpgm": [0xBFB00000], "s_branch -1": [0xBFA0FFFF], "s_barrier": [0xBFBD0000], "s_trap 2": [0xBF900002],
+    "s_sleep 1": [0xBF830001], "s_cbranch_execz -1": [0xBFA5FFFF], "s_setpc_b64 s[0:1]": [0xBE804800],
+    "s_mov_b64 exec, 0": [0xBEFE0180], "s_sethalt 1": [0xBF820001], "s_icache_inv": [0xBFBC0000],
+    "s_mov_b32 m0, -1": [0xBEFD00C1], "v_mov_b32 v255, 0": [0x7FFE0280], "s_mov_b32 s105, 0": [0xBEE90080],
+    "global_store_b32 v0, v1, s[0:1]": [0xDC6A0000, 0x00000100],
+    "scratch_store_b32 v0, v1, off": [0xDC690000, 0x00FC0100], "ds_store_b32 v0, v1": [0xD8340000, 0x00000100],
+    "s_load_b64 s[0:1], s[0:1], 0": [0xF4040000, 0xF8000000], "invalid": [0xFFFFFFFF], "zero": [0x00000000],
+}
+
+# kernel-descriptor bit fields the mutators aim at: (descriptor byte offset, width in bits, Bits table)
+def _kd_fields() -> list[tuple[str, int, int, int]]:
+    """(name, descriptor byte offset of its word, low bit, high bit) of every RSRC1/2/3 and property field."""
+    from amdq.hw import kd as KD
+    out = []
+    for off, bits in ((48, KD.RSRC1[11]), (52, KD.RSRC2[11]), (44, KD.RSRC3[11]), (56, KD.CODE_PROPERTIES)):
+        out += [(f"{bits.name}.{n}", off, f.lo, f.hi) for n, f in bits.fields.items()]
+    return out
+
+
+def build_launch_seeds() -> list[tuple[str, bytes]]:
+    """gfx1100 seeds for the launch stage (clang-19 objects, ld.lld-19 shared objects, an llvmlite object)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from clang import compile_cl  # noqa: E402
+
+    import amdq
+    out = [(name, compile_cl(ROOT / "tests" / src if src.startswith("codeobj/") else src, "gfx1100",
+                             link=link).read_bytes()) for name, src, link in LAUNCH_SEEDS]
+    out.append(("llvmlite.o", amdq.compile(LLVM_IR, "gfx1100")))
+    return out
+
+
+def _text(lay: Layout) -> list[tuple[int, int]]:
+    return [(s.offset, s.size) for s in lay.sections if s.flags & 4 and s.type != 8 and s.size >= 8]
+
+
+def lm_code_word(rng, lay, d):
+    """An instruction word of a kernel's machine code replaced (an interesting gfx11 word, random, or another)."""
+    off, size = rng.choice(_text(lay))
+    p = off + 4 * rng.randrange(size // 4)
+    words = rng.choice(list(GFX11_WORDS.values()) + [[rng.getrandbits(32)]] * 4 +
+                       [[struct.unpack_from("<I", d, off + 4 * rng.randrange(size // 4))[0]]] * 2)
+    for k, w in enumerate(words):
+        if p + 4 * k + 4 <= off + size:
+            struct.pack_into("<I", d, p + 4 * k, w)
+    return d
+
+
+def lm_code_encoding(rng, lay, d):
+    """An instruction replaced by random bits inside one gfx11 encoding (its fixed bits kept), with random
+    second and literal dwords: every encoding and opcode the decoder knows is reached."""
+    from amdq.hw import isa
+    off, size = rng.choice(_text(lay))
+    p = off + 4 * rng.randrange(size // 4)
+    e = rng.choice(list(isa.encodings("rdna3").values()))
+    words = [e.value | rng.getrandbits(32) & ~e.mask & 0xFFFFFFFF, rng.getrandbits(32), rng.getrandbits(32)]
+    for k, w in enumerate(words):
+        if p + 4 * k + 4 <= off + size:
+            struct.pack_into("<I", d, p + 4 * k, w)
+    return d
+
+
+def lm_code_flip(rng, lay, d):
+    """1-3 bits flipped in one instruction word (opcodes, register numbers, offsets, immediates)."""
+    off, size = rng.choice(_text(lay))
+    p = off + 4 * rng.randrange(size // 4)
+    for _ in range(rng.randint(1, 3)):
+        d[p + rng.randrange(4)] ^= 1 << rng.randrange(8)
+    return d
+
+
+def lm_code_swap(rng, lay, d):
+    """Two instruction words of the machine code swapped, or a run of words shifted by one word."""
+    off, size = rng.choice(_text(lay))
+    n = size // 4
+    i, j = rng.randrange(n), rng.randrange(n)
+    a, b = off + 4 * min(i, j), off + 4 * max(i, j)
+    if rng.random() < 0.5:
+        d[a:a + 4], d[b:b + 4] = d[b:b + 4], d[a:a + 4]
+    elif b > a:
+        d[a:b] = d[a + 4:b + 4] if b + 4 <= off + size else d[a:b]
+    return d
+
+
+def lm_kd_field(rng, lay, d):
+    """One RSRC1/RSRC2/RSRC3 or kernel_code_properties field of a descriptor set to 0, its maximum, +-1 or random."""
+    if not lay.kds:
+        return lm_code_word(rng, lay, d)
+    name, off, lo, hi = rng.choice(_kd_fields())
+    base = rng.choice(lay.kds) + off
+    fmt = "<H" if off == 56 else "<I"
+    word = struct.unpack_from(fmt, d, base)[0]
+    width, cur = hi - lo + 1, (word >> lo) & ((1 << (hi - lo + 1)) - 1)
+    v = rng.choice([0, (1 << width) - 1, cur + 1, cur - 1, cur ^ 1, rng.getrandbits(width)]) & ((1 << width) - 1)
+    word = word & ~(((1 << width) - 1) << lo) | v << lo
+    struct.pack_into(fmt, d, base, word)
+    return d
+
+
+def lm_kd_word(rng, lay, d):
+    """A descriptor's entry offset, segment sizes or a whole RSRC word set to a boundary value."""
+    if not lay.kds:
+        return lm_code_word(rng, lay, d)
+    base = rng.choice(lay.kds)
+    f = rng.choice(["entry", "entry", "group", "private", "kernarg", "rsrc"])
+    if f == "entry":
+        cur = struct.unpack_from("<q", d, base + 16)[0]
+        v = rng.choice([0, 4, -64, 1 << 40, -(1 << 40), cur + 4, cur - 4, cur + 2, cur + 256, cur - 256,
+                        cur + rng.randrange(-64, 64) * 4, cur + 1 << 20, -cur])
+        struct.pack_into("<q", d, base + 16, v)
+    elif f in ("group", "private", "kernarg"):
+        off = {"group": 0, "private": 4, "kernarg": 8}[f]
+        cur = struct.unpack_from("<I", d, base + off)[0]
+        struct.pack_into("<I", d, base + off, rng.choice([0, 4, 64, 1024, 65536, 65540, 1 << 20, cur * 2, cur + 4,
+                                                          (1 << 32) - 1, 1 << 31]) & 0xFFFFFFFF)
+    else:
+        struct.pack_into("<I", d, base + rng.choice([44, 48, 52]), rng.choice([0, 0xFFFFFFFF, rng.getrandbits(32)]))
+    return d
+
+
+LAUNCH_MUTATORS: list[Callable] = [lm_code_word, lm_code_encoding, lm_code_encoding, lm_code_flip, lm_code_flip, lm_code_swap, lm_kd_field,
+                                   lm_kd_field, lm_kd_field, lm_kd_word, lm_kd_word]
+LAUNCH_META = [mm_kernel_int, mm_arg_str, mm_arg_int, mm_kernel_other]
+
+
+def mutate_for_launch(rng: random.Random, lay: Layout) -> tuple[str, bytes]:
+    """A mutation aimed at what runs: machine code and descriptor (90%), sometimes with a metadata change."""
+    names, d = [], bytearray(lay.data)
+    if rng.random() < 0.15:
+        m = lay.meta
+        f = rng.choice(LAUNCH_META)
+        f(rng, m)
+        names.append(f.__name__)
+        try:
+            d = bytearray(with_metadata(lay, msgpack.packb(m, use_bin_type=True)))
+        except (ValueError, OverflowError, TypeError):
+            pass
+    for _ in range(1 if rng.random() < 0.7 else rng.randint(2, 3)):
+        f = rng.choice(LAUNCH_MUTATORS)
+        d = f(rng, lay, d)
+        names.append(f.__name__)
+    return "+".join(names), bytes(d)
+
+
+def launch_case(seeds: list[tuple[str, Layout]], seed: int, i: int) -> tuple[str, str, bytes]:
+    """Launch case `i` of run `seed`: (seed name, mutator names, bytes); the same on every machine."""
+    rng = random.Random(f"launch:{seed}:{i}")
+    name, lay = seeds[i % len(seeds)]
+    how, data = mutate_for_launch(rng, lay)
+    return name, how, data
+
+
+@contextlib.contextmanager
+def environ(**env: str):
+    """Environment variables set for the duration of a block."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class StderrTap(io.TextIOBase):
+    """sys.stderr that also keeps what is written (the simulator reports internal errors there)."""
+
+    def __init__(self, under):
+        self.under, self.text = under, []
+
+    def write(self, s: str) -> int:
+        self.text.append(s)
+        return self.under.write(s) if self.under is not None else len(s)
+
+    def flush(self) -> None:
+        if self.under is not None:
+            self.under.flush()
+
+    def take(self) -> str:
+        out, self.text = "".join(self.text), []
+        return out
+
+
+def launch_args(dev, kernel, pool: list) -> tuple:
+    """Arguments from a kernel's metadata: buffers for global pointers, small numbers by value, LDS(n)."""
+    from amdq.runtime.kernargs import LDS
+    out, nbuf = [], 0
+    for a in kernel.meta.explicit_args:
+        tn = (a.type_name or "").strip()
+        if a.value_kind == "global_buffer" or (a.value_kind == "by_value" and a.address_space == "global"):
+            if nbuf == len(pool):
+                pool.append(dev.alloc(ARG_BYTES))
+            out.append(pool[nbuf])
+            nbuf += 1
+        elif a.value_kind == "dynamic_shared_pointer":
+            out.append(LDS(256))
+        elif tn.rstrip("*").strip() in ("float", "double", "half") or (not tn and a.size in (4, 8)):
+            out.append(1.5)
+        elif a.size in (1, 2, 4, 8):
+            out.append(16)
+        else:
+            out.append(bytes(a.size) if 0 <= a.size <= 4096 else 0)
+    return tuple(out)
+
+
+def launch_shape(kernel) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """A small grid and a block within the kernel's maximum workgroup size (and its required size)."""
+    m = kernel.meta
+    req = m.reqd_workgroup_size
+    if isinstance(req, (list, tuple)) and len(req) == 3 and all(isinstance(x, int) and 1 <= x <= 1024 for x in req):
+        return (2, 1, 1), tuple(req)
+    mx = m.max_flat_workgroup_size if isinstance(m.max_flat_workgroup_size, int) else 64
+    return (2, 1, 1), (max(1, min(64, mx)), 1, 1)
+
+
+@dataclass
+class LaunchOutcome:
+    outcome: str                 # completed | error:<AmdqError class> | failure kinds (see is_launch_failure)
+    seconds: float
+    kernel: str = ""
+    detail: str = ""
+    where: str = ""
+    submitted: bool = False      # the launch reached the GPU (its timeline value was taken)
+
+
+def is_launch_failure(outcome: str) -> bool:
+    return not (outcome == "completed" or outcome.startswith("error:"))
+
+
+class Launcher:
+    """One simulated gfx1100 device that launches fuzzed kernels and checks a known-good kernel after each."""
+
+    def __init__(self, queue: str = "pm4", timeout_ms: int = 300, mode: str | None = None):
+        self.queue, self.timeout_ms, self.mode = queue, timeout_ms, mode
+        self.recreated = self.lost_resets = 0
+        self.n = 0
+        self.good_code = self._good_code()
+        self._open()
+
+    @staticmethod
+    def _good_code() -> bytes:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from clang import compile_cl  # noqa: E402
+        return compile_cl(GOOD_SRC, "gfx1100").read_bytes()
+
+    def _open(self) -> None:
+        import amdq
+        env = {"AMD_AQL": "1" if self.queue == "aql" else "0"}
+        if self.mode:
+            env["AMDQ_SIM_MODE"] = self.mode
+        with environ(**env):
+            self.dev = amdq.open_device("SIMKFD+AMD:gfx1100")
+        self.good = self.dev.load(self.good_code)["put"]
+        self.out = self.dev.alloc(4 * 128)
+        self.pool: list = []
+
+    def recreate(self) -> None:
+        """Close the device and open a new one (counted: the point is that this is never needed)."""
+        try:
+            self.dev.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self.recreated += 1
+        self.lost_resets += self.resets
+        self._open()
+
+    @property
+    def resets(self) -> int:
+        """Queue recoveries of the current device."""
+        return sum(q.resets for q in self.dev.queues)
+
+    def check(self) -> str | None:
+        """A known-good launch on the same device; None if its result is exact, else what went wrong."""
+        import numpy as np
+        self.n += 1
+        try:
+            self.good(self.out, self.n, grid=2, block=64, wait=True)
+            got = self.out.numpy(np.int32)
+        except Exception as e:  # noqa: BLE001
+            return f"known-good launch raised {type(e).__name__}: {str(e)[:200]}"
+        if not (got == self.n).all():
+            bad = np.flatnonzero(got != self.n)
+            return f"known-good launch wrote {got[bad[0]]} at [{bad[0]}] ({len(bad)} of 128 wrong), expected {self.n}"
+        return None
+
+    def launch(self, kernel) -> LaunchOutcome:
+        """One launch of a fuzzed kernel, classified."""
+        from amdq.errors import AmdqError, GPUException
+        from amdq.hw import faults as F
+        t0 = time.perf_counter()
+        q = self.dev.queue
+        before = q.timeline.value
+        try:
+            args = launch_args(self.dev, kernel, self.pool)
+            grid, block = launch_shape(kernel)
+            kernel(*args, grid=grid, block=block, wait=True)
+            res = LaunchOutcome("completed", 0.0)
+        except AmdqError as e:
+            res = LaunchOutcome(f"error:{type(e).__name__}", 0.0, detail=str(e)[:300])
+            if not str(e):
+                res = LaunchOutcome("escape:empty-message", 0.0, detail=type(e).__name__)
+            elif isinstance(e, GPUException) and isinstance(e.info.get("record"), F.EngineError):
+                res = LaunchOutcome("internal", 0.0, detail=str(e)[:300], where="EngineError record")
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, (KeyboardInterrupt, CaseTimeout)):
+                raise
+            tb = traceback.extract_tb(e.__traceback__)
+            where = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb[-3:]))
+            res = LaunchOutcome(f"escape:{type(e).__name__}", 0.0, detail=str(e)[:300], where=where)
+        res.seconds = time.perf_counter() - t0
+        res.kernel = kernel.name
+        res.submitted = self.dev.queue is not q or q.timeline.value != before
+        if not is_launch_failure(res.outcome) and res.seconds > 3 * self.timeout_ms / 1000 + HANG_MARGIN_S:
+            res = LaunchOutcome("hang", res.seconds, kernel.name, f"{res.outcome} after {res.seconds:.1f} s", "hang",
+                                res.submitted)
+        return res
+
+
+def run_launch_case(launcher: Launcher, data: bytes, tap: StderrTap, limit_s: float = 60.0) -> tuple[str, list]:
+    """Load one mutated code object and launch its kernels, each followed by the known-good check.
+    Returns (load outcome, [LaunchOutcome...])."""
+    from amdq.errors import AmdqError
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    outs: list[LaunchOutcome] = []
+    try:
+        try:
+            prg = launcher.dev.load(data)
+        except AmdqError as e:
+            return f"rejected:{type(e).__name__}", outs
+        except CaseTimeout:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            return f"escape:{type(e).__name__}: {str(e)[:120]}", outs
+        for name in prg.kernels[:LAUNCH_KERNELS]:
+            tap.take()
+            r = launcher.launch(prg[name])
+            poisoned = launcher.check()
+            err = tap.take()
+            if "internal error" in err and not is_launch_failure(r.outcome):
+                r = LaunchOutcome("internal", r.seconds, r.kernel, err.strip().splitlines()[-1][:300], "stderr",
+                                  r.submitted)
+            if poisoned:
+                if not is_launch_failure(r.outcome):
+                    r = LaunchOutcome("poisoned", r.seconds, r.kernel, f"after {r.outcome}: {poisoned}", "check",
+                                      r.submitted)
+                launcher.recreate()
+                outs.append(r)
+                break
+            outs.append(r)
+        return "ok", outs
+    except CaseTimeout:
+        outs.append(LaunchOutcome("hang", limit_s, detail=f"host still busy after {limit_s:.0f} s", where="alarm"))
+        launcher.recreate()
+        return "ok", outs
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_launch(launches: int, seed: int, seeds: list[tuple[str, bytes]] | None = None, queues=("pm4", "aql"),
+               timeout_ms: int = 300, mode: str | None = None, verbose: bool = False,
+               progress: Callable[[str], None] | None = None, max_cases: int | None = None) -> dict:
+    """Mutate and load cases until `launches` kernels have been launched; cases alternate between one
+    device per queue kind. Returns counts per outcome, timings, recoveries and the failures."""
+    with environ(AMDQ_WAIT_TIMEOUT_MS=str(timeout_ms)):
+        return _run_launch(launches, seed, seeds, queues, timeout_ms, mode, verbose, progress, max_cases)
+
+
+def _run_launch(launches, seed, seeds, queues, timeout_ms, mode, verbose, progress, max_cases) -> dict:
+    layouts = [(n, parse_layout(d)) for n, d in (seeds if seeds is not None else build_launch_seeds())]
+    launchers = [Launcher(q, timeout_ms, mode) for q in queues]
+    tap = StderrTap(sys.stderr)
+    loads: Counter = Counter()
+    outcomes: Counter = Counter()
+    by_mut: dict[str, Counter] = {}
+    failures, times = [], []
+    examples: dict[str, str] = {}            # the first launch of each outcome
+    submitted = 0
+    t0 = time.perf_counter()
+    i = 0
+    resets0 = [lc.resets for lc in launchers]
+    old_stderr, sys.stderr = sys.stderr, tap
+    try:
+        while sum(outcomes.values()) < launches and (max_cases is None or i < max_cases):
+            lc = launchers[i % len(launchers)]
+            name, how, data = launch_case(layouts, seed, i)
+            load, outs = run_launch_case(lc, data, tap)
+            loads[load.split(":")[0] if load.startswith("escape") else load] += 1
+            if load.startswith("escape"):
+                failures.append({"case": i, "seed_file": name, "mutators": how, "queue": lc.queue, "outcome": "load-escape",
+                                 "detail": load, "where": "load"})
+            for r in outs:
+                outcomes[r.outcome] += 1
+                examples.setdefault(r.outcome, f"case {i} ({name}, {how}, {lc.queue}): {r.detail[:240]}")
+                times.append(r.seconds)
+                submitted += r.submitted
+                for mname in how.split("+"):
+                    by_mut.setdefault(mname, Counter())["failed" if is_launch_failure(r.outcome)
+                                                        else r.outcome.split(":")[-1]] += 1
+                if is_launch_failure(r.outcome):
+                    failures.append({"case": i, "seed_file": name, "mutators": how, "queue": lc.queue,
+                                     "kernel": r.kernel, "outcome": r.outcome, "detail": r.detail, "where": r.where})
+                    if verbose and progress:
+                        progress(f"case {i} ({name}, {how}, {lc.queue}): {r.outcome}: {r.detail}")
+            i += 1
+            if progress and i % 50 == 0:
+                progress(f"{i} cases, {sum(outcomes.values())} launches, {len(failures)} failures, "
+                         f"{time.perf_counter() - t0:.0f} s")
+    finally:
+        sys.stderr = old_stderr
+        resets = sum(lc.resets + lc.lost_resets for lc in launchers) - sum(resets0)
+        recreated = sum(lc.recreated for lc in launchers)
+        for lc in launchers:
+            lc.dev.close()
+    times.sort()
+    n = len(times)
+    return {"cases": i, "seed": seed, "launches": n, "submitted": submitted, "queues": list(queues),
+            "timeout_ms": timeout_ms, "loads": dict(loads), "outcomes": dict(outcomes), "failures_count": len(failures),
+            "recoveries": resets, "devices_recreated": recreated, "seconds": round(time.perf_counter() - t0, 1),
+            "launch_seconds": {"mean": round(sum(times) / n, 4) if n else 0, "median": round(times[n // 2], 4) if n else 0,
+                               "max": round(times[-1], 3) if n else 0},
+            "by_mutator": {k: dict(v) for k, v in sorted(by_mut.items())}, "examples": examples, "failures": failures}
+
+
+def launch_main(a) -> int:
+    say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    seeds = build_launch_seeds()
+    queues = ("pm4", "aql") if a.queue == "both" else (a.queue,)
+    if a.case is not None:
+        layouts = [(n, parse_layout(d)) for n, d in seeds]
+        name, how, data = launch_case(layouts, a.seed, a.case)
+        q = queues[a.case % len(queues)]
+        print(f"launch case {a.case} of seed {a.seed}: {name}, {how}, {q} queue, {len(data)} bytes")
+        with environ(AMDQ_WAIT_TIMEOUT_MS=str(a.timeout_ms)):
+            lc = Launcher(q, a.timeout_ms, a.mode)
+            load, outs = run_launch_case(lc, data, StderrTap(None))
+        print(f"load: {load}")
+        for r in outs:
+            print(f"  {r.kernel}: {r.outcome} in {r.seconds:.3f} s: {r.detail} {r.where}")
+        lc.dev.close()
+        return 1 if load.startswith("escape") or any(is_launch_failure(r.outcome) for r in outs) else 0
+    rep = run_launch(a.launch, a.seed, seeds, queues, a.timeout_ms, a.mode, a.verbose, say)
+    print(f"{rep['launches']} launches ({rep['submitted']} reached the GPU) from {rep['cases']} mutated code objects "
+          f"in {rep['seconds']} s; {rep['recoveries']} queue recoveries, {rep['devices_recreated']} devices recreated")
+    print(f"  loads: {rep['loads']}")
+    for k, v in sorted(rep["outcomes"].items(), key=lambda kv: -kv[1]):
+        print(f"  {v:6d}  {k}" + (f"   e.g. {rep['examples'][k]}" if a.verbose else ""))
+    kinds = Counter((f["outcome"], f["where"]) for f in rep["failures"])
+    for (o, where), n in kinds.most_common(40):
+        ex = next(f for f in rep["failures"] if (f["outcome"], f["where"]) == (o, where))
+        print(f"  FAIL x{n}: {o} [{where}], e.g. case {ex['case']} ({ex['seed_file']}, {ex['mutators']}, "
+              f"{ex['queue']}): {ex['detail'][:200]}")
+    if a.save:
+        a.save.mkdir(parents=True, exist_ok=True)
+        layouts = [(n, parse_layout(d)) for n, d in seeds]
+        for f in rep["failures"]:
+            (a.save / f"launch{f['case']}.bin").write_bytes(launch_case(layouts, a.seed, f["case"])[2])
+    for k in ("failures", "by_mutator", "examples"):
+        rep.pop(k)
+    print(json.dumps(rep))
+    return 1 if rep["failures_count"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=10000, help="number of mutated code objects")
@@ -722,8 +1213,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", type=Path, help="write the bytes of each failing case into this directory")
     ap.add_argument("--mem-limit-gib", type=float, default=8.0,
                     help="address-space limit, so a huge allocation fails fast instead of swapping (0: none)")
+    ap.add_argument("--launch", type=int, metavar="N",
+                    help="launch stage: mutate gfx1100 code objects until N kernels were launched on a simulated device")
+    ap.add_argument("--queue", choices=("pm4", "aql", "both"), default="both", help="launch stage: compute queue kind")
+    ap.add_argument("--timeout-ms", type=int, default=300, help="launch stage: AMDQ_WAIT_TIMEOUT_MS of the device")
+    ap.add_argument("--mode", choices=("sync", "async"), help="launch stage: AMDQ_SIM_MODE (default: async)")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args(argv)
+    if a.launch is not None:
+        return launch_main(a)      # no address-space limit: the simulated GPU reserves its VRAM as address space
     if a.mem_limit_gib:
         import resource
         lim = int(a.mem_limit_gib * (1 << 30))

@@ -81,3 +81,92 @@ def test_detects_escapes_and_silent_wrong_answers(fuzz, seeds, monkeypatch):
     monkeypatch.setattr(md, "_arg", lambda a, where, kss: orig_arg(a, where, 1 << 30))
     r = fuzz.run_case(bad)
     assert r.outcome == "wrong" and r.where == "argument outside kernarg segment", r
+
+
+# -- launch stage -----------------------------------------------------------------------------------
+
+LAUNCHES = 40
+
+
+@pytest.fixture(scope="module")
+def launch_seeds(fuzz):
+    return fuzz.build_launch_seeds()
+
+
+@pytest.mark.timeout(120)
+def test_fixed_seed_launch_slice(fuzz, launch_seeds):
+    """Mutated gfx1100 kernels launched on one PM4 and one AQL device: each completes or raises an AmdqError, and
+    the known-good launch after it is exact, without recreating a device."""
+    rep = fuzz.run_launch(LAUNCHES, seed=20240601, seeds=launch_seeds, timeout_ms=150)
+    bad = "\n".join(f"case {f['case']} ({f['seed_file']}, {f['mutators']}, {f['queue']}): {f['outcome']}: "
+                    f"{f['detail']} {f['where']}" for f in rep["failures"][:20])
+    assert rep["failures_count"] == 0, f"{rep['failures_count']} launch failures:\n{bad}\nreplay one with: " \
+                                       f"python3 scripts/fuzz_codeobj.py --launch 1 --seed 20240601 --case N"
+    out = rep["outcomes"]
+    assert rep["launches"] >= LAUNCHES and rep["submitted"] >= LAUNCHES * 3 // 4, rep
+    # the slice reaches both sides: kernels that still run, and GPU faults of several kinds that are recovered
+    errors = {k for k in out if k.startswith("error:")}
+    assert out.get("completed", 0) >= LAUNCHES // 4 and len(errors) >= 3, out
+    assert {"error:GPUTimeout", "error:IllegalInstruction"} <= errors, out
+    assert rep["recoveries"] >= 4 and rep["devices_recreated"] == 0, rep
+
+
+def test_launch_seeds_run_cleanly(fuzz, launch_seeds):
+    """Every unmutated launch seed loads and completes: faults in the slice come from the mutations."""
+    lc = fuzz.Launcher("pm4", 1000)
+    try:
+        for name, data in launch_seeds:
+            load, outs = fuzz.run_launch_case(lc, data, fuzz.StderrTap(None))
+            assert load == "ok" and outs and all(r.outcome == "completed" for r in outs), (name, load, outs)
+        assert lc.recreated == 0 and lc.resets == 0
+    finally:
+        lc.dev.close()
+
+
+def test_launch_harness_reports_failures(fuzz, launch_seeds, monkeypatch):
+    """The launch harness names what it looks for: a simulator internal error, a non-AmdqError from the runtime,
+    and a device left poisoned (here: the known-good kernel's code overwritten), which it recreates."""
+    import amdq.runtime.device as device
+    import amdq.sim.shader.core as core
+    name, data = launch_seeds[0]
+    lc = fuzz.Launcher("pm4", 150)
+    tap = fuzz.StderrTap(None)
+    try:
+        start, launch_on = core.ShaderCore.start, device.Device.launch
+
+        def broken(self, d):                             # a simulator bug, in the fuzzed kernel only
+            if d.pgm_addr != lc.good.addr:
+                raise KeyError("simulated bug")
+            return start(self, d)
+        monkeypatch.setattr(core.ShaderCore, "start", broken)
+        _, outs = fuzz.run_launch_case(lc, data, tap)
+        assert outs[0].outcome == "internal" and "KeyError" in outs[0].detail, outs
+        monkeypatch.undo()
+
+        def escaping(self, kernel, *a, **k):             # a runtime escape, for the fuzzed kernel only
+            if kernel.name != "put":
+                raise ZeroDivisionError("x")
+            return launch_on(self, kernel, *a, **k)
+        monkeypatch.setattr(device.Device, "launch", escaping)
+        _, outs = fuzz.run_launch_case(lc, data, tap)
+        assert outs[0].outcome == "escape:ZeroDivisionError", outs
+        monkeypatch.undo()
+        assert lc.recreated == 0                         # neither poisoned the device
+
+        launch = fuzz.Launcher.launch
+
+        def poisoning(self, kernel):
+            r = launch(self, kernel)
+            good = self.good
+            off = good.addr - good.prg.base
+            good.prg.alloc.cpu.mv[off:off + 4] = b"\xff\xff\xff\xff"
+            return r
+        monkeypatch.setattr(fuzz.Launcher, "launch", poisoning)
+        _, outs = fuzz.run_launch_case(lc, data, tap)
+        assert outs[0].outcome == "poisoned" and "IllegalInstruction" in outs[0].detail, outs
+        assert lc.recreated == 1
+        monkeypatch.undo()
+        _, outs = fuzz.run_launch_case(lc, data, tap)          # the new device works
+        assert [r.outcome for r in outs] == ["completed"], outs
+    finally:
+        lc.dev.close()

@@ -431,6 +431,18 @@ def test_denormal_mode_flushes():
     assert int(w.s[4][0]) == 0xFFFFFFFF                      # the class test sees the denormal
 
 
+def test_setreg_reads_the_sgpr_its_sdst_field_names():
+    """s_setreg_b32 takes its value from the SGPR in its SOPK "sdst" field (it writes no SGPR)."""
+    w = run("s_setreg_b32 hwreg(HW_REG_MODE, 4, 4), s2", wave(mode=0xF0), s2=0x3, s3=0xFF)
+    assert int(w.mode[0]) == 0x30 and int(w.s[2][0]) == 0x3
+    w = run("s_getreg_b32 s5, hwreg(HW_REG_MODE, 4, 4)", w)
+    assert int(w.s[5][0]) == 0x3
+    w = run("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 4), 0xf", w)
+    assert int(w.mode[0]) == 0xF0
+    w = run("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 28, 8), 0xff", w)    # bits past 31 are cut
+    assert int(w.mode[0]) == 0xF00000F0
+
+
 def test_frexp_ldexp_fract_rounding():
     x = np.array([1.0, -3.5, 1e-40, 0.0, np.inf, np.nan, -0.25, 1e30] * 4, F32)
     w = run("v_frexp_mant_f32_e32 v1, v0", v0=x)

@@ -103,13 +103,16 @@ class QueueException:
         return self.record.text()
 
 
+VA_MASK = (1 << 64) - 1                  # a fault address register pair holds 64 bits
+
+
 def record_of(e: Exception, client: str = "shader", vmid: int = 0) -> Record:
     """The record of an exception raised inside the simulated GPU (its engines and shader core raise
     amdq.errors classes with structured `info`)."""
     info = getattr(e, "info", {}) or {}
     msg = str(e)
     if isinstance(e, E.GPUFault) and getattr(e, "address", None) is not None:
-        return MemoryFault(int(e.address), bool(info.get("write", False)), info.get("client", client),
+        return MemoryFault(int(e.address) & VA_MASK, bool(info.get("write", False)), info.get("client", client),
                            info.get("vmid", vmid), info.get("reason", "not mapped"), info.get("pc"),
                            info.get("instruction"))
     if isinstance(e, (E.IllegalInstruction, E.UnsupportedInstruction)):

@@ -434,11 +434,17 @@ class Device:
         wave_bytes = (lane_bytes * wave_size + unit - 1) // unit * unit
         if self.scratch and self.scratch.wave_bytes >= wave_bytes:
             return self.scratch
+        from ..hw import regs
+        tm = regs.load("GC", t.ip["GC"]).regCOMPUTE_TMPRING_SIZE
+        f = tm.fields["WAVESIZE"]
+        most = ((1 << (f.hi - f.lo + 1)) - 1) * unit
+        if wave_bytes > most:
+            raise OutOfMemory(f"{lane_bytes} bytes of scratch per work-item need {wave_bytes} bytes per wave; "
+                              f"COMPUTE_TMPRING_SIZE.WAVESIZE backs at most {most} (the kernel descriptor's "
+                              f"private_segment_fixed_size is too large)")
         waves = min(t.cus * t.max_waves_per_cu, 4095)
         a = self.allocator.alloc(wave_bytes * waves, "vram")
         a.meta["what"] = "scratch"
-        from ..hw import regs
-        tm = regs.load("GC", t.ip["GC"]).regCOMPUTE_TMPRING_SIZE
         old = self.scratch
         self.scratch = Scratch(a, a.va, lane_bytes, wave_bytes, waves, tm.encode(WAVES=waves, WAVESIZE=wave_bytes // unit))
         if old is not None:

@@ -24,6 +24,7 @@ from ..iface.os_seam import PROT_NONE
 from .gpu import SimGPU
 from ..hw import vm as VM
 from .mmu import ADDR_MASK, VALID
+
 MMAP_DOORBELL = 3 << 62
 HOST_USER_VA_BITS = 47          # what an x86-64 Linux process gets below the canonical hole (TASK_SIZE = 2**47 - 4 KiB)
 PAGE = 4096
@@ -399,7 +400,8 @@ class SimKFD:
             if e.signaled and e.data:            # kfd_event_data: memory or hardware exception data
                 if e.type == K.KFD_IOC_EVENT_MEMORY and e.data["memory"]:
                     ro = e.data["read_only"]
-                    struct.pack_into("<IIIIQII", raw, 48 * i, int(not ro), int(ro), 0, 0, e.data["va"], self.GPU_ID, 0)
+                    struct.pack_into("<IIIIQII", raw, 48 * i, int(not ro), int(ro), 0, 0,
+                                     e.data["va"] & (1 << 64) - 1, self.GPU_ID, 0)
                 elif e.type == K.KFD_IOC_EVENT_HW_EXCEPTION:
                     struct.pack_into("<IIII", raw, 48 * i, K.KFD_HW_EXCEPTION_PER_ENGINE_RESET,
                                      K.KFD_HW_EXCEPTION_GPU_HANG, 0, self.GPU_ID)

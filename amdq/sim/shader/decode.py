@@ -270,7 +270,9 @@ def _sop(ctx: _Ctx, enc: str) -> Inst:
             srcs.append(_src(ctx, f[fld], opr[fld], salu=True))
     if name in ("S_FMAAK_F32", "S_FMAMK_F32"):
         srcs.append(Operand("c", LITERAL, 1, ctx.literal(), literal=True))
-    if "sdst" in opr:
+    if name == "S_SETREG_B32":                           # its "sdst" field names the SGPR it reads
+        srcs.append(_src(ctx, f["sdst"], opr["sdst"], salu=True))
+    elif "sdst" in opr:
         inst.dst = (_sreg(f["sdst"], opr["sdst"][1]),)
     if enc in ("SOPK", "SOPP"):
         inst.simm16 = _sext(f["simm16"], 16)

@@ -445,7 +445,7 @@ def _getreg(inst: Inst):
 def _setreg(inst: Inst):
     rid, off, size = _hwreg(inst)
     s = sread(inst.src[0])
-    mask = U32(((1 << size) - 1) << off)
+    mask = U32(((1 << size) - 1) << off & 0xFFFFFFFF)        # a field past bit 31 is cut at the word
 
     def step(w, sel):
         if rid == HW_MODE:

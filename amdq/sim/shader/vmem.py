@@ -607,7 +607,7 @@ def _buffer_inv(inst: Inst):
 
 def _buffer_load(inst: Inst):
     d16, kind = parse_load(inst.key)
-    if "format" in inst.key or inst.fields.get("lds"):
+    if "format" in inst.key or inst.fields.get("lds") or "lds" in inst.key.split("_"):
         raise unsupported(inst, "typed (FORMAT) and LDS buffer loads are not implemented")
     nbytes = WIDTH[kind]
     words = max(1, nbytes // 4)
