@@ -167,7 +167,8 @@ def _sopp(i: Inst) -> str:
 def _sopk(i: Inst) -> str:
     m, v = i.mnemonic, i.simm16 & 0xFFFF
     if m in ("s_getreg_b32", "s_setreg_b32"):
-        return f"{m} {reg(i.dst[0])}, {hwreg(v)}" if m == "s_getreg_b32" else f"{m} {hwreg(v)}, {reg(i.dst[0])}"
+        # s_setreg's SOPK sdst field names its source register (the decoder puts it in src)
+        return f"{m} {reg(i.dst[0])}, {hwreg(v)}" if m == "s_getreg_b32" else f"{m} {hwreg(v)}, {reg(i.src[0])}"
     if m == "s_setreg_imm32_b32":
         return f"{m} {hwreg(v)}, {src_text(i.src[0], salu=True)}"
     if m == "s_version":
