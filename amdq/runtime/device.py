@@ -145,11 +145,16 @@ class Submitting:
 
     def __exit__(self, typ, e, tb) -> None:
         try:
-            if typ is GPUTimeout and e.info.get("ring_space"):
-                self.q.timeline.value = self.mark           # nothing of it runs: the value was not submitted
-                self.dev._recover(self.q, e)
+            if typ is GPUTimeout:
+                self.failed(self.dev, self.q, self.mark, e)
         finally:
             self.dev.lock.release()
+
+    @staticmethod
+    def failed(dev: "Device", q: HWQueue, mark: int, e: GPUTimeout) -> None:
+        if e.info.get("ring_space"):
+            q.timeline.value = mark                     # nothing of it runs: the value was not submitted
+            dev._recover(q, e)
 
 
 MEMORY_KINDS = ("vram", "gtt")
@@ -498,17 +503,27 @@ class Device:
                 raise RuntimeError("wait=True inside a capture: nothing runs until the graph is replayed")
             return self.capturing.add_launch(kernel, args, grid, block)
         q = self.queue
-        with self.submitting(q):
+        lock = self.lock                         # what Submitting does, inline: this is the hottest path
+        lock.acquire()
+        try:
+            self._check()
+            mark = q.timeline.value
             timed = wait or self.profiler is not None
             ts = self._ts_slot() if timed else None
             t0 = time.perf_counter()
-            value, t1 = q.launch(kernel, args, grid, block, ts)
+            try:
+                value, t1 = q.launch(kernel, args, grid, block, ts)
+            except GPUTimeout as e:
+                Submitting.failed(self, q, mark, e)
+                raise
             q.note(value, kernel.label)
             t2 = time.perf_counter()
             rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value,
                                extra={"queue": q.name, "ts": ts, "host_start": t0, "grid": grid, "block": block})
             if self.profiler is not None:
                 self.profiler.add(rec)
+        finally:
+            lock.release()
         if not wait:
             return None
         self.wait(value, timeout_ms)
