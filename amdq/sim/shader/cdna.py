@@ -1,0 +1,205 @@
+"""gfx9 (CDNA3) handlers: the operations RDNA3 lacks or defines differently, and the CDNA3 front end's
+handler table (the RDNA3 table for the shared operations, overridden and extended here).
+
+Semantics from AMD "AMD Instinct MI300 Instruction Set Architecture Reference Guide" (CDNA3 ISA): section 12
+opcode descriptions; chapter 7 (matrix arithmetic) for MFMA operand layouts.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import fp
+from .decode import Inst
+from .ops import U32, U64, M32, mask_read, put_mask, unsupported, vread, vwrite64
+from .valu import flush_in, flush_out, ftz, read64
+from .wave import EXEC
+
+F32 = np.float32
+H9: dict = {}                   # gfx9-only builders and overrides, by key
+
+
+def h9(*keys: str):
+    def reg(fn):
+        for k in keys:
+            H9[k] = fn
+        return fn
+    return reg
+
+
+def _plain(inst: Inst) -> None:
+    """Refuse modifiers a handler does not model."""
+    if inst.dpp is not None or getattr(inst, "sdwa", None) is not None or inst.clamp or inst.omod or \
+            any(s.neg or s.abs for s in inst.src):
+        raise unsupported(inst, "modifiers (DPP/SDWA/clamp/omod/neg/abs) on this gfx9 operation are not modelled")
+
+
+@h9("v_lshl_add_u64")
+def _lshl_add_u64(inst: Inst):
+    """D.u64 = (S0.u64 << S1.u32[2:0]) + S2.u64 (gfx940)."""
+    _plain(inst)
+    a, s, c, wr = read64(inst.src[0]), vread(inst.src[1]), read64(inst.src[2]), vwrite64(inst.dst[0])
+
+    def step(w, sel):
+        sh = (np.asarray(s(w, sel), U32) & U32(7)).astype(U64)
+        wr(w, sel, (np.asarray(a(w, sel), U64) << sh) + np.asarray(c(w, sel), U64))
+    return step
+
+
+@h9("v_mov_b64")
+def _mov_b64(inst: Inst):
+    """D.u64 = S0.u64 (gfx940)."""
+    _plain(inst)
+    a, wr = read64(inst.src[0]), vwrite64(inst.dst[0])
+    return lambda w, sel: wr(w, sel, np.asarray(a(w, sel), U64))
+
+
+def _pk_f32(inst: Inst, fn, nsrc: int):
+    """Packed f32 (gfx90a): result dword h takes dword (OP_SEL_HI if h else OP_SEL) bit i of source i, negated
+    by NEG_HI / NEG; the two results are computed independently."""
+    if inst.dpp is not None or inst.clamp:
+        raise unsupported(inst, "clamp/DPP on packed f32 operations are not modelled")
+    rd = [read64(inst.src[i]) for i in range(nsrc)]
+    wr = vwrite64(inst.dst[0])
+    neg_lo = [s.neg for s in inst.src[:nsrc]]
+
+    def step(w, sel):
+        vals = [np.asarray(r(w, sel), U64) for r in rd]
+        fi, fo = flush_in(w, sel, "f32"), flush_out(w, sel, "f32")
+        out = []
+        for h in (0, 1):
+            sel_bits, neg = (inst.opsel_hi, inst.neg_hi) if h else (inst.opsel, None)
+            ops = []
+            for i, v in enumerate(vals):
+                x = ((v >> U64(32 * (sel_bits >> i & 1))) & U64(M32)).astype(U32)
+                if (neg >> i & 1) if h else neg_lo[i]:
+                    x = x ^ U32(0x80000000)
+                x = x.view(F32)
+                ops.append(ftz(x, "f32") if fi else x)
+            r = np.asarray(fn(*ops), F32)
+            out.append((ftz(r, "f32") if fo else r).view(U32).astype(U64))
+        wr(w, sel, out[0] | out[1] << U64(32))
+    return step
+
+
+h9("v_pk_fma_f32")(lambda inst: _pk_f32(inst, fp.fma32, 3))
+h9("v_pk_mul_f32")(lambda inst: _pk_f32(inst, lambda a, b: a * b, 2))
+h9("v_pk_add_f32")(lambda inst: _pk_f32(inst, lambda a, b: a + b, 2))
+
+
+@h9("v_pk_mov_b32")
+def _pk_mov_b32(inst: Inst):
+    """D.u32[0] = S0.u32[OP_SEL[0]], D.u32[1] = S1.u32[OP_SEL[1]] (gfx90a)."""
+    if inst.dpp is not None:
+        raise unsupported(inst, "DPP on v_pk_mov_b32 is not modelled")
+    a, b, wr = read64(inst.src[0]), read64(inst.src[1]), vwrite64(inst.dst[0])
+    s0, s1 = U64(32 * (inst.opsel & 1)), U64(32 * (inst.opsel >> 1 & 1))
+
+    def step(w, sel):
+        lo = (np.asarray(a(w, sel), U64) >> s0) & U64(M32)
+        hi = (np.asarray(b(w, sel), U64) >> s1) & U64(M32)
+        wr(w, sel, lo | hi << U64(32))
+    return step
+
+
+def cmpx(base):
+    """gfx9 V_CMPX writes the compare result to its SGPR destination (VCC for VOPC) and to EXEC."""
+    def build(inst: Inst):
+        step0 = base(inst)
+        d = inst.dst[0]
+        m = mask_read(d)
+
+        def step(w, sel):
+            step0(w, sel)
+            put_mask(w, EXEC, sel, m(w, sel))
+        return step
+    return build
+
+
+def zero_high16(base):
+    """gfx9 16-bit operations (but PRESERVE16) write zeros to the destination VGPR's high half."""
+    def build(inst: Inst):
+        step0 = base(inst)
+        r = inst.dst[0].reg
+
+        def step(w, sel):
+            step0(w, sel)
+            v = w.v[r][sel]
+            w.write_v(r, sel, v & U32(0xFFFF))
+        return step
+    return build
+
+
+def table(rdna3: dict) -> dict:
+    """The CDNA3 handler table: the RDNA3 builders (wrapped where gfx9 differs) and the gfx9 ones."""
+    from . import mfma  # noqa: F401  registers the MFMA builders in H9
+    from .decode_cdna import PRESERVE16
+    t = {}
+    for k, b in rdna3.items():
+        if k.startswith("v_cmpx_"):
+            t[k] = cmpx(rdna3["v_cmp_" + k[len("v_cmpx_"):]])
+        else:
+            t[k] = b
+    t.update(H9)
+    out = {}
+    for k, b in t.items():
+        out[k] = _wrap16(b, k in PRESERVE16)
+    return out
+
+
+def _wrap16(b, preserve: bool):
+    z = zero_high16(b)
+
+    def build(inst: Inst):
+        if getattr(inst, "sdwa", None) is not None:
+            return sdwa(inst, b)
+        d = inst.dst[0] if inst.dst else None
+        if not preserve and d is not None and d.kind == "v" and d.bits == 16 and inst.key.startswith("v_"):
+            return z(inst)
+        return b(inst)
+    return build
+
+
+SDWA_OPS = {"v_mov_b32": lambda a, b: a, "v_or_b32": np.bitwise_or, "v_and_b32": np.bitwise_and,
+            "v_xor_b32": np.bitwise_xor, "v_add_nc_u32": lambda a, b: a + b, "v_sub_nc_u32": lambda a, b: a - b,
+            "v_subrev_nc_u32": lambda a, b: b - a, "v_lshlrev_b32": lambda a, b: b << (a & U32(31)),
+            "v_lshrrev_b32": lambda a, b: b >> (a & U32(31)), "v_mul_u32_u24": lambda a, b: (a & U32(0xFFFFFF)) *
+            (b & U32(0xFFFFFF)), "v_max_u32": np.maximum, "v_min_u32": np.minimum}
+
+
+def _sel(x: np.ndarray, s: int, sext: int) -> np.ndarray:
+    """SDWA source select: BYTE_0..3 (0-3), WORD_0/1 (4, 5), DWORD (6), zero- or sign-extended."""
+    if s == 6:
+        return x
+    bits, sh = (8, 8 * s) if s < 4 else (16, 16 * (s - 4))
+    v = (x >> U32(sh)) & U32((1 << bits) - 1)
+    if sext:
+        v = (v.astype(np.int64) - ((v >> U32(bits - 1)) & U32(1)).astype(np.int64) * (1 << bits)).astype(np.int64)
+        v = (v & M32).astype(U32)
+    return v
+
+
+def sdwa(inst: Inst, base):
+    """SDWA forms of 32-bit integer VOP1/VOP2 operations (SDWA_OPS): sources select a byte or word
+    (zero/sign-extended), the result goes to the selected destination field; the rest of the destination is
+    zeros (UNUSED_PAD), its sign (UNUSED_SEXT) or kept (UNUSED_PRESERVE) (MI300 ISA, "SDWA")."""
+    fn = SDWA_OPS.get(inst.key)
+    sd = inst.sdwa
+    if fn is None or inst.enc not in ("VOP1", "VOP2") or inst.clamp or inst.omod or \
+            any(s.neg or s.abs for s in inst.src) or sd.dst_unused > 2 or sd.dst_sel > 6 or max(sd.src_sel) > 6:
+        raise unsupported(inst, "this SDWA form is not modelled")
+    rd = [vread(s) for s in inst.src]
+    r = inst.dst[0].reg
+    ds = sd.dst_sel
+    bits, sh = (32, 0) if ds == 6 else ((8, 8 * ds) if ds < 4 else (16, 16 * (ds - 4)))
+    fmask = U32(((1 << bits) - 1) << sh & M32)
+
+    def step(w, sel):
+        xs = [_sel(np.asarray(f(w, sel), U32), sd.src_sel[i], sd.sext[i]) for i, f in enumerate(rd)]
+        res = (np.asarray(fn(*xs) if len(xs) == 2 else fn(xs[0], None), U32) << U32(sh)) & fmask
+        if sd.dst_unused == 2:
+            res = res | (w.v[r][sel] & ~fmask)
+        elif sd.dst_unused == 1 and bits < 32 and sh + bits < 32:
+            top = (res >> U32(sh + bits - 1)) & U32(1)
+            res = res | (top * U32(M32 & ~((1 << (sh + bits)) - 1)))
+        w.write_v(r, sel, res)
+    return step
