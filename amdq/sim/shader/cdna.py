@@ -58,6 +58,9 @@ def _pk_f32(inst: Inst, fn, nsrc: int):
     by NEG_HI / NEG; the two results are computed independently."""
     if inst.dpp is not None or inst.clamp:
         raise unsupported(inst, "clamp/DPP on packed f32 operations are not modelled")
+    for i, s in enumerate(inst.src[:nsrc]):
+        if s.kind == "c" and (inst.opsel | inst.opsel_hi) >> i & 1:
+            raise unsupported(inst, "the high dword of a constant operand of a packed f32 operation is not modelled")
     rd = [read64(inst.src[i]) for i in range(nsrc)]
     wr = vwrite64(inst.dst[0])
     neg_lo = [s.neg for s in inst.src[:nsrc]]

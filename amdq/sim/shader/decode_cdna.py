@@ -154,6 +154,9 @@ def _src(ctx: _Ctx, code: int, info: tuple | None, mask_bits: int = 64, salu: bo
         op = _vreg(code - 256, bits, acc or "ACCVGPR" in typ and "VGPR_OR" not in typ)
     elif code in (SDWA_SRC, DPP_SRC) or 209 <= code <= 234:
         raise _fail(ctx, f"invalid gfx9 source operand code {code}")
+    elif fmt.startswith("NUM_PK2_") and fmt.endswith("32"):
+        op = _src_op(ctx, code, fmt[:4] + fmt[8:], 32, salu)    # a packed-f32 constant is the low dword
+        op.n, op.bits = 2, 64
     else:
         op = _src_op(ctx, code, fmt, bits, salu)
     op.fmt = fmt
