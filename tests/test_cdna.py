@@ -185,3 +185,17 @@ def test_mfma(kernel):
                                      arch="gfx942")
     want = a.astype(np.int64) @ b.astype(np.int64) + c
     assert d.dtype == tout and (d.astype(np.int64) == want).all()
+
+
+def test_scoped_fences_and_mode_register():
+    """Agent/system-scope acquire and release (buffer_inv, buffer_wbl2: no caches to maintain) run; s_getreg
+    reads MODE, and gfx9 hardware registers the core does not model are refused."""
+    src = """__kernel void f(__global int *p, __global int *q) {
+      int v = __scoped_atomic_load_n(p, __ATOMIC_ACQUIRE, __MEMORY_SCOPE_DEVICE);
+      __scoped_atomic_store_n(q + 1, v + 1, __ATOMIC_RELEASE, __MEMORY_SCOPE_SYSTEM); }"""
+    (_, q), _ = harness.run_cl(src, "f", [np.array([41], np.int32), np.zeros(2, np.int32)], arch="gfx942")
+    assert q.tolist() == [0, 42]
+    w = run1("s_getreg_b32 s5, hwreg(HW_REG_MODE, 4, 4)")
+    assert int(w.s[5][0]) == 0xF
+    with pytest.raises(UnsupportedInstruction):
+        for_gfx(9).build(dec("s_getreg_b32 s5, hwreg(HW_REG_HW_ID)"))

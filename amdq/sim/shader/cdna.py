@@ -132,6 +132,16 @@ def zero_high16(base):
     return build
 
 
+def mode_only(base):
+    """gfx9 hardware registers: MODE (id 1, the same FP_ROUND/FP_DENORM/DX10_CLAMP/IEEE bits as gfx11) only;
+    the other ids number different registers than on gfx11."""
+    def build(inst: Inst):
+        if inst.simm16 & 0x3F != 1:
+            raise unsupported(inst, f"gfx9 hardware register {inst.simm16 & 0x3F} is not modelled")
+        return base(inst)
+    return build
+
+
 def table(rdna3: dict) -> dict:
     """The CDNA3 handler table: the RDNA3 builders (wrapped where gfx9 differs) and the gfx9 ones."""
     from . import mfma  # noqa: F401  registers the MFMA builders in H9
@@ -143,6 +153,8 @@ def table(rdna3: dict) -> dict:
         else:
             t[k] = b
     t.update(H9)
+    for k in ("s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32"):
+        t[k] = mode_only(rdna3[k])
     out = {}
     for k, b in t.items():
         out[k] = _wrap16(b, k in PRESERVE16)

@@ -20,7 +20,8 @@ import re
 from amdq.errors import IllegalInstruction, UnsupportedInstruction
 from amdq.hw import isa
 
-from .decode import (DPP16, LITERAL, Inst, Operand, _Ctx, _fail, _get, _key, _nregs, _sext, _src_op)
+from .decode import (DPP16, LITERAL, LOOKAHEAD, QUIET_SOPP, SAFE_ENC, Inst, Operand, _Ctx, _fail, _get, _key, _nregs,
+                     _operands, _sext, _src_op, mask_sgpr)
 
 ARCH = "cdna3"
 ENC = isa.encodings(ARCH)
@@ -43,6 +44,7 @@ ALIASES = {
     "v_cvt_rpi_i32_f32": "v_cvt_nearest_i32_f32", "v_cvt_pknorm_i16_f32": "v_cvt_pk_norm_i16_f32",
     "v_cvt_pknorm_u16_f32": "v_cvt_pk_norm_u16_f32", "v_cvt_pknorm_i16_f16": "v_cvt_pk_norm_i16_f16",
     "v_cvt_pknorm_u16_f16": "v_cvt_pk_norm_u16_f16",
+    "buffer_wbl2": "buffer_gl0_inv", "buffer_inv": "buffer_gl0_inv",     # cache maintenance: the core has no caches
     "v_accvgpr_read": "v_mov_b32", "v_accvgpr_write": "v_mov_b32", "v_accvgpr_mov_b32": "v_mov_b32",
     "s_andn2_b32": "s_and_not1_b32", "s_andn2_b64": "s_and_not1_b64", "s_orn2_b32": "s_or_not1_b32",
     "s_orn2_b64": "s_or_not1_b64", "s_andn2_saveexec_b64": "s_and_not1_saveexec_b64",
@@ -545,7 +547,34 @@ def decode(code: bytes, pc: int, base: int = 0, wave64: bool = True) -> Inst:
 
 
 def mask_dead(code: bytes, base: int, wave64: bool, inst: Inst) -> bool:
-    """No look-ahead for gfx9 yet: every lane mask written is kept."""
+    """True when the lane mask `inst` writes to SGPRs is overwritten in the straight-line code that follows
+    before anything could read it (the RDNA3 rule of decode.mask_dead over gfx9 decoding); gfx9 V_CMPX keeps
+    its mask (EXEC is copied from it)."""
+    d = mask_sgpr(inst)
+    if d is None or inst.key.startswith("v_cmpx"):
+        return False
+    regs = set(range(d.reg, d.reg + d.n))
+    pc = inst.pc + inst.size
+    for _ in range(LOOKAHEAD):
+        try:
+            nxt = decode(code, pc, base, wave64)
+        except (IllegalInstruction, UnsupportedInstruction):
+            return False
+        k = nxt.key
+        if k == "s_endpgm":
+            return True
+        if nxt.enc not in SAFE_ENC and k not in QUIET_SOPP or "div_fmas" in k or getattr(nxt, "sdwa", None):
+            return False
+        for o in _operands(nxt):
+            if o is not None and (o.kind == "s" and regs & set(range(o.reg, o.reg + o.n)) or
+                                  o.kind == "x" and o.reg == 251 and regs & {VCC_LO, VCC_LO + 1}):
+                return False
+        for o in nxt.dst:
+            if o.kind == "s":
+                regs -= set(range(o.reg, o.reg + o.n))
+        if not regs:
+            return True
+        pc += nxt.size
     return False
 
 

@@ -69,7 +69,9 @@ def _mfma(inst: Inst):
     d_op = inst.dst[0]
     if d_op.n != nreg or (c_op.kind == "v" and c_op.n != nreg):
         raise unsupported(inst, "unexpected MFMA operand widths")
-    integer = typ == "I8"
+    integer = out == "i32"
+    if integer != (typ == "I8"):
+        raise unsupported(inst)
 
     def step(w, sel):
         if not w.all_on(sel):
