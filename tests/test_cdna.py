@@ -95,6 +95,18 @@ def test_operand_space():
     assert i.key == "ds_cmpstore_rtn_b32" and [d.reg for d in i.data] == [4, 3]
 
 
+def test_smem_offsets():
+    """gfx9 SMEM: IMM=0 names an SGPR offset in OFFSET[6:0], SOFFSET_EN adds SOFFSET, IMM offsets are signed."""
+    i = dec("s_load_dword s0, s[0:1], s2")
+    assert i.soffset.reg == 2 and i.offset == 0 and i.key == "s_load_b32"
+    i = dec("s_load_dword s0, s[0:1], s2 offset:0x10")
+    assert i.soffset.reg == 2 and i.offset == 0x10
+    i = dec("s_load_dwordx2 s[4:5], s[6:7], -0x8")
+    assert i.soffset is None and i.offset == -8 and i.sbase.reg == 6 and i.dst[0].n == 2
+    i = dec("s_load_dword s0, s[0:1], m0")
+    assert i.soffset.reg == M0
+
+
 def test_vop2_carry_uses_vcc():
     lanes = np.arange(64)
     a = np.where(lanes % 2, 0xFFFFFFFF, 5)
@@ -139,7 +151,30 @@ def test_refused_not_guessed():
     with pytest.raises(UnsupportedInstruction):
         isa9.build(dec("v_mfma_f32_16x16x16_f16 a[0:3], v[0:1], v[2:3], a[0:3] cbsz:1 abid:1"))
     with pytest.raises(UnsupportedInstruction):
-        D.decode(asm9("v_mov_b32_dpp v0, v1 row_bcast:15 row_mask:0xa") + bytes(8), 0)
+        D.decode(asm9("v_mov_b32_dpp v0, v1 row_bcast:15 row_mask:0xf") + bytes(8), 0)
+
+
+@pytest.mark.parametrize("ctrl, bc", [("wave_shl:1", 0), ("wave_shr:1", 1), ("wave_rol:1", 0), ("wave_ror:1", 0),
+                                      ("row_bcast:15 row_mask:0xa", 0), ("row_bcast:31 row_mask:0xc", 0),
+                                      ("row_shr:3", 1), ("quad_perm:[3,2,1,0]", 0)])
+def test_gfx9_dpp(ctrl, bc):
+    """gfx9 DPP controls: wave shifts/rotates by one lane, row broadcasts, and the gfx9 encodings of the
+    controls RDNA3 shares; out-of-range sources leave the lane alone (or read 0 with bound_ctrl)."""
+    lanes = np.arange(64)
+    w = run1(f"v_mov_b32_dpp v2, v0 {ctrl}" + (" bound_ctrl:0" if bc else ""), v0=lanes + 100, v2=np.full(64, 7))
+    rows = int(re.search(r"row_mask:0x(\w)", ctrl).group(1), 16) if "row_mask" in ctrl else 0xF
+    want = []
+    for i in lanes:
+        n = {"wave_shl:1": i + 1, "wave_shr:1": i - 1, "wave_rol:1": (i + 1) % 64, "wave_ror:1": (i - 1) % 64,
+             "row_bcast:15 row_mask:0xa": i // 16 * 16 - 1, "row_bcast:31 row_mask:0xc": 31,
+             "row_shr:3": i - 3 if i % 16 >= 3 else -1, "quad_perm:[3,2,1,0]": i // 4 * 4 + 3 - i % 4}[ctrl]
+        if not rows >> (i // 16) & 1:
+            want.append(7)
+        elif 0 <= n < 64:
+            want.append(n + 100)
+        else:
+            want.append(0 if bc else 7)
+    assert w.v[2][0].tolist() == want
 
 
 # ---------------------------------------------------------------- the kernel suite on gfx942

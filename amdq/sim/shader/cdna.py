@@ -168,7 +168,10 @@ def _wrap16(b, preserve: bool):
         if getattr(inst, "sdwa", None) is not None:
             return sdwa(inst, b)
         d = inst.dst[0] if inst.dst else None
-        if not preserve and d is not None and d.kind == "v" and d.bits == 16 and inst.key.startswith("v_"):
+        if not preserve and d is not None and d.kind == "v" and d.bits == 16 and inst.key.startswith("v_") and \
+                inst.enc != "VOP3P":
+            if inst.opsel & 8:
+                raise unsupported(inst, "OP_SEL of the destination on an operation that zeroes the high half")
             return z(inst)
         return b(inst)
     return build

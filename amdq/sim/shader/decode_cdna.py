@@ -16,6 +16,9 @@ handlers can execute them where the semantics agree:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+
+import numpy as np
 
 from amdq.errors import IllegalInstruction, UnsupportedInstruction
 from amdq.hw import isa
@@ -214,7 +217,8 @@ def _smem(ctx: _Ctx) -> Inst:
 # 16-bit operations whose VOP3 forms keep the destination's other half on gfx9 (LLVM GCNSubtarget::
 # zeroesHigh16BitsOfDest: "Most instructions maintain the legacy behavior of 0ing"; these preserve).
 PRESERVE16 = {"v_mad_f16", "v_mad_u16", "v_mad_i16", "v_fma_f16", "v_div_fixup_f16", "v_interp_p2_f16",
-              "v_mad_legacy_f16", "v_mad_legacy_u16", "v_mad_legacy_i16", "v_fma_legacy_f16"}
+              "v_mad_legacy_f16", "v_mad_legacy_u16", "v_mad_legacy_i16", "v_fma_legacy_f16",
+              "v_fma_mixlo_f16", "v_fma_mixhi_f16", "v_mad_mixlo_f16", "v_mad_mixhi_f16"}
 
 
 def _has16(opr: dict) -> bool:
@@ -227,12 +231,45 @@ def _dpp9(ctx: _Ctx, inst: Inst) -> Operand:
     if 0x150 <= ctrl or 0x144 <= ctrl <= 0x14F or ctrl in (0x100, 0x110, 0x120) or 0x131 <= ctrl <= 0x13F and \
             ctrl not in (0x134, 0x138, 0x13C):
         raise _fail(ctx, f"undefined gfx9 DPP control {ctrl:#x}")
-    if 0x130 <= ctrl <= 0x13C or ctrl in (0x142, 0x143):
-        raise _fail(ctx, f"gfx9 DPP control {ctrl:#x} (wave shift/rotate, row broadcast) is not modelled",
+    row_mask = _get(ctx, 60, 63)
+    if ctrl == 0x142 and row_mask & 1 or ctrl == 0x143 and row_mask & 3:
+        raise _fail(ctx, f"row broadcast {ctrl:#x} writing rows that have no source row is not modelled",
                     UnsupportedInstruction)
-    inst.dpp = DPP16(ctrl, _get(ctx, 60, 63), _get(ctx, 56, 59), _get(ctx, 51, 51), 0)
+    cls = DPP9 if 0x130 <= ctrl <= 0x13C or ctrl in (0x142, 0x143) else DPP16
+    inst.dpp = cls(ctrl, row_mask, _get(ctx, 56, 59), _get(ctx, 51, 51), 0)
     ctx.lit_pos = 64
     return Operand("v", _get(ctx, 32, 39))
+
+
+class DPP9(DPP16):
+    """gfx9-only DPP controls (MI300 ISA, "DPP_CTRL"): wave_shl:1 0x130 (lane i reads i + 1), wave_rol:1
+    0x134, wave_shr:1 0x138 (reads i - 1), wave_ror:1 0x13C, row_bcast:15 0x142 (row r reads lane 16r - 1),
+    row_bcast:31 0x143 (rows 2 and 3 read lane 31). Sources past the wave's edge are invalid, as for row shifts."""
+
+    __slots__ = ()
+
+    def plan(self, lanes: int):
+        return _plan9(self.ctrl, self.row_mask, self.bank_mask, lanes)
+
+
+@lru_cache(maxsize=None)
+def _plan9(c: int, row_mask: int, bank_mask: int, lanes: int):
+    """(source lane, in bounds, writable) of every lane for a DPP9 control."""
+    lane = np.arange(lanes)
+    if c in (0x130, 0x134):
+        j = lane + 1
+    elif c in (0x138, 0x13C):
+        j = lane - 1
+    elif c == 0x142:
+        j = (lane & ~15) - 1
+    else:
+        j = np.where(lane >= 32, 31, -1)
+    valid = (j >= 0) & (j < lanes) if c not in (0x134, 0x13C) else np.ones(lanes, bool)
+    src = (j % lanes).astype(np.intp)
+    writable = ((row_mask >> (lane >> 4)) & 1).astype(bool) & ((bank_mask >> ((lane >> 2) & 3)) & 1).astype(bool)
+    for a in (src, valid, writable):
+        a.setflags(write=False)
+    return src, valid, writable
 
 
 def _sdwa(ctx: _Ctx, inst: Inst, vopc: bool) -> Operand:
