@@ -152,6 +152,9 @@ def test_refused_not_guessed():
         isa9.build(dec("v_mfma_f32_16x16x16_f16 a[0:3], v[0:1], v[2:3], a[0:3] cbsz:1 abid:1"))
     with pytest.raises(UnsupportedInstruction):
         D.decode(asm9("v_mov_b32_dpp v0, v1 row_bcast:15 row_mask:0xf") + bytes(8), 0)
+    with pytest.raises(UnsupportedInstruction):
+        isa9.build(dec("buffer_load_dword v1, v2, s[4:7], 0 offen"))
+    assert dec("buffer_load_dword v1, v2, s[4:7], 0 offen").key == "buffer_load_b32"
 
 
 @pytest.mark.parametrize("ctrl, bc", [("wave_shl:1", 0), ("wave_shr:1", 1), ("wave_rol:1", 0), ("wave_ror:1", 0),

@@ -132,6 +132,12 @@ def zero_high16(base):
     return build
 
 
+def refuse(why: str):
+    def build(inst: Inst):
+        raise unsupported(inst, why)
+    return build
+
+
 def mode_only(base):
     """gfx9 hardware registers: MODE (id 1, the same FP_ROUND/FP_DENORM/DX10_CLAMP/IEEE bits as gfx11) only;
     the other ids number different registers than on gfx11."""
@@ -148,7 +154,9 @@ def table(rdna3: dict) -> dict:
     from .decode_cdna import PRESERVE16
     t = {}
     for k, b in rdna3.items():
-        if k.startswith("v_cmpx_"):
+        if k.startswith("buffer_") and k not in ("buffer_gl0_inv", "buffer_gl1_inv"):
+            t[k] = refuse("the gfx9 buffer resource (V#) layout and range checking are not modelled")
+        elif k.startswith("v_cmpx_"):
             t[k] = cmpx(rdna3["v_cmp_" + k[len("v_cmpx_"):]])
         else:
             t[k] = b
