@@ -238,3 +238,13 @@ def test_scoped_fences_and_mode_register():
     assert int(w.s[5][0]) == 0xF
     with pytest.raises(UnsupportedInstruction):
         for_gfx(9).build(dec("s_getreg_b32 s5, hwreg(HW_REG_HW_ID)"))
+
+
+def test_mfma_chain_through_lds():
+    """MFMAs accumulating in AccVGPRs across a loop, operands staged through LDS."""
+    k = 80
+    r = np.random.default_rng(5)
+    a, b = r.integers(-6, 7, (16, k)), r.integers(-6, 7, (k, 16))
+    (_, _, d), stats = harness.run_cl(MFMA_CL, "mfma_chain_f16", [a.astype(np.float16), b.astype(np.float16),
+                                                                   np.zeros((16, 16), np.float32), k], arch="gfx942")
+    assert (d == a @ b).all()

@@ -26,3 +26,25 @@ BODY(mfma_f32_16x16x16_bf16, short, float, float4, 16, 16, 4, B4, __builtin_amdg
 BODY(mfma_f32_32x32x8_bf16, short, float, float16, 32, 8, 16, B4, __builtin_amdgcn_mfma_f32_32x32x8bf16_1k)
 BODY(mfma_i32_16x16x32_i8, char, int, int4, 16, 32, 4, C8, __builtin_amdgcn_mfma_i32_16x16x32_i8)
 BODY(mfma_i32_32x32x16_i8, char, int, int16, 32, 16, 16, C8, __builtin_amdgcn_mfma_i32_32x32x16_i8)
+
+/* A chain of MFMAs: D (16x16) = A (16xK) B (Kx16) over K/16 steps, A and B staged through LDS. */
+__kernel void mfma_chain_f16(__global const half *a, __global const half *b, __global float *d, uint k) {
+  __local half ta[16 * 16], tb[16 * 16];
+  uint l = get_local_id(0);
+  float4 acc = (float4)(0.0f);
+  for (uint k0 = 0; k0 < k; k0 += 16) {
+    for (uint e = l; e < 256; e += 64) {
+      ta[e] = a[(e / 16) * k + k0 + e % 16];
+      tb[e] = b[(k0 + e / 16) * 16 + e % 16];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    half4 x, y;
+    for (uint j = 0; j < 4; j++) {
+      x[j] = ta[(l % 16) * 16 + 4 * (l / 16) + j];
+      y[j] = tb[(4 * (l / 16) + j) * 16 + l % 16];
+    }
+    acc = __builtin_amdgcn_mfma_f32_16x16x16f16(x, y, acc, 0, 0, 0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (uint r = 0; r < 4; r++) d[(4 * (l / 16) + r) * 16 + l % 16] = acc[r];
+}
