@@ -248,3 +248,21 @@ def test_mfma_chain_through_lds():
     (_, _, d), stats = harness.run_cl(MFMA_CL, "mfma_chain_f16", [a.astype(np.float16), b.astype(np.float16),
                                                                    np.zeros((16, 16), np.float32), k], arch="gfx942")
     assert (d == a @ b).all()
+
+
+def test_sdwa_byte_short_vectors():
+    """uchar4/short2/char4 arithmetic, which gfx9 code does with SDWA selects, against numpy."""
+    n, r = 128, np.random.default_rng(9)
+    a, b = (r.integers(0, 256, (n, 4)).astype(np.uint8) for _ in range(2))
+    c, d = (r.integers(-2**15, 2**15, (n, 2)).astype(np.int16) for _ in range(2))
+    e = r.integers(-128, 128, (n, 4)).astype(np.int8)
+    e[:4, 0] = [-128, 0, 127, -1]
+    (ga, gb, gc, gd, ge), _ = harness.run_cl(str(KERNELS.parent / "kernels_cdna" / "sdwa.cl"), "sdwa",
+                                             [a, b, c, d, e], grid=(2, 1, 1), arch="gfx942")
+    wa = a + b
+    wb = (np.maximum(wa, b).astype(np.uint16) * 3).astype(np.uint8)
+    wc = (c.astype(np.int32) * d + c).astype(np.int16)
+    wd = np.stack([wc[:, 1] >> 3, (d[:, 0].astype(np.int32) << 2).astype(np.int16)], 1).astype(np.int16)
+    we = np.where(e > 0, e, (-e.astype(np.int16)).astype(np.int8))
+    for got, want, what in ((ga, wa, "a"), (gb, wb, "b"), (gc, wc, "c"), (gd, wd, "d"), (ge, we, "e")):
+        assert (got == want).all(), (what, np.flatnonzero((got != want).any(-1))[:5])

@@ -6,11 +6,13 @@ opcode descriptions; chapter 7 (matrix arithmetic) for MFMA operand layouts.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from . import fp
 from .decode import Inst
-from .ops import U32, U64, M32, mask_read, put_mask, unsupported, vread, vwrite64
+from .ops import U32, U64, M32, mask_read, mask_write, put_mask, unsupported, vread, vwrite64
 from .valu import flush_in, flush_out, ftz, read64
 from .wave import EXEC
 
@@ -185,46 +187,85 @@ def _wrap16(b, preserve: bool):
     return build
 
 
-SDWA_OPS = {"v_mov_b32": lambda a, b: a, "v_or_b32": np.bitwise_or, "v_and_b32": np.bitwise_and,
-            "v_xor_b32": np.bitwise_xor, "v_add_nc_u32": lambda a, b: a + b, "v_sub_nc_u32": lambda a, b: a - b,
-            "v_subrev_nc_u32": lambda a, b: b - a, "v_lshlrev_b32": lambda a, b: b << (a & U32(31)),
-            "v_lshrrev_b32": lambda a, b: b >> (a & U32(31)), "v_mul_u32_u24": lambda a, b: (a & U32(0xFFFFFF)) *
-            (b & U32(0xFFFFFF)), "v_max_u32": np.maximum, "v_min_u32": np.minimum}
+def _i16(x):
+    return (np.asarray(x, U32) & U32(0xFFFF)).astype(np.uint16).view(np.int16)
+
+
+def _u16(x):
+    return np.asarray(x, U32) & U32(0xFFFF)
+
+
+SDWA_OPS = {  # key: (function of the selected, extended 32-bit sources, result bits)
+    "v_mov_b32": (lambda a: a, 32), "v_not_b32": (lambda a: ~a, 32), "v_or_b32": (np.bitwise_or, 32),
+    "v_and_b32": (np.bitwise_and, 32), "v_xor_b32": (np.bitwise_xor, 32), "v_add_nc_u32": (lambda a, b: a + b, 32),
+    "v_sub_nc_u32": (lambda a, b: a - b, 32), "v_subrev_nc_u32": (lambda a, b: b - a, 32),
+    "v_lshlrev_b32": (lambda a, b: b << (a & U32(31)), 32), "v_lshrrev_b32": (lambda a, b: b >> (a & U32(31)), 32),
+    "v_ashrrev_i32": (lambda a, b: (b.view(np.int32) >> (a & U32(31)).astype(np.int32)).view(U32), 32),
+    "v_mul_u32_u24": (lambda a, b: (a & U32(0xFFFFFF)) * (b & U32(0xFFFFFF)), 32),
+    "v_max_u32": (np.maximum, 32), "v_min_u32": (np.minimum, 32),
+    "v_max_i32": (lambda a, b: np.maximum(a.view(np.int32), b.view(np.int32)).view(U32), 32),
+    "v_min_i32": (lambda a, b: np.minimum(a.view(np.int32), b.view(np.int32)).view(U32), 32),
+    "v_add_nc_u16": (lambda a, b: a + b, 16), "v_sub_nc_u16": (lambda a, b: a - b, 16),
+    "v_subrev_u16": (lambda a, b: b - a, 16), "v_mul_lo_u16": (lambda a, b: a * b, 16),
+    "v_lshlrev_b16": (lambda a, b: b << (a & U32(15)), 16), "v_lshrrev_b16": (lambda a, b: _u16(b) >> (a & U32(15)), 16),
+    "v_ashrrev_i16": (lambda a, b: (_i16(b) >> (a & U32(15)).astype(np.int16)).view(np.uint16).astype(U32), 16),
+    "v_max_u16": (lambda a, b: np.maximum(_u16(a), _u16(b)), 16), "v_min_u16": (lambda a, b: np.minimum(_u16(a), _u16(b)), 16),
+    "v_max_i16": (lambda a, b: np.maximum(_i16(a), _i16(b)).view(np.uint16).astype(U32), 16),
+    "v_min_i16": (lambda a, b: np.minimum(_i16(a), _i16(b)).view(np.uint16).astype(U32), 16),
+}
+CMP = {"eq": np.equal, "ne": np.not_equal, "lg": np.not_equal, "lt": np.less, "le": np.less_equal,
+       "gt": np.greater, "ge": np.greater_equal}
+CMP_VIEW = {"u32": lambda x: x, "i32": lambda x: x.view(np.int32), "u16": _u16, "i16": _i16}
 
 
 def _sel(x: np.ndarray, s: int, sext: int) -> np.ndarray:
-    """SDWA source select: BYTE_0..3 (0-3), WORD_0/1 (4, 5), DWORD (6), zero- or sign-extended."""
+    """SDWA source select: BYTE_0..3 (0-3), WORD_0/1 (4, 5), DWORD (6), zero- or sign-extended to 32 bits."""
     if s == 6:
         return x
     bits, sh = (8, 8 * s) if s < 4 else (16, 16 * (s - 4))
     v = (x >> U32(sh)) & U32((1 << bits) - 1)
     if sext:
-        v = (v.astype(np.int64) - ((v >> U32(bits - 1)) & U32(1)).astype(np.int64) * (1 << bits)).astype(np.int64)
-        v = (v & M32).astype(U32)
+        v = v | np.where(v >> U32(bits - 1) & U32(1), U32(M32 ^ ((1 << bits) - 1)), U32(0))
     return v
 
 
 def sdwa(inst: Inst, base):
-    """SDWA forms of 32-bit integer VOP1/VOP2 operations (SDWA_OPS): sources select a byte or word
-    (zero/sign-extended), the result goes to the selected destination field; the rest of the destination is
-    zeros (UNUSED_PAD), its sign (UNUSED_SEXT) or kept (UNUSED_PRESERVE) (MI300 ISA, "SDWA")."""
-    fn = SDWA_OPS.get(inst.key)
+    """SDWA forms (MI300 ISA, "SDWA") of the integer VOP1/VOP2 operations of SDWA_OPS and of integer VOPC
+    compares: each source selects a byte, word or the dword (zero- or sign-extended); a 16-bit operation uses
+    the low half of those; the result goes to the selected destination field, and the rest of the destination
+    is zeros (UNUSED_PAD), the field's sign (UNUSED_SEXT) or kept (UNUSED_PRESERVE)."""
     sd = inst.sdwa
-    if fn is None or inst.enc not in ("VOP1", "VOP2") or inst.clamp or inst.omod or \
-            any(s.neg or s.abs for s in inst.src) or sd.dst_unused > 2 or sd.dst_sel > 6 or max(sd.src_sel) > 6:
-        raise unsupported(inst, "this SDWA form is not modelled")
+    if inst.clamp or inst.omod or any(s.neg or s.abs for s in inst.src) or max(sd.src_sel) > 6:
+        raise unsupported(inst, "SDWA with clamp/omod/neg/abs or an undefined select is not modelled")
     rd = [vread(s) for s in inst.src]
+    if inst.enc == "VOPC":
+        m = re.fullmatch(r"v_cmp_(eq|ne|lg|lt|le|gt|ge)_([iu](?:16|32))", inst.key)
+        if m is None:
+            raise unsupported(inst, "this SDWA compare is not modelled")
+        fn, view = CMP[m.group(1)], CMP_VIEW[m.group(2)]
+        wm = mask_write(inst.dst[0])
+
+        def cstep(w, sel):
+            x, y = (_sel(np.asarray(f(w, sel), U32), sd.src_sel[i], sd.sext[i]) for i, f in enumerate(rd))
+            res = np.broadcast_to(fn(view(x), view(y)), w.em[sel].shape)
+            wm(w, sel, res & w.em[sel])
+        return cstep
+    op = SDWA_OPS.get(inst.key)
+    if op is None or inst.enc not in ("VOP1", "VOP2") or sd.dst_unused > 2 or sd.dst_sel > 6:
+        raise unsupported(inst, "this SDWA form is not modelled")
+    fn, rbits = op
     r = inst.dst[0].reg
     ds = sd.dst_sel
     bits, sh = (32, 0) if ds == 6 else ((8, 8 * ds) if ds < 4 else (16, 16 * (ds - 4)))
     fmask = U32(((1 << bits) - 1) << sh & M32)
+    rmask = U32((1 << rbits) - 1)
 
     def step(w, sel):
         xs = [_sel(np.asarray(f(w, sel), U32), sd.src_sel[i], sd.sext[i]) for i, f in enumerate(rd)]
-        res = (np.asarray(fn(*xs) if len(xs) == 2 else fn(xs[0], None), U32) << U32(sh)) & fmask
+        res = ((np.asarray(fn(*xs), U32) & rmask) << U32(sh)) & fmask
         if sd.dst_unused == 2:
             res = res | (w.v[r][sel] & ~fmask)
-        elif sd.dst_unused == 1 and bits < 32 and sh + bits < 32:
+        elif sd.dst_unused == 1 and sh + bits < 32:
             top = (res >> U32(sh + bits - 1)) & U32(1)
             res = res | (top * U32(M32 & ~((1 << (sh + bits)) - 1)))
         w.write_v(r, sel, res)

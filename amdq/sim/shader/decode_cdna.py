@@ -322,7 +322,7 @@ CARRY_IN = ("V_ADDC_CO_U32", "V_SUBB_CO_U32", "V_SUBBREV_CO_U32")
 def _short_enc(inst: Inst, opr: dict) -> None:
     """gfx9 VOP1/VOP2/VOPC 16-bit operands are the low halves of VGPRs 0..255 (no RDNA3 v128+ high-half
     encoding): the core reads them as VOP3 with OP_SEL 0."""
-    if _has16(opr):
+    if _has16(opr) and inst.sdwa is None:
         inst.enc = "VOP3"
 
 
@@ -559,7 +559,10 @@ def _family(ctx: _Ctx) -> str | None:
 
 
 def decode(code: bytes, pc: int, base: int = 0, wave64: bool = True) -> Inst:
-    """Decode the gfx9 instruction at `pc` of a code region that starts at address `base`."""
+    """Decode the gfx9 instruction at `pc` of a code region that starts at address `base` (wave64 only)."""
+    if not wave64:
+        raise UnsupportedInstruction("gfx9 (CDNA) waves are 64 lanes wide; wave32 code does not exist there",
+                                     address=pc, pc=pc)
     off = pc - base
     if off < 0 or off + 4 > len(code):
         raise IllegalInstruction(f"pc {pc:#x} outside the code region [{base:#x}, {base + len(code):#x})", address=pc)
