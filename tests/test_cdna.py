@@ -131,6 +131,11 @@ def test_16bit_result_zeroes_high_half():
     """gfx9 16-bit VOP2 results clear the destination's high half (RDNA3 keeps it)."""
     w = run1("v_add_u16_e32 v2, v0, v1", v0=np.full(64, 0x1234_0003), v1=np.full(64, 4), v2=np.full(64, 0xABCD_0000))
     assert (w.v[2][0] == 7).all()
+    one, two = np.full(64, 0x3C00), np.full(64, 0x4000)
+    w = run1("v_fma_f16 v3, v0, v1, v2", v0=one | 0x5555_0000, v1=two, v2=one, v3=np.full(64, 0xFFFF_FFFF))
+    assert (w.v[3][0] == 0x4200).all()              # 1 * 2 + 1 = 3.0, high half cleared
+    with pytest.raises(UnsupportedInstruction):     # a destination OP_SEL: which half survives is not modelled
+        for_gfx(9).build(dec("v_fma_f16 v3, v0, v1, v2 op_sel:[0,0,0,1]"))
 
 
 def test_sdwa_or_and_lshl_add_u64():

@@ -214,10 +214,10 @@ def _smem(ctx: _Ctx) -> Inst:
 
 # ---------------------------------------------------------------- vector ALU
 
-# 16-bit operations whose VOP3 forms keep the destination's other half on gfx9 (LLVM GCNSubtarget::
-# zeroesHigh16BitsOfDest: "Most instructions maintain the legacy behavior of 0ing"; these preserve).
-PRESERVE16 = {"v_mad_f16", "v_mad_u16", "v_mad_i16", "v_fma_f16", "v_div_fixup_f16", "v_interp_p2_f16",
-              "v_mad_legacy_f16", "v_mad_legacy_u16", "v_mad_legacy_i16", "v_fma_legacy_f16",
+# 16-bit VALU results on gfx9 zero the destination's high half (LLVM GCNSubtarget::zeroesHigh16BitsOfDest:
+# "On gfx10, all 16-bit instructions preserve the high bits", the list including v_fma_f16, v_mad_u16/i16 and
+# v_div_fixup_f16 up to gfx9), except these, which write one half and keep the other.
+PRESERVE16 = {"v_mac_f16", "v_madak_f16", "v_madmk_f16", "v_fmac_f16", "v_fmamk_f16", "v_fmaak_f16",
               "v_fma_mixlo_f16", "v_fma_mixhi_f16", "v_mad_mixlo_f16", "v_mad_mixhi_f16"}
 
 
