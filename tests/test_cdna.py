@@ -271,3 +271,18 @@ def test_sdwa_byte_short_vectors():
     we = np.where(e > 0, e, (-e.astype(np.int16)).astype(np.int8))
     for got, want, what in ((ga, wa, "a"), (gb, wb, "b"), (gc, wc, "c"), (gd, wd, "d"), (ge, we, "e")):
         assert (got == want).all(), (what, np.flatnonzero((got != want).any(-1))[:5])
+
+
+@pytest.mark.parametrize("aql", ["1", "0"], ids=["aql", "pm4"])
+def test_mfma_on_device(aql, monkeypatch):
+    """An MFMA chain through the simulated gfx942 device (AQL and PM4 queues): AccVGPRs and ACCUM_OFFSET
+    reach the shader core through the dispatch state."""
+    import device_harness
+    monkeypatch.setenv("AMD_AQL", aql)
+    k = 48
+    r = np.random.default_rng(6)
+    a, b = r.integers(-6, 7, (16, k)), r.integers(-6, 7, (k, 16))
+    (_, _, d), _ = device_harness.run_cl(MFMA_CL, "mfma_chain_f16", [a.astype(np.float16), b.astype(np.float16),
+                                                                   np.zeros((16, 16), np.float32), k],
+                                         arch="gfx942", spec="SIMKFD+AMD:gfx942", spec_suffix=f"cdna-aql{aql}")
+    assert (d == a @ b).all()
