@@ -286,3 +286,18 @@ def test_mfma_on_device(aql, monkeypatch):
                                                                    np.zeros((16, 16), np.float32), k],
                                          arch="gfx942", spec="SIMKFD+AMD:gfx942", spec_suffix=f"cdna-aql{aql}")
     assert (d == a @ b).all()
+
+
+def test_atomic_add_f64():
+    """global_atomic_add_f64: lanes apply in lane order (waves in order), the old values returned."""
+    n, r = 256, np.random.default_rng(11)
+    x = r.standard_normal(n)
+    sum0 = np.array([1.0, -2.0, 0.5, 1e-300])
+    (_, s, old), _ = harness.run_cl(str(KERNELS.parent / "kernels_cdna" / "atomic_f64.cl"), "atomic_f64",
+                                    [x, sum0.copy(), np.zeros(n)], grid=(4, 1, 1), arch="gfx942",
+                                    flags=("-munsafe-fp-atomics",))
+    want, acc = np.zeros(n), sum0.copy()
+    for i in range(n):
+        want[i] = acc[i % 4]
+        acc[i % 4] = acc[i % 4] + x[i]
+    assert (old == want).all() and (s == acc).all()

@@ -106,6 +106,15 @@ def _pk_mov_b32(inst: Inst):
     return step
 
 
+def _f64_atomic(inst: Inst):
+    """FLAT/GLOBAL_ATOMIC_ADD_F64 (gfx90a+): MEM.f64 += DATA.f64, IEEE add, the old value returned with SC0."""
+    from .vmem import _flat_atomic
+    return _flat_atomic(inst)
+
+
+h9("global_atomic_add_f64", "flat_atomic_add_f64")(_f64_atomic)
+
+
 def cmpx(base):
     """gfx9 V_CMPX writes the compare result to its SGPR destination (VCC for VOPC) and to EXEC."""
     def build(inst: Inst):
