@@ -395,14 +395,7 @@ def test_gfx942_kernels(name, monkeypatch):
     def run(*a, **k):
         dev = device_harness.device(spec, "gfx942")
         assert isinstance(dev.queue, AQLQueue)
-        try:
-            return device_harness.run_cl(*a, spec=spec, spec_suffix="gfx942", **{**k, "arch": "gfx942", "flags": ()})
-        except (amdq.errors.UnsupportedInstruction, amdq.errors.IllegalInstruction) as e:
-            if "no cdna3 front end" in str(e) or "unsupported encoding" in str(getattr(dev.queue, "describe", lambda: {})()) + str(e) + \
-                    str(next(iter(dev.sim.engines.values())).fault):
-                device_harness._devices.pop(f"{spec}/gfx942").close()
-                pytest.skip("the shader core does not decode CDNA (gfx9) machine code yet")
-            raise
+        return device_harness.run_cl(*a, spec=spec, spec_suffix="gfx942", **{**k, "arch": "gfx942", "flags": ()})
     monkeypatch.setattr(suite, "run_cl", run)
     fn = getattr(suite, name)
     fn(**{p: {"wave": 64}[p] for p in inspect.signature(fn).parameters})

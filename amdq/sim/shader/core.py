@@ -172,6 +172,10 @@ class Batch:
         lanes = 64 if d.wave64 else 32
         granule = 8 if (gen >= 11 and lanes == 32) or gen == 9 else 4
         nvgpr = (r1["GRANULATED_WORKITEM_VGPR_COUNT"] + 1) * granule
+        if gen == 9:        # unified ArchVGPR+AccVGPR file: a[i] (at v[accum_offset + i]) is row ACC_BASE + i
+            from .decode_cdna import ACC_BASE
+            acc = nvgpr - (KD.RSRC3[9].decode(d.rsrc3)["ACCUM_OFFSET"] + 1) * 4
+            nvgpr = ACC_BASE + acc if acc > 0 else nvgpr
         bx, by, bz = d.block
         threads = bx * by * bz
         wpg = -(-threads // lanes)                     # waves per workgroup

@@ -72,6 +72,8 @@ def _plan8(sel: tuple[int, ...], lanes: int):
 def plan(inst: Inst, lanes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(source lane, source in bounds, lane writable) arrays of `lanes` entries for the instruction's DPP."""
     d = inst.dpp
+    if hasattr(d, "plan"):          # a family's own controls (gfx9 wave shifts and row broadcasts)
+        return d.plan(lanes)
     if isinstance(d, DPP16):
         return _plan16(d.ctrl, d.row_mask, d.bank_mask, lanes)
     if isinstance(d, DPP8):

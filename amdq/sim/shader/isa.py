@@ -1,7 +1,7 @@
 """The ISA seam of the shader core: one front end per instruction-set family (decoder, handler table),
 chosen from the dispatch's GPU generation and part of every decoded-instruction cache key.
 
-Today the RDNA3 front end (gfx11, also gfx11.5) exists; RDNA4 (gfx12) and CDNA3 (gfx9.4) code is refused
+Front ends: RDNA3 (gfx11, also gfx11.5) and CDNA3 (gfx9.4, decode_cdna.py + cdna.py); RDNA4 (gfx12) code is refused
 with UnsupportedInstruction when a dispatch starts instead of being decoded with the wrong tables.
 """
 from __future__ import annotations
@@ -37,7 +37,14 @@ def _rdna3() -> Isa:
     return Isa("rdna3", decode.decode, decode.mask_dead, HANDLERS, frozenset(CONTROL))
 
 
-FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3}
+def _cdna3() -> Isa:
+    """gfx9.4 (CDNA3): the gfx9 decoder; the RDNA3 handlers where the operations agree, gfx9 ones elsewhere."""
+    from . import cdna, decode_cdna
+    rdna3 = _rdna3()
+    return Isa("cdna3", decode_cdna.decode, decode_cdna.mask_dead, cdna.table(rdna3.handlers), rdna3.control)
+
+
+FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "cdna3": _cdna3}
 _made: dict[str, Isa] = {}
 
 
