@@ -7,11 +7,15 @@ the core comes to one numpy operation per instruction. Each kernel runs once to 
 --repeat times; the best wall time counts (CPU time is shown beside it: this machine is shared).
 Last line: JSON.
 
-    python bench/shader.py [--quick] [--profile]
+With --arch A,B,... the same kernels run for each target (its ISA family's front end, its default wave
+size) and each family's figures are also given as a ratio to gfx1100's in the same run.
+
+    python bench/shader.py [--quick] [--profile] [--arch gfx1100,gfx1201,gfx942]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -24,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from amdq.sim.shader import core as C  # noqa: E402
-from harness import run_cl  # noqa: E402
+from harness import run_cl as _run_cl  # noqa: E402
+from amdq.errors import UnsupportedInstruction  # noqa: E402
 
 
 def numpy_op_time(lanes: int, cache: dict = {}) -> float:  # noqa: B006
@@ -71,8 +76,9 @@ class Meter:
         C.ICache.get = get
 
 
-def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 5):
+def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 5, arch: str = "gfx1100"):
     """Best of `repeat` timed runs (after one warm-up run): wall and CPU seconds of the compute units alone."""
+    run_cl = functools.partial(_run_cl, arch=arch)
     run_cl(src, kernel, args, grid, block, flags=flags)               # compile, warm the decode cache
     orig = C.ShaderCore.dispatch
     best = best_cpu = float("inf")
@@ -106,37 +112,63 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes (CI)")
     ap.add_argument("--profile", action="store_true", help="time per mnemonic")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per kernel (the best counts)")
+    ap.add_argument("--arch", default="gfx1100", help="comma-separated targets (each against gfx1100 in the same run)")
     a = ap.parse_args()
     meter = Meter()
     meter.install(a.profile)
+    archs = [x.strip() for x in a.arch.split(",") if x.strip()]
+    if len(archs) > 1 and "gfx1100" not in archs:
+        archs.insert(0, "gfx1100")
+    per = {arch: run_arch(arch, a, meter) for arch in archs}
+    res = per[archs[0]] if len(archs) == 1 else {"archs": per}
+    if len(archs) > 1:
+        base = per["gfx1100"]
+        for arch, r in per.items():
+            for k, st in r.items():
+                if isinstance(st, dict) and "wave_instructions_per_s" in st and k in base:
+                    st["speed_vs_gfx1100"] = round(st["wave_instructions_per_s"] / base[k]["wave_instructions_per_s"], 2)
+                    st["efficiency_vs_gfx1100"] = round(st["efficiency"] / max(base[k]["efficiency"], 1e-9), 2)
+    res["targets"] = {"vadd_wave_instructions_per_s": 5_000_000, "vadd_efficiency": 0.3, "family_vs_gfx1100": 0.8}
+    print(json.dumps(res))
+
+
+def run_arch(arch: str, a, meter) -> dict:
+    """The three kernels on one target; {kernel: figures} (or {"unsupported": why})."""
+    try:
+        return _run_arch(arch, a, meter)
+    except UnsupportedInstruction as e:
+        print(f"{arch}: {e}")
+        return {"unsupported": str(e)}
+
+
+def _run_arch(arch: str, a, meter) -> dict:
+    bench_ = functools.partial(bench, arch=arch, repeat=a.repeat)
     r = np.random.default_rng(0)
     n = 1 << (16 if a.quick else 20)
     m = 64 if a.quick else 256
     res = {}
     x, y = r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
-    (_, _, out), res["vadd"] = bench("vadd", "vadd.cl", "vadd", [x, y, np.zeros(n, np.float32), 2.0, n],
-                                     (n // 256, 1, 1), (256, 1, 1), meter, repeat=a.repeat)
+    (_, _, out), res["vadd"] = bench_("vadd", "vadd.cl", "vadd", [x, y, np.zeros(n, np.float32), 2.0, n],
+                                      (n // 256, 1, 1), (256, 1, 1), meter)
     ok = {"vadd": bool(np.allclose(out, x + 2 * y, rtol=1e-6))}
     A, B = r.standard_normal((m, m)).astype(np.float32), r.standard_normal((m, m)).astype(np.float32)
-    (_, _, Cm), res["matmul"] = bench("matmul", "matmul_tiled.cl", "matmul_tiled",
-                                      [A, B, np.zeros((m, m), np.float32), m], (m // 16, m // 16, 1), (16, 16, 1), meter, repeat=a.repeat)
+    (_, _, Cm), res["matmul"] = bench_("matmul", "matmul_tiled.cl", "matmul_tiled",
+                                       [A, B, np.zeros((m, m), np.float32), m], (m // 16, m // 16, 1), (16, 16, 1), meter)
     ok["matmul"] = bool(np.allclose(Cm, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-3))
     v = r.random(n, np.float32)
-    (_, part), res["lds_reduce"] = bench("lds_reduce", "lds_reduce.cl", "lds_reduce",
-                                         [v, np.zeros(n // 256, np.float32)], (n // 256, 1, 1), (256, 1, 1), meter,
-                                         repeat=a.repeat)
+    (_, part), res["lds_reduce"] = bench_("lds_reduce", "lds_reduce.cl", "lds_reduce",
+                                          [v, np.zeros(n // 256, np.float32)], (n // 256, 1, 1), (256, 1, 1), meter)
     ok["lds_reduce"] = bool(np.allclose(part, v.reshape(-1, 256).astype(np.float64).sum(1), rtol=1e-5))
     for k, st in res.items():
         st["valid"] = ok[k]
-        print(f"{k:11s} {st['wave_instructions']:>9} wave-instr  {st['seconds']:8.3f} s ({st['cpu_seconds']:.3f} cpu)  "
+        print(f"{arch:8s} {k:11s} {st['wave_instructions']:>9} wave-instr  {st['seconds']:8.3f} s ({st['cpu_seconds']:.3f} cpu)  "
               f"{st['wave_instructions_per_s'] / 1e6:7.2f} M/s  efficiency {st['efficiency']:.2f}  "
               f"{'valid' if ok[k] else 'WRONG'}")
     if a.profile:
         for mn, t in sorted(meter.by_inst.items(), key=lambda kv: -kv[1])[:25]:
             print(f"  {mn:32s} {t * 1e3:9.2f} ms  {meter.count[mn]:6d} steps", file=sys.stderr)
-    res["targets"] = {"vadd_wave_instructions_per_s": 5_000_000, "vadd_efficiency": 0.3}
     res["sizes"] = {"vadd": n, "matmul": m, "lds_reduce": n}
-    print(json.dumps(res))
+    return res
 
 
 if __name__ == "__main__":
