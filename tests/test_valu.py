@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import amdq.sim.shader.core  # noqa: F401  (registers every handler family)
+from amdq.sim.shader.isa import for_gfx
+
+for_gfx(11)     # the RDNA3 front end fills the handler table
 from amdq.errors import UnsupportedInstruction
 from amdq.sim.shader import fp
 from amdq.sim.shader.decode import decode
