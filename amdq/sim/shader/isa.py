@@ -1,7 +1,7 @@
 """The ISA seam of the shader core: one front end per instruction-set family (decoder, handler table),
 chosen from the dispatch's GPU generation and part of every decoded-instruction cache key.
 
-Today the RDNA3 front end (gfx11, also gfx11.5) exists; RDNA4 (gfx12) and CDNA3 (gfx9.4) code is refused
+Front ends: RDNA3 (gfx11, also gfx11.5) and RDNA4 (gfx12: decode_rdna4.py, rdna4.py); CDNA3 (gfx9.4) code is refused
 with UnsupportedInstruction when a dispatch starts instead of being decoded with the wrong tables.
 """
 from __future__ import annotations
@@ -37,7 +37,13 @@ def _rdna3() -> Isa:
     return Isa("rdna3", decode.decode, decode.mask_dead, HANDLERS, frozenset(CONTROL))
 
 
-FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3}
+def _rdna4() -> Isa:
+    from . import decode_rdna4, lds, rdna4, salu, smem, valu, vmem  # noqa: F401
+    from .ops import CONTROL
+    return Isa("rdna4", decode_rdna4.decode, decode_rdna4.mask_dead, rdna4.handlers(), frozenset(CONTROL))
+
+
+FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "rdna4": _rdna4}
 _made: dict[str, Isa] = {}
 
 

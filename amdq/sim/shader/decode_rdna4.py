@@ -1,0 +1,87 @@
+"""gfx12 (RDNA4) decoding: the RDNA decoder (decode.py) with RDNA4's tables, its own SMEM and 96-bit
+VFLAT/VGLOBAL/VSCRATCH layouts, and the aliases that map renamed mnemonics to the shared handler keys.
+
+Sources: field layouts and opcode tables from amdq.hw.isa.tables("rdna4") (AMD's machine-readable RDNA4 ISA
+XML); the cache-policy fields per the "AMD RDNA4 Instruction Set Architecture" reference guide (SCOPE: CU, SE,
+DEV, SYS; TH: temporal hint, whose bit 0 on an atomic is TH_ATOMIC_RETURN, "return the pre-op value"), checked
+against llvm-mc-19 -mcpu=gfx1201 encodings. Memory instructions come out in the RDNA3 shape (enc 'GLOBAL'
+'SCRATCH' 'FLAT' 'SMEM'; addr/saddr/data/offset/glc) so the shared memory handlers execute them; scope and
+th are kept in Inst.fields.
+"""
+from __future__ import annotations
+
+from . import decode as D
+from .decode import NULL, Decoder, Inst, _Ctx, _fail, _fields, _lookup, _sext, _sreg, _vreg
+
+ARCH = "rdna4"
+
+# RDNA4 mnemonic (handler key) -> the RDNA3 handler key with the same semantics. Source: the RDNA4 ISA guide's
+# renamed-instruction list (RDNA3 name -> RDNA4 name), each pair checked against both opcode tables' operand
+# formats. Not aliased: the *_num_* float min/max (IEEE-754-2019 semantics differ; rdna4 handlers).
+ALIASES = {
+    "s_add_co_u32": "s_add_u32", "s_add_co_ci_u32": "s_addc_u32", "s_sub_co_u32": "s_sub_u32",
+    "s_sub_co_ci_u32": "s_subb_u32", "s_add_co_i32": "s_add_i32", "s_sub_co_i32": "s_sub_i32",
+    "s_addk_co_i32": "s_addk_i32",
+    "v_mad_co_u64_u32": "v_mad_u64_u32", "v_mad_co_i64_i32": "v_mad_i64_i32",
+}
+
+
+def _smem4(ctx: _Ctx) -> Inst:
+    """SMEM: 24-bit signed IOFFSET, SCOPE/TH instead of GLC/DLC, sub-dword loads in the table."""
+    f = _fields(ctx, "SMEM")
+    name, opr = _lookup(ctx, "SMEMOp", f["op"], "SMEM")
+    inst = Inst(ctx.pc, "SMEM", f["op"], name)
+    inst.fields, inst.size = f, 8
+    inst.offset = _sext(f["ioffset"], 24)
+    if "sbase" in opr:
+        inst.sbase = _sreg(f["sbase"] * 2, opr["sbase"][1])
+    if "sdata" in opr:
+        inst.dst = (_sreg(f["sdata"], opr["sdata"][1]),)
+    inst.soffset = None if f["soffset"] == NULL or "soffset" not in opr else _sreg(f["soffset"], 32)
+    inst.src = tuple(x for x in (inst.sbase, inst.soffset) if x is not None)
+    return inst
+
+
+_SEG = {"VFLAT": "FLAT", "VGLOBAL": "GLOBAL", "VSCRATCH": "SCRATCH"}
+
+
+def _vflat(ctx: _Ctx, enc4: str) -> Inst:
+    """VFLAT/VGLOBAL/VSCRATCH (96 bits): VADDR, VSRC (data), VDST, SADDR, SVE, 24-bit signed IOFFSET."""
+    f = _fields(ctx, enc4)
+    enc = _SEG[enc4]
+    name, opr = _lookup(ctx, enc4 + "Op", f["op"], enc4)
+    if not name.startswith(enc + "_"):     # a row the tables carry for another segment's operation
+        raise _fail(ctx, f"{name} has no {enc4} form")
+    inst = Inst(ctx.pc, enc, f["op"], name)
+    inst.fields, inst.size = f, 12
+    atomic = "ATOMIC" in name
+    inst.glc = f["th"] & 1 if atomic else 0        # TH_ATOMIC_RETURN: the RDNA3 handlers' GLC on atomics
+    inst.sve = f["sve"]
+    inst.offset = _sext(f["ioffset"], 24)
+    has_saddr = f["saddr"] != NULL and "saddr" in opr
+    if has_saddr:
+        inst.saddr = _sreg(f["saddr"], opr["saddr"][1])
+    if "vaddr" in opr:
+        if enc == "GLOBAL":
+            inst.addr = _vreg(f["vaddr"], 32 if has_saddr else 64)
+        elif enc == "SCRATCH":
+            inst.addr = _vreg(f["vaddr"], 32) if f["sve"] else None
+        else:
+            inst.addr = _vreg(f["vaddr"], 64)
+    if "vsrc" in opr:
+        inst.data = _vreg(f["vsrc"], opr["vsrc"][1])
+    if "vdst" in opr and (not atomic or inst.glc):
+        inst.dst = (_vreg(f["vdst"], opr["vdst"][1]),)
+    inst.src = tuple(x for x in (inst.addr, inst.saddr, inst.data) if x is not None)
+    return inst
+
+
+DECODERS = {k: v for k, v in D.DECODERS.items() if k not in ("FLAT", "GLOBAL", "SCRATCH", "MUBUF")}
+DECODERS.update({"SMEM": _smem4, "VFLAT": lambda c: _vflat(c, "VFLAT"), "VGLOBAL": lambda c: _vflat(c, "VGLOBAL"),
+                 "VSCRATCH": lambda c: _vflat(c, "VSCRATCH")})
+QUIET_SOPP = D.QUIET_SOPP + ("s_wait_alu", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt",
+                             "s_wait_expcnt", "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_loadcnt_dscnt",
+                             "s_wait_storecnt_dscnt", "s_barrier_wait")
+
+RDNA4 = Decoder(ARCH, DECODERS, ALIASES, quiet_sopp=QUIET_SOPP)
+decode, mask_dead, decode_program = RDNA4.decode, RDNA4.mask_dead, RDNA4.decode_program
