@@ -493,7 +493,7 @@ def _ds(ctx: _Ctx) -> Inst:
     name, opr = _lookup(ctx, "DSOp", f["op"], "DS")
     inst = Inst(ctx.pc, "DS", f["op"], name)
     inst.fields, inst.size = f, 8
-    inst.offset0, inst.offset1, inst.gds = f["offset0"], f["offset1"], f["gds"]
+    inst.offset0, inst.offset1, inst.gds = f["offset0"], f["offset1"], f.get("gds", 0)    # RDNA4 DS has no GDS
     inst.offset = f["offset1"] << 8 | f["offset0"]
     if "addr" in opr:
         inst.addr = _vreg(f["addr"], 32)
