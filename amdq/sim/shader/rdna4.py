@@ -16,7 +16,7 @@ from .decode import Inst
 from .ops import HANDLERS, sread, swrite
 from .salu import _binary
 from .valu import flush_in, flush_out, ftz
-from .valu_float import _mm, _quiet, _to_int, fmax, fmin
+from .valu_float import _mm, _to_int, fmax_num, fmin_num
 
 U32, U64, F32 = np.uint32, np.uint64, np.float32
 OVERRIDES: dict = {}
@@ -54,18 +54,6 @@ OVERRIDES["s_load_b96"] = HANDLERS["s_load_b32"]          # the width comes from
 
 
 # ---------------------------------------------------------------- IEEE-754-2019 maximumNumber / minimumNumber
-
-def fmax_num(a, b):
-    """maximumNumber: the larger number, a NaN being missing data; both NaN -> the first, quieted."""
-    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
-    return np.where(np.isnan(a) & np.isnan(b), _quiet(a), fmax(a, b))
-
-
-def fmin_num(a, b):
-    """minimumNumber: the smaller number, a NaN being missing data; both NaN -> the first, quieted."""
-    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
-    return np.where(np.isnan(a) & np.isnan(b), _quiet(a), fmin(a, b))
-
 
 for _t in ("f32", "f16", "f64"):
     _over(f"v_max_num_{_t}")(_mm((_t,) * 2, _t, lambda ie, a, b: fmax_num(a, b)))
