@@ -112,13 +112,13 @@ class Inst:
     or None. Modifiers: clamp, omod, opsel, opsel_hi, neg_hi (VOP3P), dpp (DPP16/DPP8/None). Scalar: simm16
     (sign-extended), target (branch destination PC). Memory: offset, offset0/offset1 (DS), glc, slc, dlc, gds,
     sve, offen, idxen, and the named address operands addr, saddr (None = off), sbase, soffset, srsrc, data.
-    VOPD: x, y (Half).
+    VOPD: x, y (Half). family: the ISA family ('rdna3', 'rdna4'); RDNA4 memory keeps scope/th in fields.
     """
 
     __slots__ = ("pc", "size", "raw", "enc", "op", "name", "key", "e64", "dst", "src", "literal", "clamp", "omod",
                  "opsel", "opsel_hi", "neg_hi", "dpp", "simm16", "target", "offset", "offset0", "offset1", "glc",
                  "slc", "dlc", "gds", "sve", "offen", "idxen", "addr", "saddr", "sbase", "soffset", "srsrc", "data",
-                 "x", "y", "fields", "mask_bits", "dead_sdst")
+                 "x", "y", "fields", "mask_bits", "dead_sdst", "family")
 
     def __init__(self, pc: int, enc: str, op: int, name: str):
         self.pc, self.enc, self.op, self.name = pc, enc, op, name
@@ -136,6 +136,7 @@ class Inst:
         self.fields: dict[str, int] = {}
         self.mask_bits = 32
         self.dead_sdst = False      # set by mask_dead(): the lane mask this writes to SGPRs is never read
+        self.family = ARCH          # the ISA family whose decoder made it
 
     @property
     def mnemonic(self) -> str:
@@ -608,6 +609,7 @@ class Decoder:
         if off + inst.size > len(code):
             raise _fail(ctx, "instruction runs past the end of the code")
         inst.raw = bytes(code[off:off + inst.size])
+        inst.family = self.arch
         if self.aliases:
             inst.key = self.aliases.get(inst.key, inst.key)
             for h in (inst.x, inst.y):
