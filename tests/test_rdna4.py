@@ -1,0 +1,200 @@
+"""The RDNA4 (gfx12) front end: its decoder and disassembly against llvm-objdump-19 for every instruction of
+the kernel suite compiled for gfx1201, the renamed-mnemonic aliases against both ISA tables, IEEE-754-2019
+min/max and SALU float semantics, the gfx12 MODE, and UnsupportedInstruction for what it does not model.
+(The suite itself runs on gfx1201/gfx1200 in test_rdna4_suite.py.)"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from amdq.errors import UnsupportedInstruction
+from amdq.hw import isa
+from amdq.sim.shader.decode_rdna4 import ALIASES, decode
+from amdq.sim.shader.isa import for_gfx
+from amdq.tools.disasm import disassemble_elf
+from clang import KERNELS, compile_cl, tool
+from harness import run_cl
+
+U32, F32 = np.uint32, np.float32
+RDNA4 = for_gfx(12)
+RDNA3 = for_gfx(11)
+
+
+@lru_cache(maxsize=None)
+def assemble(text: str, mcpu: str = "gfx1201") -> bytes:
+    r = subprocess.run([tool("llvm-mc"), "-triple=amdgcn", f"-mcpu={mcpu}", "--show-encoding"], input=text,
+                       capture_output=True, text=True)
+    m = re.search(r"encoding: \[(.*)\]", r.stdout)
+    assert m, r.stderr
+    return bytes(int(x, 16) for x in m.group(1).split(","))
+
+
+def objdump(path: Path, wave64: bool, mcpu: str) -> dict[int, str]:
+    args = [tool("llvm-objdump"), "-d", f"--mcpu={mcpu}"] + (["--mattr=+wavefrontsize64"] if wave64 else [])
+    out = subprocess.run(args + [str(path)], capture_output=True, text=True, check=True).stdout
+    return {int(m.group(2), 16): m.group(1) for m in re.finditer(r"^\s+(\S.*?)\s*// ([0-9A-F]{12}):", out, re.M)}
+
+
+@pytest.mark.parametrize("wave64", [False, True], ids=["wave32", "wave64"])
+@pytest.mark.parametrize("src", sorted(p.name for p in KERNELS.glob("*.cl")))
+def test_suite_disassembly_matches_llvm(src, wave64):
+    """Every instruction of a suite kernel built for gfx1201: our text == llvm-objdump-19's (the s_code_end
+    padding after the last function is outside every symbol)."""
+    o = compile_cl(src, "gfx1201", flags=("-mwavefrontsize64",) if wave64 else ())
+    want = objdump(o, wave64, "gfx1201")
+    got = {pc: t for listing in disassemble_elf(o.read_bytes()).values() for pc, t in listing}
+    assert got and set(got) <= set(want)
+    assert {pc for pc, t in want.items() if not t.startswith("s_code_end")} <= set(got)
+    diffs = [(hex(pc), want[pc], t) for pc, t in sorted(got.items()) if want[pc] != t]
+    assert not diffs, diffs[:10]
+
+
+def test_gfx1200_disassembly():
+    o = compile_cl("atomics_global.cl", "gfx1200")
+    want = objdump(o, False, "gfx1200")
+    got = {pc: t for listing in disassemble_elf(o.read_bytes()).values() for pc, t in listing}
+    assert got and all(want[pc] == t for pc, t in got.items())
+
+
+def test_aliases_name_rdna4_mnemonics_with_rdna3_handlers():
+    """Each alias maps an RDNA4-only mnemonic to an RDNA3 one with the same operand formats."""
+    def forms(arch):
+        out = {}
+        for enum, rows in isa.tables(arch).OPCODES.items():
+            for name, ops in rows.values():
+                out.setdefault(name.lower().removesuffix("_e32").removesuffix("_e64"), set()).add(
+                    tuple(sorted((f, fmt, bits) for f, fmt, bits, _ in ops)))
+        return out
+    r3, r4 = forms("rdna3"), forms("rdna4")
+    for new, old in ALIASES.items():
+        assert new in r4 and new not in r3 and old in r3 and old in RDNA3.handlers, (new, old)
+        assert r4[new] & r3[old], (new, r4[new], r3[old])
+
+
+# ---------------------------------------------------------------- semantics on one wave
+
+def wave(mode: int = 0xF0):
+    from amdq.sim.shader.wave import WaveState
+    w = WaveState(1, 32, 16)
+    w.s[126] = 0xFFFFFFFF
+    w.refresh_exec(slice(None))
+    w.mode[:] = mode
+    return w
+
+
+def step(front, text: str, w, mcpu: str = "gfx1201"):
+    code = assemble(text, mcpu) + bytes(8)
+    front.build(front.decode(code, 0, 0, False))(w, slice(None))
+    return w
+
+
+QNAN, SNAN, NSNAN = 0x7FC00000, 0x7FA00000, 0xFFA00001
+SPECIAL = [QNAN, SNAN, NSNAN, 0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000, 0x00000001]
+
+
+def _quiet(b: int) -> int:
+    return b | 0x00400000
+
+
+def _num_ref(a: int, b: int, larger: bool) -> int:
+    """IEEE-754-2019 maximumNumber/minimumNumber on bit patterns."""
+    fa, fb = (struct.unpack("<f", struct.pack("<I", x))[0] for x in (a, b))
+    if math.isnan(fa) and math.isnan(fb):
+        return _quiet(a)
+    if math.isnan(fa):
+        return b
+    if math.isnan(fb):
+        return a
+    if fa == fb:                  # equal numbers: the signed zeros order -0 < +0
+        return (a & b) if larger else (a | b)
+    return a if (fa > fb) == larger else b
+
+
+@pytest.mark.parametrize("op", ["v_max_num_f32", "v_min_num_f32"])
+def test_min_max_num_ieee_2019(op):
+    pairs = [(a, b) for a in SPECIAL for b in SPECIAL]
+    for k in range(0, len(pairs), 32):
+        chunk = pairs[k:k + 32]
+        w = wave()
+        w.v[1][0, :len(chunk)] = [a for a, _ in chunk]       # v[reg] is (waves, lanes)
+        w.v[2][0, :len(chunk)] = [b for _, b in chunk]
+        for form in (f"{op}_e32 v0, v1, v2", f"{op}_e64 v0, v1, v2"):
+            got = step(RDNA4, form, w).v[0][0, :len(chunk)]
+            want = [_num_ref(a, b, "max" in op) for a, b in chunk]
+            assert [hex(x) for x in got] == [hex(x) for x in want], form
+
+
+def test_signaling_nan_differs_from_rdna3_ieee_mode():
+    """RDNA3 v_max_f32 in IEEE mode quiets a signaling NaN; RDNA4 v_max_num_f32 treats it as missing data."""
+    w3 = wave(0xF0 | 1 << 9)
+    w3.v[1][:] = SNAN
+    w3.v[2][:] = 0x3F800000
+    assert step(RDNA3, "v_max_f32_e32 v0, v1, v2", w3, "gfx1100").v[0][0, 0] == _quiet(SNAN)
+    w4 = wave()
+    w4.v[1][:] = SNAN
+    w4.v[2][:] = 0x3F800000
+    assert step(RDNA4, "v_max_num_f32_e32 v0, v1, v2", w4).v[0][0, 0] == 0x3F800000
+
+
+@pytest.mark.parametrize("mode", [0xF0, 0x00], ids=["denorm", "flush"])
+def test_salu_float(mode):
+    vals = np.array([1.5, -2.25, 3e38, 1e-39, -0.0, np.inf, np.nan, 7.0], F32)
+    for i, a in enumerate(vals):
+        b = vals[(i + 3) % len(vals)]
+        w = wave(mode)
+        w.s[1], w.s[2] = a.view(U32), b.view(U32)
+        fl = (lambda x: np.where((x.view(U32) & 0x7F800000) == 0, (x.view(U32) & U32(0x80000000)).view(F32), x)) \
+            if mode == 0 else (lambda x: x)     # flush a denormal to its signed zero
+        with np.errstate(all="ignore"):
+            for op, fn in (("s_add_f32", np.add), ("s_mul_f32", np.multiply), ("s_sub_f32", np.subtract)):
+                want = fl(np.asarray(fn(fl(np.asarray(a)), fl(np.asarray(b))), F32))
+                got = step(RDNA4, f"{op} s0, s1, s2", w).s[0][0:1].view(F32)
+                assert got.view(U32) == want.view(U32) or (np.isnan(got) and np.isnan(want)), (op, a, b)
+            want_u = 0 if np.isnan(a) or a <= 0 else 2**32 - 1 if a >= 2**32 else int(a)
+            assert step(RDNA4, "s_cvt_u32_f32 s3, s1", w).s[3][0] == want_u
+        w.s[1] = U32(0xFFFFFFFF - i)
+        assert step(RDNA4, "s_cvt_f32_u32 s4, s1", w).s[4][0:1].view(F32)[0] == F32(0xFFFFFFFF - i)
+
+
+def test_add_nc_u64_leaves_scc():
+    w = wave()
+    w.s[2], w.s[3], w.s[4], w.s[5] = 0xFFFFFFFF, 1, 1, 2
+    w.scc[:] = 1
+    step(RDNA4, "s_add_nc_u64 s[0:1], s[2:3], s[4:5]", w)
+    assert (int(w.s[0][0]), int(w.s[1][0]), int(w.scc[0])) == (0, 4, 1)
+
+
+def test_mode_has_no_ieee_bit_on_gfx12():
+    """MODE as a kernel reads it: RSRC1's round/denorm fields; IEEE (bit 9) and DX10_CLAMP (8) only up to gfx11."""
+    src = "__kernel void mode(__global uint *o) { o[get_global_id(0)] = __builtin_amdgcn_s_getreg(1 | 31 << 11); }"
+    from amdq.codeobj import load_code_object
+    from amdq.hw import kd as KD
+    for arch in ("gfx1100", "gfx1201"):
+        (out,), _ = run_cl(src, "mode", [np.zeros(32, U32)], block=(32, 1, 1), arch=arch)
+        d = load_code_object(compile_cl(src, arch).read_bytes(), arch).kernels["mode"].descriptor
+        gen = KD.generation(int(arch[3:-2]))
+        r1 = KD.RSRC1[gen].decode(d.compute_pgm_rsrc1)
+        want = r1["FLOAT_ROUND_MODE_32"] | r1["FLOAT_ROUND_MODE_16_64"] << 2 | r1["FLOAT_DENORM_MODE_32"] << 4 | \
+            r1["FLOAT_DENORM_MODE_16_64"] << 6 | r1.get("ENABLE_DX10_CLAMP", 0) << 8 | r1.get("ENABLE_IEEE_MODE", 0) << 9
+        assert (out & 0x3FF == want).all(), (arch, out[0], want)
+        assert bool(out[0] >> 9 & 1) == (arch == "gfx1100")
+
+
+# ---------------------------------------------------------------- what the front end does not model
+
+@pytest.mark.parametrize("text, what", [
+    ("buffer_load_b32 v1, v2, s[4:7], s3 offen offset:16", "VBUFFER"),
+    ("v_med3_num_f32 v0, v1, v2, v3", "v_med3_num_f32"),
+    ("s_barrier_signal 3", "s_barrier_signal"),
+])
+def test_unsupported_names_the_instruction(text, what):
+    code = assemble(text) + bytes(8)
+    with pytest.raises(UnsupportedInstruction, match=what):
+        RDNA4.build(decode(code, 0))
