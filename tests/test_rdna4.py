@@ -198,3 +198,17 @@ def test_unsupported_names_the_instruction(text, what):
     code = assemble(text) + bytes(8)
     with pytest.raises(UnsupportedInstruction, match=what):
         RDNA4.build(decode(code, 0))
+
+
+def test_sub_dword_scalar_loads():
+    """s_load_u8/i8/u16/i16 (clang emits them for uniform narrow loads on gfx12): byte addresses, extension."""
+    src = """__kernel void sub(__constant uchar *p, __constant char *q, __constant ushort *r, __constant short *t,
+                          __global int *o) { o[get_global_id(0)] = p[3] + q[5] * 3 + r[1] * 7 + t[2] * 11; }"""
+    rng = np.random.default_rng(5)
+    p, q = rng.integers(0, 256, 8).astype(np.uint8), rng.integers(-128, 128, 8).astype(np.int8)
+    r, t = rng.integers(0, 65536, 4).astype(np.uint16), rng.integers(-32768, 32768, 4).astype(np.int16)
+    q[5], t[2] = -100, -30000          # negative values: sign extension matters
+    (_, _, _, _, out), _ = run_cl(src, "sub", [p, q, r, t, np.zeros(32, np.int32)], block=(32, 1, 1), arch="gfx1201")
+    assert (out == int(p[3]) + int(q[5]) * 3 + int(r[1]) * 7 + int(t[2]) * 11).all()
+    o = compile_cl(src, "gfx1201")
+    assert {"s_load_u8", "s_load_i8", "s_load_u16", "s_load_i16"} <= {t.split()[0] for t in objdump(o, False, "gfx1201").values()}

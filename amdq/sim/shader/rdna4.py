@@ -13,7 +13,8 @@ import numpy as np
 
 from . import lds, smem, valu_pk, vmem  # noqa: F401  (the shared handler families, overridden below)
 from .decode import Inst
-from .ops import HANDLERS, sread, swrite
+from .memory import load
+from .ops import HANDLERS, sread, sread64, swrite
 from .salu import _binary
 from .valu import flush_in, flush_out, ftz
 from .valu_float import _mm, _to_int, fmax_num, fmin_num
@@ -51,6 +52,36 @@ def _barrier_signal(inst: Inst):
 
 OVERRIDES["s_barrier_wait"] = HANDLERS["s_barrier"]
 OVERRIDES["s_load_b96"] = HANDLERS["s_load_b32"]          # the width comes from the destination tuple
+
+
+# ---------------------------------------------------------------- sub-dword scalar loads
+
+def _s_load_sub(inst: Inst):
+    """S_LOAD_U8/I8/U16/I16: one byte or halfword at SBASE + IOFFSET + SOFFSET (byte address, not rounded to a
+    dword), zero- or sign-extended into one SGPR. A misaligned halfword is refused (its behaviour is unverified)."""
+    k = inst.key
+    nbytes, signed = (1 if k.endswith("8") else 2), "_i" in k
+    base = sread64(inst.sbase)
+    soff = sread(inst.soffset) if inst.soffset is not None else None
+    d = swrite(inst.dst[0])
+
+    def step(w, sel):
+        a = np.atleast_1d(base(w, sel)).astype(np.int64) + inst.offset
+        if soff is not None:
+            a = a + np.asarray(soff(w, sel)).astype(np.int64)
+        if nbytes == 2 and (a & 1).any():
+            from .ops import unsupported
+            raise unsupported(inst, "a halfword scalar load from an odd address")
+        x = load(w.mem, a.astype(U64), nbytes)[:, 0]
+        if signed:
+            x = x.astype(np.int64)
+            x = np.where(x >> (8 * nbytes - 1) & 1, x - (1 << 8 * nbytes), x).astype(np.int32).view(U32)
+        d(w, sel, np.broadcast_to(x, np.shape(w.scc[sel])))
+    return step
+
+
+for _k in ("s_load_u8", "s_load_i8", "s_load_u16", "s_load_i16"):
+    _over(_k)(_s_load_sub)
 
 
 # ---------------------------------------------------------------- IEEE-754-2019 maximumNumber / minimumNumber
