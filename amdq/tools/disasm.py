@@ -213,7 +213,7 @@ def _smem(i: Inst) -> str:
     if i.sbase is not None:
         ops.append(reg(i.sbase))
         if i.soffset is not None:
-            ops.append(reg(i.soffset) + (f" offset:{_hex(i.offset)}" if i.offset else ""))
+            ops.append(reg(i.soffset) + (f" offset:{_hex(i.offset)}" if i.offset or i.family == "rdna4" else ""))
         else:
             ops.append(_hex(i.offset) if i.offset or i.family == "rdna4" else "null")
     return " ".join([m + (" " + ", ".join(ops) if ops else "")] + _cache(i))

@@ -440,6 +440,8 @@ def _vop3p(ctx: _Ctx) -> Inst:
     inst = Inst(ctx.pc, "VOP3P", f["op"], name)
     inst.fields, inst.size = f, 8
     ctx.lit_pos = 64
+    if "vsrc0" in opr:          # RDNA4's tables name a VGPR-only first source vsrc0 (v_dot2_f32_f16, v_fma_mix*)
+        opr["src0"] = opr.pop("vsrc0")
     srcs = []
     for i, fld in enumerate(("src0", "src1", "src2")):
         if fld not in opr:
