@@ -131,6 +131,32 @@ def test_min_max_num_ieee_2019(op):
             assert [hex(x) for x in got] == [hex(x) for x in want], form
 
 
+@pytest.mark.parametrize("op", ["v_pk_max_num_f16", "v_pk_min_num_f16"])
+def test_pk_min_max_num(op):
+    h = [0x7E00, 0x7D00, 0xFD01, 0x0000, 0x8000, 0x3C00, 0xBC00, 0x7C00, 0xFC00, 0x0001]     # f16 specials
+    pairs = [(a, b) for a in h for b in h]
+
+    def ref(a, b):
+        fa, fb = (float(np.array(x, np.uint16).view(np.float16)) for x in (a, b))
+        if math.isnan(fa) and math.isnan(fb):
+            return a | 0x0200
+        if math.isnan(fa) or math.isnan(fb):
+            return b if math.isnan(fa) else a
+        if fa == fb:
+            return (a & b) if "max" in op else (a | b)
+        return a if (fa > fb) == ("max" in op) else b
+    for k in range(0, len(pairs), 16):
+        chunk = pairs[k:k + 32:2]
+        hi = pairs[k + 1:k + 32:2]
+        w = wave()
+        n = min(len(chunk), len(hi))
+        w.v[1][0, :n] = [a | c << 16 for (a, _), (c, _) in zip(chunk, hi)]
+        w.v[2][0, :n] = [b | d << 16 for (_, b), (_, d) in zip(chunk, hi)]
+        got = step(RDNA4, f"{op} v0, v1, v2", w).v[0][0, :n]
+        want = [ref(a, b) | ref(c, d) << 16 for (a, b), (c, d) in zip(chunk[:n], hi[:n])]
+        assert [hex(x) for x in got] == [hex(x) for x in want]
+
+
 def test_signaling_nan_differs_from_rdna3_ieee_mode():
     """RDNA3 v_max_f32 in IEEE mode quiets a signaling NaN; RDNA4 v_max_num_f32 treats it as missing data."""
     w3 = wave(0xF0 | 1 << 9)

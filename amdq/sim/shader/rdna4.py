@@ -17,6 +17,7 @@ from .memory import load
 from .ops import HANDLERS, sread, sread64, swrite
 from .salu import _binary
 from .valu import flush_in, flush_out, ftz
+from .valu_pk import _pk_minmax
 from .valu_float import _mm, _to_int, fmax_num, fmin_num
 
 U32, U64, F32 = np.uint32, np.uint64, np.float32
@@ -95,6 +96,8 @@ for _t in ("f32", "f16"):
     _over(f"v_maxmin_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmin_num(fmax_num(a, b), c)))
     _over(f"v_minmax_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmax_num(fmin_num(a, b), c)))
 
+_over("v_pk_max_num_f16")(_pk_minmax(lambda a, b, ie: fmax_num(a, b)))
+_over("v_pk_min_num_f16")(_pk_minmax(lambda a, b, ie: fmin_num(a, b)))
 
 # ---------------------------------------------------------------- SALU float (f32) and 64-bit arithmetic
 
