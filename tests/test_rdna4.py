@@ -189,6 +189,25 @@ def test_salu_float(mode):
         assert step(RDNA4, "s_cvt_f32_u32 s4, s1", w).s[4][0:1].view(F32)[0] == F32(0xFFFFFFFF - i)
 
 
+@pytest.mark.parametrize("typ", ["f32", "f16"])
+def test_salu_float_compares(typ):
+    """s_cmp_<op>_f32/f16 against Python's ordered comparisons (NaN: every ordered relation false)."""
+    dt, ut = (F32, U32) if typ == "f32" else (np.float16, np.uint16)
+    vals = np.array([1.0, -2.0, 0.0, -0.0, np.inf, np.nan], dt)
+    rel = {"lt": lambda a, b: a < b, "eq": lambda a, b: a == b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+           "lg": lambda a, b: a < b or a > b, "ge": lambda a, b: a >= b, "o": lambda a, b: a == a and b == b}
+    for name, f in list(rel.items()):
+        rel["n" + ("eq" if name == "eq" else name)] = lambda a, b, f=f: not f(a, b)
+    rel["u"] = rel.pop("no")
+    rel["neq"] = rel.pop("neq")
+    for a in vals:
+        for b in vals:
+            w = wave()
+            w.s[1], w.s[2] = int(a.view(ut)) | 0xABCD0000 * (typ == "f16"), int(b.view(ut))
+            for op, f in rel.items():
+                assert step(RDNA4, f"s_cmp_{op}_{typ} s1, s2", w).scc[0] == f(float(a), float(b)), (op, a, b)
+
+
 def test_add_nc_u64_leaves_scc():
     w = wave()
     w.s[2], w.s[3], w.s[4], w.s[5] = 0xFFFFFFFF, 1, 1, 2

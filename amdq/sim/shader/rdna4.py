@@ -15,8 +15,8 @@ from . import lds, smem, valu_pk, vmem  # noqa: F401  (the shared handler famili
 from .decode import Inst
 from .memory import load
 from .ops import HANDLERS, sread, sread64, swrite
-from .salu import _binary
-from .valu import flush_in, flush_out, ftz
+from .salu import _binary, _scc
+from .valu import CMPF, flush_in, flush_out, ftz
 from .valu_pk import _pk_minmax
 from .valu_float import _mm, _to_int, fmax_num, fmin_num
 
@@ -136,6 +136,28 @@ for _k, (_fn, _ins, _out) in {
     "s_cvt_i32_f32": (lambda x: _to_int(x, -2**31, 2**31 - 1, np.int32).view(U32), ("f32",), "u32"),
 }.items():
     _over(_k)(_salu_f32(_fn, _ins, _out))
+
+
+def _s_cmp_float(fn, typ: str):
+    """S_CMP_<op>_F32/F16: SCC = the VALU comparison of the (low-half for f16) source values."""
+    def build(inst: Inst):
+        a, b = (sread(o) for o in inst.src)
+
+        def val(w, sel, r):
+            x = np.asarray(r(w, sel), U32)
+            x = x.view(F32) if typ == "f32" else (x & U32(0xFFFF)).astype(np.uint16).view(np.float16)
+            return ftz(x, typ) if flush_in(w, sel, typ) else x
+
+        def step(w, sel):
+            _scc(w, sel, np.broadcast_to(fn(val(w, sel, a), val(w, sel, b)), np.shape(w.scc[sel])))
+        return step
+    return build
+
+
+for _t in ("f32", "f16"):
+    for _op, _fn in CMPF.items():
+        if _op not in ("f", "t"):
+            _over(f"s_cmp_{_op}_{_t}")(_s_cmp_float(_fn, _t))
 
 for _k, _fn in {"s_add_nc_u64": lambda a, b: a + b, "s_sub_nc_u64": lambda a, b: a - b,
                 "s_mul_u64": lambda a, b: a * b}.items():
