@@ -220,7 +220,8 @@ def _smem(i: Inst) -> str:
 
 
 # RDNA4 cache policy spellings (LLVM 19, checked with llvm-mc-19 -mcpu=gfx1201 for every TH value at scopes CU
-# and SYS): TH value -> name by access kind; TH 3 (and atomic 4-7) depend on SCOPE_SYS
+# and SYS, and the LLVM corpus): TH value -> name by access kind; load/store TH 3 is BYPASS at SCOPE_SYS, atomic
+# TH 4-7 are CASCADE_* above SCOPE_CU
 SCOPES = {1: "SCOPE_SE", 2: "SCOPE_DEV", 3: "SCOPE_SYS"}
 TH_LOAD = {1: "NT", 2: "HT", 3: "LU", 4: "NT_RT", 5: "RT_NT", 6: "NT_HT"}
 TH_STORE = {1: "NT", 2: "HT", 3: "RT_WB", 4: "NT_RT", 5: "RT_NT", 6: "NT_HT", 7: "NT_WB"}
@@ -233,7 +234,7 @@ def _policy(i: Inst) -> list[str]:
     out = []
     if th:
         if "ATOMIC" in n:
-            t = TH_ATOMIC.get(th) or (("CASCADE_RT", "CASCADE_NT")[th >> 1 & 1] if sc == 3 else f"{th:#x}")
+            t = TH_ATOMIC.get(th) or (("CASCADE_RT", "CASCADE_NT")[th >> 1 & 1] if sc else f"{th:#x}")
             out.append(f"th:TH_ATOMIC_{t}")
         else:
             kind, names = ("STORE", TH_STORE) if "STORE" in n else ("LOAD", TH_LOAD)

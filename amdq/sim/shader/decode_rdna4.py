@@ -1,16 +1,18 @@
 """gfx12 (RDNA4) decoding: the RDNA decoder (decode.py) with RDNA4's tables, its own SMEM and 96-bit
-VFLAT/VGLOBAL/VSCRATCH layouts, and the aliases that map renamed mnemonics to the shared handler keys.
+VFLAT/VGLOBAL/VSCRATCH/VBUFFER layouts, and the aliases that map renamed mnemonics to the shared handler keys.
 
 Sources: field layouts and opcode tables from amdq.hw.isa.tables("rdna4") (AMD's machine-readable RDNA4 ISA
 XML); the cache-policy fields per the "AMD RDNA4 Instruction Set Architecture" reference guide (SCOPE: CU, SE,
 DEV, SYS; TH: temporal hint, whose bit 0 on an atomic is TH_ATOMIC_RETURN, "return the pre-op value"), checked
 against llvm-mc-19 -mcpu=gfx1201 encodings. Memory instructions come out in the RDNA3 shape (enc 'GLOBAL'
-'SCRATCH' 'FLAT' 'SMEM'; addr/saddr/data/offset/glc) so the shared memory handlers execute them; scope and
+'SCRATCH' 'FLAT' 'SMEM' 'MUBUF'; addr/saddr/data/offset/glc) so the shared memory handlers execute them; scope and
 th are kept in Inst.fields.
 """
 from __future__ import annotations
 
 from . import decode as D
+from amdq.errors import UnsupportedInstruction
+
 from .decode import NULL, Decoder, Inst, _Ctx, _fail, _fields, _lookup, _sext, _sreg, _vreg
 
 ARCH = "rdna4"
@@ -76,8 +78,34 @@ def _vflat(ctx: _Ctx, enc4: str) -> Inst:
     return inst
 
 
+def _vbuffer(ctx: _Ctx) -> Inst:
+    """VBUFFER (96 bits) in the MUBUF shape: VDATA, VADDR (OFFEN/IDXEN), RSRC (an SGPR quad), SOFFSET (an SGPR:
+    7 bits), IOFFSET, FORMAT (typed forms), TFE; buffer descriptors keep the gfx11 layout (hw.aql_tables)."""
+    f = _fields(ctx, "VBUFFER")
+    name, opr = _lookup(ctx, "VBUFFEROp", f["op"], "VBUFFER")
+    inst = Inst(ctx.pc, "MUBUF", f["op"], name)
+    inst.fields, inst.size = f, 12
+    if f["ioffset"] >> 23:
+        raise _fail(ctx, f"{name.lower()} with an offset past 0x7fffff (LLVM's limit; unverified)",
+                    UnsupportedInstruction)
+    inst.offset, inst.offen, inst.idxen = f["ioffset"], f["offen"], f["idxen"]
+    atomic = "ATOMIC" in name
+    inst.glc = f["th"] & 1 if atomic else 0
+    if opr:
+        nv = f["offen"] + f["idxen"]
+        inst.addr = _vreg(f["vaddr"], 32 * nv) if nv else None
+        inst.srsrc = _sreg(f["rsrc"], 128)
+        inst.soffset = _sreg(f["soffset"], 32)
+        bits = (opr["vdata"][1] if "vdata" in opr else 32) + 32 * f["tfe"]
+        inst.data = _vreg(f["vdata"], bits)
+        if "LOAD" in name or (atomic and inst.glc):
+            inst.dst = (_vreg(f["vdata"], bits // 2 if "CMPSWAP" in name else bits),)
+        inst.src = tuple(x for x in (inst.addr, inst.srsrc, inst.soffset, inst.data) if x is not None)
+    return inst
+
+
 DECODERS = {k: v for k, v in D.DECODERS.items() if k not in ("FLAT", "GLOBAL", "SCRATCH", "MUBUF")}
-DECODERS.update({"SMEM": _smem4, "VFLAT": lambda c: _vflat(c, "VFLAT"), "VGLOBAL": lambda c: _vflat(c, "VGLOBAL"),
+DECODERS.update({"SMEM": _smem4, "VBUFFER": _vbuffer, "VFLAT": lambda c: _vflat(c, "VFLAT"), "VGLOBAL": lambda c: _vflat(c, "VGLOBAL"),
                  "VSCRATCH": lambda c: _vflat(c, "VSCRATCH")})
 QUIET_SOPP = D.QUIET_SOPP + ("s_wait_alu", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt",
                              "s_wait_expcnt", "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_loadcnt_dscnt",
