@@ -304,3 +304,15 @@ def test_typed_buffer_access_is_unsupported():
     code = assemble("tbuffer_load_format_x v4, v0, s[8:11], s2 format:[BUF_FMT_32_FLOAT] offen") + bytes(8)
     with pytest.raises(UnsupportedInstruction, match="tbuffer_load_format_x"):
         RDNA4.build(decode(code, 0))
+
+
+def test_vop1_opcode_is_seven_bits():
+    """RDNA4's VOP1 opcode is bits 9-15: bit 16 set is no instruction (llvm-mc-19 agrees), not op | 128."""
+    from amdq.errors import IllegalInstruction
+    good, bad = bytes([1, 3, 0, 0x7E]), bytes([1, 3, 1, 0x7E])
+    assert decode(good, 0).key == "v_mov_b32"
+    with pytest.raises(IllegalInstruction):
+        decode(bad, 0)
+    r = subprocess.run([tool("llvm-mc"), "--disassemble", "-triple=amdgcn", "-mcpu=gfx1201"], capture_output=True,
+                       text=True, input="[0x01,0x03,0x01,0x7e]")
+    assert "invalid instruction encoding" in r.stderr

@@ -104,8 +104,15 @@ def _vbuffer(ctx: _Ctx) -> Inst:
     return inst
 
 
+def _vop1_4(ctx: _Ctx) -> Inst:
+    """VOP1: RDNA4's opcode field is 7 bits (9-15); bit 16, an opcode bit on RDNA3, is no field of RDNA4's."""
+    if ctx.bits >> 16 & 1:
+        raise _fail(ctx, "undefined VOP1 opcode (bit 16 set)")
+    return D._vop1(ctx)
+
+
 DECODERS = {k: v for k, v in D.DECODERS.items() if k not in ("FLAT", "GLOBAL", "SCRATCH", "MUBUF")}
-DECODERS.update({"SMEM": _smem4, "VBUFFER": _vbuffer, "VFLAT": lambda c: _vflat(c, "VFLAT"), "VGLOBAL": lambda c: _vflat(c, "VGLOBAL"),
+DECODERS.update({"SMEM": _smem4, "VBUFFER": _vbuffer, "VOP1": _vop1_4, "VFLAT": lambda c: _vflat(c, "VFLAT"), "VGLOBAL": lambda c: _vflat(c, "VGLOBAL"),
                  "VSCRATCH": lambda c: _vflat(c, "VSCRATCH")})
 QUIET_SOPP = D.QUIET_SOPP + ("s_wait_alu", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt",
                              "s_wait_expcnt", "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_loadcnt_dscnt",
