@@ -235,7 +235,7 @@ def test_mode_has_no_ieee_bit_on_gfx12():
 # ---------------------------------------------------------------- what the front end does not model
 
 @pytest.mark.parametrize("text, what", [
-    ("v_med3_num_f32 v0, v1, v2, v3", "v_med3_num_f32"),
+    ("v_minimum_f32 v0, v1, v2", "v_minimum_f32"),
     ("s_barrier_signal 3", "s_barrier_signal"),
 ])
 def test_unsupported_names_the_instruction(text, what):
@@ -316,3 +316,25 @@ def test_vop1_opcode_is_seven_bits():
     r = subprocess.run([tool("llvm-mc"), "--disassemble", "-triple=amdgcn", "-mcpu=gfx1201"], capture_output=True,
                        text=True, input="[0x01,0x03,0x01,0x7e]")
     assert "invalid instruction encoding" in r.stderr
+
+
+def test_clamp_kernel_med3_and_maxmin_num():
+    """clang-19 turns fmin(fmax(x, lo), hi) into v_maxmin_num_f32 / v_med3_num_f16 (after a v_max_num canonicalize)
+    on gfx12: results equal numpy's fmin(fmax(...)) bit for bit, NaN, infinities and signed zeros included."""
+    src = """#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+    __kernel void med(__global float *x, __global half *h, __global float *o, __global half *oh) {
+      uint i = get_global_id(0);
+      o[i] = __builtin_fminf(__builtin_fmaxf(x[i], -1.5f), 2.0f);
+      oh[i] = __builtin_fminf16(__builtin_fmaxf16(h[i], (half)-0.5f), (half)1.0f);
+    }"""
+    ops = {t.split()[0] for t in objdump(compile_cl(src, "gfx1201"), False, "gfx1201").values()}
+    assert {"v_maxmin_num_f32", "v_med3_num_f16"} <= ops
+    rng = np.random.default_rng(3)
+    x = np.r_[rng.normal(0, 2, 54), [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.75, -1.5, 2.0, 2.5, -3.0]].astype(F32)
+    x[-3] = np.frombuffer(struct.pack("<I", SNAN), F32)[0]
+    h = x.astype(np.float16)
+    (_, _, o, oh), _ = run_cl(src, "med", [x, h, np.zeros_like(x), np.zeros_like(h)], block=(64, 1, 1), arch="gfx1201")
+    with np.errstate(invalid="ignore"):
+        want = np.fmin(np.fmax(x, F32(-1.5)), F32(2.0))
+        want_h = np.fmin(np.fmax(h, np.float16(-0.5)), np.float16(1.0))
+    assert (o.view(U32) == want.view(U32)).all() and (oh.view(np.uint16) == want_h.view(np.uint16)).all()

@@ -90,11 +90,20 @@ for _k in ("s_load_u8", "s_load_i8", "s_load_u16", "s_load_i16"):
 for _t in ("f32", "f16", "f64"):
     _over(f"v_max_num_{_t}")(_mm((_t,) * 2, _t, lambda ie, a, b: fmax_num(a, b)))
     _over(f"v_min_num_{_t}")(_mm((_t,) * 2, _t, lambda ie, a, b: fmin_num(a, b)))
+def med3_num(a, b, c):
+    """V_MED3_NUM_*: with a NaN operand the min3_num of the operands, else the middle value (by max_num)."""
+    mx = fmax_num(fmax_num(a, b), c)
+    r = np.where(mx == a, fmax_num(b, c), np.where(mx == b, fmax_num(a, c), fmax_num(a, b)))
+    nan = np.isnan(a) | np.isnan(b) | np.isnan(c)
+    return np.where(nan, fmin_num(fmin_num(a, b), c), r)
+
+
 for _t in ("f32", "f16"):
     _over(f"v_max3_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmax_num(fmax_num(a, b), c)))
     _over(f"v_min3_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmin_num(fmin_num(a, b), c)))
     _over(f"v_maxmin_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmin_num(fmax_num(a, b), c)))
     _over(f"v_minmax_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmax_num(fmin_num(a, b), c)))
+    _over(f"v_med3_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: med3_num(a, b, c)))
 
 _over("v_pk_max_num_f16")(_pk_minmax(lambda a, b, ie: fmax_num(a, b)))
 _over("v_pk_min_num_f16")(_pk_minmax(lambda a, b, ie: fmin_num(a, b)))
