@@ -185,25 +185,31 @@ def llvm_texts(t: Target, lines: list[Line]) -> list[tuple[list[str] | None, boo
     return res
 
 
-def amdq_texts(data: bytes, wave64: bool) -> tuple[list[str], str | None]:
+def family(t: Target) -> str:
+    """The ISA family amdq disassembles a target's lines with (amdq.tools.disasm reads rdna3 and rdna4)."""
+    fam = isa.ARCHS.get(t.isa, t.isa)
+    return fam if fam in ("rdna3", "rdna4") else "rdna3"
+
+
+def amdq_texts(data: bytes, wave64: bool, arch: str = "rdna3") -> tuple[list[str], str | None]:
     """amdq's instruction texts for a line, or the exception the disassembler raised."""
     from amdq.tools.disasm import disassemble
     try:
-        return [norm(t) for _, t in disassemble(data, 0, wave64)], None
+        return [norm(t) for _, t in disassemble(data, 0, wave64, arch)], None
     except Exception as e:  # noqa: BLE001 - any exception is a finding
         return [], f"{type(e).__name__}: {e}"
 
 
-def encoding_of(data: bytes, off: int, wave64: bool) -> str:
+def encoding_of(data: bytes, off: int, wave64: bool, arch: str = "rdna3") -> str:
     """Encoding family of the instruction at `off` as amdq decodes it, or '<name> (undecoded)'."""
-    from amdq.sim.shader.decode import decode
+    from amdq.tools.disasm import decoder
     try:
-        i = decode(data, off, 0, wave64)
+        i = decoder(arch)(data, off, 0, wave64)
         return i.enc + ("_DPP" if i.dpp is not None else "")
     except Exception:  # noqa: BLE001
         if off + 4 > len(data):
             return "? (undecoded)"
-        e = isa.match(int.from_bytes(data[off:off + 4], "little"))
+        e = isa.match(int.from_bytes(data[off:off + 4], "little"), arch)
         return f"{e.name if e else '?'} (undecoded)"
 
 
@@ -268,7 +274,7 @@ def run_target(t: Target, corpus: Path, examples: int = 3) -> Report:
     for ln, (r, _) in zip(lines, ref):
         if r is None:
             continue
-        ours, exc = amdq_texts(ln.data, t.wave64)
+        ours, exc = amdq_texts(ln.data, t.wave64, family(t))
         where = f"{ln.file}:{ln.lineno}"
         if exc:
             rep.exceptions += 1
@@ -281,10 +287,10 @@ def run_target(t: Target, corpus: Path, examples: int = 3) -> Report:
         rep.different += 1
         k, off = 0, 0
         while k < min(len(ours), len(r)) and ours[k] == r[k]:
-            off += _size(ln.data, off, t.wave64)
+            off += _size(ln.data, off, t.wave64, family(t))
             k += 1
         o, f = (ours[k] if k < len(ours) else "<none>"), (r[k] if k < len(r) else "<none>")
-        enc = encoding_of(ln.data, off, t.wave64)
+        enc = encoding_of(ln.data, off, t.wave64, family(t))
         kind = f"{enc}: {diff_kind(o, f)}" if not o.startswith(".long") else f"{enc}: not decoded"
         rep.by_encoding[enc] += 1
         rep.by_kind[kind] += 1
@@ -295,10 +301,10 @@ def run_target(t: Target, corpus: Path, examples: int = 3) -> Report:
     return rep
 
 
-def _size(data: bytes, off: int, wave64: bool) -> int:
-    from amdq.sim.shader.decode import decode
+def _size(data: bytes, off: int, wave64: bool, arch: str = "rdna3") -> int:
+    from amdq.tools.disasm import decoder
     try:
-        return decode(data, off, 0, wave64).size
+        return decoder(arch)(data, off, 0, wave64).size
     except Exception:  # noqa: BLE001
         return 4
 

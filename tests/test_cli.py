@@ -54,8 +54,9 @@ def test_missing_file_one_line_error(tmp_path):
     assert r.returncode != 0 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_demo_runs():
-    r = run("demo", "--device", "SIM:gfx1100")
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_demo_runs(arch):
+    r = run("demo", "--device", f"SIM:{arch}")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[-1] == "demo: all outputs valid"

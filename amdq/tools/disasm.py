@@ -11,7 +11,7 @@ import sys
 
 from amdq.errors import AmdqError, CodeObjectError
 from amdq.hw import isa
-from amdq.sim.shader.decode import DPP8, EXEC_LO, FLOAT_CONST, M0, NULL, SPECIAL, VCC_LO, Inst, Operand, decode
+from amdq.sim.shader.decode import DPP8, EXEC_LO, FLOAT_CONST, M0, NULL, SPECIAL, VCC_LO, Inst, Operand, _key, decode
 
 # LLVM assembler names of message ids and hardware registers (AMD RDNA3 ISA guide, S_SENDMSG / S_GETREG tables).
 MSG = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN",
@@ -29,8 +29,16 @@ DEPCTR = [("depctr_hold_cnt", 7, 1), ("depctr_sa_sdst", 0, 1), ("depctr_va_vdst"
 FLOAT_TEXT = {240: "0.5", 241: "-0.5", 242: "1.0", 243: "-1.0", 244: "2.0", 245: "-2.0", 246: "4.0", 247: "-4.0"}
 INV2PI = {0: "0.15915494", 1: "0.15915494", 2: "0.15915494309189532"}
 _T = isa.tables().OPCODES
-PROMOTED = {r[0][:-4] for r in _T["VOP3Op"].values() if r[0].endswith("_E64")} | \
-    {r[0] for n, r in _T["VOP3SDOp"].items() if n < 512}     # VOP1/VOP2/VOPC operations that also have a VOP3 form
+
+
+def _promoted(t) -> set[str]:
+    """VOP1/VOP2/VOPC operations that also have a VOP3 form (their 32-bit forms print _e32)."""
+    return {r[0][:-4] for r in t["VOP3Op"].values() if r[0].endswith("_E64")} | \
+        {r[0] for n, r in t["VOP3SDOp"].items() if n < 512}
+
+
+PROMOTED = _promoted(_T)
+PROMOTED_BY = {"rdna3": PROMOTED, "rdna4": _promoted(isa.tables("rdna4").OPCODES)}
 NO_SUFFIX = {"V_READFIRSTLANE_B32_E32", "V_NOP_E32", "V_FMAMK_F32_E32", "V_FMAAK_F32_E32", "V_FMAMK_F16_E32",
              "V_FMAAK_F16_E32", "V_PIPEFLUSH_E32", "V_READFIRSTLANE_B32_E64", "V_NOP_E64", "V_PIPEFLUSH_E64"}
 
@@ -153,6 +161,8 @@ def _sopp(i: Inst) -> str:
         return f"{m} {waitcnt(v)}"
     if m == "s_delay_alu":
         return f"{m} {delay_alu(v)}"
+    if m.startswith("s_wait_") and m != "s_wait_idle":     # RDNA4's counters and s_wait_alu print in hex
+        return f"{m} {v:#x}"
     if m == "s_waitcnt_depctr":
         return f"{m} {depctr(v)}"
     if m in ("s_sendmsg", "s_sendmsghalt"):
@@ -204,10 +214,36 @@ def _smem(i: Inst) -> str:
     if i.sbase is not None:
         ops.append(reg(i.sbase))
         if i.soffset is not None:
-            ops.append(reg(i.soffset) + (f" offset:{_hex(i.offset)}" if i.offset else ""))
+            ops.append(reg(i.soffset) + (f" offset:{_hex(i.offset)}" if i.offset or i.family == "rdna4" else ""))
         else:
-            ops.append(_hex(i.offset) if i.offset else "null")
+            ops.append(_hex(i.offset) if i.offset or i.family == "rdna4" else "null")
     return " ".join([m + (" " + ", ".join(ops) if ops else "")] + _cache(i))
+
+
+# RDNA4 cache policy spellings (LLVM 19, checked with llvm-mc-19 -mcpu=gfx1201 for every TH value at scopes CU
+# and SYS, and the LLVM corpus): TH value -> name by access kind; load/store TH 3 is BYPASS at SCOPE_SYS, atomic
+# TH 4-7 are CASCADE_* above SCOPE_CU
+SCOPES = {1: "SCOPE_SE", 2: "SCOPE_DEV", 3: "SCOPE_SYS"}
+TH_LOAD = {1: "NT", 2: "HT", 3: "LU", 4: "NT_RT", 5: "RT_NT", 6: "NT_HT"}
+TH_STORE = {1: "NT", 2: "HT", 3: "RT_WB", 4: "NT_RT", 5: "RT_NT", 6: "NT_HT", 7: "NT_WB"}
+TH_ATOMIC = {1: "RETURN", 2: "NT", 3: "NT_RETURN"}
+
+
+def _policy(i: Inst) -> list[str]:
+    """th:/scope: modifiers of an RDNA4 memory instruction."""
+    th, sc, n = i.fields.get("th", 0), i.fields.get("scope", 0), i.name
+    out = []
+    if th:
+        if "ATOMIC" in n:
+            t = TH_ATOMIC.get(th) or (("CASCADE_RT", "CASCADE_NT")[th >> 1 & 1] if sc else f"{th:#x}")
+            out.append(f"th:TH_ATOMIC_{t}")
+        else:
+            kind, names = ("STORE", TH_STORE) if "STORE" in n else ("LOAD", TH_LOAD)
+            t = "BYPASS" if th == 3 and sc == 3 else names.get(th)
+            out.append(f"th:TH_{kind}_{t}" if t else f"th:{th:#x}")
+    if sc:
+        out.append(f"scope:{SCOPES[sc]}")
+    return out
 
 
 def _hex(v: int) -> str:
@@ -215,6 +251,8 @@ def _hex(v: int) -> str:
 
 
 def _cache(i: Inst) -> list[str]:
+    if i.family == "rdna4":
+        return _policy(i)
     return [n for n, b in (("glc", i.glc), ("slc", i.slc), ("dlc", i.dlc)) if b]
 
 
@@ -253,7 +291,7 @@ def _dpp_text(i: Inst) -> list[str]:
 
 def _vname(i: Inst) -> str:
     n = i.name
-    base = i.key
+    base = _key(n)          # the family's own mnemonic (i.key may be a handler alias)
     if n in NO_SUFFIX:
         return base
     if i.dpp is not None:
@@ -261,7 +299,7 @@ def _vname(i: Inst) -> str:
             return base
         return base + ("_e64_dpp" if i.enc in ("VOP3", "VOP3SD", "VOP3P") else "_dpp")   # LLVM 19: VOP3-only too
     if n.endswith("_E32"):
-        return base + "_e32" if n[:-4] in PROMOTED else base
+        return base + "_e32" if n[:-4] in PROMOTED_BY[i.family] else base
     if n.endswith("_E64") or (i.enc == "VOP3SD" and i.op < 512):
         return base + "_e64"
     return base
@@ -396,6 +434,8 @@ def _bitmask(a: int, o: int, x: int) -> str:
 
 def _flat(i: Inst) -> str:
     m = i.mnemonic
+    if m in ("global_inv", "global_wb", "global_wbinv"):
+        return " ".join([m] + _cache(i))
     ops = [reg(d) for d in i.dst]
     if i.enc == "FLAT":
         ops.append(reg(i.addr))
@@ -435,15 +475,32 @@ def text(inst: Inst) -> str:
     return FORMATTERS[inst.enc](inst)
 
 
-def disassemble(code: bytes, base: int = 0, wave64: bool = False) -> list[tuple[int, str]]:
-    """[(pc, text)] for a code region; undecodable words appear as `.long 0x...` and the listing goes on."""
+def decoder(arch: str = "rdna3"):
+    """The decode function of an ISA family ("rdna3", "rdna4")."""
+    if arch == "rdna4":
+        from amdq.sim.shader.decode_rdna4 import decode as decode4
+        return decode4
+    if arch != "rdna3":
+        raise ValueError(f"the disassembler reads rdna3 and rdna4 code, not {arch}")
+    return decode
+
+
+def disassemble(code: bytes, base: int = 0, wave64: bool = False, arch: str = "rdna3") -> list[tuple[int, str]]:
+    """[(pc, text)] for a code region of an ISA family; undecodable words appear as `.long 0x...` and the
+    listing goes on."""
     out, pc, end = [], base, base + len(code)
+    dec = decoder(arch)
     while pc + 4 <= end:
         try:
-            inst = decode(code, pc, base, wave64)
+            inst = dec(code, pc, base, wave64)
             out.append((pc, text(inst)))
             pc += inst.size
         except AmdqError:
+            if arch != "rdna3":
+                word = struct.unpack_from("<I", code, pc - base)[0]
+                out.append((pc, f".long {word:#010x}"))
+                pc += 4
+                continue
             from .disasm_raw import text_raw     # encodings the decoder does not model
             raw = text_raw(code, pc - base, wave64)
             if raw:
@@ -456,10 +513,10 @@ def disassemble(code: bytes, base: int = 0, wave64: bool = False) -> list[tuple[
     return out
 
 
-def kernels(elf: bytes) -> dict[str, tuple[int, bytes, bool]]:
+def kernels(elf: bytes, img=None) -> dict[str, tuple[int, bytes, bool]]:
     """Function symbol -> (address, code bytes, wave64) of an AMDGPU code object, as the loader lays it out."""
     from ..codeobj import load_code_object
-    img = load_code_object(elf)
+    img = img or load_code_object(elf)
     code = img.at(0)
     out = {}
     for name, (off, size, typ) in sorted(img.symbols.items(), key=lambda kv: kv[1][0]):
@@ -472,7 +529,10 @@ def kernels(elf: bytes) -> dict[str, tuple[int, bytes, bool]]:
 
 def disassemble_elf(elf: bytes) -> dict[str, list[tuple[int, str]]]:
     """Listing per function symbol of an AMDGPU code object (ET_REL .o or linked .hsaco)."""
-    return {name: disassemble(code, addr, wave64) for name, (addr, code, wave64) in kernels(elf).items()}
+    from ..codeobj import load_code_object
+    img = load_code_object(elf)
+    arch = img.target.gen.isa
+    return {name: disassemble(code, addr, wave64, arch) for name, (addr, code, wave64) in kernels(elf, img).items()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,6 +20,8 @@ from .isa import Isa, for_gfx
 from .memory import GPUMemory
 from .wave import BARRIER, DONE, EXEC, POOL, RUN, WaveState, mask_to_bits
 
+TTMP0 = 108      # ttmp0 in the SGPR operand space
+
 
 @dataclass
 class DispatchRegs:
@@ -221,6 +223,9 @@ class Batch:
             if r2[flag]:
                 w.s[n] = np.repeat(vals, wpg)
                 n += 1
+        if gen >= 12:     # architected SGPRs (AMDGPUUsage, GFX12): TTMP9 = workgroup id X, TTMP7 = Y | Z << 16
+            w.s[TTMP0 + 9] = np.repeat(wgx, wpg).astype(np.uint32)
+            w.s[TTMP0 + 7] = np.repeat((wgy & 0xFFFF) | (wgz & 0xFFFF) << 16, wpg).astype(np.uint32)
         if r2["ENABLE_SGPR_WORKGROUP_INFO"]:
             w.s[n] = np.uint32(threads)
             n += 1
@@ -237,7 +242,8 @@ class Batch:
         if dims >= 2:
             ids = ids | tz.astype(np.uint32) << 20
         w.v[0].reshape(nwg, wpg * lanes)[:] = ids
-        # MODE: FP_ROUND 3:0, FP_DENORM 7:4, DX10_CLAMP 8, IEEE 9 (the last two exist up to gfx11)
+        # MODE: FP_ROUND 3:0, FP_DENORM 7:4, DX10_CLAMP 8, IEEE 9 (the last two exist up to gfx11: gfx12's RSRC1
+        # has no such fields, so its MODE has neither bit)
         w.mode[:] = r1["FLOAT_ROUND_MODE_32"] | r1["FLOAT_ROUND_MODE_16_64"] << 2 | \
             r1["FLOAT_DENORM_MODE_32"] << 4 | r1["FLOAT_DENORM_MODE_16_64"] << 6 | \
             r1.get("ENABLE_DX10_CLAMP", 0) << 8 | r1.get("ENABLE_IEEE_MODE", 0) << 9

@@ -1,4 +1,5 @@
-"""gfx11 (RDNA3) instruction decoder: code bytes + PC -> Inst, once per PC.
+"""The RDNA instruction decoder: code bytes + PC -> Inst, once per PC, for one family's tables (a `Decoder`);
+the module-level functions are gfx11's (RDNA3). RDNA4 reuses it with its own tables (decode_rdna4.py).
 
 Operands come out resolved: register indices as ints, inline constants and literals as their bit patterns at
 the operand's width, implicit operands (VCC of v_cndmask/v_add_co_ci/VOPC, EXEC of v_cmpx) made explicit.
@@ -111,13 +112,13 @@ class Inst:
     or None. Modifiers: clamp, omod, opsel, opsel_hi, neg_hi (VOP3P), dpp (DPP16/DPP8/None). Scalar: simm16
     (sign-extended), target (branch destination PC). Memory: offset, offset0/offset1 (DS), glc, slc, dlc, gds,
     sve, offen, idxen, and the named address operands addr, saddr (None = off), sbase, soffset, srsrc, data.
-    VOPD: x, y (Half).
+    VOPD: x, y (Half). family: the ISA family ('rdna3', 'rdna4'); RDNA4 memory keeps scope/th in fields.
     """
 
     __slots__ = ("pc", "size", "raw", "enc", "op", "name", "key", "e64", "dst", "src", "literal", "clamp", "omod",
                  "opsel", "opsel_hi", "neg_hi", "dpp", "simm16", "target", "offset", "offset0", "offset1", "glc",
                  "slc", "dlc", "gds", "sve", "offen", "idxen", "addr", "saddr", "sbase", "soffset", "srsrc", "data",
-                 "x", "y", "fields", "mask_bits", "dead_sdst")
+                 "x", "y", "fields", "mask_bits", "dead_sdst", "family")
 
     def __init__(self, pc: int, enc: str, op: int, name: str):
         self.pc, self.enc, self.op, self.name = pc, enc, op, name
@@ -135,6 +136,7 @@ class Inst:
         self.fields: dict[str, int] = {}
         self.mask_bits = 32
         self.dead_sdst = False      # set by mask_dead(): the lane mask this writes to SGPRs is never read
+        self.family = ARCH          # the ISA family whose decoder made it
 
     @property
     def mnemonic(self) -> str:
@@ -163,9 +165,10 @@ def _nregs(bits: int) -> int:
 class _Ctx:
     """Per-instruction decode state: the instruction bits and its literal."""
 
-    __slots__ = ("bits", "lit_pos", "lit_used", "wave64", "code", "off", "pc")
+    __slots__ = ("bits", "lit_pos", "lit_used", "wave64", "code", "off", "pc", "fam")
 
-    def __init__(self, code: bytes, off: int, pc: int, wave64: bool):
+    def __init__(self, code: bytes, off: int, pc: int, wave64: bool, fam: "Decoder"):
+        self.fam = fam
         chunk = code[off:off + 12]
         self.bits = int.from_bytes(chunk + b"\0" * (12 - len(chunk)), "little")
         self.code, self.off, self.pc, self.wave64 = code, off, pc, wave64
@@ -241,7 +244,7 @@ def _vreg(idx: int, bits: int) -> Operand:
 
 
 def _lookup(ctx: _Ctx, enum: str, num: int, enc: str) -> tuple[str, dict]:
-    row = OPS.get(enum, {}).get(num)
+    row = ctx.fam.ops.get(enum, {}).get(num)
     if row is None:
         raise _fail(ctx, f"undefined {enc} opcode {num}")
     return row[0], {f: (fmt, bits, typ) for f, fmt, bits, typ in row[1]}
@@ -252,7 +255,7 @@ def _get(ctx: _Ctx, lo: int, hi: int) -> int:
 
 
 def _fields(ctx: _Ctx, enc: str) -> dict[str, int]:
-    return ENC[enc].unpack(ctx.bits)
+    return ctx.fam.enc[enc].unpack(ctx.bits)
 
 
 # ---------------------------------------------------------------- scalar
@@ -391,7 +394,7 @@ def _vopc(ctx: _Ctx) -> Inst:
 
 def _vop3(ctx: _Ctx) -> Inst:
     op = _get(ctx, 16, 25)
-    sd = op in OPS["VOP3SDOp"]
+    sd = op in ctx.fam.ops["VOP3SDOp"]
     enc = "VOP3SD" if sd else "VOP3"
     f = _fields(ctx, enc)
     name, opr = _lookup(ctx, enc + "Op", op, enc)
@@ -439,6 +442,8 @@ def _vop3p(ctx: _Ctx) -> Inst:
     inst = Inst(ctx.pc, "VOP3P", f["op"], name)
     inst.fields, inst.size = f, 8
     ctx.lit_pos = 64
+    if "vsrc0" in opr:          # RDNA4's tables name a VGPR-only first source vsrc0 (v_dot2_f32_f16, v_fma_mix*)
+        opr["src0"] = opr.pop("vsrc0")
     srcs = []
     for i, fld in enumerate(("src0", "src1", "src2")):
         if fld not in opr:
@@ -493,7 +498,7 @@ def _ds(ctx: _Ctx) -> Inst:
     name, opr = _lookup(ctx, "DSOp", f["op"], "DS")
     inst = Inst(ctx.pc, "DS", f["op"], name)
     inst.fields, inst.size = f, 8
-    inst.offset0, inst.offset1, inst.gds = f["offset0"], f["offset1"], f["gds"]
+    inst.offset0, inst.offset1, inst.gds = f["offset0"], f["offset1"], f.get("gds", 0)    # RDNA4 DS has no GDS
     inst.offset = f["offset1"] << 8 | f["offset0"]
     if "addr" in opr:
         inst.addr = _vreg(f["addr"], 32)
@@ -569,36 +574,96 @@ DECODERS = {
     "VOP2": _vop2, "VOPC": _vopc, "VOP3": _vop3, "VOP3SD": _vop3, "VOP3P": _vop3p, "VOPD": _vopd, "DS": _ds,
     "FLAT": _flat, "GLOBAL": _flat, "SCRATCH": _flat, "MUBUF": _mubuf,
 }
-
-
-def decode(code: bytes, pc: int, base: int = 0, wave64: bool = False) -> Inst:
-    """Decode the instruction at `pc` of a code region that starts at address `base`."""
-    off = pc - base
-    if off < 0 or off + 4 > len(code):
-        raise IllegalInstruction(f"pc {pc:#x} outside the code region [{base:#x}, {base + len(code):#x})", address=pc)
-    ctx = _Ctx(code, off, pc, wave64)
-    e = isa.match(ctx.bits & 0xFFFFFFFF, ARCH)
-    if e is None or e.name not in DECODERS:
-        raise _fail(ctx, f"unsupported encoding {e.name}", UnsupportedInstruction) if e else \
-            _fail(ctx, "no encoding matches")
-    ctx.lit_pos = e.size * 8
-    inst = DECODERS[e.name](ctx)
-    inst.mask_bits = 64 if wave64 else 32
-    inst.size = max(inst.size, ctx.lit_pos // 8) if inst.dpp else inst.size
-    if ctx.lit_used:
-        inst.literal = (ctx.bits >> ctx.lit_pos) & 0xFFFFFFFF
-        inst.size = ctx.lit_pos // 8 + 4
-    if off + inst.size > len(code):
-        raise _fail(ctx, "instruction runs past the end of the code")
-    inst.raw = bytes(code[off:off + inst.size])
-    return inst
-
-
 SAFE_ENC = ("SOP1", "SOP2", "SOPK", "SOPC", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3SD", "VOP3P", "VOPD", "DS",
             "FLAT", "GLOBAL", "SCRATCH", "MUBUF")
 QUIET_SOPP = ("s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt",
               "s_waitcnt_depctr", "s_delay_alu", "s_clause", "s_barrier", "s_sendmsg", "s_set_inst_prefetch_distance")
 LOOKAHEAD = 24
+
+
+class Decoder:
+    """One family's decoder: its encoding and opcode tables (amdq.hw.isa), a decoder per encoding name, the
+    handler-key aliases of its renamed mnemonics, and the instructions the dead-mask look-ahead may step over
+    (SAFE_ENC encodings that only read what their operands say, QUIET_SOPP keys that read nothing)."""
+
+    def __init__(self, arch: str, decoders: dict, aliases: dict | None = None, safe_enc=SAFE_ENC,
+                 quiet_sopp=QUIET_SOPP):
+        self.arch, self.decoders, self.aliases = arch, decoders, aliases or {}
+        self.enc, self.ops = isa.encodings(arch), isa.tables(arch).OPCODES
+        self.safe_enc, self.quiet_sopp = frozenset(safe_enc), frozenset(quiet_sopp)
+
+    def decode(self, code: bytes, pc: int, base: int = 0, wave64: bool = False) -> Inst:
+        """Decode the instruction at `pc` of a code region that starts at address `base`."""
+        off = pc - base
+        if off < 0 or off + 4 > len(code):
+            raise IllegalInstruction(f"pc {pc:#x} outside the code region [{base:#x}, {base + len(code):#x})",
+                                     address=pc)
+        ctx = _Ctx(code, off, pc, wave64, self)
+        e = isa.match(ctx.bits & 0xFFFFFFFF, self.arch)
+        if e is None or e.name not in self.decoders:
+            raise _fail(ctx, f"unsupported encoding {e.name}", UnsupportedInstruction) if e else \
+                _fail(ctx, "no encoding matches")
+        ctx.lit_pos = e.size * 8
+        inst = self.decoders[e.name](ctx)
+        inst.mask_bits = 64 if wave64 else 32
+        inst.size = max(inst.size, ctx.lit_pos // 8) if inst.dpp else inst.size
+        if ctx.lit_used:
+            inst.literal = (ctx.bits >> ctx.lit_pos) & 0xFFFFFFFF
+            inst.size = ctx.lit_pos // 8 + 4
+        if off + inst.size > len(code):
+            raise _fail(ctx, "instruction runs past the end of the code")
+        inst.raw = bytes(code[off:off + inst.size])
+        inst.family = self.arch
+        if self.aliases:
+            inst.key = self.aliases.get(inst.key, inst.key)
+            for h in (inst.x, inst.y):
+                if h is not None:
+                    h.key = self.aliases.get(h.key, h.key)
+        return inst
+
+    def mask_dead(self, code: bytes, base: int, wave64: bool, inst: Inst) -> bool:
+        """True when the lane mask `inst` writes to SGPRs is overwritten, in the straight-line code that follows
+        (within the bytes at hand), before any instruction could read it; False when unsure."""
+        d = mask_sgpr(inst)
+        if d is None:
+            return False
+        regs = set(range(d.reg, d.reg + d.n))
+        pc = inst.pc + inst.size
+        for _ in range(LOOKAHEAD):
+            try:
+                nxt = self.decode(code, pc, base, wave64)
+            except (IllegalInstruction, UnsupportedInstruction):
+                return False
+            k = nxt.key
+            if k == "s_endpgm":
+                return True
+            if nxt.enc not in self.safe_enc and k not in self.quiet_sopp or "div_fmas" in k:
+                return False
+            for o in _operands(nxt):
+                if o is None:
+                    continue
+                if o.kind == "s" and regs & set(range(o.reg, o.reg + o.n)):
+                    return False
+                if o.kind == "x" and o.reg == 251 and regs & {VCC_LO, VCC_HI}:
+                    return False
+            for o in nxt.dst:
+                if o.kind == "s":
+                    regs -= set(range(o.reg, o.reg + o.n))
+            if not regs:
+                return True
+            pc += nxt.size
+        return False
+
+    def decode_program(self, code: bytes, base: int = 0, wave64: bool = False) -> dict[int, Inst]:
+        """Decode a whole code region linearly: {pc: Inst}; an undecodable word raises IllegalInstruction
+        (or UnsupportedInstruction for an encoding the decoder does not model)."""
+        out: dict[int, Inst] = {}
+        pc, end = base, base + len(code)
+        while pc + 4 <= end:
+            inst = self.decode(code, pc, base, wave64)
+            out[pc] = inst
+            pc += inst.size
+        return out
 
 
 def mask_sgpr(inst: Inst) -> Operand | None:
@@ -621,63 +686,21 @@ def _operands(i: Inst):
             yield from h.src
 
 
-def mask_dead(code: bytes, base: int, wave64: bool, inst: Inst) -> bool:
-    """True when the lane mask `inst` writes to SGPRs is overwritten, in the straight-line code that follows
-    (within the bytes at hand), before any instruction could read it; False when unsure."""
-    d = mask_sgpr(inst)
-    if d is None:
-        return False
-    regs = set(range(d.reg, d.reg + d.n))
-    pc = inst.pc + inst.size
-    for _ in range(LOOKAHEAD):
-        try:
-            nxt = decode(code, pc, base, wave64)
-        except (IllegalInstruction, UnsupportedInstruction):
-            return False
-        k = nxt.key
-        if k == "s_endpgm":
-            return True
-        if nxt.enc not in SAFE_ENC and k not in QUIET_SOPP or "div_fmas" in k:
-            return False
-        for o in _operands(nxt):
-            if o is None:
-                continue
-            if o.kind == "s" and regs & set(range(o.reg, o.reg + o.n)):
-                return False
-            if o.kind == "x" and o.reg == 251 and regs & {VCC_LO, VCC_HI}:
-                return False
-        for o in nxt.dst:
-            if o.kind == "s":
-                regs -= set(range(o.reg, o.reg + o.n))
-        if not regs:
-            return True
-        pc += nxt.size
-    return False
-
-
-def decode_program(code: bytes, base: int = 0, wave64: bool = False) -> dict[int, Inst]:
-    """Decode a whole code region linearly: {pc: Inst}; an undecodable word raises IllegalInstruction
-    (or UnsupportedInstruction for an encoding the decoder does not model)."""
-    out: dict[int, Inst] = {}
-    pc, end = base, base + len(code)
-    while pc + 4 <= end:
-        inst = decode(code, pc, base, wave64)
-        out[pc] = inst
-        pc += inst.size
-    return out
+RDNA3 = Decoder(ARCH, DECODERS)
+decode, mask_dead, decode_program = RDNA3.decode, RDNA3.mask_dead, RDNA3.decode_program
 
 
 class Program:
     """Lazy per-PC decode cache over one code region (decodes each PC at most once)."""
 
-    def __init__(self, code: bytes, base: int = 0, wave64: bool = False):
-        self.code, self.base, self.wave64 = bytes(code), base, wave64
+    def __init__(self, code: bytes, base: int = 0, wave64: bool = False, decoder: Decoder = RDNA3):
+        self.code, self.base, self.wave64, self.decoder = bytes(code), base, wave64, decoder
         self.cache: dict[int, Inst] = {}
 
     def __getitem__(self, pc: int) -> Inst:
         inst = self.cache.get(pc)
         if inst is None:
-            inst = self.cache[pc] = decode(self.code, pc, self.base, self.wave64)
+            inst = self.cache[pc] = self.decoder.decode(self.code, pc, self.base, self.wave64)
         return inst
 
 

@@ -30,6 +30,14 @@ ARCH = "cdna3"
 ENC = isa.encodings(ARCH)
 OPS = isa.tables(ARCH).OPCODES
 
+
+class _Tables:
+    """What the shared decode helpers read of a family (decode.Decoder's `enc` and `ops`)."""
+    name, enc, ops = ARCH, ENC, OPS
+
+
+TABLES = _Tables()
+
 VCC_LO, M0_GFX9, M0, EXEC_LO = 106, 124, 125, 126
 SDWA_SRC, DPP_SRC = 249, 250
 SADDR_OFF = 0x7F                        # FLAT/GLOBAL/SCRATCH saddr "off"
@@ -566,7 +574,7 @@ def decode(code: bytes, pc: int, base: int = 0, wave64: bool = True) -> Inst:
     off = pc - base
     if off < 0 or off + 4 > len(code):
         raise IllegalInstruction(f"pc {pc:#x} outside the code region [{base:#x}, {base + len(code):#x})", address=pc)
-    ctx = _Ctx(code, off, pc, wave64)
+    ctx = _Ctx(code, off, pc, wave64, TABLES)
     fam = _family(ctx)
     if fam is None:
         raise _fail(ctx, "no gfx9 encoding matches")

@@ -1,8 +1,9 @@
 """The ISA seam of the shader core: one front end per instruction-set family (decoder, handler table),
 chosen from the dispatch's GPU generation and part of every decoded-instruction cache key.
 
-Front ends: RDNA3 (gfx11, also gfx11.5) and CDNA3 (gfx9.4, decode_cdna.py + cdna.py); RDNA4 (gfx12) code is refused
-with UnsupportedInstruction when a dispatch starts instead of being decoded with the wrong tables.
+Front ends: RDNA3 (gfx11, also gfx11.5), RDNA4 (gfx12: decode_rdna4.py, rdna4.py) and CDNA3 (gfx9.4:
+decode_cdna.py, cdna.py). A generation without a front end is refused with UnsupportedInstruction when a
+dispatch starts instead of being decoded with the wrong tables.
 """
 from __future__ import annotations
 
@@ -37,6 +38,13 @@ def _rdna3() -> Isa:
     return Isa("rdna3", decode.decode, decode.mask_dead, HANDLERS, frozenset(CONTROL))
 
 
+def _rdna4() -> Isa:
+    """gfx12 (RDNA4): its own decoder and the RDNA3 handlers with RDNA4's overrides and aliases."""
+    from . import decode_rdna4, lds, rdna4, salu, smem, valu, vmem  # noqa: F401
+    from .ops import CONTROL
+    return Isa("rdna4", decode_rdna4.decode, decode_rdna4.mask_dead, rdna4.handlers(), frozenset(CONTROL))
+
+
 def _cdna3() -> Isa:
     """gfx9.4 (CDNA3): the gfx9 decoder; the RDNA3 handlers where the operations agree, gfx9 ones elsewhere."""
     from . import cdna, decode_cdna
@@ -44,7 +52,7 @@ def _cdna3() -> Isa:
     return Isa("cdna3", decode_cdna.decode, decode_cdna.mask_dead, cdna.table(rdna3.handlers), rdna3.control)
 
 
-FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "cdna3": _cdna3}
+FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "rdna4": _rdna4, "cdna3": _cdna3}
 _made: dict[str, Isa] = {}
 
 

@@ -67,6 +67,20 @@ def fmin(a, b, ieee: bool = False):
     return r
 
 
+def fmax_num(a, b):
+    """RDNA4 v_max_num_*: IEEE-754-2019 maximumNumber: the larger number, a NaN (quiet or signaling) being
+    missing data; two NaNs give the first, quieted."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    return np.where(np.isnan(a) & np.isnan(b), _quiet(a), fmax(a, b))
+
+
+def fmin_num(a, b):
+    """RDNA4 v_min_num_*: IEEE-754-2019 minimumNumber: the smaller number, a NaN (quiet or signaling) being
+    missing data; two NaNs give the first, quieted."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    return np.where(np.isnan(a) & np.isnan(b), _quiet(a), fmin(a, b))
+
+
 def med3(a, b, c, ieee: bool = False):
     """v_med3_f*: the middle value; with any NaN operand, min3 of the operands."""
     mx = fmax(fmax(a, b, ieee), c, ieee)
@@ -499,4 +513,4 @@ def _cube(kind):
 
 define({f"v_cube{k}_f32": (_cube(k), F3, "f32") for k in ("id", "ma", "sc", "tc")})
 
-__all__ = ["fmax", "fmin", "med3", "fclass", "div_scale", "div_fixup"]
+__all__ = ["fmax", "fmin", "fmax_num", "fmin_num", "med3", "fclass", "div_scale", "div_fixup"]

@@ -16,7 +16,7 @@ from .fp import fma16, fma32, fma32_odd, sum_odd
 from .ops import F32, F64, I32, I64, M32, U32, handler, mask_read, vread
 from .valu import (F16, I16, U16, _step, flush_in, ftz_bits, ieee_mode, mode_word, raw_reader, store, typed_reader,
                    typed_writer)
-from .valu_float import _dx9_mul, fmax, fmin
+from .valu_float import _dx9_mul, fmax, fmax_num, fmin, fmin_num
 
 U8 = np.uint8
 
@@ -406,6 +406,10 @@ def _vopd_half(h, inst: Inst):
         a, b = f32(0), f32(1)
         mm = fmax if k == "v_max_f32" else fmin
         return (lambda w, sel: mm(a(w, sel), b(w, sel), ieee_mode(w, sel))), typed_writer(h.dst, "f32", hi)
+    if k in ("v_max_num_f32", "v_min_num_f32"):     # RDNA4's IEEE-754-2019 forms (MODE has no IEEE bit)
+        a, b = f32(0), f32(1)
+        mm = fmax_num if k == "v_max_num_f32" else fmin_num
+        return (lambda w, sel: mm(a(w, sel), b(w, sel))), typed_writer(h.dst, "f32", hi)
     fns = {"v_fmac_f32": fma32, "v_fmaak_f32": fma32, "v_fmamk_f32": fma32, "v_mul_f32": lambda a, b: a * b,
            "v_add_f32": lambda a, b: a + b, "v_sub_f32": lambda a, b: a - b, "v_subrev_f32": lambda a, b: b - a,
            "v_mul_dx9_zero_f32": _dx9_mul}

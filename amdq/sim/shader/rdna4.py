@@ -1,0 +1,178 @@
+"""RDNA4 (gfx12) handler overrides: what gfx12 adds or changes over the shared (RDNA3) handler table.
+
+Semantics from the "AMD RDNA4 Instruction Set Architecture" reference guide: the split wait counters and
+s_wait_alu only order work (the shader core completes every access before the next instruction, so they are
+no-ops here); the workgroup barrier is s_barrier_signal -1 + s_barrier_wait; V_MAX_NUM/V_MIN_NUM are
+IEEE-754-2019 maximumNumber/minimumNumber (a NaN operand, quiet or signaling, is missing data; two NaNs give
+the first quieted; +0 > -0) and ignore MODE, which on gfx12 has no IEEE bit; SALU float operations (S_ADD_F32
+...) honor MODE's f32 denormal control like VALU ones; S_ADD_NC_U64/S_SUB_NC_U64/S_MUL_U64 leave SCC alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import lds, smem, valu_pk, vmem  # noqa: F401  (the shared handler families, overridden below)
+from .decode import Inst
+from .memory import load
+from .ops import HANDLERS, sread, sread64, swrite
+from .salu import _binary, _scc
+from .valu import CMPF, flush_in, flush_out, ftz
+from .valu_pk import _pk_minmax
+from .valu_float import _mm, _to_int, fmax_num, fmin_num
+
+U32, U64, F32 = np.uint32, np.uint64, np.float32
+OVERRIDES: dict = {}
+
+
+def _over(*keys: str):
+    def reg(fn):
+        for k in keys:
+            OVERRIDES[k] = fn
+        return fn
+    return reg
+
+
+# ---------------------------------------------------------------- ordering: no-ops in the shader core
+
+WAITS = ("s_wait_alu", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt", "s_wait_expcnt",
+         "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt",
+         "global_inv", "global_wb", "global_wbinv")     # cache controls: the simulated memory is coherent
+for _k in WAITS:
+    _over(_k)(lambda inst: (lambda w, sel: None))
+
+
+@_over("s_barrier_signal")
+def _barrier_signal(inst: Inst):
+    """Only the workgroup barrier (id -1); the arrival is counted at s_barrier_wait, which follows it."""
+    s = inst.src[0]
+    if not (s.kind == "c" and s.value & 0xFFFFFFFF == 0xFFFFFFFF):
+        from .ops import unsupported
+        raise unsupported(inst, "named barriers (barrier id other than -1) are not implemented")
+    return lambda w, sel: None
+
+
+OVERRIDES["s_barrier_wait"] = HANDLERS["s_barrier"]
+OVERRIDES["s_load_b96"] = HANDLERS["s_load_b32"]          # the width comes from the destination tuple
+
+
+# ---------------------------------------------------------------- sub-dword scalar loads
+
+def _s_load_sub(inst: Inst):
+    """S_LOAD_U8/I8/U16/I16: one byte or halfword at SBASE + IOFFSET + SOFFSET (byte address, not rounded to a
+    dword), zero- or sign-extended into one SGPR. A misaligned halfword is refused (its behaviour is unverified)."""
+    k = inst.key
+    nbytes, signed = (1 if k.endswith("8") else 2), "_i" in k
+    base = sread64(inst.sbase)
+    soff = sread(inst.soffset) if inst.soffset is not None else None
+    d = swrite(inst.dst[0])
+
+    def step(w, sel):
+        a = np.atleast_1d(base(w, sel)).astype(np.int64) + inst.offset
+        if soff is not None:
+            a = a + np.asarray(soff(w, sel)).astype(np.int64)
+        if nbytes == 2 and (a & 1).any():
+            from .ops import unsupported
+            raise unsupported(inst, "a halfword scalar load from an odd address")
+        x = load(w.mem, a.astype(U64), nbytes)[:, 0]
+        if signed:
+            x = x.astype(np.int64)
+            x = np.where(x >> (8 * nbytes - 1) & 1, x - (1 << 8 * nbytes), x).astype(np.int32).view(U32)
+        d(w, sel, np.broadcast_to(x, np.shape(w.scc[sel])))
+    return step
+
+
+for _k in ("s_load_u8", "s_load_i8", "s_load_u16", "s_load_i16"):
+    _over(_k)(_s_load_sub)
+
+
+# ---------------------------------------------------------------- IEEE-754-2019 maximumNumber / minimumNumber
+
+for _t in ("f32", "f16", "f64"):
+    _over(f"v_max_num_{_t}")(_mm((_t,) * 2, _t, lambda ie, a, b: fmax_num(a, b)))
+    _over(f"v_min_num_{_t}")(_mm((_t,) * 2, _t, lambda ie, a, b: fmin_num(a, b)))
+def med3_num(a, b, c):
+    """V_MED3_NUM_*: with a NaN operand the min3_num of the operands, else the middle value (by max_num)."""
+    mx = fmax_num(fmax_num(a, b), c)
+    r = np.where(mx == a, fmax_num(b, c), np.where(mx == b, fmax_num(a, c), fmax_num(a, b)))
+    nan = np.isnan(a) | np.isnan(b) | np.isnan(c)
+    return np.where(nan, fmin_num(fmin_num(a, b), c), r)
+
+
+for _t in ("f32", "f16"):
+    _over(f"v_max3_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmax_num(fmax_num(a, b), c)))
+    _over(f"v_min3_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmin_num(fmin_num(a, b), c)))
+    _over(f"v_maxmin_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmin_num(fmax_num(a, b), c)))
+    _over(f"v_minmax_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: fmax_num(fmin_num(a, b), c)))
+    _over(f"v_med3_num_{_t}")(_mm((_t,) * 3, _t, lambda ie, a, b, c: med3_num(a, b, c)))
+
+_over("v_pk_max_num_f16")(_pk_minmax(lambda a, b, ie: fmax_num(a, b)))
+_over("v_pk_min_num_f16")(_pk_minmax(lambda a, b, ie: fmin_num(a, b)))
+
+# ---------------------------------------------------------------- SALU float (f32) and 64-bit arithmetic
+
+def _salu_f32(fn, ins: tuple, out: str):
+    """D = fn(S...) on SGPR bit patterns; 'f32' sources/results get MODE's f32 denormal flushing."""
+    def build(inst: Inst):
+        srcs, d = [sread(o) for o in inst.src], swrite(inst.dst[0])
+
+        def step(w, sel):
+            xs = []
+            for s, t in zip(srcs, ins):
+                x = np.asarray(s(w, sel), U32)
+                if t == "f32":
+                    x = x.view(F32)
+                    x = ftz(x, "f32") if flush_in(w, sel, "f32") else x
+                xs.append(x)
+            with np.errstate(all="ignore"):
+                r = np.asarray(fn(*xs))
+            if out == "f32":
+                r = r.astype(F32)
+                r = ftz(r, "f32") if flush_out(w, sel, "f32") else r
+                r = r.view(U32)
+            d(w, sel, np.broadcast_to(r.astype(U32), np.shape(w.scc[sel])))
+        return step
+    return build
+
+
+_F2 = ("f32", "f32")
+for _k, (_fn, _ins, _out) in {
+    "s_add_f32": (lambda a, b: a + b, _F2, "f32"), "s_sub_f32": (lambda a, b: a - b, _F2, "f32"),
+    "s_mul_f32": (lambda a, b: a * b, _F2, "f32"),
+    "s_max_num_f32": (fmax_num, _F2, "f32"), "s_min_num_f32": (fmin_num, _F2, "f32"),
+    "s_cvt_f32_u32": (lambda x: x.astype(F32), ("u32",), "f32"),
+    "s_cvt_f32_i32": (lambda x: x.view(np.int32).astype(F32), ("u32",), "f32"),
+    "s_cvt_u32_f32": (lambda x: _to_int(x, 0, 2**32 - 1, U32), ("f32",), "u32"),
+    "s_cvt_i32_f32": (lambda x: _to_int(x, -2**31, 2**31 - 1, np.int32).view(U32), ("f32",), "u32"),
+}.items():
+    _over(_k)(_salu_f32(_fn, _ins, _out))
+
+
+def _s_cmp_float(fn, typ: str):
+    """S_CMP_<op>_F32/F16: SCC = the VALU comparison of the (low-half for f16) source values."""
+    def build(inst: Inst):
+        a, b = (sread(o) for o in inst.src)
+
+        def val(w, sel, r):
+            x = np.asarray(r(w, sel), U32)
+            x = x.view(F32) if typ == "f32" else (x & U32(0xFFFF)).astype(np.uint16).view(np.float16)
+            return ftz(x, typ) if flush_in(w, sel, typ) else x
+
+        def step(w, sel):
+            _scc(w, sel, np.broadcast_to(fn(val(w, sel, a), val(w, sel, b)), np.shape(w.scc[sel])))
+        return step
+    return build
+
+
+for _t in ("f32", "f16"):
+    for _op, _fn in CMPF.items():
+        if _op not in ("f", "t"):
+            _over(f"s_cmp_{_op}_{_t}")(_s_cmp_float(_fn, _t))
+
+for _k, _fn in {"s_add_nc_u64": lambda a, b: a + b, "s_sub_nc_u64": lambda a, b: a - b,
+                "s_mul_u64": lambda a, b: a * b}.items():
+    _over(_k)(_binary(lambda a, b, f=_fn: f(np.asarray(a, U64), np.asarray(b, U64)), None, wide=True))
+
+
+def handlers() -> dict:
+    """The RDNA4 handler table: the shared handlers with the overrides on top."""
+    return {**HANDLERS, **OVERRIDES}
