@@ -9,7 +9,7 @@ import io
 import struct
 import sys
 
-from amdq.errors import AmdqError, CodeObjectError
+from amdq.errors import AmdqError, CodeObjectError, UnsupportedTarget
 from amdq.hw import isa
 from amdq.sim.shader.decode import DPP8, EXEC_LO, FLOAT_CONST, M0, NULL, SPECIAL, VCC_LO, Inst, Operand, _key, decode
 
@@ -481,7 +481,7 @@ def decoder(arch: str = "rdna3"):
         from amdq.sim.shader.decode_rdna4 import decode as decode4
         return decode4
     if arch != "rdna3":
-        raise ValueError(f"the disassembler reads rdna3 and rdna4 code, not {arch}")
+        raise UnsupportedTarget(f"the disassembler reads rdna3 and rdna4 code, not {arch}")
     return decode
 
 
