@@ -33,9 +33,13 @@ class Isa:
 
 
 def _rdna3() -> Isa:
-    from . import decode, lds, salu, smem, valu, vmem  # noqa: F401  the families fill the handler table
+    """gfx11 and gfx11.5: the RDNA3.5 tables (a superset of RDNA3's); gfx11.5's scalar float operations run
+    with the handlers RDNA4 shares them with (same semantics: AMD RDNA3.5 and RDNA4 ISA guides, SALU)."""
+    from . import decode, lds, rdna4, salu, smem, valu, vmem  # noqa: F401  the families fill the handler table
     from .ops import CONTROL, HANDLERS
-    return Isa("rdna3", decode.decode, decode.mask_dead, HANDLERS, frozenset(CONTROL))
+    salu_float = {k: v for k, v in rdna4.OVERRIDES.items()
+                  if k in ("s_add_f32", "s_sub_f32", "s_mul_f32") or k.startswith(("s_cvt_", "s_cmp_"))}
+    return Isa("rdna3", decode.decode, decode.mask_dead, {**HANDLERS, **salu_float}, frozenset(CONTROL))
 
 
 def _rdna4() -> Isa:
