@@ -127,7 +127,7 @@ class SimGPU:
         else:
             self.pump(1 << 12)
 
-    def pump(self, budget: int = 1 << 14) -> bool:
+    def pump(self, budget: int = 1 << 14, share_gil: bool = False) -> bool:
         """Advance every engine until all are idle or blocked (or the budget is spent), one slice at a time
         under the lock, giving way to host threads between slices; True if any moved."""
         moved = False
@@ -153,6 +153,11 @@ class SimGPU:
                 break
             moved = True
             budget -= work
+            if share_gil:
+                # numpy drops and retakes the interpreter lock inside many calls, and CPython forces a hand-over
+                # only when no switch happened for an interval: a host thread waiting for the lock could starve
+                # for seconds. A real sleep between slices hands it over.
+                time.sleep(0)
         return moved
 
     @property
@@ -174,7 +179,7 @@ class SimGPU:
 
     def _run_worker(self) -> None:
         while not self._stop:
-            moved = self.pump()
+            moved = self.pump(share_gil=True)
             if not moved:
                 self._kick.wait(0.0005 if self.busy else 0.05)
                 self._kick.clear()
