@@ -38,13 +38,8 @@ class AQLPlan:
     kernel arguments and the kernarg address are written."""
 
     def __init__(self, kernel, args: tuple, grid, block):
-        d, t = kernel.desc, kernel.prg.dev.target
-        threads = block[0] * block[1] * block[2]
-        if threads > kernel.meta.max_flat_workgroup_size:
-            raise InvalidArgument(f"kernel {kernel.name}: block of {threads} work-items exceeds its maximum of "
-                                  f"{kernel.meta.max_flat_workgroup_size}")
-        blob, dyn = kernargs.pack(kernel.meta, args, grid, block, kernel.address_of, d.group_segment_fixed_size,
-                                  t.lds_bytes)
+        d = kernel.desc
+        blob, dyn = kernel.kernargs(args, grid, block)
         self.grid, self.block, self.blob = grid, block, bytearray(blob)
         self.size = max(64, (len(blob) + 63) & ~63)
         self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)

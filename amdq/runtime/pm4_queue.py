@@ -211,13 +211,8 @@ def encode_dispatch(cmds: Commands, kernel, args: tuple, grid, block) -> dict:
     """Append the PM4 dispatch of `kernel` to `cmds`: SET_SH_REG of the COMPUTE_* state, DISPATCH_DIRECT.
     Returns what the plan needs (kernarg blob and address, the dispatch packet's offset)."""
     dev = kernel.prg.dev
-    d, t = kernel.desc, dev.target
-    threads = block[0] * block[1] * block[2]
-    if threads > kernel.meta.max_flat_workgroup_size:
-        raise InvalidArgument(f"kernel {kernel.name}: block of {threads} work-items exceeds its maximum of "
-                              f"{kernel.meta.max_flat_workgroup_size}")
-    blob, dyn = kernargs.pack(kernel.meta, args, grid, block, kernel.address_of, d.group_segment_fixed_size,
-                              t.lds_bytes)
+    d = kernel.desc
+    blob, dyn = kernel.kernargs(args, grid, block)
     lds = d.group_segment_fixed_size + dyn
     ka = dev.kernargs.push(blob, 64 + A.PACKET_SIZE)
     user, pkt_addr = [], ka + ((len(blob) + 63) & ~63)

@@ -77,6 +77,15 @@ class Kernel:
         with dev.lock:
             return dev.queue.bind(self, args, _dims(grid, "grid"), _dims(block, "block"))
 
+    def kernargs(self, args: tuple, grid, block) -> tuple[bytes, int]:
+        """(kernel-argument bytes, dynamic LDS bytes) of one launch shape, after checking the block size."""
+        threads = block[0] * block[1] * block[2]
+        if threads > self.meta.max_flat_workgroup_size:
+            raise InvalidArgument(f"kernel {self.name}: block of {threads} work-items exceeds its maximum of "
+                                  f"{self.meta.max_flat_workgroup_size}")
+        return kernargs.pack(self.meta, args, grid, block, self.address_of, self.desc.group_segment_fixed_size,
+                             self.prg.dev.target.lds_bytes)
+
     def address_of(self, buf) -> int:
         """The device address a buffer argument passes (a buffer of this device, not freed)."""
         dev = getattr(buf, "dev", None)
