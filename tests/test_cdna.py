@@ -301,3 +301,10 @@ def test_atomic_add_f64():
         want[i] = acc[i % 4]
         acc[i % 4] = acc[i % 4] + x[i]
     assert (old == want).all() and (s == acc).all()
+
+
+def test_setreg_reads_its_sdst_field():
+    """s_setreg_b32's SOPK sdst field is the SGPR it reads (llvm-mc-19: s_setreg_b32 hwreg(HW_REG_MODE, 0, 4), s3)."""
+    from amdq.sim.shader import decode_cdna
+    i = decode_cdna.decode(bytes([0x01, 0x18, 0x03, 0xB9]) + bytes(8), 0, 0, True)
+    assert i.mnemonic == "s_setreg_b32" and not i.dst and [(o.kind, o.reg) for o in i.src] == [("s", 3)]

@@ -188,7 +188,9 @@ def _sop(ctx: _Ctx, enc: str) -> Inst:
     inst = Inst9(ctx.pc, enc, f["op"], name)
     inst.fields = f
     srcs = [_src(ctx, f[fld], opr[fld], salu=True) for fld in ("ssrc0", "ssrc1") if fld in opr]
-    if "sdst" in opr:
+    if name == "S_SETREG_B32":                           # its "sdst" field names the SGPR it reads (as in decode.py)
+        srcs.append(_src(ctx, f["sdst"], opr["sdst"], salu=True))
+    elif "sdst" in opr:
         inst.dst = (_sreg(f["sdst"], opr["sdst"][1]),)
     if enc in ("SOPK", "SOPP"):
         inst.simm16 = _sext(f["simm16"], 16)
