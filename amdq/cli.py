@@ -61,12 +61,8 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_disasm(args) -> int:
-    from .codeobj import load_code_object
     from .tools.disasm import disassemble_elf
     data = Path(args.file).read_bytes()
-    img = load_code_object(data)
-    if img.target.gfx_version != 11:
-        raise AmdqError(f"the disassembler decodes gfx11 (RDNA3) code; this code object is for {img.arch}")
     listing = disassemble_elf(data)
     if args.kernel and args.kernel not in listing:
         raise AmdqError(f"no function {args.kernel!r} in the code object (have: {', '.join(listing)})")
@@ -74,7 +70,7 @@ def cmd_disasm(args) -> int:
         if args.kernel and name != args.kernel:
             continue
         print(f"{name}:")
-        for pc, text in lines:
+        for pc, _, text in lines:
             print(f"  {pc:08x}  {text}")
     return 0
 

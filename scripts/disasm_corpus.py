@@ -195,14 +195,14 @@ def amdq_texts(data: bytes, wave64: bool, arch: str = "rdna3") -> tuple[list[str
     """amdq's instruction texts for a line, or the exception the disassembler raised."""
     from amdq.tools.disasm import disassemble
     try:
-        return [norm(t) for _, t in disassemble(data, 0, wave64, arch)], None
+        return [norm(t) for _, _, t in disassemble(data, arch, 0, wave64)], None
     except Exception as e:  # noqa: BLE001 - any exception is a finding
         return [], f"{type(e).__name__}: {e}"
 
 
 def encoding_of(data: bytes, off: int, wave64: bool, arch: str = "rdna3") -> str:
     """Encoding family of the instruction at `off` as amdq decodes it, or '<name> (undecoded)'."""
-    from amdq.tools.disasm import decoder
+    from amdq.hw.isa.text import decoder
     try:
         i = decoder(arch)(data, off, 0, wave64)
         return i.enc + ("_DPP" if i.dpp is not None else "")
@@ -302,7 +302,7 @@ def run_target(t: Target, corpus: Path, examples: int = 3) -> Report:
 
 
 def _size(data: bytes, off: int, wave64: bool, arch: str = "rdna3") -> int:
-    from amdq.tools.disasm import decoder
+    from amdq.hw.isa.text import decoder
     try:
         return decoder(arch)(data, off, 0, wave64).size
     except Exception:  # noqa: BLE001

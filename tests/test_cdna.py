@@ -13,7 +13,7 @@ import pytest
 import harness
 import test_shader_kernels as suite
 from amdq.errors import UnsupportedInstruction
-from amdq.sim.shader import decode_cdna as D
+from amdq.hw.isa import decode_cdna as D
 from amdq.sim.shader.isa import for_gfx
 from amdq.sim.shader.wave import EXEC, M0, VCC, WaveState
 from clang import KERNELS, compile_cl, tool
@@ -305,6 +305,6 @@ def test_atomic_add_f64():
 
 def test_setreg_reads_its_sdst_field():
     """s_setreg_b32's SOPK sdst field is the SGPR it reads (llvm-mc-19: s_setreg_b32 hwreg(HW_REG_MODE, 0, 4), s3)."""
-    from amdq.sim.shader import decode_cdna
+    from amdq.hw.isa import decode_cdna
     i = decode_cdna.decode(bytes([0x01, 0x18, 0x03, 0xB9]) + bytes(8), 0, 0, True)
     assert i.mnemonic == "s_setreg_b32" and not i.dst and [(o.kind, o.reg) for o in i.src] == [("s", 3)]

@@ -9,8 +9,9 @@ import pytest
 
 from amdq.errors import IllegalInstruction
 from amdq.hw import isa
-from amdq.sim.shader.decode import DPP8, DPP16, decode, decode_program
-from amdq.tools.disasm import disassemble, disassemble_elf, kernels, text
+from amdq.hw.isa.decode import DPP8, DPP16, decode, decode_program
+from amdq.hw.isa.text import text
+from amdq.tools.disasm import disassemble, disassemble_elf, kernels
 from clang import KERNELS, compile_cl, tool
 
 CL = sorted(p.name for p in KERNELS.glob("*.cl"))
@@ -41,7 +42,7 @@ def compare(path: Path) -> tuple[int, list[str]]:
     ref = objdump(path)
     ours = {}
     for name, listing in disassemble_elf(path.read_bytes()).items():
-        ours.update(dict(listing))
+        ours.update({pc: t for pc, _, t in listing})
     # s_code_end words pad the code section after and between functions; they belong to no symbol
     ref = {pc: t for pc, t in ref.items() if not (t == "s_code_end" and pc not in ours)}
     bad = [f"{pc:#x}: llvm '{t}' ours '{norm(ours.get(pc, '<missing>'))}'" for pc, t in ref.items() if norm(ours.get(pc, "")) != t]
@@ -199,7 +200,7 @@ def test_undefined_opcode_raises() -> None:
     free = next(n for n in range(0x60) if isa.opcode("SOP2Op", n) is None)
     with pytest.raises(IllegalInstruction, match=f"undefined SOP2 opcode {free}"):
         decode(isa.encode("SOP2", op=free, sdst=0, ssrc0=0, ssrc1=0), 0)
-    assert disassemble(word)[0][1].startswith(".long")
+    assert disassemble(word, "gfx1100")[0][2].startswith(".long")
 
 
 def test_encode_roundtrip() -> None:
@@ -269,7 +270,7 @@ def test_random_words_match_llvm_mc(fam: str) -> None:
 
 def test_mask_dead_lookahead() -> None:
     """A carry or compare mask is dead only when straight-line code overwrites it before any read."""
-    from amdq.sim.shader.decode import mask_dead
+    from amdq.hw.isa.decode import mask_dead
 
     def prog(*lines: str) -> tuple[bytes, list[int]]:
         code, pcs = b"", []
@@ -292,3 +293,29 @@ def test_mask_dead_lookahead() -> None:
     code, pcs = prog("v_add_co_u32 v0, s4, v1, v2", "v_add_co_u32 v3, s5, v1, v2", "v_add_co_u32 v3, s4, v1, v2")
     assert mask_dead(code, 0, False, decode(code, 0)) is True
     assert mask_dead(code, 0, False, decode(code, pcs[1])) is False     # runs out of code: unsure
+
+
+def test_public_disassemble_contract() -> None:
+    """disassemble(code, arch, base, wave64): (address, size, text) rows, .long for a word it cannot decode,
+    UnsupportedTarget only for an arch without a decoder; the default wave size is the target's."""
+    from amdq.errors import UnsupportedTarget
+    code = bytes.fromhex("01050406") + bytes.fromhex("ffffffff") + bytes.fromhex("ff0084be78563412")
+    rows = disassemble(code, "gfx1100", base=0x100)
+    assert [(a, n) for a, n, _ in rows] == [(0x100, 4), (0x104, 4), (0x108, 8)]
+    assert rows[0][2] == "v_add_f32_e32 v2, v1, v2" and rows[1][2] == ".long 0xffffffff"
+    assert rows[2][2] == "s_mov_b32 s4, 0x12345678"
+    assert disassemble(code, "rdna3") == disassemble(code, "gfx1100") and rows == disassemble(code, "gfx1100:xnack-", 0x100)
+    vcmp = bytes.fromhex("0105227c")                       # v_cmp_lt_f32: the wave size decides vcc vs vcc_lo
+    assert disassemble(vcmp, "gfx1100")[0][2] != disassemble(vcmp, "gfx1100", wave64=True)[0][2]
+    with pytest.raises(UnsupportedTarget):
+        disassemble(code, "gfx8000")
+
+
+def test_tools_do_not_import_the_simulator() -> None:
+    """The decoder and the text formatting live with the ISA facts: the disassembler runs without amdq.sim."""
+    import subprocess
+    import sys
+    code = ("import sys, amdq.tools.disasm as d; d.disassemble(bytes(8), 'gfx1100'); d.disassemble(bytes(8), 'gfx1200');"
+            "print(sorted(m for m in sys.modules if m.startswith('amdq.sim')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -40,7 +40,7 @@ CASES = [
     (False, "0400d4d801000005", 'ds_swizzle_b32 v5, v1 offset:swizzle(BITMASK_PERM,"00p00")'),
     # s_delay_alu fields out of range
     (False, "ff0787bf", "s_delay_alu instid0(/* invalid instid value */) | instskip(/* invalid instskip value */) | instid1(/* invalid instid value */)"),
-    # encodings the decoder does not model, formatted from their fields (amdq.tools.disasm_raw)
+    # encodings the decoder does not model, formatted from their fields (amdq.hw.isa.text_raw)
     (False, "ff0f0ce8000402 03".replace(" ", ""), "tbuffer_load_d16_format_x v4, off, s[8:11], s3 offset:4095"),
     (False, "0803 85f0 0105 020c".replace(" ", ""), "image_sample_c_d v[5:6], v[1:9], s[8:15], s[12:15] dmask:0x3 dim:SQ_RSRC_IMG_3D a16"),
     (False, "050870f020400104 10080024", "image_sample_d v64, [v32, v16, v8, v0, v[36:37]], s[4:11], s[4:7] dmask:0x8 dim:SQ_RSRC_IMG_2D"),
@@ -65,9 +65,9 @@ def llvm(data: bytes, wave64: bool) -> str:
 def test_spelling(wave64: bool, hexbytes: str, want: str) -> None:
     data = bytes.fromhex(hexbytes.replace(" ", ""))
     assert llvm(data, wave64) == want
-    assert [" ".join(t.split()) for _, t in disassemble(data, 0, wave64)] == [want]
+    assert [" ".join(t.split()) for _, _, t in disassemble(data, "gfx1100", 0, wave64)] == [want]
 
 
 def test_flat_rows_of_other_segments_are_words() -> None:
     """FLAT-segment words of GLOBAL-only operations (here csub) come out as .long, not an exception."""
-    assert disassemble(bytes.fromhex("0010dcdc01027d00"), 0) == [(0, ".long 0xdcdc1000"), (4, ".long 0x007d0201")]
+    assert disassemble(bytes.fromhex("0010dcdc01027d00"), "gfx1100") == [(0, 4, ".long 0xdcdc1000"), (4, 4, ".long 0x007d0201")]

@@ -16,7 +16,7 @@ import pytest
 
 from amdq.errors import UnsupportedInstruction
 from amdq.hw import isa
-from amdq.sim.shader.decode_rdna4 import ALIASES, decode
+from amdq.hw.isa.decode_rdna4 import ALIASES, decode
 from amdq.sim.shader.isa import for_gfx
 from amdq.tools.disasm import disassemble_elf
 from clang import KERNELS, compile_cl, tool
@@ -49,7 +49,7 @@ def test_suite_disassembly_matches_llvm(src, wave64):
     padding after the last function is outside every symbol)."""
     o = compile_cl(src, "gfx1201", flags=("-mwavefrontsize64",) if wave64 else ())
     want = objdump(o, wave64, "gfx1201")
-    got = {pc: t for listing in disassemble_elf(o.read_bytes()).values() for pc, t in listing}
+    got = {pc: t for listing in disassemble_elf(o.read_bytes()).values() for pc, _, t in listing}
     assert got and set(got) <= set(want)
     assert {pc for pc, t in want.items() if not t.startswith("s_code_end")} <= set(got)
     diffs = [(hex(pc), want[pc], t) for pc, t in sorted(got.items()) if want[pc] != t]
@@ -59,7 +59,7 @@ def test_suite_disassembly_matches_llvm(src, wave64):
 def test_gfx1200_disassembly():
     o = compile_cl("atomics_global.cl", "gfx1200")
     want = objdump(o, False, "gfx1200")
-    got = {pc: t for listing in disassemble_elf(o.read_bytes()).values() for pc, t in listing}
+    got = {pc: t for listing in disassemble_elf(o.read_bytes()).values() for pc, _, t in listing}
     assert got and all(want[pc] == t for pc, t in got.items())
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from amdq.errors import UnsupportedInstruction
 from amdq.sim.shader import fp
-from amdq.sim.shader.decode import decode
+from amdq.hw.isa.decode import decode
 from amdq.sim.shader.ops import build
 from amdq.sim.shader.wave import WaveState
 from amdq.sim.shader.isa import for_gfx

@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from . import fp
-from .decode import Inst
+from ...hw.isa.decode import Inst
 from .ops import U32, U64, M32, mask_read, mask_write, put_mask, unsupported, vread, vwrite64
 from .valu import flush_in, flush_out, ftz, read64
 from .wave import EXEC
@@ -162,7 +162,7 @@ def mode_only(base):
 def table(rdna3: dict) -> dict:
     """The CDNA3 handler table: the RDNA3 builders (wrapped where gfx9 differs) and the gfx9 ones."""
     from . import mfma  # noqa: F401  registers the MFMA builders in H9
-    from .decode_cdna import PRESERVE16
+    from ...hw.isa.decode_cdna import PRESERVE16
     t = {}
     for k, b in rdna3.items():
         if k.startswith("buffer_") and k not in ("buffer_gl0_inv", "buffer_gl1_inv"):

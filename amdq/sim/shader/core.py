@@ -175,7 +175,7 @@ class Batch:
         granule = 8 if (gen >= 11 and lanes == 32) or gen == 9 else 4
         nvgpr = (r1["GRANULATED_WORKITEM_VGPR_COUNT"] + 1) * granule
         if gen == 9:        # unified ArchVGPR+AccVGPR file: a[i] (at v[accum_offset + i]) is row ACC_BASE + i
-            from .decode_cdna import ACC_BASE
+            from ...hw.isa.decode_cdna import ACC_BASE
             acc = nvgpr - (KD.RSRC3[9].decode(d.rsrc3)["ACCUM_OFFSET"] + 1) * 4
             nvgpr = ACC_BASE + acc if acc > 0 else nvgpr
         bx, by, bz = d.block

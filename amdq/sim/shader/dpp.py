@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from .decode import DPP8, DPP16, Inst, Operand
+from ...hw.isa.decode import DPP8, DPP16, Inst, Operand
 
 U32, U64 = np.uint32, np.uint64
 

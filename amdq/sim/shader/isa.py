@@ -1,8 +1,8 @@
 """The ISA seam of the shader core: one front end per instruction-set family (decoder, handler table),
 chosen from the dispatch's GPU generation and part of every decoded-instruction cache key.
 
-Front ends: RDNA3 (gfx11, also gfx11.5), RDNA4 (gfx12: decode_rdna4.py, rdna4.py) and CDNA3 (gfx9.4:
-decode_cdna.py, cdna.py). A generation without a front end is refused with UnsupportedInstruction when a
+Front ends: RDNA3 (gfx11, also gfx11.5), RDNA4 (gfx12: hw/isa/decode_rdna4.py, rdna4.py) and CDNA3 (gfx9.4:
+hw/isa/decode_cdna.py, cdna.py). A generation without a front end is refused with UnsupportedInstruction when a
 dispatch starts instead of being decoded with the wrong tables.
 """
 from __future__ import annotations
@@ -35,7 +35,8 @@ class Isa:
 def _rdna3() -> Isa:
     """gfx11 and gfx11.5: the RDNA3.5 tables (a superset of RDNA3's); gfx11.5's scalar float operations run
     with the handlers RDNA4 shares them with (same semantics: AMD RDNA3.5 and RDNA4 ISA guides, SALU)."""
-    from . import decode, lds, rdna4, salu, smem, valu, vmem  # noqa: F401  the families fill the handler table
+    from ...hw.isa import decode
+    from . import lds, rdna4, salu, smem, valu, vmem  # noqa: F401  the families fill the handler table
     from .ops import CONTROL, HANDLERS
     salu_float = {k: v for k, v in rdna4.OVERRIDES.items()
                   if k in ("s_add_f32", "s_sub_f32", "s_mul_f32") or k.startswith(("s_cvt_", "s_cmp_"))}
@@ -44,14 +45,16 @@ def _rdna3() -> Isa:
 
 def _rdna4() -> Isa:
     """gfx12 (RDNA4): its own decoder and the RDNA3 handlers with RDNA4's overrides and aliases."""
-    from . import decode_rdna4, lds, rdna4, salu, smem, valu, vmem  # noqa: F401
+    from ...hw.isa import decode_rdna4
+    from . import lds, rdna4, salu, smem, valu, vmem  # noqa: F401
     from .ops import CONTROL
     return Isa("rdna4", decode_rdna4.decode, decode_rdna4.mask_dead, rdna4.handlers(), frozenset(CONTROL))
 
 
 def _cdna3() -> Isa:
     """gfx9.4 (CDNA3): the gfx9 decoder; the RDNA3 handlers where the operations agree, gfx9 ones elsewhere."""
-    from . import cdna, decode_cdna
+    from ...hw.isa import decode_cdna
+    from . import cdna
     rdna3 = _rdna3()
     return Isa("cdna3", decode_cdna.decode, decode_cdna.mask_dead, cdna.table(rdna3.handlers), rdna3.control)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import vmem as V        # lane helpers (vmem imports this module too; used at call time only)
-from .decode import OPS, Inst
+from ...hw.isa.decode import OPS, Inst
 from .memory import ATOMICS, AtomicOp, gather, rmw, scatter
 from .ops import U32, handler, unsupported
 from .wave import M0

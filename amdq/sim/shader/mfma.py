@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import GPUException
 from .cdna import h9
-from .decode import Inst
+from ...hw.isa.decode import Inst
 from .ops import U32, unsupported
 
 ELEM = {"F32": (32, np.float32), "F16": (16, np.float16), "BF16": (16, None), "I8": (8, np.int8)}

@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from ...errors import UnsupportedInstruction
-from .decode import Inst, Operand
+from ...hw.isa.decode import Inst, Operand
 from .wave import EXEC, NULL, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI, WaveState, bits_to_mask, mask_to_bits
 
 Step = Callable[[WaveState, object], None]

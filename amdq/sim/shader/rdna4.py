@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import lds, smem, valu_pk, vmem  # noqa: F401  (the shared handler families, overridden below)
-from .decode import Inst
+from ...hw.isa.decode import Inst
 from .memory import load
 from .ops import HANDLERS, sread, sread64, swrite
 from .salu import _binary, _scc

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...hw import isa
-from .decode import Inst
+from ...hw.isa.decode import Inst
 from .ops import (I32, I64, M32, U32, U64, handler, sread, sread64, swrite, swrite64, unsupported)
 from .wave import BARRIER, DONE, EXEC
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decode import Inst
+from ...hw.isa.decode import Inst
 from .memory import load
 from .ops import U32, U64, handler, sread, sread64, swrite_n
 from .wave import NULL

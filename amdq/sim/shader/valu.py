@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from . import dpp
-from .decode import Inst, Operand
+from ...hw.isa.decode import Inst, Operand
 from .ops import (F32, F64, I32, I64, HANDLERS, M32, U32, U64, handler, mask_read, mask_write, unsupported, vread,
                   vread64)
 from .wave import WaveState

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from . import fp
-from .decode import Inst, Operand
+from ...hw.isa.decode import Inst, Operand
 from .ops import F32, HANDLERS, I32, M32, U32, U64, mask_read, put_mask, sread
 from .valu import mode_word
 from .valu_int import bfe_u32

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dpp
-from .decode import Inst
+from ...hw.isa.decode import Inst
 from .fp import f32_to_f16_rtz, fma16, fma32, fma32_odd, fma64
 from .ops import F32, F64, I32, I64, U32, U64, handler
 from .valu import DTYPE, F16, FBITS, I16, U16, compare, define, ftz, ieee_mode, typed_reader, typed_writer
@@ -386,7 +386,7 @@ def _div_fmas(inst: Inst):
 
 
 def _vcc_operand(inst: Inst):
-    from .decode import VCC_LO, Operand
+    from ...hw.isa.decode import VCC_LO, Operand
     return Operand("s", VCC_LO, 2 if inst.mask_bits == 64 else 1, bits=inst.mask_bits)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decode import Inst
+from ...hw.isa.decode import Inst
 from .ops import I32, I64, M32, U32, U64, handler, sread, swrite, vread
 from .valu import I16, U16, define, lane_op, typed_reader, typed_writer
 

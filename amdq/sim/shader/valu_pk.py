@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dpp
-from .decode import Inst
+from ...hw.isa.decode import Inst
 from .fp import fma16, fma32, fma32_odd, sum_odd
 from .ops import F32, F64, I32, I64, M32, U32, handler, mask_read, vread
 from .valu import (F16, I16, U16, _step, flush_in, ftz_bits, ieee_mode, mode_word, raw_reader, store, typed_reader,

@@ -32,7 +32,7 @@ import numpy as np
 
 from ...errors import GPUException, GPUFault
 from . import lds as LDSM
-from .decode import OPS, Inst
+from ...hw.isa.decode import OPS, Inst
 from .memory import ATOMICS, AtomicOp, atomic, load, store
 from .ops import M32, U32, U64, handler, sread, sread64, unsupported, vread, vread64
 from .wave import PRIVATE_APERTURE_HI, SHARED_APERTURE_HI

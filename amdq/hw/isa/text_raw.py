@@ -6,8 +6,8 @@ formatted straight from the instruction fields (amdq.hw.isa encodings and opcode
 from __future__ import annotations
 
 from amdq.hw import isa
-from amdq.sim.shader.decode import Operand
-from amdq.tools.disasm import FLOAT_TEXT, reg
+from .decode import Operand
+from .text import FLOAT_TEXT, reg
 
 ENC = isa.encodings("rdna3")
 OPS = isa.tables("rdna3").OPCODES
