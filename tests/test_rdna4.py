@@ -338,3 +338,21 @@ def test_clamp_kernel_med3_and_maxmin_num():
         want = np.fmin(np.fmax(x, F32(-1.5)), F32(2.0))
         want_h = np.fmin(np.fmax(h, np.float16(-0.5)), np.float16(1.0))
     assert (o.view(U32) == want.view(U32)).all() and (oh.view(np.uint16) == want_h.view(np.uint16)).all()
+
+
+def test_front_end_tables_are_explicit_compositions():
+    """Each family's handler table is the common table with that family's overrides laid over it: a key two
+    families define is refused, an override replaces only its keys, and building a front end changes no other."""
+    from amdq.sim.shader import isa as I
+    from amdq.sim.shader import rdna4, salu
+    from amdq.sim.shader.ops import Table
+    with pytest.raises(ValueError, match="two families"):
+        Table(salu.TABLE, Table({"s_mov_b32": None}, name="dup"))
+    r3, r4, c3 = I.for_family("rdna3"), I.for_family("rdna4"), I.for_family("cdna3")
+    assert r4.handlers["s_barrier_wait"] is salu.TABLE["s_barrier"] and "s_barrier_wait" not in r3.handlers
+    assert all(r4.handlers[k] is v for k, v in rdna4.OVERRIDES.items())
+    shared = [k for k in r3.handlers if k.startswith("s_") and k not in rdna4.OVERRIDES and k in r4.handlers]
+    assert shared and all(r3.handlers[k] is r4.handlers[k] for k in shared)
+    assert r3.control == r4.control and "s_branch" in c3.control
+    with pytest.raises(UnsupportedInstruction, match="no gfx8 front end"):
+        I.for_family("gfx8")

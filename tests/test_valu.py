@@ -14,12 +14,11 @@ from hypothesis import given, settings, strategies as st
 from amdq.errors import UnsupportedInstruction
 from amdq.sim.shader import fp
 from amdq.hw.isa.decode import decode
-from amdq.sim.shader.ops import build
 from amdq.sim.shader.wave import WaveState
-from amdq.sim.shader.isa import for_gfx
+from amdq.sim.shader.isa import for_family
 from clang import tool
 
-for_gfx(11)     # building the RDNA3 front end fills the handler table (importing core no longer does)
+build = for_family("rdna3").build
 
 U16, U32, U64, F16, F32, F64 = np.uint16, np.uint32, np.uint64, np.float16, np.float32, np.float64
 VCC, EXEC = 106, 126

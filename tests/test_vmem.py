@@ -11,9 +11,11 @@ from hypothesis import given, settings, strategies as st
 from amdq.errors import GPUFault, UnsupportedInstruction
 from amdq.hw import isa
 from amdq.hw.isa import decode
-from amdq.sim.shader import lds, vmem  # noqa: F401  (registers the handlers)
+from amdq.sim.shader import vmem
+from amdq.sim.shader.isa import for_family
 from amdq.sim.shader.memory import ATOMICS, FlatMemory, rmw
-from amdq.sim.shader.ops import build
+
+build = for_family("rdna3").build
 from amdq.sim.shader.wave import EXEC, M0, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI, WaveState
 
 OFF = 124           # SADDR "off" (NULL)

@@ -12,20 +12,13 @@ import numpy as np
 
 from . import fp
 from ...hw.isa.decode import Inst
-from .ops import U32, U64, M32, mask_read, mask_write, put_mask, unsupported, vread, vwrite64
+from .ops import U32, U64, M32, Table, mask_read, mask_write, put_mask, unsupported, vread, vwrite64
 from .valu import flush_in, flush_out, ftz, read64
 from .wave import EXEC
 
 F32 = np.float32
-H9: dict = {}                   # gfx9-only builders and overrides, by key
-
-
-def h9(*keys: str):
-    def reg(fn):
-        for k in keys:
-            H9[k] = fn
-        return fn
-    return reg
+H9 = Table(name="cdna3")        # gfx9-only builders and overrides, by key
+h9 = H9.handler
 
 
 def _plain(inst: Inst) -> None:
@@ -159,7 +152,7 @@ def mode_only(base):
     return build
 
 
-def table(rdna3: dict) -> dict:
+def table(rdna3: Table) -> Table:
     """The CDNA3 handler table: the RDNA3 builders (wrapped where gfx9 differs) and the gfx9 ones."""
     from . import mfma  # noqa: F401  registers the MFMA builders in H9
     from ...hw.isa.decode_cdna import PRESERVE16
@@ -174,9 +167,8 @@ def table(rdna3: dict) -> dict:
     t.update(H9)
     for k in ("s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32"):
         t[k] = mode_only(rdna3[k])
-    out = {}
-    for k, b in t.items():
-        out[k] = _wrap16(b, k in PRESERVE16)
+    out = Table({k: _wrap16(b, k in PRESERVE16) for k, b in t.items()}, name="cdna3")
+    out.control = set(rdna3.control) | H9.control
     return out
 
 

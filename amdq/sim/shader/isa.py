@@ -12,6 +12,7 @@ from typing import Callable
 
 from ...errors import UnsupportedInstruction
 from ...hw.targets import GENERATIONS
+from .ops import Table
 
 
 @dataclass(frozen=True)
@@ -32,46 +33,55 @@ class Isa:
         return b(inst)
 
 
+def common():
+    """The handler table RDNA3, RDNA4 and CDNA3 share: the scalar ALU, scalar memory, vector ALU, LDS and vector
+    memory families, composed explicitly (a key defined by two families is an error)."""
+    from . import lds, salu, smem, valu, vmem
+    return Table(salu.TABLE, smem.TABLE, valu.table(), lds.TABLE, vmem.TABLE, name="common")
+
+
 def _rdna3() -> Isa:
-    """gfx11 and gfx11.5: the RDNA3.5 tables (a superset of RDNA3's); gfx11.5's scalar float operations run
-    with the handlers RDNA4 shares them with (same semantics: AMD RDNA3.5 and RDNA4 ISA guides, SALU)."""
+    """gfx11 and gfx11.5: the RDNA3.5 tables (a superset of RDNA3's) and the common handlers, with gfx11.5's
+    scalar float operations (the handlers RDNA4 shares them with)."""
     from ...hw.isa import decode
-    from . import lds, rdna4, salu, smem, valu, vmem  # noqa: F401  the families fill the handler table
-    from .ops import CONTROL, HANDLERS
-    salu_float = {k: v for k, v in rdna4.OVERRIDES.items()
-                  if k in ("s_add_f32", "s_sub_f32", "s_mul_f32") or k.startswith(("s_cvt_", "s_cmp_"))}
-    return Isa("rdna3", decode.decode, decode.mask_dead, {**HANDLERS, **salu_float}, frozenset(CONTROL))
+    from . import rdna4
+    t = common().override(rdna4.SALU_FLOAT, name="rdna3")
+    return Isa("rdna3", decode.decode, decode.mask_dead, t, frozenset(t.control))
 
 
 def _rdna4() -> Isa:
-    """gfx12 (RDNA4): its own decoder and the RDNA3 handlers with RDNA4's overrides and aliases."""
+    """gfx12 (RDNA4): its own decoder; the common handlers with RDNA4's overrides and aliases."""
     from ...hw.isa import decode_rdna4
-    from . import lds, rdna4, salu, smem, valu, vmem  # noqa: F401
-    from .ops import CONTROL
-    return Isa("rdna4", decode_rdna4.decode, decode_rdna4.mask_dead, rdna4.handlers(), frozenset(CONTROL))
+    from . import rdna4
+    t = common().override(rdna4.OVERRIDES, name="rdna4")
+    return Isa("rdna4", decode_rdna4.decode, decode_rdna4.mask_dead, t, frozenset(t.control))
 
 
 def _cdna3() -> Isa:
     """gfx9.4 (CDNA3): the gfx9 decoder; the RDNA3 handlers where the operations agree, gfx9 ones elsewhere."""
     from ...hw.isa import decode_cdna
     from . import cdna
-    rdna3 = _rdna3()
-    return Isa("cdna3", decode_cdna.decode, decode_cdna.mask_dead, cdna.table(rdna3.handlers), rdna3.control)
+    t = cdna.table(for_family("rdna3").handlers)
+    return Isa("cdna3", decode_cdna.decode, decode_cdna.mask_dead, t, frozenset(t.control))
 
 
 FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "rdna4": _rdna4, "cdna3": _cdna3}
 _made: dict[str, Isa] = {}
 
 
-def for_gfx(gfx: int, pc: int | None = None) -> Isa:
-    """The front end of a GPU generation (9, 11, 12); UnsupportedInstruction for a family without one."""
-    family = GENERATIONS[gfx].isa if gfx in GENERATIONS else f"gfx{gfx}"
+def for_family(family: str, pc: int | None = None) -> Isa:
+    """The front end of an ISA family ("rdna3", "rdna4", "cdna3"), built once; UnsupportedInstruction without one."""
     isa = _made.get(family)
     if isa is None:
         make = FRONT_ENDS.get(family)
         if make is None:
-            raise UnsupportedInstruction(f"the simulated shader core has no {family} front end yet (gfx{gfx} code "
+            raise UnsupportedInstruction(f"the simulated shader core has no {family} front end yet ({family} code "
                                          f"cannot run; families: {', '.join(FRONT_ENDS)})", address=pc, pc=pc,
                                          encoding=family)
         isa = _made[family] = make()
     return isa
+
+
+def for_gfx(gfx: int, pc: int | None = None) -> Isa:
+    """The front end of a GPU generation (9, 11, 12)."""
+    return for_family(GENERATIONS[gfx].isa if gfx in GENERATIONS else f"gfx{gfx}", pc)

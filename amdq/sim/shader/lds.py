@@ -20,8 +20,11 @@ import numpy as np
 from . import vmem as V        # lane helpers (vmem imports this module too; used at call time only)
 from ...hw.isa.decode import OPS, Inst
 from .memory import ATOMICS, AtomicOp, gather, rmw, scatter
-from .ops import U32, handler, unsupported
+from .ops import U32, Table, unsupported
 from .wave import M0
+
+TABLE = Table(name="lds")  # this family's handler builders (composed by the front ends in isa.py)
+handler = TABLE.handler
 
 WIDTH = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2, "b16": 2, "b8": 1}
 

@@ -1,4 +1,4 @@
-"""Operand access and the handler registry shared by the instruction families.
+"""Operand access and the handler table type shared by the instruction families.
 
 A handler builder takes a decoded `Inst` and returns `step(w, sel)`: the instruction executed for the
 waves `sel` (a slice or an index array into the batch) of WaveState `w`. Builders run once per PC,
@@ -15,34 +15,54 @@ from ...hw.isa.decode import Inst, Operand
 from .wave import EXEC, NULL, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI, WaveState, bits_to_mask, mask_to_bits
 
 Step = Callable[[WaveState, object], None]
-HANDLERS: dict[str, Callable[[Inst], Step]] = {}
-CONTROL: set[str] = set()          # handlers that set the PC themselves
+Builder = Callable[[Inst], Step]
 
 U32, U64, I32, I64, F32, F64 = np.uint32, np.uint64, np.int32, np.int64, np.float32, np.float64
 M32 = 0xFFFFFFFF
 
 
-def handler(*keys: str, control: bool = False):
-    """Register a handler builder for instruction keys (lower-case mnemonics without _e32/_e64)."""
-    def reg(fn):
-        for k in keys:
-            HANDLERS[k] = fn
-            if control:
-                CONTROL.add(k)
-        return fn
-    return reg
+class Table(dict):
+    """Handler builders by instruction key (lower-case mnemonic without _e32/_e64), with the keys of handlers
+    that set the PC themselves. Each instruction family owns one; a front end composes them explicitly:
+    `Table(a, b)` joins disjoint families (a key in two of them is an error), `.override(c)` replaces keys."""
+
+    def __init__(self, *parts: "Table | dict", name: str = ""):
+        super().__init__()
+        self.name = name
+        self.control: set[str] = set()
+        for p in parts:
+            both = self.keys() & p.keys()
+            if both:
+                raise ValueError(f"handler keys defined by two families ({self.name or 'table'} + "
+                                 f"{getattr(p, 'name', '') or 'table'}): {sorted(both)[:5]}")
+            self._take(p)
+
+    def _take(self, part) -> None:
+        self.update(part)
+        self.control |= getattr(part, "control", set())
+
+    def override(self, *parts: "Table | dict", name: str = "") -> "Table":
+        """A new table: this one with the keys of `parts` replaced or added."""
+        t = Table(self, name=name or self.name)
+        for p in parts:
+            t.control -= p.keys()
+            t._take(p)
+        return t
+
+    def handler(self, *keys: str, control: bool = False):
+        """Decorator: register a builder for instruction keys in this table."""
+        def reg(fn):
+            for k in keys:
+                self[k] = fn
+                if control:
+                    self.control.add(k)
+            return fn
+        return reg
 
 
 def unsupported(inst: Inst, why: str = "not implemented by the shader core") -> UnsupportedInstruction:
     return UnsupportedInstruction(f"{inst.mnemonic} ({inst.enc}) at pc {inst.pc:#x}: {why}", address=inst.pc,
                                   pc=inst.pc, mnemonic=inst.mnemonic, encoding=inst.enc)
-
-
-def build(inst: Inst) -> Step:
-    b = HANDLERS.get(inst.key)
-    if b is None:
-        raise unsupported(inst)
-    return b(inst)
 
 
 # ---------------------------------------------------------------- scalar operands: (k,) per wave

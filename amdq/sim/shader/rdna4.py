@@ -11,25 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lds, smem, valu_pk, vmem  # noqa: F401  (the shared handler families, overridden below)
+from . import salu, smem
 from ...hw.isa.decode import Inst
 from .memory import load
-from .ops import HANDLERS, sread, sread64, swrite
+from .ops import Table, sread, sread64, swrite
 from .salu import _binary, _scc
 from .valu import CMPF, flush_in, flush_out, ftz
 from .valu_pk import _pk_minmax
 from .valu_float import _mm, _to_int, fmax_num, fmin_num
 
 U32, U64, F32 = np.uint32, np.uint64, np.float32
-OVERRIDES: dict = {}
-
-
-def _over(*keys: str):
-    def reg(fn):
-        for k in keys:
-            OVERRIDES[k] = fn
-        return fn
-    return reg
+OVERRIDES = Table(name="rdna4")   # what gfx12 adds or changes, laid over the common table by the front end
+_over = OVERRIDES.handler
 
 
 # ---------------------------------------------------------------- ordering: no-ops in the shader core
@@ -51,8 +44,8 @@ def _barrier_signal(inst: Inst):
     return lambda w, sel: None
 
 
-OVERRIDES["s_barrier_wait"] = HANDLERS["s_barrier"]
-OVERRIDES["s_load_b96"] = HANDLERS["s_load_b32"]          # the width comes from the destination tuple
+OVERRIDES["s_barrier_wait"] = salu.TABLE["s_barrier"]
+OVERRIDES["s_load_b96"] = smem.TABLE["s_load_b32"]          # the width comes from the destination tuple
 
 
 # ---------------------------------------------------------------- sub-dword scalar loads
@@ -173,6 +166,8 @@ for _k, _fn in {"s_add_nc_u64": lambda a, b: a + b, "s_sub_nc_u64": lambda a, b:
     _over(_k)(_binary(lambda a, b, f=_fn: f(np.asarray(a, U64), np.asarray(b, U64)), None, wide=True))
 
 
-def handlers() -> dict:
-    """The RDNA4 handler table: the shared handlers with the overrides on top."""
-    return {**HANDLERS, **OVERRIDES}
+# gfx11.5 (RDNA3.5) has gfx12's scalar float operations with the same semantics (AMD RDNA3.5 and RDNA4 ISA
+# guides, SALU): the RDNA3 front end lays these over its table.
+SALU_FLOAT = Table({k: v for k, v in OVERRIDES.items()
+                    if k in ("s_add_f32", "s_sub_f32", "s_mul_f32") or k.startswith(("s_cvt_", "s_cmp_"))},
+                   name="salu_float")

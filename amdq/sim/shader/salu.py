@@ -9,8 +9,11 @@ import numpy as np
 
 from ...hw import isa
 from ...hw.isa.decode import Inst
-from .ops import (I32, I64, M32, U32, U64, handler, sread, sread64, swrite, swrite64, unsupported)
+from .ops import (I32, I64, M32, U32, U64, Table, sread, sread64, swrite, swrite64, unsupported)
 from .wave import BARRIER, DONE, EXEC
+
+TABLE = Table(name="salu")  # this family's handler builders (composed by the front ends in isa.py)
+handler = TABLE.handler
 
 HWREG = isa.tables().NAMES["HWREG"]
 HW_MODE, HW_STATUS, HW_HW_ID1 = HWREG.get("HW_REG_MODE", 1), HWREG.get("HW_REG_STATUS", 2), HWREG.get("HW_REG_HW_ID1", 23)

@@ -9,8 +9,11 @@ import numpy as np
 
 from ...hw.isa.decode import Inst
 from .memory import load
-from .ops import U32, U64, handler, sread, sread64, swrite_n
+from .ops import U32, U64, Table, sread, sread64, swrite_n
 from .wave import NULL
+
+TABLE = Table(name="smem")  # this family's handler builders (composed by the front ends in isa.py)
+handler = TABLE.handler
 
 M64 = (1 << 64) - 1
 

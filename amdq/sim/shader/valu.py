@@ -23,11 +23,12 @@ import numpy as np
 
 from . import dpp
 from ...hw.isa.decode import Inst, Operand
-from .ops import (F32, F64, I32, I64, HANDLERS, M32, U32, U64, handler, mask_read, mask_write, unsupported, vread,
+from .ops import (F32, F64, I32, I64, M32, U32, U64, Table, mask_read, mask_write, unsupported, vread,
                   vread64)
 from .wave import WaveState
 
-_OTHER_FAMILIES = set(HANDLERS)
+TABLE = Table(name="valu")  # this family's handler builders (composed by the front ends in isa.py)
+handler = TABLE.handler
 
 F16 = np.float16
 U16, I16 = np.uint16, np.int16
@@ -243,10 +244,10 @@ def _step(inst: Inst, srcs: list, f: Callable, wr: Callable):
     return lambda w, sel: wr(w, sel, f(*[s(w, sel) for s in srcs]), dm(w, sel) if dm is not None else None)
 
 
-def define(table: dict[str, tuple]) -> None:
-    """Register lane operations: key -> (fn, input types, output type[, ftz_ok])."""
-    for key, spec in table.items():
-        handler(key)(lane_op(*spec))
+def define(table: Table, ops: dict[str, tuple]) -> None:
+    """Register lane operations in a family's table: key -> (fn, input types, output type[, ftz_ok])."""
+    for key, spec in ops.items():
+        table[key] = lane_op(*spec)
 
 
 def lanes_shape(w: WaveState, sel) -> tuple[int, int]:
@@ -401,12 +402,6 @@ __all__ = ["lane_op", "define", "typed_reader", "typed_writer", "raw_reader", "s
            "flush_in", "flush_out", "ieee_mode", "mode_word", "ftz", "ftz_bits", "post_float", "unsupported",
            "FLOATS", "TYPES16", "TYPES64", "DTYPE", "FBITS"]
 
-# the instruction families register their handlers on import
-from . import valu_int, valu_float, valu_pk  # noqa: E402,F401  isort: skip
-
-from . import valu_fast  # noqa: E402  isort: skip
-valu_fast.install()
-
 BLOCK_LANES = 1 << 17     # lanes per block: a step's temporaries stay in cache
 
 
@@ -435,5 +430,10 @@ def blocked(builder: Callable) -> Callable:
     return build
 
 
-for _k in set(HANDLERS) - _OTHER_FAMILIES:
-    HANDLERS[_k] = blocked(HANDLERS[_k])
+def table() -> Table:
+    """The vector ALU: this module's handlers and the integer, float and packed families, with the fast paths
+    for the common plain forms and every step run over cache-sized blocks of waves."""
+    from . import valu_fast, valu_float, valu_int, valu_pk
+    t = Table(TABLE, valu_int.TABLE, valu_float.TABLE, valu_pk.TABLE, name="valu")
+    valu_fast.accelerate(t)
+    return Table({k: blocked(b) for k, b in t.items()}, name="valu")

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import fp
 from ...hw.isa.decode import Inst, Operand
-from .ops import F32, HANDLERS, I32, M32, U32, U64, mask_read, put_mask, sread
+from .ops import F32, I32, M32, U32, U64, mask_read, put_mask, sread
 from .valu import mode_word
 from .valu_int import bfe_u32
 from .wave import NULL, WaveState
@@ -444,24 +444,24 @@ def is_plain_cmp(inst: Inst) -> bool:
         all(not (s.neg or s.abs) and s.n == 1 and s.bits == 32 for s in inst.src) and inst.dst[0].kind == "s"
 
 
-def install() -> None:
-    """Wrap the general builders with the fast paths (called once the families have registered)."""
+def accelerate(table: dict) -> None:
+    """Wrap the general builders of a composed VALU table with the fast paths."""
     for key in PLAIN:
-        if key in HANDLERS:
-            HANDLERS[key] = _plain_builder(key, HANDLERS[key])
-    HANDLERS["v_fmac_f32"] = _fmac_builder(HANDLERS["v_fmac_f32"])
+        if key in table:
+            table[key] = _plain_builder(key, table[key])
+    table["v_fmac_f32"] = _fmac_builder(table["v_fmac_f32"])
     for key, args in (("v_add_co_u32", (True, False, False)), ("v_sub_co_u32", (False, False, False)),
                       ("v_subrev_co_u32", (False, True, False)), ("v_add_co_ci_u32", (True, False, True)),
                       ("v_sub_co_ci_u32", (False, False, True)), ("v_subrev_co_ci_u32", (False, True, True))):
-        HANDLERS[key] = _carry_builder(HANDLERS[key], *args)
-    HANDLERS["v_mad_u64_u32"] = _mad_u64_builder(HANDLERS["v_mad_u64_u32"])
-    HANDLERS["v_lshlrev_b64"] = _shift64_builder(HANDLERS["v_lshlrev_b64"])
+        table[key] = _carry_builder(table[key], *args)
+    table["v_mad_u64_u32"] = _mad_u64_builder(table["v_mad_u64_u32"])
+    table["v_lshlrev_b64"] = _shift64_builder(table["v_lshlrev_b64"])
     for pre in ("v_cmp", "v_cmpx"):
-        for t in ("i32", "u32"):
+        for typ in ("i32", "u32"):
             for op, fn in CMPI.items():
-                HANDLERS[f"{pre}_{op}_{t}"] = _cmp_builder(HANDLERS[f"{pre}_{op}_{t}"], fn, t)
+                table[f"{pre}_{op}_{typ}"] = _cmp_builder(table[f"{pre}_{op}_{typ}"], fn, typ)
         for op, fn in CMPF.items():
-            HANDLERS[f"{pre}_{op}_f32"] = _cmp_builder(HANDLERS[f"{pre}_{op}_f32"], fn, "f32")
+            table[f"{pre}_{op}_f32"] = _cmp_builder(table[f"{pre}_{op}_f32"], fn, "f32")
 
 
-__all__ = ["plain", "column", "reader", "is_plain", "install", "PLAIN"]
+__all__ = ["plain", "column", "reader", "is_plain", "accelerate", "PLAIN"]

@@ -17,8 +17,11 @@ import numpy as np
 from . import dpp
 from ...hw.isa.decode import Inst
 from .fp import f32_to_f16_rtz, fma16, fma32, fma32_odd, fma64
-from .ops import F32, F64, I32, I64, U32, U64, handler
+from .ops import F32, F64, I32, I64, U32, U64, Table
 from .valu import DTYPE, F16, FBITS, I16, U16, compare, define, ftz, ieee_mode, typed_reader, typed_writer
+
+TABLE = Table(name="valu_float")  # this family's handler builders (composed by the front ends in isa.py)
+handler = TABLE.handler
 
 F2, F3 = ("f32", "f32"), ("f32", "f32", "f32")
 D1, D2, D3 = ("f64",), ("f64", "f64"), ("f64", "f64", "f64")
@@ -156,7 +159,7 @@ def _frexp_exp(x, dt):
     return np.where(np.isfinite(x), e, 0).astype(dt)
 
 
-define({
+define(TABLE, {
     "v_add_f32": (lambda a, b: a + b, F2, "f32"),
     "v_sub_f32": (lambda a, b: a - b, F2, "f32"),
     "v_subrev_f32": (lambda a, b: b - a, F2, "f32"),
@@ -235,7 +238,7 @@ def _pk(lo, hi):
     return (np.asarray(lo).view(U16).astype(U32) | np.asarray(hi).view(U16).astype(U32) << U32(16))
 
 
-define({
+define(TABLE, {
     "v_cvt_f32_f16": (lambda x: x.astype(F32), H1, "f32"),
     "v_cvt_f16_f32": (lambda x: x.astype(F16), ("f32",), "f16"),
     "v_cvt_f32_f64": (lambda x: x.astype(F32), D1, "f32"),
@@ -413,7 +416,7 @@ def div_fixup(q, den, num, typ: str):
 
 
 for _t in ("f16", "f32", "f64"):
-    define({f"v_div_fixup_{_t}": (lambda q, d, n, _t=_t: div_fixup(q, d, n, _t), (_t,) * 3, _t)})
+    define(TABLE, {f"v_div_fixup_{_t}": (lambda q, d, n, _t=_t: div_fixup(q, d, n, _t), (_t,) * 3, _t)})
 
 
 # ---------------------------------------------------------------- transcendental approximations
@@ -445,13 +448,13 @@ def _h16(fn):
 
 
 _TRANS = {"rcp": lambda x: 1.0 / x, "rsq": _rsq, "sqrt": np.sqrt, "exp": np.exp2, "log": np.log2}
-define({f"v_{n}_f32": (_trans32(fn), ("f32",), "f32") for n, fn in _TRANS.items()})
-define({"v_sin_f32": (_sincos(np.sin, F32), ("f32",), "f32"), "v_cos_f32": (_sincos(np.cos, F32), ("f32",), "f32"),
+define(TABLE, {f"v_{n}_f32": (_trans32(fn), ("f32",), "f32") for n, fn in _TRANS.items()})
+define(TABLE, {"v_sin_f32": (_sincos(np.sin, F32), ("f32",), "f32"), "v_cos_f32": (_sincos(np.cos, F32), ("f32",), "f32"),
         "v_sin_f16": (_sincos(np.sin, F16), H1, "f16"), "v_cos_f16": (_sincos(np.cos, F16), H1, "f16")})
-define({"v_rcp_iflag_f32": (_trans32(_TRANS["rcp"]), ("f32",), "f32"),
+define(TABLE, {"v_rcp_iflag_f32": (_trans32(_TRANS["rcp"]), ("f32",), "f32"),
         "v_sqrt_f32": (lambda x: np.sqrt(ftz(np.asarray(x, F32), "f32")), ("f32",), "f32")})
-define({f"v_{n}_f16": (_h16(fn), H1, "f16") for n, fn in _TRANS.items()})
-define({"v_rcp_f64": (lambda x: 1.0 / x, D1, "f64"), "v_rsq_f64": (_rsq, D1, "f64"),
+define(TABLE, {f"v_{n}_f16": (_h16(fn), H1, "f16") for n, fn in _TRANS.items()})
+define(TABLE, {"v_rcp_f64": (lambda x: 1.0 / x, D1, "f64"), "v_rsq_f64": (_rsq, D1, "f64"),
         "v_sqrt_f64": (np.sqrt, D1, "f64")})
 
 
@@ -490,7 +493,7 @@ def _trig_preop(x, sel):
     return np.where(shift > 1148, 0.0, np.ldexp(chunk, (-53 - shift).astype(np.int32)))
 
 
-define({"v_trig_preop_f64": (_trig_preop, ("f64", "u32"), "f64", False)})
+define(TABLE, {"v_trig_preop_f64": (_trig_preop, ("f64", "u32"), "f64", False)})
 
 
 # ---------------------------------------------------------------- cube map helpers
@@ -511,6 +514,6 @@ def _cube(kind):
     return f
 
 
-define({f"v_cube{k}_f32": (_cube(k), F3, "f32") for k in ("id", "ma", "sc", "tc")})
+define(TABLE, {f"v_cube{k}_f32": (_cube(k), F3, "f32") for k in ("id", "ma", "sc", "tc")})
 
 __all__ = ["fmax", "fmin", "fmax_num", "fmin_num", "med3", "fclass", "div_scale", "div_fixup"]

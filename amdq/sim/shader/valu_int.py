@@ -8,8 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...hw.isa.decode import Inst
-from .ops import I32, I64, M32, U32, U64, handler, sread, swrite, vread
+from .ops import I32, I64, M32, U32, U64, Table, sread, swrite, vread
 from .valu import I16, U16, define, lane_op, typed_reader, typed_writer
+
+TABLE = Table(name="valu_int")  # this family's handler builders (composed by the front ends in isa.py)
+handler = TABLE.handler
 
 U8 = np.uint8
 u32, i32 = ("u32",), ("i32",)
@@ -168,7 +171,7 @@ def _mad_u24(a, b, c=0):
     return (np.asarray(a, U32) & U32(0xFFFFFF)) * (np.asarray(b, U32) & U32(0xFFFFFF)) + np.asarray(c, U32)
 
 
-define({
+define(TABLE, {
     "v_mov_b32": (lambda a: a, u32, "u32"),
     "v_mov_b16": (lambda a: a, ("u16",), "u16"),
     "v_not_b32": (lambda a: ~np.asarray(a, U32), u32, "u32"),

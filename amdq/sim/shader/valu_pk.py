@@ -13,10 +13,13 @@ import numpy as np
 from . import dpp
 from ...hw.isa.decode import Inst
 from .fp import fma16, fma32, fma32_odd, sum_odd
-from .ops import F32, F64, I32, I64, M32, U32, handler, mask_read, vread
+from .ops import F32, F64, I32, I64, M32, U32, Table, mask_read, vread
 from .valu import (F16, I16, U16, _step, flush_in, ftz_bits, ieee_mode, mode_word, raw_reader, store, typed_reader,
                    typed_writer)
 from .valu_float import _dx9_mul, fmax, fmax_num, fmin, fmin_num
+
+TABLE = Table(name="valu_pk")  # this family's handler builders (composed by the front ends in isa.py)
+handler = TABLE.handler
 
 U8 = np.uint8
 

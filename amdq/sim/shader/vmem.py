@@ -34,8 +34,11 @@ from ...errors import GPUException, GPUFault
 from . import lds as LDSM
 from ...hw.isa.decode import OPS, Inst
 from .memory import ATOMICS, AtomicOp, atomic, load, store
-from .ops import M32, U32, U64, handler, sread, sread64, unsupported, vread, vread64
+from .ops import M32, U32, U64, Table, sread, sread64, unsupported, vread, vread64
 from .wave import PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
+
+TABLE = Table(name="vmem")  # this family's handler builders (composed by the front ends in isa.py)
+handler = TABLE.handler
 
 WIDTH = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2, "b16": 2, "b8": 1}
 M64 = (1 << 64) - 1
