@@ -8,7 +8,12 @@ the core comes to one numpy operation per instruction. Each kernel runs once to 
 Last line: JSON.
 
 With --arch A,B,... the same kernels run for each target (its ISA family's front end, its default wave
-size) and each family's figures are also given as a ratio to gfx1100's in the same run.
+size) and each family's figures are also given as a ratio to gfx1100's in the same run: wave-instructions/s,
+lane-instructions/s (a wave64 instruction does twice a wave32 one's work), efficiency, and work rate = the
+same problem solved per second (gfx1100 seconds / this target's seconds). A wave64 target runs the same
+kernel in fewer, wider instructions, so its wave-instruction rate, lane rate and efficiency understate it;
+the family check (`family_vs_gfx1100` in the JSON: the lowest work rate over the kernels, target 0.8) is on
+the work rate.
 
     python bench/shader.py [--quick] [--profile] [--arch gfx1100,gfx1201,gfx942]
 """
@@ -102,8 +107,11 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
         meter.on = False
         C.ShaderCore.dispatch = orig
     ideal = sum(numpy_op_time(n) for n in meter.steps)
+    from amdq.hw.targets import get_target
+    lanes = 32 if get_target(arch).gen.wave32 else 64
     return outs, {"wave_instructions": stats.wave_instructions, "steps": stats.steps, "seconds": round(best, 4),
                   "cpu_seconds": round(best_cpu, 4), "wave_instructions_per_s": round(stats.wave_instructions / best),
+                  "lane_instructions_per_s": round(stats.wave_instructions * lanes / best),
                   "efficiency": round(ideal / best, 3)}
 
 
@@ -128,6 +136,11 @@ def main() -> None:
                 if isinstance(st, dict) and "wave_instructions_per_s" in st and k in base:
                     st["speed_vs_gfx1100"] = round(st["wave_instructions_per_s"] / base[k]["wave_instructions_per_s"], 2)
                     st["efficiency_vs_gfx1100"] = round(st["efficiency"] / max(base[k]["efficiency"], 1e-9), 2)
+                    st["lane_speed_vs_gfx1100"] = round(st["lane_instructions_per_s"] / base[k]["lane_instructions_per_s"], 2)
+                    st["work_vs_gfx1100"] = round(base[k]["seconds"] / st["seconds"], 2)
+        res["family_vs_gfx1100"] = {arch: min(st["work_vs_gfx1100"] for st in r.values()
+                                              if isinstance(st, dict) and "work_vs_gfx1100" in st)
+                                    for arch, r in per.items() if "unsupported" not in r}
     res["targets"] = {"vadd_wave_instructions_per_s": 5_000_000, "vadd_efficiency": 0.3, "family_vs_gfx1100": 0.8}
     print(json.dumps(res))
 

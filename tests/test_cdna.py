@@ -148,6 +148,27 @@ def test_sdwa_or_and_lshl_add_u64():
     assert (r == [((1 << 32 | i) << 3) + 0xFFFFFFFF for i in range(64)]).all()
 
 
+M32 = 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("shift, addend", [("0", "v[2:3]"), ("v6", "v[2:3]"), ("2", "s[8:9]"), ("1", "-1"), ("7", "0x40")])
+def test_lshl_add_u64_against_uint64(shift, addend):
+    """D = (S0.u64 << S1[2:0]) + S2.u64 against numpy's uint64 arithmetic: VGPR, SGPR and constant addends,
+    shift amounts from a constant or per lane (only bits 2:0 count), carries out of the low dword."""
+    rng = np.random.default_rng(7)
+    a, c = rng.integers(0, 1 << 63, 64, dtype=np.uint64) * np.uint64(2) + np.uint64(1), rng.integers(0, 1 << 63, 64, dtype=np.uint64)
+    sh = rng.integers(0, 64, 64).astype(np.uint32)
+    regs = dict(v0=a & np.uint64(M32), v1=a >> np.uint64(32), v2=c & np.uint64(M32), v3=c >> np.uint64(32), v6=sh,
+                s8=int(c[0]) & M32, s9=int(c[0]) >> 32)
+    w = run1(f"v_lshl_add_u64 v[4:5], v[0:1], {shift}, {addend}", **regs)
+    n = (sh & 7).astype(np.uint64) if shift == "v6" else np.uint64(int(shift))
+    add = {"v[2:3]": c, "s[8:9]": c[0], "-1": np.uint64(2**64 - 1), "0x40": np.uint64(0x40)}[addend]
+    with np.errstate(over="ignore"):
+        want = (a << n) + add
+    got = w.v[4][0].astype(np.uint64) | w.v[5][0].astype(np.uint64) << np.uint64(32)
+    assert (got == want).all()
+
+
 def test_refused_not_guessed():
     """Forms the core does not model raise UnsupportedInstruction rather than computing something."""
     isa9 = for_gfx(9)

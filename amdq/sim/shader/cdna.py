@@ -12,8 +12,8 @@ import numpy as np
 
 from . import fp
 from ...hw.isa.decode import Inst
-from .ops import U32, U64, M32, Table, mask_read, mask_write, put_mask, unsupported, vread, vwrite64
-from .valu import flush_in, flush_out, ftz, read64
+from .ops import U32, U64, M32, Table, mask_read, mask_write, put_mask, unsupported, vread, vread_halves, vwrite64
+from .valu import blocked, flush_in, flush_out, ftz, read64
 from .wave import EXEC
 
 F32 = np.float32
@@ -32,11 +32,21 @@ def _plain(inst: Inst) -> None:
 def _lshl_add_u64(inst: Inst):
     """D.u64 = (S0.u64 << S1.u32[2:0]) + S2.u64 (gfx940)."""
     _plain(inst)
-    a, s, c, wr = read64(inst.src[0]), vread(inst.src[1]), read64(inst.src[2]), vwrite64(inst.dst[0])
+    (alo, ahi), s, (clo, chi), r = vread_halves(inst.src[0]), vread(inst.src[1]), vread_halves(inst.src[2]), \
+        inst.dst[0].reg
 
-    def step(w, sel):
-        sh = (np.asarray(s(w, sel), U32) & U32(7)).astype(U64)
-        wr(w, sel, (np.asarray(a(w, sel), U64) << sh) + np.asarray(c(w, sel), U64))
+    def step(w, sel):                      # on the dword halves: a shift, an add and the carry, no uint64 pass
+        sh = np.asarray(s(w, sel), U32) & U32(7)
+        lo, hi = alo(w, sel), ahi(w, sel)
+        if np.ndim(sh) == 0 and int(sh) == 0:
+            slo, shi = lo, hi
+        else:
+            slo = np.left_shift(lo, sh)
+            shi = np.left_shift(hi, sh) | np.right_shift(lo, U32(32) - sh, dtype=U32) * (sh != 0)
+        dlo = slo + clo(w, sel)
+        dhi = shi + chi(w, sel) + (dlo < slo)
+        w.write_v(r, sel, dlo)
+        w.write_v(r + 1, sel, dhi)
     return step
 
 
@@ -164,7 +174,7 @@ def table(rdna3: Table) -> Table:
             t[k] = cmpx(rdna3["v_cmp_" + k[len("v_cmpx_"):]])
         else:
             t[k] = b
-    t.update(H9)
+    t.update({k: blocked(b) if k.startswith("v_") else b for k, b in H9.items()})   # cache-sized wave blocks
     for k in ("s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32"):
         t[k] = mode_only(rdna3[k])
     out = Table({k: _wrap16(b, k in PRESERVE16) for k, b in t.items()}, name="cdna3")

@@ -53,7 +53,9 @@ def _rdna4() -> Isa:
     """gfx12 (RDNA4): its own decoder; the common handlers with RDNA4's overrides and aliases."""
     from ...hw.isa import decode_rdna4
     from . import rdna4
-    t = common().override(rdna4.OVERRIDES, name="rdna4")
+    from .valu import blocked
+    over = {k: blocked(b) if k.startswith("v_") else b for k, b in rdna4.OVERRIDES.items()}   # cache-sized wave blocks
+    t = common().override(Table(over, name="rdna4"), name="rdna4")
     return Isa("rdna4", decode_rdna4.decode, decode_rdna4.mask_dead, t, frozenset(t.control))
 
 

@@ -182,6 +182,23 @@ def vread64(op: Operand) -> Callable[[WaveState, object], np.ndarray]:
     return lambda w, sel: f(w, sel)[:, None]
 
 
+def vread_halves(op: Operand) -> tuple[Callable, Callable]:
+    """Readers of the low and high dwords of a 64-bit lane operand, as vread gives them (no uint64 pass)."""
+    if op.kind == "v":
+        r = op.reg
+        return (lambda w, sel: w.v[r][sel]), (lambda w, sel: w.v[r + 1][sel])
+    if op.kind == "c":
+        v = op.value & (2**64 - 1)
+        lo, hi = np.array(v & M32, U32), np.array(v >> 32, U32)
+        return (lambda w, sel: lo), (lambda w, sel: hi)
+    f = sread64(op)
+    if op.kind == "s" and op.reg != NULL:
+        r = op.reg
+        return (lambda w, sel: w.s[r][sel][:, None]), (lambda w, sel: w.s[r + 1][sel][:, None])
+    return (lambda w, sel: (f(w, sel) & U64(M32)).astype(U32)[:, None]), \
+        (lambda w, sel: (f(w, sel) >> U64(32)).astype(U32)[:, None])
+
+
 def vwrite(op: Operand) -> Callable[[WaveState, object, np.ndarray], None]:
     """EXEC-masked writer of a 32-bit VGPR destination."""
     r = op.reg
