@@ -77,3 +77,20 @@ def test_descriptor_bits_match_facts(table, prefix):
             pat = re.compile(rf"{prefix}_(?:[A-Z0-9]+_)*?{name}_SHIFT$")
             cands = {(consts[k], consts[k[:-6] + "_WIDTH"]) for k in consts if pat.match(k)}
             assert (f.lo, f.hi - f.lo + 1) in cands, f"{bits.name}.{name} at {f.lo}:{f.hi}, facts say {cands}"
+
+
+def test_dispatch_packet_one_layout():
+    """The packet processor's compiled reader and the runtime's kernarg patch come from the one struct the
+    packet builder writes; a reader refuses fields out of order."""
+    import struct as _s
+
+    import pytest as _pytest
+
+    from amdq.hw import aql as A
+    p = A.dispatch_packet((64, 2, 1), (3, 4, 1), 96, 512, 0x1000, kernarg=0x2000, hdr=0x1502)
+    _s.pack_into("<Q", p, A.KERNARG_ADDRESS, 0xABCD000)
+    f = A.KERNEL_DISPATCH.unpack(p)
+    assert A.DISPATCH_READ.unpack_from(p) == (f["full_header"], 64, 2, 1, 192, 8, 1, 96, 512, 0x1000, 0xABCD000)
+    assert f["setup"] == 2 and A.COMPLETION_SIGNAL.unpack_from(p) == (0,)
+    with _pytest.raises(ValueError, match="ascending"):
+        A.KERNEL_DISPATCH.reader("grid_size_x", "header")

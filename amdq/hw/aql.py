@@ -3,6 +3,8 @@ generated tables in amdq.hw.aql_tables (HSA packet structs, amd_queue_t, amd_sig
 Everything in aql_tables is available from here too."""
 from __future__ import annotations
 
+import struct
+
 from .aql_tables import *  # noqa: F401,F403
 from .aql_tables import (AGENT_DISPATCH, BARRIER_AND, BARRIER_OR, BARRIER_VALUE, HEADER,
                          HSA_AMD_PACKET_TYPE_BARRIER_VALUE, HSA_FENCE_SCOPE_NONE, HSA_PACKET_TYPE_AGENT_DISPATCH, HSA_PACKET_TYPE_BARRIER_AND,
@@ -35,6 +37,17 @@ def packet_struct(buf: bytes | bytearray | memoryview, offset: int = 0) -> Struc
     if t == HSA_PACKET_TYPE_VENDOR_SPECIFIC:
         return BARRIER_VALUE if (hdr >> 16) & 0xFF == HSA_AMD_PACKET_TYPE_BARRIER_VALUE else None
     return PACKET_TYPES.get(t)
+
+
+# The simulated packet processor's read of a dispatch packet and the runtime's kernarg patch, from the same layout.
+DISPATCH_READ = KERNEL_DISPATCH.reader("full_header", "workgroup_size_x", "workgroup_size_y", "workgroup_size_z",
+                                       "grid_size_x", "grid_size_y", "grid_size_z", "private_segment_size",
+                                       "group_segment_size", "kernel_object", "kernarg_address")
+KERNARG_ADDRESS = KERNEL_DISPATCH.offsetof("kernarg_address")
+COMPLETION_SIGNAL = struct.Struct(f"<{KERNEL_DISPATCH.offsetof('completion_signal')}xQ")   # every packet type
+_deps = BARRIER_AND.fields["dep_signal"]
+BARRIER_DEPS = struct.Struct(f"<{_deps[0]}x{_deps[1].count}Q")          # BARRIER_AND and BARRIER_OR alike
+assert BARRIER_OR.fields["dep_signal"][0] == _deps[0]
 
 
 def dispatch_packet(block: tuple[int, int, int], grid: tuple[int, int, int], private: int, group: int,

@@ -59,7 +59,7 @@ class AQLBound:
         self.kalloc = queue.dev.allocator.alloc(p.size, "gtt")
         kernel.pack_into(p, args, self.kalloc.cpu.mv, 0)
         self.pkt, self.hdr, self.scratch, self.kernel = bytearray(p.pkt), p.hdr, p.scratch, kernel
-        struct.pack_into("<Q", self.pkt, 40, self.kalloc.va)
+        U64.pack_into(self.pkt, A.KERNARG_ADDRESS, self.kalloc.va)
 
     def submit(self) -> int:
         """Run it again; returns the timeline value that marks its completion."""
@@ -160,7 +160,7 @@ class AQLQueue(HWQueue):
         if p.scratch:
             self.scratch_for(kernel)
         pkt = p.pkt
-        U64.pack_into(pkt, 40, ka)
+        U64.pack_into(pkt, A.KERNARG_ADDRESS, ka)
         self.room(2 if ts is None else 3)               # first the ring space: a value once taken is submitted
         value = self.timeline.next()
         t1 = time.perf_counter()

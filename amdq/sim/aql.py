@@ -43,7 +43,6 @@ SLOT = A.PACKET_SIZE
 TYPES = {A.HSA_PACKET_TYPE_VENDOR_SPECIFIC: "VENDOR_SPECIFIC", A.HSA_PACKET_TYPE_INVALID: "INVALID",
          A.HSA_PACKET_TYPE_KERNEL_DISPATCH: "KERNEL_DISPATCH", A.HSA_PACKET_TYPE_BARRIER_AND: "BARRIER_AND",
          A.HSA_PACKET_TYPE_AGENT_DISPATCH: "AGENT_DISPATCH", A.HSA_PACKET_TYPE_BARRIER_OR: "BARRIER_OR"}
-DISPATCH = struct.Struct("<IHHHHIIIIIQQ")          # hsa_kernel_dispatch_packet_t up to kernarg_address
 RD = A.AMD_QUEUE.offsetof("read_dispatch_id")
 QSTATE = struct.Struct("<QII4IQ8xII")              # amd_queue_t from read_dispatch_id to queue_properties
 SIG_VALUE, SIG_MAILBOX, SIG_EVENT = (A.AMD_SIGNAL.offsetof(n) for n in ("value", "event_mailbox_ptr", "event_id"))
@@ -176,7 +175,7 @@ class AQLQueue(PM4Executor):
             raw = buf[o:o + SLOT].tobytes()
             if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3:
                 self.gpu.core(self.vmid).invalidate_icache()
-            s = self.at = Slot(self.fetch, typ, struct.unpack_from("<Q", raw, 56)[0])
+            s = self.at = Slot(self.fetch, typ, A.COMPLETION_SIGNAL.unpack_from(raw)[0])
             self.inflight.append(s)
             self.fetch += 1
             n += 1
@@ -188,7 +187,7 @@ class AQLQueue(PM4Executor):
         if t == A.HSA_PACKET_TYPE_KERNEL_DISPATCH:
             self._dispatch_packet(s, raw, va)
         elif t in (A.HSA_PACKET_TYPE_BARRIER_AND, A.HSA_PACKET_TYPE_BARRIER_OR):
-            deps = [h for h in struct.unpack_from("<5Q", raw, 8) if h]
+            deps = [h for h in A.BARRIER_DEPS.unpack_from(raw) if h]
             s.wait = (t, deps)
             self._poll_one(s)
         elif t == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC:
@@ -214,7 +213,7 @@ class AQLQueue(PM4Executor):
             self._bad(f"AQL packet type {t} is reserved")
 
     def _dispatch_packet(self, s: Slot, raw: bytes, va: int) -> None:
-        hs, wx, wy, wz, _, gx, gy, gz, priv, group, kobj, karg = DISPATCH.unpack_from(raw)
+        hs, wx, wy, wz, gx, gy, gz, priv, group, kobj, karg = A.DISPATCH_READ.unpack_from(raw)
         s.kobj = kobj
         block, items = (wx, wy, wz), (gx, gy, gz)
         if 0 in block:
