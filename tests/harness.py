@@ -57,7 +57,8 @@ def run(code_object: bytes | Path, kernel: str, args: list, grid=(1, 1, 1), bloc
     regs = DispatchRegs(pgm_addr=base + k.entry_offset, rsrc1=d.compute_pgm_rsrc1, rsrc2=d.compute_pgm_rsrc2,
                         rsrc3=d.compute_pgm_rsrc3, grid=grid, block=block, user_data=user, wave64=not d.wave32,
                         lds_bytes=d.group_segment_fixed_size + dyn, scratch_base=scratch,
-                        scratch_wave_bytes=wave_bytes, gfx=img.target.gfx_version)
+                        scratch_wave_bytes=wave_bytes, gfx=img.target.gfx_version,
+                        isa=img.target.isa)
     stats = ShaderCore(mem).dispatch(regs)
     outs = [b.get() for b in bufs if isinstance(b, Buf)]
     return outs, stats

@@ -1,8 +1,9 @@
 """The ISA seam of the shader core: one front end per instruction-set family (decoder, handler table),
-chosen from the dispatch's GPU generation and part of every decoded-instruction cache key.
+chosen from the dispatch's target (Target.isa, hw/targets.py) and part of every decoded-instruction cache key.
 
-Front ends: RDNA3 (gfx11, also gfx11.5), RDNA4 (gfx12: hw/isa/decode_rdna4.py, rdna4.py) and CDNA3 (gfx9.4:
-hw/isa/decode_cdna.py, cdna.py). A generation without a front end is refused with UnsupportedInstruction when a
+Front ends: RDNA3 (gfx11, also gfx11.5), RDNA4 (gfx12: hw/isa/decode_rdna4.py, rdna4.py), CDNA3 (gfx942:
+hw/isa/decode_cdna.py, cdna.py; the gfx950-only opcodes of hw/isa/gfx950.py are illegal there) and CDNA4 (gfx950:
+the CDNA3 front end plus cdna4.py). A family without a front end is refused with UnsupportedInstruction when a
 dispatch starts instead of being decoded with the wrong tables.
 """
 from __future__ import annotations
@@ -52,25 +53,42 @@ def _rdna4() -> Isa:
 
 
 def _cdna3() -> Isa:
-    """gfx9.4 (CDNA3): the gfx9 decoder; the RDNA3 handlers where the operations agree, gfx9 ones elsewhere."""
-    from ...hw.isa import decode_cdna
-    from . import cdna
+    """gfx942 (CDNA3): the gfx9 decoder refusing gfx950's additions as illegal; the RDNA3 handlers where the
+    operations agree, gfx9 ones elsewhere, and none of the keys only gfx950 has."""
+    from ...hw.isa import decode_cdna, gfx950
+    from . import cdna, cdna4
     rdna3 = _rdna3()
-    return Isa("cdna3", decode_cdna.decode, decode_cdna.mask_dead, cdna.table(rdna3.handlers), rdna3.control)
+    drop = cdna4.gfx950_keys()
+    handlers = {k: b for k, b in cdna.table(rdna3.handlers).items() if k not in drop}
+    return Isa("cdna3", gfx950.decode_gfx942, decode_cdna.mask_dead, handlers, rdna3.control)
 
 
-FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "rdna4": _rdna4, "cdna3": _cdna3}
+def _cdna4() -> Isa:
+    """gfx950 (CDNA4): CDNA3 plus its additions (the whole CDNA4 opcode table, cdna4.py's handlers)."""
+    from ...hw.isa import decode_cdna
+    from . import cdna4
+    cdna3, rdna3 = for_isa("cdna3"), _rdna3()
+    return Isa("cdna4", decode_cdna.decode, decode_cdna.mask_dead, cdna4.table(cdna3.handlers, rdna3.handlers),
+               cdna3.control)
+
+
+FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "rdna4": _rdna4, "cdna3": _cdna3, "cdna4": _cdna4}
 _made: dict[str, Isa] = {}
 
 
 def for_gfx(gfx: int, pc: int | None = None) -> Isa:
-    """The front end of a GPU generation (9, 11, 12); UnsupportedInstruction for a family without one."""
-    family = GENERATIONS[gfx].isa if gfx in GENERATIONS else f"gfx{gfx}"
+    """The front end of a GPU generation's first family (9 -> cdna3, 11, 12); for_isa names one exactly."""
+    return for_isa(GENERATIONS[gfx].isa if gfx in GENERATIONS else f"gfx{gfx}", pc)
+
+
+def for_isa(family: str, pc: int | None = None) -> Isa:
+    """The front end of an ISA family (Target.isa: "rdna3", "rdna4", "cdna3", "cdna4"); UnsupportedInstruction
+    for a family without one."""
     isa = _made.get(family)
     if isa is None:
         make = FRONT_ENDS.get(family)
         if make is None:
-            raise UnsupportedInstruction(f"the simulated shader core has no {family} front end yet (gfx{gfx} code "
+            raise UnsupportedInstruction(f"the simulated shader core has no {family} front end yet ({family} code "
                                          f"cannot run; families: {', '.join(FRONT_ENDS)})", address=pc, pc=pc,
                                          encoding=family)
         isa = _made[family] = make()

@@ -97,3 +97,6 @@ def _mfma(inst: Inst):
         for r in range(nreg):
             w.v[d_op.reg + r][sel] = res[..., r]
     return step
+
+
+build = _mfma      # the builder, for front ends that add MFMA shapes (cdna4.py)
