@@ -11,9 +11,8 @@ intrinsic reference (llvm.amdgcn.bitop3, permlane16/32.swap, prng.b32); encoding
   -0 < +0).
 - V_CVT_PK_F16_F32 / V_CVT_PK_BF16_F32: D.lo = S0 and D.hi = S1 rounded to nearest even (BF16: a NaN keeps
   its sign and top payload bits, quieted).
-- V_CVT_F32_BF16: D = S0.bf16 widened (exact).
-- V_DOT2_F32_BF16 (VOP3P) and V_DOT2C_F32_BF16 (VOP2, D += S0.bf16[0]*S1.bf16[0] + S0.bf16[1]*S1.bf16[1]) with
-  the RDNA3 handlers of the same operations.
+- V_DOT2C_F32_BF16 (VOP2, D += S0.bf16[0]*S1.bf16[0] + S0.bf16[1]*S1.bf16[1], what LLVM 22 selects for
+  llvm.amdgcn.fdot2.f32.bf16) with RDNA3's v_dot2acc_f32_bf16 handler.
 - The doubled-K MFMA shapes (16x16x32 and 32x32x16 F16/BF16, 16x16x64 and 32x32x32 I8) with mfma.py's layout.
 """
 from __future__ import annotations
@@ -173,16 +172,6 @@ def _cvt_pk(inst: Inst):
     return step
 
 
-@h950("v_cvt_f32_bf16")
-def _cvt_f32_bf16(inst: Inst):
-    """D.f32 = S0.bf16 (exact): the 16 bits become the top half of the float32."""
-    if inst.clamp or inst.omod or inst.dpp is not None or getattr(inst, "sdwa", None) is not None:
-        raise unsupported(inst, "modifiers on v_cvt_f32_bf16 are not modelled")
-    a = typed_reader(inst.src[0], "bf16", inst, 0)
-    wr = typed_writer(inst.dst[0], "f32", inst)
-    return lambda w, sel: wr(w, sel, (np.asarray(a(w, sel)).astype(U32) << U32(16)).view(F32))
-
-
 # ---------------------------------------------------------------- matrix
 
 MFMA_KEYS = ("v_mfma_f32_16x16x32_f16", "v_mfma_f32_32x32x16_f16", "v_mfma_f32_16x16x32_bf16",
@@ -191,10 +180,10 @@ MFMA_KEYS = ("v_mfma_f32_16x16x32_f16", "v_mfma_f32_32x32x16_f16", "v_mfma_f32_1
 
 def table(cdna3: dict, rdna3: dict) -> dict:
     """The CDNA4 handler table: the CDNA3 table, plus H950, the new MFMA shapes and the RDNA3 builders of the
-    operations gfx950 gains that RDNA3 already has (v_dot2_f32_bf16; v_dot2c_f32_bf16 is RDNA3's
-    v_dot2acc_f32_bf16). `cdna3` holds no gfx950-only key (isa._cdna3 leaves them out)."""
+    operation gfx950 gains that RDNA3 already has (v_dot2c_f32_bf16 is RDNA3's v_dot2acc_f32_bf16; the
+    VOP3P v_dot2_f32_bf16 LLVM does not emit is left out, untested). `cdna3` holds no gfx950-only key (isa._cdna3 leaves them out)."""
     from . import cdna, mfma
-    add = {"v_dot2_f32_bf16": rdna3["v_dot2_f32_bf16"], "v_dot2c_f32_bf16": rdna3["v_dot2acc_f32_bf16"],
+    add = {"v_dot2c_f32_bf16": rdna3["v_dot2acc_f32_bf16"],
            **{k: mfma.build for k in MFMA_KEYS}, **H950}
     return {**cdna3, **{k: cdna.wrap(b, k) for k, b in add.items()}}
 
