@@ -59,17 +59,20 @@ def compile_cl(src: str | Path, arch: str = "gfx1100", link: bool = True, flags:
     return out
 
 
-def compile_cl_llvm22(src: str | Path, arch: str = "gfx950", flags: tuple[str, ...] = ()) -> Path:
+def compile_cl_llvm22(src: str | Path, arch: str = "gfx950", flags: tuple[str, ...] = (),
+                      agpr_alloc: int | None = None) -> Path:
     """OpenCL C -> ET_REL .o for a target clang-19 does not know (gfx950): clang-19 emits LLVM IR for gfx942
     (its nearest target), the IR is retargeted (target-cpu; gfx942's explicit feature list dropped so the
-    target's own apply) and compiled by amdq.compile (llvmlite's LLVM 22). Cached on disk like compile_cl."""
+    target's own apply) and compiled by amdq.compile (llvmlite's LLVM 22). Cached on disk like compile_cl.
+    agpr_alloc: give the kernels LLVM 22's "amdgpu-agpr-alloc" (AccVGPRs the allocator may use, e.g. for
+    spills) in place of the "amdgpu-no-agpr" clang-19 infers for code without AGPR operands."""
     import re
     import amdq
     import llvmlite
     if isinstance(src, Path) or (isinstance(src, str) and src.endswith(".cl") and "\n" not in src):
         src = (KERNELS / src).read_text() if not Path(src).is_absolute() else Path(src).read_text()
     prelude = (KERNELS / "amdq_cl.h").read_text()
-    key = hashlib.sha256(f"llvm22|{llvmlite.__version__}|{arch}|{flags}|{prelude}|{src}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"llvm22|{llvmlite.__version__}|{arch}|{flags}|{agpr_alloc}|{prelude}|{src}".encode()).hexdigest()[:20]
     CACHE.mkdir(parents=True, exist_ok=True)
     out = CACHE / f"{key}.l22.o"
     if not out.exists():
@@ -80,6 +83,9 @@ def compile_cl_llvm22(src: str | Path, arch: str = "gfx950", flags: tuple[str, .
                  str(cl))
         cl.unlink()
         ir = re.sub(r'"target-features"="[^"]*"', "", ir.replace('"target-cpu"="gfx942"', f'"target-cpu"="{arch}"'))
+        if agpr_alloc is not None:
+            assert '"amdgpu-no-agpr"' in ir, "clang-19 no longer marks the kernel amdgpu-no-agpr"
+            ir = ir.replace('"amdgpu-no-agpr"', f'"amdgpu-agpr-alloc"="{agpr_alloc}"')
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(amdq.compile(ir, arch))
         os.replace(tmp, out)

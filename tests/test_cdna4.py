@@ -21,6 +21,7 @@ from amdq.hw.isa.gfx950 import ALL as GFX950_ONLY
 from amdq.hw.targets import get_target
 from amdq.sim.shader.isa import for_isa
 from amdq.tools.disasm import kernels
+from clang import KERNELS, compile_cl, compile_cl_llvm22
 
 U32, F32 = np.uint32, np.float32
 N = 256                                 # work-items of the single-instruction kernels (4 waves of 64)
@@ -321,3 +322,32 @@ def test_suite_kernel_gfx950(name, monkeypatch):
     fn = getattr(suite, name)
     params = inspect.signature(fn).parameters
     fn(**{p: {"wave": 64, "b": 128}[p] for p in params})
+
+
+# ---------------------------------------------------------------- AccVGPR spills (gfx942 and gfx950)
+
+SPILL_CL = str(KERNELS.parent / "kernels_cdna" / "spill_agpr.cl")
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_agpr_spill_restore(arch):
+    """A kernel under register pressure (amdgpu_num_vgpr(40), 48 live accumulators) that LLVM spills to AccVGPRs:
+    the object holds v_accvgpr_write/read and no scratch traffic, and the result matches numpy (integer-valued
+    data, exact in f32 under any contraction)."""
+    if arch == "gfx942":          # clang-19 (LLVM 19), an AGPR operand in inline asm lets it use AccVGPRs
+        co = compile_cl(SPILL_CL, arch, flags=("-DAMDQ_AGPR_ASM",)).read_bytes()
+    else:                         # LLVM 22 through llvmlite, told it may allocate 32 AccVGPRs
+        co = compile_cl_llvm22(SPILL_CL, arch, agpr_alloc=32).read_bytes()
+    names = [i.name for i, _, _ in listing(co)]
+    assert names.count("V_ACCVGPR_WRITE") >= 20 and names.count("V_ACCVGPR_READ") >= 20, sorted(set(names))
+    assert not any(n.startswith(("SCRATCH_", "BUFFER_")) for n in names)
+    nacc, n, items = 48, 3, 128
+    x = rng(7).integers(-4, 5, items * nacc).astype(F32)
+    (_, out), _ = harness.run(co, "spill_agpr", [x, np.zeros(items * nacc, F32), n], grid=(2, 1, 1),
+                                 block=(64, 1, 1), arch=arch)
+    acc = x.reshape(items, nacc).astype(np.float64)
+    for t in range(n):
+        s = x[(np.arange(items) + t) % 64].astype(np.float64)
+        for j in range(nacc):
+            acc[:, j] = acc[:, j] * s + acc[:, (j + 1) % nacc]
+    assert np.abs(acc).max() < 2 ** 24 and (out.reshape(items, nacc) == acc).all()
