@@ -26,8 +26,9 @@ class Buf:
 
 
 def run(code_object: bytes | Path, kernel: str, args: list, grid=(1, 1, 1), block=(64, 1, 1), mem=None,
-        arch="gfx1100"):
-    """Run `kernel`; numpy arrays in args are uploaded and returned (in order) after the dispatch."""
+        arch="gfx1100", isa: str | None = None):
+    """Run `kernel`; numpy arrays in args are uploaded and returned (in order) after the dispatch. `isa` runs
+    it with another ISA family's front end than its target's (e.g. gfx950 code on gfx942's)."""
     import struct
     if isinstance(code_object, Path):
         code_object = code_object.read_bytes()
@@ -58,7 +59,7 @@ def run(code_object: bytes | Path, kernel: str, args: list, grid=(1, 1, 1), bloc
                         rsrc3=d.compute_pgm_rsrc3, grid=grid, block=block, user_data=user, wave64=not d.wave32,
                         lds_bytes=d.group_segment_fixed_size + dyn, scratch_base=scratch,
                         scratch_wave_bytes=wave_bytes, gfx=img.target.gfx_version,
-                        isa=img.target.isa)
+                        isa=isa or img.target.isa)
     stats = ShaderCore(mem).dispatch(regs)
     outs = [b.get() for b in bufs if isinstance(b, Buf)]
     return outs, stats

@@ -104,6 +104,18 @@ def bitop3_ref(a, b, c, table: int, bits: int) -> np.ndarray:
     return out
 
 
+def test_gfx942_dispatch_refuses_gfx950_code():
+    """gfx950 code dispatched with gfx942's front end stops at its first gfx950-only instruction as an illegal
+    instruction; the same code runs on gfx950's."""
+    ir = lane_ir("declare i32 @llvm.amdgcn.prng.b32(i32)", ["i32"], ["i32"],
+                 "  %r0 = call i32 @llvm.amdgcn.prng.b32(i32 %x0)")
+    args = [np.arange(N, dtype=U32), np.zeros(N, U32)]
+    with pytest.raises(IllegalInstruction, match="v_prng_b32.*gfx950"):
+        harness.run(co950(ir), "k", args, block=(N, 1, 1), arch="gfx950", isa="cdna3")
+    (_, out), _ = harness.run(co950(ir), "k", args, block=(N, 1, 1), arch="gfx950")
+    assert out[3] == 6
+
+
 @pytest.mark.parametrize("table", [0x01, 0x80, 0x96, 0x6C, 0x48, 0xE8, 0xCA, 0x3C, 0x5B])
 @pytest.mark.parametrize("width", [32, 16])
 def test_bitop3(table, width):
