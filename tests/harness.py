@@ -26,15 +26,16 @@ class Buf:
 
 
 def run(code_object: bytes | Path, kernel: str, args: list, grid=(1, 1, 1), block=(64, 1, 1), mem=None,
-        arch="gfx1100"):
-    """Run `kernel`; numpy arrays in args are uploaded and returned (in order) after the dispatch."""
+        arch="gfx1100", isa: str | None = None):
+    """Run `kernel`; numpy arrays in args are uploaded and returned (in order) after the dispatch. `isa` runs
+    it with another ISA family's front end than its target's (e.g. gfx950 code on gfx942's)."""
     import struct
     if isinstance(code_object, Path):
         code_object = code_object.read_bytes()
     img = load_code_object(code_object, arch)
     k = img.kernels[kernel]
     mem = mem or FlatMemory(1 << 28)
-    base = mem.alloc(img.size, 4096)
+    base = mem.alloc(-(-img.size // 4096) * 4096, 4096)     # whole pages, as a GPU mapping has (fetches read pages)
     mem.write(base, bytes(img.at(base)))
     bufs = [Buf(mem, a) if isinstance(a, np.ndarray) else a for a in args]
     d = k.descriptor
@@ -57,7 +58,8 @@ def run(code_object: bytes | Path, kernel: str, args: list, grid=(1, 1, 1), bloc
     regs = DispatchRegs(pgm_addr=base + k.entry_offset, rsrc1=d.compute_pgm_rsrc1, rsrc2=d.compute_pgm_rsrc2,
                         rsrc3=d.compute_pgm_rsrc3, grid=grid, block=block, user_data=user, wave64=not d.wave32,
                         lds_bytes=d.group_segment_fixed_size + dyn, scratch_base=scratch,
-                        scratch_wave_bytes=wave_bytes, gfx=img.target.gfx_version)
+                        scratch_wave_bytes=wave_bytes, gfx=img.target.gfx_version,
+                        isa=isa or img.target.isa)
     stats = ShaderCore(mem).dispatch(regs)
     outs = [b.get() for b in bufs if isinstance(b, Buf)]
     return outs, stats

@@ -54,7 +54,7 @@ def test_missing_file_one_line_error(tmp_path):
     assert r.returncode != 0 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("arch", ["gfx1100", "gfx1151", "gfx1201", "gfx942"])
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1151", "gfx1201", "gfx942", "gfx950"])
 def test_demo_runs(arch):
     r = run("demo", "--device", f"SIM:{arch}")
     assert r.returncode == 0, r.stderr

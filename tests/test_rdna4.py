@@ -348,11 +348,11 @@ def test_front_end_tables_are_explicit_compositions():
     from amdq.sim.shader.ops import Table
     with pytest.raises(ValueError, match="two families"):
         Table(salu.TABLE, Table({"s_mov_b32": None}, name="dup"))
-    r3, r4, c3 = I.for_family("rdna3"), I.for_family("rdna4"), I.for_family("cdna3")
+    r3, r4, c3 = I.for_isa("rdna3"), I.for_isa("rdna4"), I.for_isa("cdna3")
     assert r4.handlers["s_barrier_wait"] is salu.TABLE["s_barrier"] and "s_barrier_wait" not in r3.handlers
     assert all(r4.handlers[k] is v for k, v in rdna4.OVERRIDES.items() if not k.startswith("v_"))
     shared = [k for k in r3.handlers if k.startswith("s_") and k not in rdna4.OVERRIDES and k in r4.handlers]
     assert shared and all(r3.handlers[k] is r4.handlers[k] for k in shared)
     assert r3.control == r4.control and "s_branch" in c3.control
     with pytest.raises(UnsupportedInstruction, match="no gfx8 front end"):
-        I.for_family("gfx8")
+        I.for_isa("gfx8")

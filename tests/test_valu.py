@@ -15,10 +15,10 @@ from amdq.errors import UnsupportedInstruction
 from amdq.sim.shader import fp
 from amdq.hw.isa.decode import decode
 from amdq.sim.shader.wave import WaveState
-from amdq.sim.shader.isa import for_family
+from amdq.sim.shader.isa import for_isa
 from clang import tool
 
-build = for_family("rdna3").build
+build = for_isa("rdna3").build
 
 U16, U32, U64, F16, F32, F64 = np.uint16, np.uint32, np.uint64, np.float16, np.float32, np.float64
 VCC, EXEC = 106, 126

@@ -12,10 +12,10 @@ from amdq.errors import GPUFault, UnsupportedInstruction
 from amdq.hw import isa
 from amdq.hw.isa import decode
 from amdq.sim.shader import vmem
-from amdq.sim.shader.isa import for_family
+from amdq.sim.shader.isa import for_isa
 from amdq.sim.shader.memory import ATOMICS, FlatMemory, rmw
 
-build = for_family("rdna3").build
+build = for_isa("rdna3").build
 from amdq.sim.shader.wave import EXEC, M0, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI, WaveState
 
 OFF = 124           # SADDR "off" (NULL)

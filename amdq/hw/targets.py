@@ -24,7 +24,7 @@ class Generation:
     `gfx_v11_0.c` (COMPUTE_TMPRING_SIZE.WAVESIZE units), the register headers (SQ_BUF_RSRC_WORD3).
     """
     gfx: int                       # 9 (GFX9/CDNA), 11 (GFX11/RDNA3), 12 (GFX12/RDNA4)
-    isa: str                       # ISA family of amdq.hw.isa: "cdna3", "rdna3", "rdna4"
+    isa: str                       # the generation's first ISA family ("cdna3", "rdna3", "rdna4"); a target's own is Target.isa
     bases: str                     # register-base table of amdq.hw.regs: "vega" or "navi"
     scratch_unit: int              # bytes per COMPUTE_TMPRING_SIZE.WAVESIZE step
     wave32: bool                   # DISPATCH_INITIATOR.CS_W32_EN exists (wave32 dispatches)
@@ -85,6 +85,11 @@ class Target:
         return GENERATIONS[self.gfx_version]
 
     @property
+    def isa(self) -> str:
+        """ISA family of the target's shader code: "rdna3", "rdna4", "cdna3" (gfx942) or "cdna4" (gfx950)."""
+        return FAMILY_ISA[self.family]
+
+    @property
     def max_waves_per_cu(self) -> int:
         return self.simds_per_cu * self.max_waves_per_simd
 
@@ -129,6 +134,11 @@ TARGETS: dict[str, Target] = {t.arch: t for t in (
     _t("gfx950", "CDNA4", 0x4F, "Instinct MI355X", 64, 160 * KiB, 256, 32, 4, 8, 288,
        ((9, 5, 0), (4, 4, 5), (7, 9, 1), (1, 8, 1), (13, 0, 14), (13, 0, 12), (4, 4, 5), (4, 4, 5)), xcc=8),
 )}
+
+# Product family -> ISA family (the shader core's front end and the instruction tables): CDNA4 (gfx950) is
+# CDNA3 plus its additions (AMD "CDNA4 Instruction Set Architecture" reference guide, LLVM AMDGPUUsage processor
+# table: gfx950 adds to gfx942's features), so the two share a GC major version but not an instruction set.
+FAMILY_ISA: dict[str, str] = {"RDNA3": "rdna3", "RDNA4": "rdna4", "CDNA3": "cdna3", "CDNA4": "cdna4"}
 
 MACH_TO_ARCH: dict[int, str] = {t.mach: t.arch for t in TARGETS.values()}
 

@@ -251,7 +251,7 @@ class AQLQueue(PM4Executor):
                          user_data=user[:16], wave64=not wave32, lds_bytes=lds * LDS_GRANULE, scratch_base=scratch,
                          scratch_wave_bytes=wave_bytes, scratch_waves=tmp["WAVES"],
                          partial=tuple(g % b for g, b in zip(items, block)), gfx=self.gen,
-                         info={"aql_index": s.index})
+                         isa=self.gpu.target.isa, info={"aql_index": s.index})
         if props & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING and s.signal:
             self._signal_ts(s.signal, SIG_START)
         if 0 in grid:

@@ -247,7 +247,8 @@ class PM4Executor(QueueEngine):
             wave64=not ini.get("CS_W32_EN", 0) if gen.wave32 else True,
             lds_bytes=c.rsrc2.decode(rsrc2)["LDS_SIZE"] * LDS_GRANULE,
             scratch_base=scratch, scratch_wave_bytes=tmp["WAVESIZE"] * unit, scratch_waves=tmp["WAVES"],
-            start=tuple(self._reg(f"COMPUTE_START_{d}") for d in "XYZ"), partial=partial, gfx=self.gen)
+            start=tuple(self._reg(f"COMPUTE_START_{d}") for d in "XYZ"), partial=partial, gfx=self.gen,
+            isa=self.gpu.target.isa)
         if gx * gy * gz == 0:
             return
         if self.gpu.inject.take("kill_wave") is not None:

@@ -58,9 +58,9 @@ class SimGPU:
         self._stop = False
         self._t0 = time.perf_counter_ns()
         self.inject = Injector(self)                  # fault injection: inject("hang_cp"), inject.clear(...)
-        from .shader.isa import for_gfx               # the shader front end is built now, not in a first dispatch
+        from .shader.isa import for_isa               # the shader front end is built now, not in a first dispatch
         try:                                          # that a short wait timeout would take for a hang
-            for_gfx(self.target.gfx_version)
+            for_isa(self.target.isa)
         except UnsupportedInstruction:
             pass
         self._worker = None

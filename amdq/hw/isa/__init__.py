@@ -7,7 +7,7 @@ from types import ModuleType
 
 # ISA family (and gfx major) -> generated table module. CDNA tables are CDNA4's (gfx950), a superset of gfx942's.
 ARCHS = {"gfx11": "rdna3", "rdna3": "rdna3", "gfx12": "rdna4", "rdna4": "rdna4", "gfx9": "cdna", "cdna3": "cdna",
-         "cdna": "cdna"}
+         "cdna4": "cdna", "cdna": "cdna"}
 
 
 @lru_cache(maxsize=None)

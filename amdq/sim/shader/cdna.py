@@ -182,6 +182,12 @@ def table(rdna3: Table) -> Table:
     return out
 
 
+def wrap(b, key: str):
+    """A builder with the gfx9 16-bit destination rule (and SDWA forms) applied, as the CDNA3 table has them."""
+    from ...hw.isa.decode_cdna import PRESERVE16
+    return _wrap16(b, key in PRESERVE16)
+
+
 def _wrap16(b, preserve: bool):
     z = zero_high16(b)
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from ...errors import GPUException, GPUFault, InvalidPacket, UnsupportedInstruction
 from ...hw import kd as KD
-from .isa import Isa, for_gfx
+from ...hw.targets import GENERATIONS
+from .isa import Isa, for_isa
 from .memory import GPUMemory
 from .wave import BARRIER, DONE, EXEC, POOL, RUN, WaveState, mask_to_bits
 
@@ -41,6 +42,7 @@ class DispatchRegs:
     start: tuple[int, int, int] = (0, 0, 0)
     partial: tuple[int, int, int] = (0, 0, 0)   # work-items in the last workgroup per dimension (0 = full)
     gfx: int = 11
+    isa: str = ""                       # ISA family of the target (Target.isa); "" is the generation's first family
     info: dict = field(default_factory=dict)
 
 
@@ -365,12 +367,13 @@ class ShaderCore:
 
     def __init__(self, mem: GPUMemory, max_lanes: int = 1 << 18):
         self.mem, self.max_lanes = mem, max_lanes
-        self.icaches: dict[int, ICache] = {}          # by GPU generation: each with its family's front end
+        self.icaches: dict[str, ICache] = {}          # by ISA family: each with its family's front end
 
     def icache_for(self, d: DispatchRegs) -> ICache:
-        ic = self.icaches.get(d.gfx)
+        family = d.isa or (GENERATIONS[d.gfx].isa if d.gfx in GENERATIONS else f"gfx{d.gfx}")
+        ic = self.icaches.get(family)
         if ic is None:
-            ic = self.icaches[d.gfx] = ICache(self.mem, for_gfx(d.gfx, d.pgm_addr))
+            ic = self.icaches[family] = ICache(self.mem, for_isa(family, d.pgm_addr))
         return ic
 
     @property

@@ -1,8 +1,9 @@
 """The ISA seam of the shader core: one front end per instruction-set family (decoder, handler table),
-chosen from the dispatch's GPU generation and part of every decoded-instruction cache key.
+chosen from the dispatch's target (Target.isa, hw/targets.py) and part of every decoded-instruction cache key.
 
-Front ends: RDNA3 (gfx11, also gfx11.5), RDNA4 (gfx12: hw/isa/decode_rdna4.py, rdna4.py) and CDNA3 (gfx9.4:
-hw/isa/decode_cdna.py, cdna.py). A generation without a front end is refused with UnsupportedInstruction when a
+Front ends: RDNA3 (gfx11, also gfx11.5), RDNA4 (gfx12: hw/isa/decode_rdna4.py, rdna4.py), CDNA3 (gfx942:
+hw/isa/decode_cdna.py, cdna.py; the gfx950-only opcodes of hw/isa/gfx950.py are illegal there) and CDNA4 (gfx950:
+the CDNA3 front end plus cdna4.py). A family without a front end is refused with UnsupportedInstruction when a
 dispatch starts instead of being decoded with the wrong tables.
 """
 from __future__ import annotations
@@ -60,19 +61,38 @@ def _rdna4() -> Isa:
 
 
 def _cdna3() -> Isa:
-    """gfx9.4 (CDNA3): the gfx9 decoder; the RDNA3 handlers where the operations agree, gfx9 ones elsewhere."""
+    """gfx942 (CDNA3): the gfx9 decoder refusing gfx950's additions as illegal; the RDNA3 handlers where the
+    operations agree, gfx9 ones elsewhere, and none of the keys only gfx950 has."""
+    from ...hw.isa import decode_cdna, gfx950
+    from . import cdna, cdna4
+    drop = cdna4.gfx950_keys()
+    full = cdna.table(for_isa("rdna3").handlers)
+    t = Table({k: b for k, b in full.items() if k not in drop}, name="cdna3")
+    t.control = full.control - drop
+    return Isa("cdna3", gfx950.decode_gfx942, decode_cdna.mask_dead, t, frozenset(t.control))
+
+
+def _cdna4() -> Isa:
+    """gfx950 (CDNA4): CDNA3 plus its additions (the whole CDNA4 opcode table, cdna4.py's handlers)."""
     from ...hw.isa import decode_cdna
-    from . import cdna
-    t = cdna.table(for_family("rdna3").handlers)
-    return Isa("cdna3", decode_cdna.decode, decode_cdna.mask_dead, t, frozenset(t.control))
+    from . import cdna4
+    cdna3 = for_isa("cdna3")
+    t = cdna4.table(cdna3.handlers, for_isa("rdna3").handlers)
+    return Isa("cdna4", decode_cdna.decode, decode_cdna.mask_dead, t, frozenset(t.control))
 
 
-FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "rdna4": _rdna4, "cdna3": _cdna3}
+FRONT_ENDS: dict[str, Callable[[], Isa]] = {"rdna3": _rdna3, "rdna4": _rdna4, "cdna3": _cdna3, "cdna4": _cdna4}
 _made: dict[str, Isa] = {}
 
 
-def for_family(family: str, pc: int | None = None) -> Isa:
-    """The front end of an ISA family ("rdna3", "rdna4", "cdna3"), built once; UnsupportedInstruction without one."""
+def for_gfx(gfx: int, pc: int | None = None) -> Isa:
+    """The front end of a GPU generation's first family (9 -> cdna3, 11, 12); for_isa names one exactly."""
+    return for_isa(GENERATIONS[gfx].isa if gfx in GENERATIONS else f"gfx{gfx}", pc)
+
+
+def for_isa(family: str, pc: int | None = None) -> Isa:
+    """The front end of an ISA family (Target.isa: "rdna3", "rdna4", "cdna3", "cdna4"), built once;
+    UnsupportedInstruction for a family without one."""
     isa = _made.get(family)
     if isa is None:
         make = FRONT_ENDS.get(family)
@@ -82,8 +102,3 @@ def for_family(family: str, pc: int | None = None) -> Isa:
                                          encoding=family)
         isa = _made[family] = make()
     return isa
-
-
-def for_gfx(gfx: int, pc: int | None = None) -> Isa:
-    """The front end of a GPU generation (9, 11, 12)."""
-    return for_family(GENERATIONS[gfx].isa if gfx in GENERATIONS else f"gfx{gfx}", pc)

@@ -1,4 +1,5 @@
-"""CDNA3 matrix fused multiply-add (single-block V_MFMA_{F32,I32}_{16X16,32X32}xK_{F32,F16,BF16,I8}).
+"""CDNA3 matrix fused multiply-add (single-block V_MFMA_{F32,I32}_{16X16,32X32}xK_{F32,F16,BF16,I8}); the
+same builder serves gfx950's doubled-K shapes (16x16x32/32x32x16 F16/BF16, 16x16x64/32x32x32 I8, cdna4.py).
 
 Operand layouts (wave64; AMD "AMD Instinct MI300 ISA Reference Guide" chapter 7 "Matrix Arithmetic
 Instructions", and AMD's Matrix Instruction Calculator, github.com/ROCm/amd_matrix_instruction_calculator):
@@ -97,3 +98,6 @@ def _mfma(inst: Inst):
         for r in range(nreg):
             w.v[d_op.reg + r][sel] = res[..., r]
     return step
+
+
+build = _mfma      # the builder, for front ends that add MFMA shapes (cdna4.py)
