@@ -455,15 +455,81 @@ def _mubuf(i: Inst) -> str:
     ops = [reg(data), reg(i.addr) if i.addr is not None else "off", reg(i.srsrc), src_text(i.soffset)]
     if "_lds_" in m:
         ops = ops[1:]
-    mods = [n for n, b in (("idxen", i.idxen), ("offen", i.offen)) if b]
+    mods = buf_format(i.fields["format"]) if i.family == "rdna4" and m.startswith("tbuffer") else []
+    mods += [n for n, b in (("idxen", i.idxen), ("offen", i.offen)) if b]
     if i.offset:
         mods.append(f"offset:{i.offset}")
     return " ".join([m + " " + ", ".join(ops)] + mods + _cache(i) + (["tfe"] if i.fields.get("tfe") else []))
 
 
+# ---------------------------------------------------------------- RDNA4 encodings
+
+# Unified buffer formats 0..63 (AMD RDNA4 ISA guide, "Buffer formats", the same list as RDNA3's) in llvm-mc-19's
+# spelling; 1 (BUF_FMT_8_UNORM) is the default and is not printed, 64+ print as numbers.
+BUF_FMT = ("INVALID", "8_UNORM", "8_SNORM", "8_USCALED", "8_SSCALED", "8_UINT", "8_SINT", "16_UNORM", "16_SNORM",
+           "16_USCALED", "16_SSCALED", "16_UINT", "16_SINT", "16_FLOAT", "8_8_UNORM", "8_8_SNORM", "8_8_USCALED",
+           "8_8_SSCALED", "8_8_UINT", "8_8_SINT", "32_UINT", "32_SINT", "32_FLOAT", "16_16_UNORM", "16_16_SNORM",
+           "16_16_USCALED", "16_16_SSCALED", "16_16_UINT", "16_16_SINT", "16_16_FLOAT", "10_11_11_FLOAT",
+           "11_11_10_FLOAT", "10_10_10_2_UNORM", "10_10_10_2_SNORM", "10_10_10_2_UINT", "10_10_10_2_SINT",
+           "2_10_10_10_UNORM", "2_10_10_10_SNORM", "2_10_10_10_USCALED", "2_10_10_10_SSCALED", "2_10_10_10_UINT",
+           "2_10_10_10_SINT", "8_8_8_8_UNORM", "8_8_8_8_SNORM", "8_8_8_8_USCALED", "8_8_8_8_SSCALED",
+           "8_8_8_8_UINT", "8_8_8_8_SINT", "32_32_UINT", "32_32_SINT", "32_32_FLOAT", "16_16_16_16_UNORM",
+           "16_16_16_16_SNORM", "16_16_16_16_USCALED", "16_16_16_16_SSCALED", "16_16_16_16_UINT",
+           "16_16_16_16_SINT", "16_16_16_16_FLOAT", "32_32_32_UINT", "32_32_32_SINT", "32_32_32_FLOAT",
+           "32_32_32_32_UINT", "32_32_32_32_SINT", "32_32_32_32_FLOAT")
+# export targets (AMD RDNA4 ISA guide, "Export": TARGET; checked with llvm-mc-19 -mcpu=gfx1200)
+EXPORT_TGT = {**{k: f"mrt{k}" for k in range(8)}, 8: "mrtz", 9: "null", **{12 + k: f"pos{k}" for k in range(5)},
+              20: "prim", 21: "dual_src_blend0", 22: "dual_src_blend1"}
+
+
+def buf_format(v: int) -> list[str]:
+    """The format: modifier of a typed buffer access ([] for the default BUF_FMT_8_UNORM)."""
+    if v == 1:
+        return []
+    return [f"format:[BUF_FMT_{BUF_FMT[v]}]" if v < len(BUF_FMT) else f"format:{v}"]
+
+
+def _image(i: Inst) -> str:
+    """VIMAGE / VSAMPLE: vdata, address slots, rsrc[, samp], then dmask/dim/cache policy/flags."""
+    from .decode_rdna4 import DIMS
+    m, f = i.mnemonic, i.fields
+    addr = reg(i.vaddr[0]) if len(i.vaddr) == 1 else "[" + ", ".join(reg(a) for a in i.vaddr) + "]"
+    ops = [reg(i.data), addr, reg(i.srsrc)] + ([reg(i.ssamp)] if i.ssamp is not None else [])
+    if "bvh" in m:
+        return " ".join([f"{m} {', '.join(ops)}"] + _policy(i) + (["a16"] if f["a16"] else []))
+    mods = ([f"dmask:{f['dmask']:#x}"] if f["dmask"] else []) + [f"dim:SQ_RSRC_IMG_{DIMS[f['dim']][0]}"]
+    mods += (["unorm"] if f.get("unrm") else []) + _policy(i)
+    mods += [n for n in ("r128", "a16", "tfe", "lwe", "d16") if f.get(n)]
+    return " ".join([f"{m} {', '.join(ops)}"] + mods)
+
+
+def _vinterp(i: Inst) -> str:
+    ops = [reg(i.dst[0])] + [src_text(s) for s in i.src]
+    mods = ["clamp"] if i.clamp else []
+    if i.opsel and "f16" in i.mnemonic:
+        mods.append("op_sel:" + _bits_list(i.opsel, 4))
+    mods.append(f"wait_exp:{i.fields['waitexp']}")
+    return " ".join([f"{i.mnemonic} {', '.join(ops)}"] + mods)
+
+
+def _vdsdir(i: Inst) -> str:
+    f = i.fields
+    ops = [reg(i.dst[0])] + ([f"attr{f['attr']}.{'xyzw'[f['attr_chan']]}"] if i.mnemonic == "ds_param_load" else [])
+    return f"{i.mnemonic} {', '.join(ops)} wait_va_vdst:{f['wait_va_vdst']} wait_vm_vsrc:{f['wait_vm_vsrc']}"
+
+
+def _vexport(i: Inst) -> str:
+    f = i.fields
+    tgt = EXPORT_TGT.get(f["target"], str(f["target"]))
+    srcs = [reg(Operand("v", f[f"vsrc{k}"])) if f["en"] >> k & 1 else "off" for k in range(4)]
+    return " ".join([f"export {tgt} {', '.join(srcs)}"] + (["done"] if f["done"] else []) +
+                    (["row_en"] if f["row"] else []))
+
+
 FORMATTERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
               "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu, "VOP3P": _valu,
-              "VOPD": _vopd, "DS": _ds, "FLAT": _flat, "GLOBAL": _flat, "SCRATCH": _flat, "MUBUF": _mubuf}
+              "VOPD": _vopd, "DS": _ds, "FLAT": _flat, "GLOBAL": _flat, "SCRATCH": _flat, "MUBUF": _mubuf,
+              "VIMAGE": _image, "VSAMPLE": _image, "VINTERP": _vinterp, "VDSDIR": _vdsdir, "VEXPORT": _vexport}
 
 
 def text(inst: Inst) -> str:
