@@ -51,6 +51,31 @@ ROUND_TRIP = [
     "th:TH_LOAD_BYPASS scope:SCOPE_SYS",
     "tbuffer_store_format_x v1, v0, s[8:11], s2 format:[BUF_FMT_32_FLOAT] offen offset:16",
     "tbuffer_load_format_x v1, v0, s[8:11], s2 offen",                 # format 1 (BUF_FMT_8_UNORM) is implied
+    # OPSEL that is no half select
+    "v_cvt_sr_fp8_f32 v1, v2, v3 byte_sel:3",
+    "v_cvt_f32_bf8_e64 v1, v3 byte_sel:1",
+    "v_cvt_f32_fp8_e64_dpp v1, v2 byte_sel:2 quad_perm:[0,1,2,3] row_mask:0xf bank_mask:0xf",
+    "v_swmmac_f32_16x16x32_f16 v[12:19], v[0:3], v[4:11], v20 index_key:1",
+    "v_permlanex16_var_b32 v5, v1, v100 op_sel:[1,0]",
+    # scalar specials
+    "s_prefetch_inst s[14:15], -0x1, m0, 7",
+    "s_buffer_prefetch_data s[20:23], 0x64, null, 7",
+    "s_prefetch_data_pc_rel 0x64, s10, 31",
+    "s_getreg_b32 s0, hwreg(HW_REG_EXCP_FLAG_PRIV, 7, 25)",
+    "s_setreg_b32 hwreg(HW_REG_SCRATCH_BASE_HI), s3",
+    "s_getreg_b32 s0, hwreg(HW_REG_DVGPR_ALLOC_LO)",
+    "s_sendmsg_rtn_b32 s0, sendmsg(MSG_RTN_GET_SE_AID_ID)",
+    "s_sendmsg sendmsg(5, 0, 0)",                 # gfx11's MSG_STALL_WAVE_GEN has no RDNA4 name
+    "s_version UC_VERSION_GFX12|UC_VERSION_W32_BIT",
+    "s_version ((128|UC_VERSION_W64_BIT)|UC_VERSION_W32_BIT)|UC_VERSION_MDP_BIT",
+    "s_version 0x1009",
+    "s_wait_alu depctr_va_vdst(0) depctr_va_sdst(3)",
+    "s_wait_alu 0xfffe",
+    "s_barrier_init m0",
+    "s_get_barrier_state s3, -2",
+    "s_wakeup_barrier 1",
+    "s_barrier_leave",
+    "s_singleuse_vdst 0x1234",
 ]
 
 
@@ -93,6 +118,8 @@ def test_image_address_words() -> None:
     "v_interp_p10_f32 v0, v1, v2, v3 wait_exp:0",
     "ds_param_load v10, attr11.x wait_va_vdst:6 wait_vm_vsrc:0",
     "export mrt0 v1, v2, v3, v4 done",
+    "s_barrier_init m0",
+    "s_wakeup_barrier -1",
 ])
 def test_shader_core_refuses_what_it_does_not_model(src: str) -> None:
     inst = decode(assemble(src) + bytes(8), 0)

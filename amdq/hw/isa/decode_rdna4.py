@@ -43,7 +43,7 @@ def _smem4(ctx: _Ctx) -> Inst:
     inst.offset = _sext(f["ioffset"], 24)
     if "sbase" in opr:
         inst.sbase = _sreg(f["sbase"] * 2, opr["sbase"][1])
-    if "sdata" in opr:
+    if "sdata" in opr and opr["sdata"][2] != "SIMM5":       # the prefetches' SDATA is a length, no register
         inst.dst = (_sreg(f["sdata"], opr["sdata"][1]),)
     inst.soffset = None if f["soffset"] == NULL or "soffset" not in opr else _sreg(f["soffset"], 32)
     inst.src = tuple(x for x in (inst.sbase, inst.soffset) if x is not None)
@@ -232,5 +232,26 @@ QUIET_SOPP = D.QUIET_SOPP + ("s_wait_alu", "s_wait_loadcnt", "s_wait_storecnt", 
                              "s_wait_expcnt", "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_loadcnt_dscnt",
                              "s_wait_storecnt_dscnt", "s_barrier_wait")
 
+# Opcode rows the ISA XML lacks or lists without operands, with the operands llvm-mc-19 -mcpu=gfx1200 assembles
+# for them (named-barrier operations: a barrier id in SSRC0, M0 or an inline constant; S_SINGLEUSE_VDST: a
+# SIMM16 hint). (enum, opcode) -> row in the generated tables' shape.
+EXTRA_OPS = {
+    ("SOP1Op", 80): ("S_GET_BARRIER_STATE", (("sdst", "NUM_B32", 32, "SDST"), ("ssrc0", "NUM_B32", 32, "SSRC_BARRIER_ID"))),
+    ("SOP1Op", 81): ("S_BARRIER_INIT", (("ssrc0", "NUM_B32", 32, "SSRC_BARRIER_ID"),)),
+    ("SOP1Op", 82): ("S_BARRIER_JOIN", (("ssrc0", "NUM_B32", 32, "SSRC_BARRIER_ID"),)),
+    ("SOP1Op", 87): ("S_WAKEUP_BARRIER", (("ssrc0", "NUM_B32", 32, "SSRC_BARRIER_ID"),)),
+    ("SOPPOp", 19): ("S_SINGLEUSE_VDST", (("simm16", "NUM_B16", 16, "SIMM16"),)),
+}
+
+
+def _ops() -> dict:
+    """RDNA4's opcode tables with EXTRA_OPS merged in."""
+    ops = {enum: dict(rows) for enum, rows in D.isa.tables(ARCH).OPCODES.items()}
+    for (enum, num), row in EXTRA_OPS.items():
+        ops[enum][num] = row
+    return ops
+
+
 RDNA4 = Decoder(ARCH, DECODERS, ALIASES, quiet_sopp=QUIET_SOPP)
+RDNA4.ops = _ops()
 decode, mask_dead, decode_program = RDNA4.decode, RDNA4.mask_dead, RDNA4.decode_program

@@ -16,6 +16,16 @@ MSG.update({v: k for k, v in isa.tables().NAMES["MSG"].items() if k != "MSG_RTN_
 HWREG_SYNTAX = {"HW_REG_SHADER_FLAT_SCRATCH_LO": "HW_REG_FLAT_SCR_LO", "HW_REG_SHADER_FLAT_SCRATCH_HI": "HW_REG_FLAT_SCR_HI"}
 HWREG_UNNAMED = {8, 9, 13, 14, 16, 17, 25, 26, 28}      # registers gfx11 assembler syntax leaves numeric
 HWREG = {v: HWREG_SYNTAX.get(k, k) for k, v in isa.tables().NAMES["HWREG"].items() if v not in HWREG_UNNAMED}
+# RDNA4: the RDNA4 ISA guide's register ids (its HW_REG_WAVE_* names lose WAVE_ in assembler syntax), plus the ids
+# llvm-mc-19 -mcpu=gfx1200 names that the guide's table lacks; messages: the guide's S_SENDMSG ids, MSG_RTN 135
+# spelled as LLVM 19 does.
+HWREG_BY = {"rdna3": HWREG, "rdna4": {
+    **{v: k.replace("HW_REG_WAVE_", "HW_REG_") for k, v in isa.tables("rdna4").NAMES["HWREG"].items()},
+    7: "HW_REG_IB_STS", 31: "HW_REG_DVGPR_ALLOC_LO", 32: "HW_REG_DVGPR_ALLOC_HI"}}
+MSG_BY = {"rdna3": MSG, "rdna4": {
+    1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 9: "MSG_GS_ALLOC_REQ",
+    **{v: k for k, v in isa.tables("rdna4").NAMES["MSG"].items() if k != "MSG_RTN_ILLEGAL_MSG"},
+    135: "MSG_RTN_GET_SE_AID_ID"}}
 DELAY_ID = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "TRANS32_DEP_1", "TRANS32_DEP_2",
             "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2", "SALU_CYCLE_3"]
 DELAY_SKIP = ["SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4"]
@@ -136,49 +146,69 @@ def depctr(v: int) -> str:
     return " ".join(parts) or " ".join(f"{n}({(1 << w) - 1})" for n, lo, w in DEPCTR)
 
 
-def hwreg(v: int) -> str:
+def hwreg(v: int, family: str = "rdna3") -> str:
+    """hwreg(...) text of a SIMM16 register/offset/size triple."""
     rid, off, size = v & 0x3F, v >> 6 & 0x1F, (v >> 11 & 0x1F) + 1
-    name = HWREG.get(rid, str(rid))
+    name = HWREG_BY[family].get(rid, str(rid))
     return f"hwreg({name})" if off == 0 and size == 32 else f"hwreg({name}, {off}, {size})"
 
 
-def sendmsg(v: int) -> str:
-    if v in MSG:
-        return f"sendmsg({MSG[v]})"
+def sendmsg(v: int, family: str = "rdna3") -> str:
+    """sendmsg(...) text of a message id."""
+    msg = MSG_BY[family]
+    if v in msg:
+        return f"sendmsg({msg[v]})"
     return f"sendmsg({v}, 0, 0)" if v < 256 else str(v)
 
 
 def _sopp(i: Inst) -> str:
     m, v = i.mnemonic, i.simm16 & 0xFFFF
     if m in ("s_endpgm", "s_barrier", "s_code_end", "s_icache_inv", "s_wakeup", "s_endpgm_saved", "s_wait_idle",
-             "s_ttracedata", "s_endpgm_ordered_ps_done"):
+             "s_ttracedata", "s_endpgm_ordered_ps_done", "s_barrier_leave"):
         return m if not (m == "s_endpgm" and v) else f"{m} {v}"
     if m == "s_waitcnt":
         return f"{m} {waitcnt(v)}"
     if m == "s_delay_alu":
         return f"{m} {delay_alu(v)}"
+    if m in ("s_waitcnt_depctr", "s_wait_alu"):       # RDNA4's s_wait_alu is gfx11's s_waitcnt_depctr
+        return f"{m} {depctr(v)}"
     if m.startswith("s_wait_") and m != "s_wait_idle":     # RDNA4's counters and s_wait_alu print in hex
         return f"{m} {v:#x}"
-    if m == "s_waitcnt_depctr":
-        return f"{m} {depctr(v)}"
     if m in ("s_sendmsg", "s_sendmsghalt"):
-        return f"{m} {sendmsg(v)}"
+        return f"{m} {sendmsg(v, i.family)}"
     if i.target is not None:
         return f"{m} {v}"
-    if m in ("s_clause", "s_set_inst_prefetch_distance", "s_round_mode", "s_wait_event", "s_ttracedata_imm"):
+    if m in ("s_clause", "s_set_inst_prefetch_distance", "s_round_mode", "s_wait_event", "s_ttracedata_imm",
+             "s_singleuse_vdst"):
         return f"{m} {v:#x}"
     return f"{m} {v}" if v <= 64 else f"{m} {v:#x}"
+
+
+# s_version's RDNA4 symbols, as llvm-mc-19 -mcpu=gfx1200 prints them: code-object version ids (bits 0-7) and flags
+UC_VERSION = {0: "UC_VERSION_GFX7", 4: "UC_VERSION_GFX10", 6: "UC_VERSION_GFX11", 9: "UC_VERSION_GFX12"}
+UC_FLAGS = ((13, "UC_VERSION_W64_BIT"), (14, "UC_VERSION_W32_BIT"), (15, "UC_VERSION_MDP_BIT"))
+
+
+def version(v: int) -> str:
+    """RDNA4 s_version operand: VERSION|FLAG... (left-nested), or the number when bits 8-12 are set."""
+    if v & 0x1F00:
+        return f"{v:#x}"
+    t = UC_VERSION.get(v & 0xFF, str(v & 0xFF))
+    for n, (bit, name) in enumerate(b for b in UC_FLAGS if v >> b[0] & 1):
+        t = f"({t})|{name}" if n else f"{t}|{name}"
+    return t
 
 
 def _sopk(i: Inst) -> str:
     m, v = i.mnemonic, i.simm16 & 0xFFFF
     if m in ("s_getreg_b32", "s_setreg_b32"):
         # s_setreg's SOPK sdst field names its source register (the decoder puts it in src)
-        return f"{m} {reg(i.dst[0])}, {hwreg(v)}" if m == "s_getreg_b32" else f"{m} {hwreg(v)}, {reg(i.src[0])}"
+        h = hwreg(v, i.family)
+        return f"{m} {reg(i.dst[0])}, {h}" if m == "s_getreg_b32" else f"{m} {h}, {reg(i.src[0])}"
     if m == "s_setreg_imm32_b32":
-        return f"{m} {hwreg(v)}, {src_text(i.src[0], salu=True)}"
+        return f"{m} {hwreg(v, i.family)}, {src_text(i.src[0], salu=True)}"
     if m == "s_version":
-        return f"{m} {v}" if v <= 255 else f"{m} {v:#x}"
+        return f"{m} {version(v) if i.family == 'rdna4' else v if v <= 255 else f'{v:#x}'}"
     if m.startswith("s_subvector_loop"):
         return f"{m} {reg(Operand('s', i.fields['sdst']))}, {v}"
     if m == "s_call_b64":
@@ -195,7 +225,7 @@ def _salu(i: Inst) -> str:
     ops = [reg(d) for d in i.dst]
     srcs = [src_text(s, salu=True) for s in i.src]
     if m == "s_sendmsg_rtn_b32" or m == "s_sendmsg_rtn_b64":
-        srcs = [sendmsg(i.fields["ssrc0"])]
+        srcs = [sendmsg(i.fields["ssrc0"], i.family)]
     if m == "s_fmamk_f32":
         srcs = [srcs[0], srcs[2], srcs[1]]
     return f"{m} {', '.join(ops + srcs)}" if ops or srcs else m
@@ -207,6 +237,10 @@ def _smem(i: Inst) -> str:
     if m.startswith("s_atc_probe"):    # sdata holds a 7-bit immediate
         v = i.fields["sdata"]
         ops = [str(v) if v <= 64 else f"{v:#x}"]
+    if "prefetch" in m:                # RDNA4: [sbase,] ioffset, soffset, length (sdata)
+        ops = ([reg(i.sbase)] if i.sbase is not None else []) + \
+            [_hex(i.offset), reg(i.soffset) if i.soffset is not None else "null", str(i.fields["sdata"])]
+        return " ".join([f"{m} {', '.join(ops)}"] + _cache(i))
     if i.sbase is not None:
         ops.append(reg(i.sbase))
         if i.soffset is not None:
@@ -285,6 +319,14 @@ def _dpp_text(i: Inst) -> list[str]:
     return out
 
 
+# VOP3 operations whose OPSEL field is no operand-half select. Source: the RDNA4 ISA guide (V_PERMLANE*:
+# OPSEL[0] fetch-inactive, OPSEL[1] bound-control; V_CVT_*FP8/BF8*: OPSEL names the byte read or written),
+# spellings as llvm-mc-19 prints them. BYTE_SEL: mnemonic -> (OPSEL bit of byte_sel bit 1, of byte_sel bit 0).
+PERMLANE = ("v_permlane16_b32", "v_permlanex16_b32", "v_permlane16_var_b32", "v_permlanex16_var_b32")
+BYTE_SEL = {"v_cvt_sr_fp8_f32": (3, 2), "v_cvt_sr_bf8_f32": (3, 2), "v_cvt_f32_fp8": (0, 1),
+            "v_cvt_f32_bf8": (0, 1)}
+
+
 def _vname(i: Inst) -> str:
     n = i.name
     base = _key(n)          # the family's own mnemonic (i.key may be a handler alias)
@@ -320,9 +362,14 @@ def _valu(i: Inst) -> str:
         ops[len(dst) + k] = f"{srcs[k].value:#x}"
     mods = []
     if i.enc in ("VOP3", "VOP3SD"):
-        if m in ("v_permlane16_b32", "v_permlanex16_b32"):     # op_sel bits 0/1 are fetch-inactive, bound_ctrl
+        if m in PERMLANE:     # op_sel bits 0/1 are fetch-inactive, bound_ctrl
             if i.opsel & 3:
                 mods.append("op_sel:" + _bits_list(i.opsel, 2))
+        elif m in BYTE_SEL:   # op_sel bits pick the byte of an FP8/BF8 conversion
+            hi, lo = BYTE_SEL[m]
+            sel = (i.opsel >> hi & 1) << 1 | (i.opsel >> lo & 1)
+            if sel:
+                mods.append(f"byte_sel:{sel}")
         elif i.opsel and any(o.bits == 16 for o in (*dst, *srcs)) and not (i.dpp is not None and i.op < 512):
             # LLVM 19 has no op_sel on the DPP forms of VOP1/VOP2/VOPC operations, and shows bits of 16-bit
             # operands only
@@ -339,7 +386,9 @@ def _valu(i: Inst) -> str:
         n = len(srcs)
         mix = m.startswith("v_fma_mix")
         full = 0 if mix else (1 << n) - 1
-        if i.opsel:
+        if i.opsel and m.startswith("v_swmmac"):      # sparse WMMA: op_sel selects the index set
+            mods.append(f"index_key:{i.opsel}")
+        elif i.opsel:
             mods.append("op_sel:" + _bits_list(i.opsel, n))
         if i.opsel_hi & ((1 << n) - 1) != full:
             mods.append("op_sel_hi:" + _bits_list(i.opsel_hi, n))
