@@ -112,7 +112,7 @@ def src_text(op: Operand, salu: bool = False) -> str:
     if op.abs:
         t = f"|{t}|"
     if op.neg:
-        t = f"neg({t})" if op.kind == "c" and not op.abs and (op.literal or op.code <= 208) else f"-{t}"
+        t = f"neg({t})" if op.kind == "c" and not op.abs else f"-{t}"
     return t
 
 
@@ -126,9 +126,7 @@ def waitcnt(v: int) -> str:
 
 
 def delay_alu(v: int) -> str:
-    id0, skip, id1 = v & 0xF, v >> 4 & 7, v >> 7 & 0xF
-    if v >> 11:
-        return f"{v:#x}"
+    id0, skip, id1 = v & 0xF, v >> 4 & 7, v >> 7 & 0xF     # bits 11-15 are ignored
     ids = lambda k: DELAY_ID[k] if k < len(DELAY_ID) else "/* invalid instid value */"    # noqa: E731
     parts = [f"instid0({ids(id0)})" if id0 else "",
              f"instskip({DELAY_SKIP[skip] if skip < len(DELAY_SKIP) else '/* invalid instskip value */'})" if skip else "",
@@ -156,8 +154,8 @@ def hwreg(v: int, family: str = "rdna3") -> str:
 def sendmsg(v: int, family: str = "rdna3") -> str:
     """sendmsg(...) text of a message id."""
     msg = MSG_BY[family]
-    if v in msg:
-        return f"sendmsg({msg[v]})"
+    if v & 0xFF in msg:             # a named message: LLVM 19 ignores the bits above the id
+        return f"sendmsg({msg[v & 0xFF]})"
     return f"sendmsg({v}, 0, 0)" if v < 256 else str(v)
 
 
@@ -224,6 +222,9 @@ def _salu(i: Inst) -> str:
         return _sopk(i)
     ops = [reg(d) for d in i.dst]
     srcs = [src_text(s, salu=True) for s in i.src]
+    if i.enc == "SOPC":     # s_cmp_*_f16: LLVM 19 prints a float inline constant as its f16 bit pattern
+        srcs = [f"{FLOAT_CONST[s.code][0]:#x}" if s.kind == "c" and s.bits == 16 and s.code in FLOAT_CONST else t
+                for s, t in zip(i.src, srcs)]
     if m == "s_sendmsg_rtn_b32" or m == "s_sendmsg_rtn_b64":
         srcs = [sendmsg(i.fields["ssrc0"], i.family)]
     if m == "s_fmamk_f32":
@@ -240,19 +241,20 @@ def _smem(i: Inst) -> str:
     if "prefetch" in m:                # RDNA4: [sbase,] ioffset, soffset, length (sdata)
         ops = ([reg(i.sbase)] if i.sbase is not None else []) + \
             [_hex(i.offset), reg(i.soffset) if i.soffset is not None else "null", str(i.fields["sdata"])]
-        return " ".join([f"{m} {', '.join(ops)}"] + _cache(i))
+        return f"{m} {', '.join(ops)}"
     if i.sbase is not None:
         ops.append(reg(i.sbase))
         if i.soffset is not None:
             ops.append(reg(i.soffset) + (f" offset:{_hex(i.offset)}" if i.offset or i.family == "rdna4" else ""))
         else:
             ops.append(_hex(i.offset) if i.offset or i.family == "rdna4" else "null")
-    return " ".join([m + (" " + ", ".join(ops) if ops else "")] + _cache(i))
+    policy = _cache(i) if i.family != "rdna4" or "load" in m else []     # RDNA4: only loads print th/scope
+    return " ".join([m + (" " + ", ".join(ops) if ops else "")] + policy)
 
 
 # RDNA4 cache policy spellings (LLVM 19, checked with llvm-mc-19 -mcpu=gfx1201 for every TH value at scopes CU
-# and SYS, and the LLVM corpus): TH value -> name by access kind; load/store TH 3 is BYPASS at SCOPE_SYS, atomic
-# TH 4-7 are CASCADE_* above SCOPE_CU
+# and SYS, and the LLVM corpus; atomics at every scope): TH value -> name by access kind; load/store TH 3 is BYPASS
+# at SCOPE_SYS, atomic TH 4-7 are CASCADE_* at SCOPE_DEV and SCOPE_SYS
 SCOPES = {1: "SCOPE_SE", 2: "SCOPE_DEV", 3: "SCOPE_SYS"}
 TH_LOAD = {1: "NT", 2: "HT", 3: "LU", 4: "NT_RT", 5: "RT_NT", 6: "NT_HT"}
 TH_STORE = {1: "NT", 2: "HT", 3: "RT_WB", 4: "NT_RT", 5: "RT_NT", 6: "NT_HT", 7: "NT_WB"}
@@ -265,7 +267,7 @@ def _policy(i: Inst) -> list[str]:
     out = []
     if th:
         if "ATOMIC" in n:
-            t = TH_ATOMIC.get(th) or (("CASCADE_RT", "CASCADE_NT")[th >> 1 & 1] if sc else f"{th:#x}")
+            t = TH_ATOMIC.get(th) or (("CASCADE_RT", "CASCADE_NT")[th >> 1 & 1] if sc >= 2 else f"{th:#x}")
             out.append(f"th:TH_ATOMIC_{t}")
         else:
             kind, names = ("STORE", TH_STORE) if "STORE" in n else ("LOAD", TH_LOAD)
@@ -325,6 +327,12 @@ def _dpp_text(i: Inst) -> list[str]:
 PERMLANE = ("v_permlane16_b32", "v_permlanex16_b32", "v_permlane16_var_b32", "v_permlanex16_var_b32")
 BYTE_SEL = {"v_cvt_sr_fp8_f32": (3, 2), "v_cvt_sr_bf8_f32": (3, 2), "v_cvt_f32_fp8": (0, 1),
             "v_cvt_f32_bf8": (0, 1)}
+# VOP3 operations with 16-bit operands whose op_sel LLVM 19 does not print, and those whose op_sel it prints for
+# every source (32-bit ones too); found by encoding each OPSEL bit of every VOP3 opcode for llvm-mc-19 -mcpu=gfx1100
+# and gfx1200
+NO_OPSEL = frozenset({"v_alignbit_b32", "v_alignbyte_b32", "v_maxmin_f16", "v_minmax_f16", "v_maxmin_num_f16",
+                      "v_minmax_num_f16"})
+OPSEL_ALL = frozenset({"v_mad_u32_u16", "v_mad_i32_i16"})
 
 
 def _vname(i: Inst) -> str:
@@ -370,11 +378,12 @@ def _valu(i: Inst) -> str:
             sel = (i.opsel >> hi & 1) << 1 | (i.opsel >> lo & 1)
             if sel:
                 mods.append(f"byte_sel:{sel}")
-        elif i.opsel and any(o.bits == 16 for o in (*dst, *srcs)) and not (i.dpp is not None and i.op < 512):
+        elif i.opsel and any(o.bits == 16 for o in (*dst, *srcs)) and not (i.dpp is not None and i.op < 512) \
+                and m not in NO_OPSEL:
             # LLVM 19 has no op_sel on the DPP forms of VOP1/VOP2/VOPC operations, and shows bits of 16-bit
-            # operands only
+            # operands only (every source's of the OPSEL_ALL operations)
             nsrc = len(srcs)
-            sel = sum(1 << k for k, o in enumerate(srcs) if i.opsel >> k & 1 and o.bits == 16)
+            sel = sum(1 << k for k, o in enumerate(srcs) if i.opsel >> k & 1 and (o.bits == 16 or m in OPSEL_ALL))
             sel |= (i.opsel >> 3 & 1) << nsrc
             if sel:
                 mods.append("op_sel:" + _bits_list(sel, nsrc + 1))
@@ -473,7 +482,7 @@ def _bitmask(a: int, o: int, x: int) -> str:
     out = ""
     for k in range(4, -1, -1):
         ab, ob, xb = a >> k & 1, o >> k & 1, x >> k & 1
-        out += "p" if ab and not ob and not xb else "i" if ab and xb and not ob else "1" if ob and not ab else "0"
+        out += ("i" if xb else "p") if ab and not ob else str(ob ^ xb)   # lane bit, inverted, or a constant
     return out
 
 
@@ -526,8 +535,8 @@ BUF_FMT = ("INVALID", "8_UNORM", "8_SNORM", "8_USCALED", "8_SSCALED", "8_UINT", 
            "16_16_16_16_SNORM", "16_16_16_16_USCALED", "16_16_16_16_SSCALED", "16_16_16_16_UINT",
            "16_16_16_16_SINT", "16_16_16_16_FLOAT", "32_32_32_UINT", "32_32_32_SINT", "32_32_32_FLOAT",
            "32_32_32_32_UINT", "32_32_32_32_SINT", "32_32_32_32_FLOAT")
-# export targets (AMD RDNA4 ISA guide, "Export": TARGET; checked with llvm-mc-19 -mcpu=gfx1200)
-EXPORT_TGT = {**{k: f"mrt{k}" for k in range(8)}, 8: "mrtz", 9: "null", **{12 + k: f"pos{k}" for k in range(5)},
+# export targets (AMD RDNA4 ISA guide, "Export": TARGET; checked with llvm-mc-19 -mcpu=gfx1200, which has no null)
+EXPORT_TGT = {**{k: f"mrt{k}" for k in range(8)}, 8: "mrtz", **{12 + k: f"pos{k}" for k in range(5)},
               20: "prim", 21: "dual_src_blend0", 22: "dual_src_blend1"}
 
 
@@ -543,7 +552,8 @@ def _image(i: Inst) -> str:
     from .decode_rdna4 import DIMS
     m, f = i.mnemonic, i.fields
     addr = reg(i.vaddr[0]) if len(i.vaddr) == 1 else "[" + ", ".join(reg(a) for a in i.vaddr) + "]"
-    ops = [reg(i.data), addr, reg(i.srsrc)] + ([reg(i.ssamp)] if i.ssamp is not None else [])
+    sreg = lambda o, fld: SPECIAL.get(f[fld]) or reg(o)     # noqa: E731  (9-bit fields: src_* codes by name)
+    ops = [reg(i.data), addr, sreg(i.srsrc, "rsrc")] + ([sreg(i.ssamp, "samp")] if i.ssamp is not None else [])
     if "bvh" in m:
         return " ".join([f"{m} {', '.join(ops)}"] + _policy(i) + (["a16"] if f["a16"] else []))
     mods = ([f"dmask:{f['dmask']:#x}"] if f["dmask"] else []) + [f"dim:SQ_RSRC_IMG_{DIMS[f['dim']][0]}"]
@@ -569,7 +579,7 @@ def _vdsdir(i: Inst) -> str:
 
 def _vexport(i: Inst) -> str:
     f = i.fields
-    tgt = EXPORT_TGT.get(f["target"], str(f["target"]))
+    tgt = EXPORT_TGT.get(f["target"], f"invalid_target_{f['target']}")
     srcs = [reg(Operand("v", f[f"vsrc{k}"])) if f["en"] >> k & 1 else "off" for k in range(4)]
     return " ".join([f"export {tgt} {', '.join(srcs)}"] + (["done"] if f["done"] else []) +
                     (["row_en"] if f["row"] else []))
