@@ -406,6 +406,8 @@ def _valu(i: Inst) -> str:
             for k, sv in enumerate(srcs):
                 c = _plain(sv)
                 c.neg, c.abs = sv.neg, bool(i.neg_hi >> k & 1)
+                if c.literal:       # LLVM 19 prints a mix literal as an f16 (its low half), whatever op_sel_hi
+                    c.bits, c.value = 16, c.value & 0xFFFF
                 ops.append(src_text(c))
         else:
             neg_lo = sum(1 << k for k, sv in enumerate(srcs) if sv.neg)
