@@ -111,14 +111,15 @@ class Inst:
     VOPC operation promoted to VOP3; size: bytes; dst/src: operands (see Operand); literal: the literal dword
     or None. Modifiers: clamp, omod, opsel, opsel_hi, neg_hi (VOP3P), dpp (DPP16/DPP8/None). Scalar: simm16
     (sign-extended), target (branch destination PC). Memory: offset, offset0/offset1 (DS), glc, slc, dlc, gds,
-    sve, offen, idxen, and the named address operands addr, saddr (None = off), sbase, soffset, srsrc, data.
+    sve, offen, idxen, and the named address operands addr, saddr (None = off), sbase, soffset, srsrc, data;
+    image operations: vaddr (the address VGPR groups, one Operand per address slot), ssamp (sampler).
     VOPD: x, y (Half). family: the ISA family ('rdna3', 'rdna4'); RDNA4 memory keeps scope/th in fields.
     """
 
     __slots__ = ("pc", "size", "raw", "enc", "op", "name", "key", "e64", "dst", "src", "literal", "clamp", "omod",
                  "opsel", "opsel_hi", "neg_hi", "dpp", "simm16", "target", "offset", "offset0", "offset1", "glc",
                  "slc", "dlc", "gds", "sve", "offen", "idxen", "addr", "saddr", "sbase", "soffset", "srsrc", "data",
-                 "x", "y", "fields", "mask_bits", "dead_sdst", "family")
+                 "vaddr", "ssamp", "x", "y", "fields", "mask_bits", "dead_sdst", "family")
 
     def __init__(self, pc: int, enc: str, op: int, name: str):
         self.pc, self.enc, self.op, self.name = pc, enc, op, name
@@ -131,7 +132,8 @@ class Inst:
         self.opsel_hi = 0
         self.offset = self.offset0 = self.offset1 = self.glc = self.slc = self.dlc = self.gds = self.sve = 0
         self.offen = self.idxen = 0
-        self.addr = self.saddr = self.sbase = self.soffset = self.srsrc = self.data = None
+        self.addr = self.saddr = self.sbase = self.soffset = self.srsrc = self.data = self.ssamp = None
+        self.vaddr: tuple[Operand, ...] = ()
         self.x = self.y = None
         self.fields: dict[str, int] = {}
         self.mask_bits = 32

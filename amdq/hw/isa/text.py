@@ -16,6 +16,16 @@ MSG.update({v: k for k, v in isa.tables().NAMES["MSG"].items() if k != "MSG_RTN_
 HWREG_SYNTAX = {"HW_REG_SHADER_FLAT_SCRATCH_LO": "HW_REG_FLAT_SCR_LO", "HW_REG_SHADER_FLAT_SCRATCH_HI": "HW_REG_FLAT_SCR_HI"}
 HWREG_UNNAMED = {8, 9, 13, 14, 16, 17, 25, 26, 28}      # registers gfx11 assembler syntax leaves numeric
 HWREG = {v: HWREG_SYNTAX.get(k, k) for k, v in isa.tables().NAMES["HWREG"].items() if v not in HWREG_UNNAMED}
+# RDNA4: the RDNA4 ISA guide's register ids (its HW_REG_WAVE_* names lose WAVE_ in assembler syntax), plus the ids
+# llvm-mc-19 -mcpu=gfx1200 names that the guide's table lacks; messages: the guide's S_SENDMSG ids, MSG_RTN 135
+# spelled as LLVM 19 does.
+HWREG_BY = {"rdna3": HWREG, "rdna4": {
+    **{v: k.replace("HW_REG_WAVE_", "HW_REG_") for k, v in isa.tables("rdna4").NAMES["HWREG"].items()},
+    7: "HW_REG_IB_STS", 31: "HW_REG_DVGPR_ALLOC_LO", 32: "HW_REG_DVGPR_ALLOC_HI"}}
+MSG_BY = {"rdna3": MSG, "rdna4": {
+    1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 9: "MSG_GS_ALLOC_REQ",
+    **{v: k for k, v in isa.tables("rdna4").NAMES["MSG"].items() if k != "MSG_RTN_ILLEGAL_MSG"},
+    135: "MSG_RTN_GET_SE_AID_ID"}}
 DELAY_ID = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "TRANS32_DEP_1", "TRANS32_DEP_2",
             "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2", "SALU_CYCLE_3"]
 DELAY_SKIP = ["SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4"]
@@ -102,7 +112,7 @@ def src_text(op: Operand, salu: bool = False) -> str:
     if op.abs:
         t = f"|{t}|"
     if op.neg:
-        t = f"neg({t})" if op.kind == "c" and not op.abs and (op.literal or op.code <= 208) else f"-{t}"
+        t = f"neg({t})" if op.kind == "c" and not op.abs else f"-{t}"
     return t
 
 
@@ -116,9 +126,7 @@ def waitcnt(v: int) -> str:
 
 
 def delay_alu(v: int) -> str:
-    id0, skip, id1 = v & 0xF, v >> 4 & 7, v >> 7 & 0xF
-    if v >> 11:
-        return f"{v:#x}"
+    id0, skip, id1 = v & 0xF, v >> 4 & 7, v >> 7 & 0xF     # bits 11-15 are ignored
     ids = lambda k: DELAY_ID[k] if k < len(DELAY_ID) else "/* invalid instid value */"    # noqa: E731
     parts = [f"instid0({ids(id0)})" if id0 else "",
              f"instskip({DELAY_SKIP[skip] if skip < len(DELAY_SKIP) else '/* invalid instskip value */'})" if skip else "",
@@ -136,49 +144,69 @@ def depctr(v: int) -> str:
     return " ".join(parts) or " ".join(f"{n}({(1 << w) - 1})" for n, lo, w in DEPCTR)
 
 
-def hwreg(v: int) -> str:
+def hwreg(v: int, family: str = "rdna3") -> str:
+    """hwreg(...) text of a SIMM16 register/offset/size triple."""
     rid, off, size = v & 0x3F, v >> 6 & 0x1F, (v >> 11 & 0x1F) + 1
-    name = HWREG.get(rid, str(rid))
+    name = HWREG_BY[family].get(rid, str(rid))
     return f"hwreg({name})" if off == 0 and size == 32 else f"hwreg({name}, {off}, {size})"
 
 
-def sendmsg(v: int) -> str:
-    if v in MSG:
-        return f"sendmsg({MSG[v]})"
+def sendmsg(v: int, family: str = "rdna3") -> str:
+    """sendmsg(...) text of a message id."""
+    msg = MSG_BY[family]
+    if v & 0xFF in msg:             # a named message: LLVM 19 ignores the bits above the id
+        return f"sendmsg({msg[v & 0xFF]})"
     return f"sendmsg({v}, 0, 0)" if v < 256 else str(v)
 
 
 def _sopp(i: Inst) -> str:
     m, v = i.mnemonic, i.simm16 & 0xFFFF
     if m in ("s_endpgm", "s_barrier", "s_code_end", "s_icache_inv", "s_wakeup", "s_endpgm_saved", "s_wait_idle",
-             "s_ttracedata", "s_endpgm_ordered_ps_done"):
+             "s_ttracedata", "s_endpgm_ordered_ps_done", "s_barrier_leave"):
         return m if not (m == "s_endpgm" and v) else f"{m} {v}"
     if m == "s_waitcnt":
         return f"{m} {waitcnt(v)}"
     if m == "s_delay_alu":
         return f"{m} {delay_alu(v)}"
+    if m in ("s_waitcnt_depctr", "s_wait_alu"):       # RDNA4's s_wait_alu is gfx11's s_waitcnt_depctr
+        return f"{m} {depctr(v)}"
     if m.startswith("s_wait_") and m != "s_wait_idle":     # RDNA4's counters and s_wait_alu print in hex
         return f"{m} {v:#x}"
-    if m == "s_waitcnt_depctr":
-        return f"{m} {depctr(v)}"
     if m in ("s_sendmsg", "s_sendmsghalt"):
-        return f"{m} {sendmsg(v)}"
+        return f"{m} {sendmsg(v, i.family)}"
     if i.target is not None:
         return f"{m} {v}"
-    if m in ("s_clause", "s_set_inst_prefetch_distance", "s_round_mode", "s_wait_event", "s_ttracedata_imm"):
+    if m in ("s_clause", "s_set_inst_prefetch_distance", "s_round_mode", "s_wait_event", "s_ttracedata_imm",
+             "s_singleuse_vdst"):
         return f"{m} {v:#x}"
     return f"{m} {v}" if v <= 64 else f"{m} {v:#x}"
+
+
+# s_version's RDNA4 symbols, as llvm-mc-19 -mcpu=gfx1200 prints them: code-object version ids (bits 0-7) and flags
+UC_VERSION = {0: "UC_VERSION_GFX7", 4: "UC_VERSION_GFX10", 6: "UC_VERSION_GFX11", 9: "UC_VERSION_GFX12"}
+UC_FLAGS = ((13, "UC_VERSION_W64_BIT"), (14, "UC_VERSION_W32_BIT"), (15, "UC_VERSION_MDP_BIT"))
+
+
+def version(v: int) -> str:
+    """RDNA4 s_version operand: VERSION|FLAG... (left-nested), or the number when bits 8-12 are set."""
+    if v & 0x1F00:
+        return f"{v:#x}"
+    t = UC_VERSION.get(v & 0xFF, str(v & 0xFF))
+    for n, (bit, name) in enumerate(b for b in UC_FLAGS if v >> b[0] & 1):
+        t = f"({t})|{name}" if n else f"{t}|{name}"
+    return t
 
 
 def _sopk(i: Inst) -> str:
     m, v = i.mnemonic, i.simm16 & 0xFFFF
     if m in ("s_getreg_b32", "s_setreg_b32"):
         # s_setreg's SOPK sdst field names its source register (the decoder puts it in src)
-        return f"{m} {reg(i.dst[0])}, {hwreg(v)}" if m == "s_getreg_b32" else f"{m} {hwreg(v)}, {reg(i.src[0])}"
+        h = hwreg(v, i.family)
+        return f"{m} {reg(i.dst[0])}, {h}" if m == "s_getreg_b32" else f"{m} {h}, {reg(i.src[0])}"
     if m == "s_setreg_imm32_b32":
-        return f"{m} {hwreg(v)}, {src_text(i.src[0], salu=True)}"
+        return f"{m} {hwreg(v, i.family)}, {src_text(i.src[0], salu=True)}"
     if m == "s_version":
-        return f"{m} {v}" if v <= 255 else f"{m} {v:#x}"
+        return f"{m} {version(v) if i.family == 'rdna4' else v if v <= 255 else f'{v:#x}'}"
     if m.startswith("s_subvector_loop"):
         return f"{m} {reg(Operand('s', i.fields['sdst']))}, {v}"
     if m == "s_call_b64":
@@ -194,8 +222,11 @@ def _salu(i: Inst) -> str:
         return _sopk(i)
     ops = [reg(d) for d in i.dst]
     srcs = [src_text(s, salu=True) for s in i.src]
+    if i.enc == "SOPC":     # s_cmp_*_f16: LLVM 19 prints a float inline constant as its f16 bit pattern
+        srcs = [f"{FLOAT_CONST[s.code][0]:#x}" if s.kind == "c" and s.bits == 16 and s.code in FLOAT_CONST else t
+                for s, t in zip(i.src, srcs)]
     if m == "s_sendmsg_rtn_b32" or m == "s_sendmsg_rtn_b64":
-        srcs = [sendmsg(i.fields["ssrc0"])]
+        srcs = [sendmsg(i.fields["ssrc0"], i.family)]
     if m == "s_fmamk_f32":
         srcs = [srcs[0], srcs[2], srcs[1]]
     return f"{m} {', '.join(ops + srcs)}" if ops or srcs else m
@@ -207,18 +238,23 @@ def _smem(i: Inst) -> str:
     if m.startswith("s_atc_probe"):    # sdata holds a 7-bit immediate
         v = i.fields["sdata"]
         ops = [str(v) if v <= 64 else f"{v:#x}"]
+    if "prefetch" in m:                # RDNA4: [sbase,] ioffset, soffset, length (sdata)
+        ops = ([reg(i.sbase)] if i.sbase is not None else []) + \
+            [_hex(i.offset), reg(i.soffset) if i.soffset is not None else "null", str(i.fields["sdata"])]
+        return f"{m} {', '.join(ops)}"
     if i.sbase is not None:
         ops.append(reg(i.sbase))
         if i.soffset is not None:
             ops.append(reg(i.soffset) + (f" offset:{_hex(i.offset)}" if i.offset or i.family == "rdna4" else ""))
         else:
             ops.append(_hex(i.offset) if i.offset or i.family == "rdna4" else "null")
-    return " ".join([m + (" " + ", ".join(ops) if ops else "")] + _cache(i))
+    policy = _cache(i) if i.family != "rdna4" or "load" in m else []     # RDNA4: only loads print th/scope
+    return " ".join([m + (" " + ", ".join(ops) if ops else "")] + policy)
 
 
 # RDNA4 cache policy spellings (LLVM 19, checked with llvm-mc-19 -mcpu=gfx1201 for every TH value at scopes CU
-# and SYS, and the LLVM corpus): TH value -> name by access kind; load/store TH 3 is BYPASS at SCOPE_SYS, atomic
-# TH 4-7 are CASCADE_* above SCOPE_CU
+# and SYS, and the LLVM corpus; atomics at every scope): TH value -> name by access kind; load/store TH 3 is BYPASS
+# at SCOPE_SYS, atomic TH 4-7 are CASCADE_* at SCOPE_DEV and SCOPE_SYS
 SCOPES = {1: "SCOPE_SE", 2: "SCOPE_DEV", 3: "SCOPE_SYS"}
 TH_LOAD = {1: "NT", 2: "HT", 3: "LU", 4: "NT_RT", 5: "RT_NT", 6: "NT_HT"}
 TH_STORE = {1: "NT", 2: "HT", 3: "RT_WB", 4: "NT_RT", 5: "RT_NT", 6: "NT_HT", 7: "NT_WB"}
@@ -231,7 +267,7 @@ def _policy(i: Inst) -> list[str]:
     out = []
     if th:
         if "ATOMIC" in n:
-            t = TH_ATOMIC.get(th) or (("CASCADE_RT", "CASCADE_NT")[th >> 1 & 1] if sc else f"{th:#x}")
+            t = TH_ATOMIC.get(th) or (("CASCADE_RT", "CASCADE_NT")[th >> 1 & 1] if sc >= 2 else f"{th:#x}")
             out.append(f"th:TH_ATOMIC_{t}")
         else:
             kind, names = ("STORE", TH_STORE) if "STORE" in n else ("LOAD", TH_LOAD)
@@ -285,6 +321,20 @@ def _dpp_text(i: Inst) -> list[str]:
     return out
 
 
+# VOP3 operations whose OPSEL field is no operand-half select. Source: the RDNA4 ISA guide (V_PERMLANE*:
+# OPSEL[0] fetch-inactive, OPSEL[1] bound-control; V_CVT_*FP8/BF8*: OPSEL names the byte read or written),
+# spellings as llvm-mc-19 prints them. BYTE_SEL: mnemonic -> (OPSEL bit of byte_sel bit 1, of byte_sel bit 0).
+PERMLANE = ("v_permlane16_b32", "v_permlanex16_b32", "v_permlane16_var_b32", "v_permlanex16_var_b32")
+BYTE_SEL = {"v_cvt_sr_fp8_f32": (3, 2), "v_cvt_sr_bf8_f32": (3, 2), "v_cvt_f32_fp8": (0, 1),
+            "v_cvt_f32_bf8": (0, 1)}
+# VOP3 operations with 16-bit operands whose op_sel LLVM 19 does not print, and those whose op_sel it prints for
+# every source (32-bit ones too); found by encoding each OPSEL bit of every VOP3 opcode for llvm-mc-19 -mcpu=gfx1100
+# and gfx1200
+NO_OPSEL = frozenset({"v_alignbit_b32", "v_alignbyte_b32", "v_maxmin_f16", "v_minmax_f16", "v_maxmin_num_f16",
+                      "v_minmax_num_f16"})
+OPSEL_ALL = frozenset({"v_mad_u32_u16", "v_mad_i32_i16"})
+
+
 def _vname(i: Inst) -> str:
     n = i.name
     base = _key(n)          # the family's own mnemonic (i.key may be a handler alias)
@@ -320,14 +370,20 @@ def _valu(i: Inst) -> str:
         ops[len(dst) + k] = f"{srcs[k].value:#x}"
     mods = []
     if i.enc in ("VOP3", "VOP3SD"):
-        if m in ("v_permlane16_b32", "v_permlanex16_b32"):     # op_sel bits 0/1 are fetch-inactive, bound_ctrl
+        if m in PERMLANE:     # op_sel bits 0/1 are fetch-inactive, bound_ctrl
             if i.opsel & 3:
                 mods.append("op_sel:" + _bits_list(i.opsel, 2))
-        elif i.opsel and any(o.bits == 16 for o in (*dst, *srcs)) and not (i.dpp is not None and i.op < 512):
+        elif m in BYTE_SEL:   # op_sel bits pick the byte of an FP8/BF8 conversion
+            hi, lo = BYTE_SEL[m]
+            sel = (i.opsel >> hi & 1) << 1 | (i.opsel >> lo & 1)
+            if sel:
+                mods.append(f"byte_sel:{sel}")
+        elif i.opsel and any(o.bits == 16 for o in (*dst, *srcs)) and not (i.dpp is not None and i.op < 512) \
+                and m not in NO_OPSEL:
             # LLVM 19 has no op_sel on the DPP forms of VOP1/VOP2/VOPC operations, and shows bits of 16-bit
-            # operands only
+            # operands only (every source's of the OPSEL_ALL operations)
             nsrc = len(srcs)
-            sel = sum(1 << k for k, o in enumerate(srcs) if i.opsel >> k & 1 and o.bits == 16)
+            sel = sum(1 << k for k, o in enumerate(srcs) if i.opsel >> k & 1 and (o.bits == 16 or m in OPSEL_ALL))
             sel |= (i.opsel >> 3 & 1) << nsrc
             if sel:
                 mods.append("op_sel:" + _bits_list(sel, nsrc + 1))
@@ -339,7 +395,9 @@ def _valu(i: Inst) -> str:
         n = len(srcs)
         mix = m.startswith("v_fma_mix")
         full = 0 if mix else (1 << n) - 1
-        if i.opsel:
+        if i.opsel and m.startswith("v_swmmac"):      # sparse WMMA: op_sel selects the index set
+            mods.append(f"index_key:{i.opsel}")
+        elif i.opsel:
             mods.append("op_sel:" + _bits_list(i.opsel, n))
         if i.opsel_hi & ((1 << n) - 1) != full:
             mods.append("op_sel_hi:" + _bits_list(i.opsel_hi, n))
@@ -348,6 +406,8 @@ def _valu(i: Inst) -> str:
             for k, sv in enumerate(srcs):
                 c = _plain(sv)
                 c.neg, c.abs = sv.neg, bool(i.neg_hi >> k & 1)
+                if c.literal:       # LLVM 19 prints a mix literal as an f16 (its low half), whatever op_sel_hi
+                    c.bits, c.value = 16, c.value & 0xFFFF
                 ops.append(src_text(c))
         else:
             neg_lo = sum(1 << k for k, sv in enumerate(srcs) if sv.neg)
@@ -424,7 +484,7 @@ def _bitmask(a: int, o: int, x: int) -> str:
     out = ""
     for k in range(4, -1, -1):
         ab, ob, xb = a >> k & 1, o >> k & 1, x >> k & 1
-        out += "p" if ab and not ob and not xb else "i" if ab and xb and not ob else "1" if ob and not ab else "0"
+        out += ("i" if xb else "p") if ab and not ob else str(ob ^ xb)   # lane bit, inverted, or a constant
     return out
 
 
@@ -455,15 +515,82 @@ def _mubuf(i: Inst) -> str:
     ops = [reg(data), reg(i.addr) if i.addr is not None else "off", reg(i.srsrc), src_text(i.soffset)]
     if "_lds_" in m:
         ops = ops[1:]
-    mods = [n for n, b in (("idxen", i.idxen), ("offen", i.offen)) if b]
+    mods = buf_format(i.fields["format"]) if i.family == "rdna4" and m.startswith("tbuffer") else []
+    mods += [n for n, b in (("idxen", i.idxen), ("offen", i.offen)) if b]
     if i.offset:
         mods.append(f"offset:{i.offset}")
     return " ".join([m + " " + ", ".join(ops)] + mods + _cache(i) + (["tfe"] if i.fields.get("tfe") else []))
 
 
+# ---------------------------------------------------------------- RDNA4 encodings
+
+# Unified buffer formats 0..63 (AMD RDNA4 ISA guide, "Buffer formats", the same list as RDNA3's) in llvm-mc-19's
+# spelling; 1 (BUF_FMT_8_UNORM) is the default and is not printed, 64+ print as numbers.
+BUF_FMT = ("INVALID", "8_UNORM", "8_SNORM", "8_USCALED", "8_SSCALED", "8_UINT", "8_SINT", "16_UNORM", "16_SNORM",
+           "16_USCALED", "16_SSCALED", "16_UINT", "16_SINT", "16_FLOAT", "8_8_UNORM", "8_8_SNORM", "8_8_USCALED",
+           "8_8_SSCALED", "8_8_UINT", "8_8_SINT", "32_UINT", "32_SINT", "32_FLOAT", "16_16_UNORM", "16_16_SNORM",
+           "16_16_USCALED", "16_16_SSCALED", "16_16_UINT", "16_16_SINT", "16_16_FLOAT", "10_11_11_FLOAT",
+           "11_11_10_FLOAT", "10_10_10_2_UNORM", "10_10_10_2_SNORM", "10_10_10_2_UINT", "10_10_10_2_SINT",
+           "2_10_10_10_UNORM", "2_10_10_10_SNORM", "2_10_10_10_USCALED", "2_10_10_10_SSCALED", "2_10_10_10_UINT",
+           "2_10_10_10_SINT", "8_8_8_8_UNORM", "8_8_8_8_SNORM", "8_8_8_8_USCALED", "8_8_8_8_SSCALED",
+           "8_8_8_8_UINT", "8_8_8_8_SINT", "32_32_UINT", "32_32_SINT", "32_32_FLOAT", "16_16_16_16_UNORM",
+           "16_16_16_16_SNORM", "16_16_16_16_USCALED", "16_16_16_16_SSCALED", "16_16_16_16_UINT",
+           "16_16_16_16_SINT", "16_16_16_16_FLOAT", "32_32_32_UINT", "32_32_32_SINT", "32_32_32_FLOAT",
+           "32_32_32_32_UINT", "32_32_32_32_SINT", "32_32_32_32_FLOAT")
+# export targets (AMD RDNA4 ISA guide, "Export": TARGET; checked with llvm-mc-19 -mcpu=gfx1200, which has no null)
+EXPORT_TGT = {**{k: f"mrt{k}" for k in range(8)}, 8: "mrtz", **{12 + k: f"pos{k}" for k in range(5)},
+              20: "prim", 21: "dual_src_blend0", 22: "dual_src_blend1"}
+
+
+def buf_format(v: int) -> list[str]:
+    """The format: modifier of a typed buffer access ([] for the default BUF_FMT_8_UNORM)."""
+    if v == 1:
+        return []
+    return [f"format:[BUF_FMT_{BUF_FMT[v]}]" if v < len(BUF_FMT) else f"format:{v}"]
+
+
+def _image(i: Inst) -> str:
+    """VIMAGE / VSAMPLE: vdata, address slots, rsrc[, samp], then dmask/dim/cache policy/flags."""
+    from .decode_rdna4 import DIMS
+    m, f = i.mnemonic, i.fields
+    addr = reg(i.vaddr[0]) if len(i.vaddr) == 1 else "[" + ", ".join(reg(a) for a in i.vaddr) + "]"
+    sreg = lambda o, fld: SPECIAL.get(f[fld]) or reg(o)     # noqa: E731  (9-bit fields: src_* codes by name)
+    ops = [reg(i.data), addr, sreg(i.srsrc, "rsrc")] + ([sreg(i.ssamp, "samp")] if i.ssamp is not None else [])
+    if "bvh" in m:
+        return " ".join([f"{m} {', '.join(ops)}"] + _policy(i) + (["a16"] if f["a16"] else []))
+    mods = ([f"dmask:{f['dmask']:#x}"] if f["dmask"] else []) + [f"dim:SQ_RSRC_IMG_{DIMS[f['dim']][0]}"]
+    mods += (["unorm"] if f.get("unrm") else []) + _policy(i)
+    mods += [n for n in ("r128", "a16", "tfe", "lwe", "d16") if f.get(n)]
+    return " ".join([f"{m} {', '.join(ops)}"] + mods)
+
+
+def _vinterp(i: Inst) -> str:
+    ops = [reg(i.dst[0])] + [src_text(s) for s in i.src]
+    mods = ["clamp"] if i.clamp else []
+    if i.opsel and "f16" in i.mnemonic:
+        mods.append("op_sel:" + _bits_list(i.opsel, 4))
+    mods.append(f"wait_exp:{i.fields['waitexp']}")
+    return " ".join([f"{i.mnemonic} {', '.join(ops)}"] + mods)
+
+
+def _vdsdir(i: Inst) -> str:
+    f = i.fields
+    ops = [reg(i.dst[0])] + ([f"attr{f['attr']}.{'xyzw'[f['attr_chan']]}"] if i.mnemonic == "ds_param_load" else [])
+    return f"{i.mnemonic} {', '.join(ops)} wait_va_vdst:{f['wait_va_vdst']} wait_vm_vsrc:{f['wait_vm_vsrc']}"
+
+
+def _vexport(i: Inst) -> str:
+    f = i.fields
+    tgt = EXPORT_TGT.get(f["target"], f"invalid_target_{f['target']}")
+    srcs = [reg(Operand("v", f[f"vsrc{k}"])) if f["en"] >> k & 1 else "off" for k in range(4)]
+    return " ".join([f"export {tgt} {', '.join(srcs)}"] + (["done"] if f["done"] else []) +
+                    (["row_en"] if f["row"] else []))
+
+
 FORMATTERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP": _salu, "SMEM": _smem,
               "VOP1": _valu, "VOP2": _valu, "VOPC": _valu, "VOP3": _valu, "VOP3SD": _valu, "VOP3P": _valu,
-              "VOPD": _vopd, "DS": _ds, "FLAT": _flat, "GLOBAL": _flat, "SCRATCH": _flat, "MUBUF": _mubuf}
+              "VOPD": _vopd, "DS": _ds, "FLAT": _flat, "GLOBAL": _flat, "SCRATCH": _flat, "MUBUF": _mubuf,
+              "VIMAGE": _image, "VSAMPLE": _image, "VINTERP": _vinterp, "VDSDIR": _vdsdir, "VEXPORT": _vexport}
 
 
 def text(inst: Inst) -> str:
