@@ -203,7 +203,7 @@ class Firmware:
     header_version: tuple[int, int]
     ip_version: tuple[int, int]
     ucode_version: int
-    feature_version: int | None
+    feature_version: int | None           # ucode_feature_version (the TOC/legacy header: sos.fw_version)
     size: int
     sha256: str
     header: dict = field(repr=False)
@@ -274,11 +274,15 @@ _CLASSES = {"cp": CPFirmware, "rlc": RLCFirmware, "imu": IMUFirmware, "mes": MES
 
 # ---------------------------------------------------------------------------------------------------------
 # Parsing and checking.
+_BASE_RE = re.compile(r"^(?:header|v\d+_\d+)$")   # struct members that are the base header (inheritance)
+
+
 def _flat(d: dict) -> dict:
-    """A nested header dict (v2_3 -> v2_2 -> ... -> header) flattened to one level of field names."""
+    """A header dict with its base headers (v2_3 -> v2_2 -> ... -> header) flattened into one level; other
+    nested structs (the legacy `sos` descriptor of a TOC header) stay dicts."""
     out: dict = {}
     for k, v in d.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and _BASE_RE.match(k):
             out.update(_flat(v))
         else:
             out[k] = v
@@ -347,7 +351,8 @@ def parse_firmware(raw: bytes, file: str, kind: str | None = None, path: str | N
     return _CLASSES[kind](
         file=os.path.basename(file), kind=kind, header_version=hv,
         ip_version=(h["ip_version_major"], h["ip_version_minor"]), ucode_version=h["ucode_version"],
-        feature_version=f.get("ucode_feature_version"), size=len(raw), sha256=hashlib.sha256(raw).hexdigest(),
+        feature_version=f["ucode_feature_version"] if "ucode_feature_version" in f else
+        (f["sos"]["fw_version"] if "sos" in f else None), size=len(raw), sha256=hashlib.sha256(raw).hexdigest(),
         header=f, parts=dict(c.parts), raw=raw, path=path, crc_checked=crc, **extra)
 
 
@@ -728,14 +733,14 @@ def standin_image(file: str, kind: str | None = None) -> bytes:
 def _flat_fields(st: Struct) -> set[str]:
     out: set[str] = set()
     for n, (_, typ) in st.fields.items():
-        out |= _flat_fields(typ) if isinstance(typ, Struct) else {n}
+        out |= _flat_fields(typ) if isinstance(typ, Struct) and _BASE_RE.match(n) else {n}
     return out
 
 
 def _pack_header(buf: bytearray, st: Struct, values: dict, base: int = 0) -> None:
     """Write flat field values into a nested header struct (the inverse of _flat for the fields given)."""
     for n, (off, typ) in st.fields.items():
-        if isinstance(typ, Struct):
+        if isinstance(typ, Struct) and _BASE_RE.match(n):
             _pack_header(buf, typ, values, base + off)
         elif n in values:
             st.pack_into(buf, base, **{n: values[n]})
