@@ -14,6 +14,14 @@ class CodeObjectError(AmdqError):
     """A malformed, truncated or unsupported AMDGPU code object."""
 
 
+class FirmwareError(AmdqError):
+    """A firmware file that is malformed (the message names the file and the field) or cannot be found."""
+
+
+class FirmwareMissing(FirmwareError, FileNotFoundError):
+    """A firmware file found in none of the searched directories (the message names them and the package)."""
+
+
 class CompileError(AmdqError):
     """LLVM refused the input; the message carries LLVM's diagnostic."""
 
