@@ -150,6 +150,10 @@ def test_am_debug_4_installs_the_printer(monkeypatch, capsys):
     r = gfx()
     r.MP0.regMP0_SMN_C2PMSG_33.read()
     assert "am: R MP0.regMP0_SMN_C2PMSG_33 @0x16061 = 0x00000000" in capsys.readouterr().err
+    f = RegisterFile(r.layout)
+    assert f.raw.tracer is None                              # the simulator's own view is never traced
+    Registers(r.layout, f).GC.regCP_HQD_ACTIVE.write(1)
+    assert capsys.readouterr().err.count("regCP_HQD_ACTIVE") == 1
     monkeypatch.setenv("AM_DEBUG", "3")
     assert gfx().tracer is None
     monkeypatch.setenv("AM_DEBUG", "loud")

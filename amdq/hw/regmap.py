@@ -384,11 +384,12 @@ class Registers:
 
     `regs.GC` is instance 0 of GC, `regs.block("SDMA0", 1)` another instance, `regs.xcc(i)` the view
     of compute die i. `tracer` (a callable taking an `Access`) sees every read and write made through
-    this object; AM_DEBUG=4 installs `AccessPrinter` when none is given."""
+    this object; AM_DEBUG=4 installs `AccessPrinter` when none is given (unless from_env is False, as
+    for the simulator's own side-effect-free view)."""
 
-    def __init__(self, layout: Layout, backend: Backend, tracer: Tracer | None = None):
+    def __init__(self, layout: Layout, backend: Backend, tracer: Tracer | None = None, from_env: bool = True):
         self.layout, self.backend = layout, backend
-        if tracer is None and debug_level() >= 4:
+        if tracer is None and from_env and debug_level() >= 4:
             tracer = AccessPrinter()
         self.tracer: Tracer | None = tracer
         self._maps: dict[tuple[str, int], RegisterMap] = {}

@@ -42,7 +42,7 @@ class RegisterFile:
     def __init__(self, layout: Layout, *parts: Any):
         self.layout = layout
         self.store = MemoryBackend()
-        self.raw = Registers(layout, self.store, tracer=None)   # no side effects, never traced
+        self.raw = Registers(layout, self.store, from_env=False)   # no side effects, never traced
         self._on_read: dict[int, _Handler] = {}
         self._on_write: dict[int, _Handler] = {}
         names = {n for t in layout.tables.values() for n in t}
