@@ -98,3 +98,26 @@ class LDSLimitExceeded(AmdqError):
 
 class KernelLDSTooLarge(CodeObjectError, LDSLimitExceeded):
     """A kernel's static LDS alone exceeds the target's limit (raised at load)."""
+
+
+class RegisterError(AmdqError):
+    """A register access that cannot be made: unknown register, field or address, or a value that does not fit."""
+
+
+class UnknownRegister(RegisterError, AttributeError):
+    """No register of that name (or at that address) in the register map (also an AttributeError)."""
+
+
+class UnknownField(RegisterError, KeyError):
+    """A register has no field of that name, or a field no value of that name (also a KeyError)."""
+
+    def __str__(self) -> str:          # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class FieldOverflow(RegisterError, ValueError):
+    """A value does not fit its register field (also a ValueError)."""
+
+
+class DiscoveryError(AmdqError):
+    """A malformed IP discovery binary; the message names the field that is wrong."""

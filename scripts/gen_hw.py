@@ -1107,6 +1107,35 @@ BASES: dict[str, dict[str, list[list[int]]]] = {{
 
 # ------------------------------------------------------------------------------------------------
 
+# Register field values named by the enum headers (soc_<gen>.json: vega10/soc21/soc24_enum.h), per GC
+# generation: (register, field) -> constant-name prefix; the value names are the constants without it.
+FIELD_ENUM_PREFIXES = {
+    ("SH_MEM_CONFIG", "ADDRESS_MODE"): "SH_MEM_ADDRESS_MODE_",
+    ("SH_MEM_CONFIG", "ALIGNMENT_MODE"): "SH_MEM_ALIGNMENT_MODE_",
+}
+
+
+def gen_reg_enums() -> None:
+    rows = []
+    for gen in (9, 11, 12):
+        d = load(f"soc_{gen}.json")
+        c = d["constants"]
+        regs_: dict = {}
+        for (reg, field), pre in FIELD_ENUM_PREFIXES.items():
+            vals = {k[len(pre):]: v for k, v in sorted(c.items()) if k.startswith(pre)}
+            assert vals, (gen, pre)
+            regs_.setdefault(reg, {})[field] = vals
+        rows.append(f"    {gen}: {{  # {d['source']}\n" + "".join(
+            f"        {r!r}: {f!r},\n" for r, f in sorted(regs_.items())) + "    },")
+    text = (
+        '"""Named values of register fields, per GC generation: {gen: {register: {field: {name: value}}}}.\n\n'
+        "Sources: shared/facts/soc_9.json, soc_11.json, soc_12.json (ROCm aqlprofile vega10_enum.h, soc21_enum.h,\n"
+        "soc24_enum.h); the value names are the header constants without their prefix (SH_MEM_ALIGNMENT_MODE_ ...).\n"
+        f'{GEN}\n"""\n'
+        "FIELD_ENUMS: dict[int, dict[str, dict[str, dict[str, int]]]] = {\n" + "\n".join(rows) + "\n}\n")
+    write(OUT / "regs" / "enums.py", text)
+
+
 def main() -> None:
     global FACTS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1120,7 +1149,7 @@ def main() -> None:
         GENERATORS[t]()
 
 
-GENERATORS = {"pm4": gen_pm4, "sdma": gen_sdma, "vm": gen_vm, "regs": gen_regs, "kfd": gen_kfd, "am": gen_am, "aql": gen_aql}
+GENERATORS = {"pm4": gen_pm4, "sdma": gen_sdma, "vm": gen_vm, "regs": gen_regs, "reg_enums": gen_reg_enums, "kfd": gen_kfd, "am": gen_am, "aql": gen_aql}
 
 if __name__ == "__main__":
     main()

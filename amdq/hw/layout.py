@@ -154,7 +154,7 @@ class Struct:
         self.pack_into(buf, 0, **values)
         return bytes(buf)
 
-    def pack_into(self, buf: bytearray | memoryview, offset: int, **values: Any) -> None:
+    def pack_into(self, buf: bytearray | memoryview, offset: int, /, **values: Any) -> None:
         if len(buf) - offset < self.size:
             raise ValueError(f"{self.name} needs {self.size} bytes, {len(buf) - offset} available")
         for n, v in values.items():
