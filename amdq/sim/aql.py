@@ -132,9 +132,11 @@ class AQLQueue(PM4Executor):
 
     def context(self) -> dict:
         s = self.at
+        out = {"xcc": self.xcc} if self.link is not None else {}      # which die stopped, on a multi-XCC queue
         if s is None:
-            return {}
-        out = {"kernel_object": s.kobj} if s.kobj is not None else {}
+            return out
+        if s.kobj is not None:
+            out["kernel_object"] = s.kobj
         if s.run is not None:
             out["kernel_pc"] = s.run.d.pgm_addr
         return out
