@@ -529,6 +529,10 @@ class MultiXCCQueue:
         for e in self.xccs:
             e.hung = v
 
+    def stop(self, record, **where) -> None:
+        """Stop the queue on an exception not tied to one XCC (a simulator error): the master XCC records it."""
+        self.xccs[XCC.MASTER_XCC].stop(record, **where)
+
     def kill(self) -> None:
         """The queue is destroyed: its MQD is unloaded from every XCC, their waves are killed."""
         for e in self.xccs:
