@@ -50,8 +50,9 @@ __kernel void priv(__global const int *idx, __global int *out, __global int *die
 """
 
 
-def open_dev(monkeypatch, arch: str = "gfx942", aql: str | None = None, timeout_ms: int | None = None) -> amdq.Device:
-    monkeypatch.setenv("AMDQ_SIM_MODE", "sync")
+def open_dev(monkeypatch, arch: str = "gfx942", aql: str | None = None, timeout_ms: int | None = None,
+             mode: str = "sync") -> amdq.Device:
+    monkeypatch.setenv("AMDQ_SIM_MODE", mode)
     if aql is None:
         monkeypatch.delenv("AMD_AQL", raising=False)
     else:
@@ -233,9 +234,18 @@ def test_scratch_for_one_xcc_faults_on_the_next(dev, monkeypatch):
 
 # ---------------------------------------------------------------- faults and recovery
 
-def test_fault_on_one_xcc_stops_the_queue_and_recovers(dev):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_fault_on_one_xcc_stops_the_queue_and_recovers(monkeypatch, mode):
     """Only XCC 3's waves touch an unmapped page: the launch fails with that fault, every XCC of the queue is
     stopped, and the recreated queue (whose logical XCC ids moved on by one) runs the next launches."""
+    dev = open_dev(monkeypatch, mode=mode)
+    try:
+        _fault_on_one_xcc(dev)
+    finally:
+        dev.close()
+
+
+def _fault_on_one_xcc(dev):
     prg = program(dev)
     out = dev.upload(np.zeros(16 * 64, np.int32))
     old = engine(dev)
