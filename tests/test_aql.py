@@ -365,7 +365,7 @@ def test_gfx942_dispatch_state(monkeypatch):
         seen = []
         core = d.sim.core(d.iface.seam.vmid)
         start = core.start
-        monkeypatch.setattr(core, "start", lambda regs: (seen.append(regs), start(regs))[1])
+        monkeypatch.setattr(core, "start", lambda regs, ids=None: (seen.append((regs, ids)), start(regs, ids))[1])
         q = d.queue
         bufs = [d.upload(np.zeros(1024, np.float32)) for _ in range(3)]
         dispatch(q, k, (*bufs, 1.5, 1000), grid=(4, 1, 1), block=(256, 1, 1))
@@ -373,7 +373,10 @@ def test_gfx942_dispatch_state(monkeypatch):
         struct.pack_into("<I", q.mv, o + 12, 1000)     # grid_size_x in work-items: the last workgroup is partial
         q.ring_doorbell()
         d.sim.pump(64)
-        r = seen[0]
+        r = seen[0][0]
+        # every XCC that has a workgroup got the same grid state, and the four workgroups once between them
+        assert sorted(int(i) for _, ids in seen for i in ids) == [0, 1, 2, 3]
+        assert len({x.xcc for x, _ in seen}) == 4 and all(x.grid == r.grid for x, _ in seen)
         ka = struct.unpack_from("<Q", q.mv, o + 40)[0]
         assert r.wave64 and r.gfx == 9 and r.grid == (4, 1, 1) and r.block == (256, 1, 1) and r.partial == (232, 0, 0)
         assert r.user_data[:2] == [ka & 0xFFFFFFFF, ka >> 32] and r.pgm_addr == k.addr

@@ -133,15 +133,19 @@ class Struct:
         return f"Struct({self.name}, {self.size})"
 
     def reader(self, *names: str) -> struct.Struct:
-        """A compiled reader of scalar fields, in the order given (ascending offsets, gaps skipped): the fast
-        path of a hot decoder, from the same layout as `unpack`."""
+        """A compiled reader of scalar fields (or arrays of scalars, one value per element), in the order
+        given (ascending offsets, gaps skipped): the fast path of a hot decoder, from the same layout as
+        `unpack`."""
         fmt, pos = "<", 0
         for n in names:
             off, typ = self.fields[n]
+            count = 1
+            if isinstance(typ, Array) and isinstance(typ.elem, str):
+                typ, count = typ.elem, typ.count
             if not isinstance(typ, str) or typ.endswith("b") or off < pos:
                 raise ValueError(f"{self.name}.{n}: a reader takes scalar fields in ascending order")
-            fmt += f"{off - pos}x" * (off > pos) + _FMT[typ]
-            pos = off + self.field_size(typ)
+            fmt += f"{off - pos}x" * (off > pos) + _FMT[typ] * count
+            pos = off + self.field_size(typ) * count
         return struct.Struct(fmt)
 
     def unpack(self, buf: bytes | bytearray | memoryview, offset: int = 0) -> dict[str, Any]:

@@ -14,9 +14,11 @@ def to_error(exc: F.QueueException, kernel_name: Callable[[int | None, int | Non
     of the dispatch, `where(va)` places an address among the device's allocations."""
     r = exc.record
     q = queue or exc.queue
+    if "xcc" in exc.extra:                         # the die whose packet processor or waves stopped the queue
+        q = f"{q} on XCC {exc.extra['xcc']}"
     kernel = kernel_name(exc.kernel_pc, exc.kernel_object)
     in_kernel = f" in kernel {kernel}" if kernel else ""
-    info = {"queue": q, "kernel": kernel, "record": r, "packet": exc.packet}
+    info = {"queue": q, "kernel": kernel, "record": r, "packet": exc.packet, **exc.extra}
     if isinstance(r, F.MemoryFault):
         place = where(r.va)
         near = f" ({place})" if place else ""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..errors import DeviceError, OutOfMemory
 from ..hw import faults as F
 from ..hw import kfd as K
+from ..hw import xcc as XCC
 from .base import Allocation, Mapping, QueueInfo
 from .os_seam import MAP_ANONYMOUS, MAP_FIXED, MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_NONE, PROT_READ, PROT_WRITE
 
@@ -95,6 +96,11 @@ class KFD:
         self.hw_event = self.ioctl("AMDKFD_IOC_CREATE_EVENT", event_type=K.KFD_IOC_EVENT_HW_EXCEPTION,
                                    auto_reset=1)["event_id"]
         self.doorbell_pages: dict[int, Mapping] = {}
+
+    @property
+    def num_xcc(self) -> int:
+        """Compute dies (XCCs) of this node's partition (topology num_xcc; 1 where the kernel does not say)."""
+        return max(1, self.props.get("num_xcc", 1))
 
     def ip_versions(self) -> dict[str, tuple[int, int, int]]:
         """IP block versions from amdgpu's IP discovery in sysfs (empty if the kernel does not export it)."""
@@ -209,8 +215,9 @@ class KFD:
         if kind != "sdma":
             eop = self.alloc(0x1000, "vram", cpu=False)
             ctl = self.props.get("ctl_stack_size", 0)
-            cwsr_size = self.props.get("cwsr_size", 0) + ctl
-            cwsr = self.alloc(max(cwsr_size, PAGE), "gtt") if cwsr_size else None
+            cwsr_size = self.props.get("cwsr_size", 0) + ctl    # one XCC's area; the buffer holds one per XCC
+            total = XCC.cwsr_bytes(cwsr_size, self.props.get("debug_memory_size", 0), self.num_xcc)
+            cwsr = self.alloc(max(total, PAGE), "gtt") if cwsr_size else None
             eop_va, eop_size = eop.va, eop.size
             cwsr_va = cwsr.va if cwsr else 0
             extra = {"eop": eop, "cwsr": cwsr}

@@ -185,7 +185,9 @@ class AQLQueue(HWQueue):
 
     # -- scratch -------------------------------------------------------------------------------
     def scratch_for(self, kernel) -> None:
-        """Make the queue descriptor's scratch big enough for `kernel` (the device's scratch grows on demand)."""
+        """Make the queue descriptor's scratch big enough for `kernel` (the device's scratch grows on demand). The
+        descriptor describes one XCC's share (TMPRING WAVES, V# size); each XCC's packet processor finds its own
+        share after the others' from scratch_backing_memory_location."""
         d = kernel.desc
         s = self.dev.scratch_for(d.private_segment_fixed_size, d.wave_size)
         if s is self._scratch:
@@ -197,7 +199,7 @@ class AQLQueue(HWQueue):
         sel = dict(DST_SEL_X=A.SQ_SEL_X, DST_SEL_Y=A.SQ_SEL_Y, DST_SEL_Z=A.SQ_SEL_Z, DST_SEL_W=A.SQ_SEL_W,
                    INDEX_STRIDE=3 if d.wave_size == 64 else 2, ADD_TID_ENABLE=1, **self.dev.target.gen.scratch_srd)
         srd = [s.base & 0xFFFFFFFF, w1.encode(BASE_ADDRESS_HI=(s.base >> 32) & 0xFFFF, SWIZZLE_ENABLE=1),
-               min(s.wave_bytes * s.waves, 0xFFFFFFFF), w3.encode(**sel)]
+               min(s.share, 0xFFFFFFFF), w3.encode(**sel)]       # NUM_RECORDS: one XCC's share
         Q.pack_into(self.qmv, 0, scratch_backing_memory_location=s.base, scratch_resource_descriptor=srd,
                     scratch_wave64_lane_byte_size=s.wave_bytes // 64)
         U32.pack_into(self.qmv, Q.offsetof("compute_tmpring_size"), s.tmpring)    # last: it enables scratch

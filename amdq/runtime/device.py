@@ -82,12 +82,20 @@ def use_aql(target: Target) -> bool:
 
 @dataclass
 class Scratch:
+    """The queue scratch: `waves` wave slots of `wave_bytes` per XCC (COMPUTE_TMPRING_SIZE describes one XCC's
+    share), `xcc` shares one after another from `base`."""
     alloc: object
     base: int
     lane_bytes: int
     wave_bytes: int
     waves: int
     tmpring: int
+    xcc: int = 1
+
+    @property
+    def share(self) -> int:
+        """Bytes of one XCC's share."""
+        return self.wave_bytes * self.waves
 
 
 class Kernargs:
@@ -208,6 +216,25 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<Device {self.name}>"
+
+    @property
+    def xcc(self) -> int:
+        """Compute dies (XCCs) of the device's partition, as the kernel driver's topology reports them."""
+        n = getattr(self.iface, "num_xcc", None)
+        return int(n) if n else self.target.xcc
+
+    def info(self) -> dict:
+        """What the device reports about itself: target, compute dies, compute units, wave size, memory."""
+        props = getattr(self.iface, "props", {}) or {}
+        t, n = self.target, self.xcc
+        simds, per_cu = props.get("simd_count"), props.get("simd_per_cu")
+        cus = simds // per_cu if simds and per_cu else t.cus
+        return {"name": self.name, "arch": self.arch, "family": t.family, "num_xcc": n, "compute_units": cus,
+                "cus_per_xcc": cus // n, "shader_engines": props.get("array_count", t.ses * t.gen.arrays_per_se)
+                // max(1, props.get("simd_arrays_per_engine", t.gen.arrays_per_se)),
+                "wave_size": props.get("wave_front_size", t.wave_size),
+                "lds_bytes": props.get("lds_size_in_kb", t.lds_bytes // 1024) * 1024,
+                "vram_bytes": props.get("local_mem_size", t.vram_bytes), "queue": self.queue.kind}
 
     def new_timeline(self) -> Timeline:
         """A timeline in the next free signal slot (AMDQ_TIMELINE_START sets where values begin)."""
@@ -433,7 +460,9 @@ class Device:
         return "no allocation of this device is near it"
 
     def scratch_for(self, lane_bytes: int, wave_size: int) -> Scratch:
-        """Scratch big enough for `lane_bytes` per lane on every wave slot; grows, never shrinks."""
+        """Scratch big enough for `lane_bytes` per lane on every wave slot of every XCC; grows, never shrinks.
+        COMPUTE_TMPRING_SIZE.WAVES counts one XCC's slots (its CUs times their scratch slots, a multiple of
+        its shader engines); the allocation holds one such share per XCC (amdq.hw.xcc)."""
         t = self.target
         unit = t.scratch_wave_align
         wave_bytes = (lane_bytes * wave_size + unit - 1) // unit * unit
@@ -447,11 +476,15 @@ class Device:
             raise OutOfMemory(f"{lane_bytes} bytes of scratch per work-item need {wave_bytes} bytes per wave; "
                               f"COMPUTE_TMPRING_SIZE.WAVESIZE backs at most {most} (the kernel descriptor's "
                               f"private_segment_fixed_size is too large)")
-        waves = min(t.cus * t.max_waves_per_cu, 4095)
-        a = self.allocator.alloc(wave_bytes * waves, "vram")
+        n = self.xcc
+        ses = max(1, t.ses // n)
+        fw = tm.fields["WAVES"]
+        waves = min(t.cus // n * t.max_waves_per_cu, (1 << (fw.hi - fw.lo + 1)) - 1) // ses * ses
+        a = self.allocator.alloc(wave_bytes * waves * n, "vram")
         a.meta["what"] = "scratch"
         old = self.scratch
-        self.scratch = Scratch(a, a.va, lane_bytes, wave_bytes, waves, tm.encode(WAVES=waves, WAVESIZE=wave_bytes // unit))
+        self.scratch = Scratch(a, a.va, lane_bytes, wave_bytes, waves, tm.encode(WAVES=waves, WAVESIZE=wave_bytes // unit),
+                               n)
         if old is not None:
             self._pending_free.append((self._marks(), old.alloc))
         return self.scratch

@@ -23,6 +23,17 @@ What it reads:
   back to INVALID and read_dispatch_id advances: a stuck packet stays at the read index.
 
 Packets without the barrier bit may start while earlier ones still run (up to WINDOW in flight).
+
+Several XCCs (multi-die CDNA, amdq.hw.xcc): the kernel driver loads the queue's MQD on every XCC of the
+partition, so one packet processor per XCC reads the same ring after the same doorbell, each with its
+compute_current_logic_xcc_id and compute_tg_chunk_size. Every XCC processes every packet: of a dispatch
+it runs the workgroups whose flat id falls to its logical id (round-robin in chunks), its waves' scratch
+being its own share (XCC x at scratch_backing_memory_location + x * WAVES * wave bytes, the V# base moved
+alike); barrier and PM4-IB packets each XCC executes itself. A packet is complete once every XCC has
+finished its part (the barrier bit waits for that); then only the master XCC (the one whose MQD lets it
+update the read pointer) decrements the completion signal, sets the slot's header INVALID and advances
+read_dispatch_id. `MultiXCCQueue` is the one hardware queue the driver sees: a doorbell reaches every
+XCC, an exception on any XCC stops the queue, destroying it stops them all.
 """
 from __future__ import annotations
 
@@ -34,6 +45,7 @@ from ..errors import AmdqError, GPUFault
 from ..hw import aql as A
 from ..hw import faults as F
 from ..hw import kd as KD
+from ..hw import xcc as XCC
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB_DW_COUNT_REMAIN
 from .cp import LDS_GRANULE, PM4Executor
 from .shader.core import DispatchRegs
@@ -44,7 +56,9 @@ TYPES = {A.HSA_PACKET_TYPE_VENDOR_SPECIFIC: "VENDOR_SPECIFIC", A.HSA_PACKET_TYPE
          A.HSA_PACKET_TYPE_KERNEL_DISPATCH: "KERNEL_DISPATCH", A.HSA_PACKET_TYPE_BARRIER_AND: "BARRIER_AND",
          A.HSA_PACKET_TYPE_AGENT_DISPATCH: "AGENT_DISPATCH", A.HSA_PACKET_TYPE_BARRIER_OR: "BARRIER_OR"}
 RD = A.AMD_QUEUE.offsetof("read_dispatch_id")
-QSTATE = struct.Struct("<QII4IQ8xII")              # amd_queue_t from read_dispatch_id to queue_properties
+QSTATE = A.AMD_QUEUE.reader("read_dispatch_id", "read_dispatch_id_field_base_byte_offset", "compute_tmpring_size",
+                            "scratch_resource_descriptor", "scratch_backing_memory_location",
+                            "scratch_wave64_lane_byte_size", "queue_properties")
 SIG_VALUE, SIG_MAILBOX, SIG_EVENT = (A.AMD_SIGNAL.offsetof(n) for n in ("value", "event_mailbox_ptr", "event_id"))
 SIG_START, SIG_END = A.AMD_SIGNAL.offsetof("start_ts"), A.AMD_SIGNAL.offsetof("end_ts")
 CONDITIONS = {A.HSA_SIGNAL_CONDITION_EQ: lambda v, r: v == r, A.HSA_SIGNAL_CONDITION_NE: lambda v, r: v != r,
@@ -53,20 +67,48 @@ CONDITIONS = {A.HSA_SIGNAL_CONDITION_EQ: lambda v, r: v == r, A.HSA_SIGNAL_CONDI
 
 class Slot:
     """A packet taken from the ring and not yet released."""
-    __slots__ = ("index", "type", "signal", "run", "seen", "wait", "done", "what", "kobj")
+    __slots__ = ("index", "type", "signal", "run", "seen", "wait", "done", "mine", "what", "kobj")
 
     def __init__(self, index: int, type: int, signal: int):
         self.index, self.type, self.signal = index, type, signal
         self.run = self.wait = self.kobj = None
-        self.seen, self.done = 0, False
+        self.seen, self.done, self.mine = 0, False, False      # complete (every XCC), this XCC's part done
         self.what = TYPES.get(type, f"type {type}")
+
+
+class XCCLink:
+    """What the packet processors of one queue's XCCs agree on: which packets every XCC has finished."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.parts: dict[int, int] = {}              # packet index -> XCCs that finished their part
+        self.released: dict[int, int] = {}           # packet index -> XCCs that let go of it
+
+    def finish(self, index: int) -> None:
+        self.parts[index] = self.parts.get(index, 0) + 1
+
+    def complete(self, index: int) -> bool:
+        return self.parts.get(index, 0) >= self.n
+
+    def release(self, index: int) -> None:
+        k = self.released.get(index, 0) + 1
+        if k >= self.n:
+            self.released.pop(index, None)
+            self.parts.pop(index, None)
+        else:
+            self.released[index] = k
 
 
 class AQLQueue(PM4Executor):
     """One AQL hardware queue; `args` are the fields of kfd_ioctl_create_queue_args."""
 
-    def __init__(self, gpu, vmid: int, args: dict):
-        super().__init__(gpu, vmid, f"AQL queue @ {args['ring_base_address']:#x}")
+    def __init__(self, gpu, vmid: int, args: dict, xcc: int = 0, logical: int = 0, chunk: int = XCC.PM4_TG_CHUNK_SIZE,
+                 link: XCCLink | None = None):
+        super().__init__(gpu, vmid, f"AQL queue @ {args['ring_base_address']:#x}" + (f" (XCC {xcc})" if link else ""))
+        # this XCC's MQD: its index in the partition, compute_current_logic_xcc_id, compute_tg_chunk_size
+        self.xcc, self.logical, self.chunk, self.link = xcc, logical, chunk, link
+        self.n_xcc = link.n if link is not None else 1
+        self.master = xcc == XCC.MASTER_XCC             # CP_HQD_PQ_CONTROL.NO_UPDATE_RPTR clear: it owns the read pointer
         self.ring_va, self.slots = args["ring_base_address"], args["ring_size"] // SLOT
         self.rptr_va, self.wptr_va = args["read_pointer_address"], args["write_pointer_address"]
         self.queue_va: int | None = None
@@ -91,9 +133,11 @@ class AQLQueue(PM4Executor):
 
     def context(self) -> dict:
         s = self.at
+        out = {"xcc": self.xcc} if self.link is not None else {}      # which die stopped, on a multi-XCC queue
         if s is None:
-            return {}
-        out = {"kernel_object": s.kobj} if s.kobj is not None else {}
+            return out
+        if s.kobj is not None:
+            out["kernel_object"] = s.kobj
         if s.run is not None:
             out["kernel_pc"] = s.run.d.pgm_addr
         return out
@@ -125,7 +169,7 @@ class AQLQueue(PM4Executor):
                     self._complete(self.vendor)
                     self.vendor = None
                     n += 1
-                n += self._run(budget - work) + self._poll() + self._retire() + self._fetch()
+                n += self._run(budget - work) + self._poll() + self._sync() + self._retire() + self._fetch()
                 if not n:
                     break
                 work += n
@@ -229,13 +273,18 @@ class AQLQueue(PM4Executor):
                                 f["compute_pgm_rsrc3"], [(n, c) for flag, n, c in KD.USER_SGPRS if props[flag]],
                                 bool(props["ENABLE_WAVEFRONT_SIZE32"]) and self.gpu.target.gen.wave32)
         entry, rsrc1, rsrc2, rsrc3, user_sgprs, wave32 = k
-        _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(self._queue() + RD, QSTATE.size))
+        _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(self._queue(), QSTATE.size))
         tmp = self.tmpring.decode(tmpring)
         wave_bytes = tmp["WAVESIZE"] * self.scratch_unit
         need = priv * (32 if wave32 else 64)
         if need > wave_bytes:
             return self._bad(f"private_segment_size {priv} needs {need} scratch bytes per wave; the queue's "
                                f"compute_tmpring_size backs {wave_bytes}")
+        if self.xcc:                                    # this XCC's share of the scratch, and its V#
+            off = XCC.scratch_offset(self.xcc, tmp["WAVES"], wave_bytes)
+            scratch += off
+            base = (srd[0] | (srd[1] & 0xFFFF) << 32) + off
+            srd = [base & 0xFFFFFFFF, (srd[1] & ~0xFFFF) | (base >> 32) & 0xFFFF, srd[2], srd[3]]
         vals = {"private_segment_buffer": srd, "dispatch_ptr": va, "queue_ptr": self._queue(),
                 "kernarg_segment_ptr": karg, "dispatch_id": s.index, "flat_scratch_init": scratch,
                 "private_segment_size": priv}
@@ -250,17 +299,23 @@ class AQLQueue(PM4Executor):
         d = DispatchRegs(pgm_addr=kobj + entry, rsrc1=rsrc1, rsrc2=rsrc2, rsrc3=rsrc3, grid=grid, block=block,
                          user_data=user[:16], wave64=not wave32, lds_bytes=lds * LDS_GRANULE, scratch_base=scratch,
                          scratch_wave_bytes=wave_bytes, scratch_waves=tmp["WAVES"],
-                         partial=tuple(g % b for g, b in zip(items, block)), gfx=self.gen,
+                         partial=tuple(g % b for g, b in zip(items, block)), gfx=self.gen, xcc=self.xcc,
                          isa=self.gpu.target.isa, info={"aql_index": s.index})
-        if props & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING and s.signal:
+        if props & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING and s.signal and self.master:
             self._signal_ts(s.signal, SIG_START)
-        if 0 in grid:
+        ids = None
+        if self.link is not None:                       # this XCC's workgroups of the grid
+            ids = XCC.share(grid[0] * grid[1] * grid[2], self.logical, self.n_xcc, self.chunk)
+        if 0 in grid or (ids is not None and not len(ids)):
             return self._complete(s)
         if self.gpu.inject.take("kill_wave") is not None:
-            return self.stop(F.WaveException("waves killed (injected kill_wave)", killed=True),
+            return self.stop(F.WaveException(f"waves killed (injected kill_wave){self._on()}", killed=True),
                              kernel_pc=d.pgm_addr)
-        s.run = self.gpu.core(self.vmid).start(d)
+        s.run = self.gpu.core(self.vmid).start(d, ids)
         self.dispatches += 1
+
+    def _on(self) -> str:
+        return f" on XCC {self.xcc}" if self.link is not None else ""
 
     def _run(self, budget: int) -> int:
         runs = [s for s in self.inflight if s.run is not None]
@@ -273,7 +328,7 @@ class AQLQueue(PM4Executor):
             work += s.run.stats.steps - s.seen
             s.seen = s.run.stats.steps
             if done:
-                self.last_stats = s.run.stats
+                self.last_stats, self.last_index = s.run.stats, s.index
                 self._waves += s.run.waves_retired
                 s.run = None
                 self._complete(s)
@@ -310,10 +365,34 @@ class AQLQueue(PM4Executor):
         struct.pack_into("<Q", buf, o, self.gpu.clock())
 
     def _complete(self, s: Slot) -> None:
-        """The packet has finished: its completion signal (decrement, event), then it may be released."""
+        """This XCC has finished its part of the packet. With one XCC the packet is complete: its completion
+        signal (decrement, event), then it may be released; with several, `_sync` completes it once every XCC
+        has finished its part."""
+        if self.link is None:
+            self._signal(s)
+            s.done = True
+        else:
+            s.mine = True
+            self.link.finish(s.index)
+
+    def _sync(self) -> int:
+        """Packets every XCC has finished become complete; the master XCC writes their completion signals."""
+        if self.link is None:
+            return 0
+        n = 0
+        for s in self.inflight:
+            if s.mine and not s.done and self.link.complete(s.index):
+                if self.master:
+                    self._signal(s)
+                s.done = True
+                n += 1
+        return n
+
+    def _signal(self, s: Slot) -> None:
+        """The completion signal of a complete packet: end timestamp, decrement, event mailbox and interrupt."""
         h = s.signal
         if h:
-            props = QSTATE.unpack(self._read(self._queue() + RD, QSTATE.size))[-1]
+            props = QSTATE.unpack(self._read(self._queue(), QSTATE.size))[-1]
             if props & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING:
                 self._signal_ts(h, SIG_END)
             buf, o = self._mem(h, A.AMD_SIGNAL.size, True)
@@ -324,19 +403,138 @@ class AQLQueue(PM4Executor):
                 mb, mo = self._mem(mailbox, 8, True)
                 struct.pack_into("<Q", mb, mo, event)
                 self.gpu.interrupt("CP_EOP", event, self.vmid, queue=self.name)
-        s.done = True
 
     def _retire(self) -> int:
         n = 0
         while self.inflight and self.inflight[0].done:
             s = self.inflight.pop(0)
-            buf, o = self._mem(self.ring_va + (s.index % self.slots) * SLOT, 2, True)
-            struct.pack_into("<H", buf, o, A.header(A.HSA_PACKET_TYPE_INVALID))
+            if self.master:                             # the other XCCs let go of the slot without a write
+                buf, o = self._mem(self.ring_va + (s.index % self.slots) * SLOT, 2, True)
+                struct.pack_into("<H", buf, o, A.header(A.HSA_PACKET_TYPE_INVALID))
+            if self.link is not None:
+                self.link.release(s.index)
             self.rd += 1
             self.retired += 1
             n += 1
-        if n:
+        if n and self.master:
             buf, o = self._mem(self.rptr_va, 8, True)
             struct.pack_into("<Q", buf, o, self.rd)
         return n
 
+
+
+class MultiXCCQueue:
+    """One AQL user queue mapped on every XCC of a partition (an MQD per XCC, all naming the same ring,
+    doorbell and pointers): the engine the GPU and the kernel driver see, with one packet processor per XCC.
+
+    `start` is the driver's logical-XCC counter at creation: XCC x gets compute_current_logic_xcc_id
+    (start + x) % n. The first hardware exception on any XCC stops the whole queue (no later packet could
+    complete without the stopped XCC's part); destroying the queue stops every XCC."""
+
+    kind = "cp"
+
+    def __init__(self, gpu, vmid: int, args: dict, n: int, start: int = 0,
+                 chunk: int = XCC.AQL_TG_CHUNK_SIZE):
+        self.gpu, self.vmid = gpu, vmid
+        self.link = XCCLink(n)
+        self.xccs = [AQLQueue(gpu, vmid, args, x, XCC.logical_xcc(start, x, n), chunk, self.link) for x in range(n)]
+        self.name = f"AQL queue @ {args['ring_base_address']:#x} on {n} XCCs"
+        self._queue_id: int | None = None
+
+    # -- engine protocol ----------------------------------------------------------------------
+    def doorbell(self, value: int) -> None:
+        for e in self.xccs:                   # the doorbell write reaches every XCC's packet processor
+            e.doorbell(value)
+
+    def step(self, budget: int) -> int:
+        if self.stopped:
+            return 0
+        share, work = max(1, budget // len(self.xccs)), 0
+        for e in self.xccs:
+            work += e.step(share)
+            if self.exception is not None:    # a fault on one XCC stops the queue at once
+                break
+        return work
+
+    @property
+    def busy(self) -> bool:
+        return not self.stopped and any(e.busy for e in self.xccs)
+
+    # -- what the driver and the fault machinery ask of a queue --------------------------------------
+    @property
+    def exception(self):
+        return next((e.exception for e in self.xccs if e.exception is not None), None)
+
+    fault = exception
+
+    @property
+    def stopped(self) -> bool:
+        return any(e.stopped for e in self.xccs)
+
+    @property
+    def queue_id(self) -> int | None:
+        return self._queue_id
+
+    @queue_id.setter
+    def queue_id(self, v: int | None) -> None:
+        self._queue_id = v
+        for e in self.xccs:
+            e.queue_id = v
+
+    @property
+    def retired(self) -> int:
+        """Packets released (the master XCC's count: it releases them)."""
+        return self.xccs[XCC.MASTER_XCC].retired
+
+    @property
+    def progress(self) -> int:
+        """Packets retired plus the waves every XCC retired."""
+        return self.retired + sum(e.waves_retired() for e in self.xccs)
+
+    @property
+    def dispatches(self) -> int:
+        """Dispatch packets started (on the master XCC; the others count the ones they had workgroups of)."""
+        return max(e.dispatches for e in self.xccs)
+
+    @property
+    def last_stats(self):
+        """Shader statistics of the last dispatch that finished, summed over the XCCs that ran part of it."""
+        from dataclasses import fields
+        from .shader.core import Stats
+        parts = [e for e in self.xccs if e.last_stats is not None]
+        if not parts:
+            return None
+        last = max(e.last_index for e in parts)
+        out = Stats()
+        for e in parts:
+            if e.last_index == last:
+                for f in fields(Stats):
+                    setattr(out, f.name, getattr(out, f.name) + getattr(e.last_stats, f.name))
+        return out
+
+    @property
+    def hang_at(self) -> int | None:
+        return self.xccs[XCC.MASTER_XCC].hang_at
+
+    @hang_at.setter
+    def hang_at(self, v: int | None) -> None:
+        for e in self.xccs:
+            e.hang_at = v
+
+    @property
+    def hung(self) -> bool:
+        return any(e.hung for e in self.xccs)
+
+    @hung.setter
+    def hung(self, v: bool) -> None:
+        for e in self.xccs:
+            e.hung = v
+
+    def stop(self, record, **where) -> None:
+        """Stop the queue on an exception not tied to one XCC (a simulator error): the master XCC records it."""
+        self.xccs[XCC.MASTER_XCC].stop(record, **where)
+
+    def kill(self) -> None:
+        """The queue is destroyed: its MQD is unloaded from every XCC, their waves are killed."""
+        for e in self.xccs:
+            e.kill()

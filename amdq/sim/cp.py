@@ -56,6 +56,7 @@ class PM4Executor(QueueEngine):
         self.running = None                       # shader Run of the current dispatch
         self.dispatches = 0
         self.last_stats = None
+        self.last_index = -1                      # AQL index of the dispatch last_stats describes
         self._waves = 0                           # waves of finished dispatches
         self._cur = None
 

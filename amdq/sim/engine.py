@@ -55,7 +55,8 @@ class QueueEngine:
             return
         ctx = {**self.context(), **where}
         self.exception = F.QueueException(self.name, record, self.queue_id, ctx.get("kernel_pc"),
-                                          ctx.get("kernel_object"), ctx.get("packet"))
+                                          ctx.get("kernel_object"), ctx.get("packet"),
+                                          {"xcc": ctx["xcc"]} if "xcc" in ctx else {})
         self.drop()
         self.gpu.interrupt(SOURCES[record.kind], 0, self.vmid, exception=self.exception, engine=self,
                            address=getattr(record, "va", None), queue=self.name, reason=record.text())

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..hw import kfd as K
+from ..hw import xcc as XCC
 from ..iface.base import Mapping
 from ..iface.os_seam import PROT_NONE
 from .gpu import SimGPU
@@ -159,6 +160,7 @@ class SimKFD:
         self._doorbells = DoorbellPage(gpu, 0)
         self._next_doorbell = 0
         self.vm_acquired = False
+        self._logical_xcc_start = 0                     # the device's current_logical_xcc_start
         gpu.irq_handlers.append(self._interrupt)
         self._by_request = {req: (name, st) for name, (req, st) in K.IOCTLS.items()}
         t = gpu.target
@@ -341,22 +343,44 @@ class SimKFD:
     def _create_queue(self, a):
         from .cp import PM4Queue
         qtype = a["queue_type"]
+        if a["ring_size"] & (a["ring_size"] - 1) or a["ring_size"] < 256:
+            raise OSError(errno.EINVAL, "ring size must be a power of two of at least 256 bytes")
+        n = self.gpu.target.xcc
+        compute = qtype in (K.KFD_IOC_QUEUE_TYPE_COMPUTE, K.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL)
+        if compute:
+            self._check_cwsr(a, n)
         index = self._next_doorbell
         self._next_doorbell += 1
-        if qtype == K.KFD_IOC_QUEUE_TYPE_COMPUTE:
+        if qtype == K.KFD_IOC_QUEUE_TYPE_COMPUTE:          # a PM4 queue runs on one XCC (pm4_target_xcc_in_xcp)
             eng = PM4Queue(self.gpu, self.vmid, a["ring_base_address"], a["ring_size"], a["read_pointer_address"],
                            a["write_pointer_address"], name=f"compute queue {self._next_queue}")
+        elif qtype == K.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL and n > 1:    # its MQD on every XCC of the partition
+            from .aql import MultiXCCQueue
+            eng = MultiXCCQueue(self.gpu, self.vmid, a, n, self._logical_xcc_start)
         else:
             from .queues import make_queue
             eng = make_queue(self.gpu, self.vmid, qtype, a)
-        if a["ring_size"] & (a["ring_size"] - 1) or a["ring_size"] < 256:
-            raise OSError(errno.EINVAL, "ring size must be a power of two of at least 256 bytes")
+        if compute:
+            self._logical_xcc_start += 1                   # init_mqd_v9_4_3: current_logical_xcc_start++
         qid = self._next_queue
         self._next_queue += 1
         eng.queue_id = qid
         self.gpu.attach(index, eng)
         self.queues[qid] = (eng, index)
         return {"queue_id": qid, "doorbell_offset": MMAP_DOORBELL | (self.GPU_ID << 46) | index * 8}
+
+    def _check_cwsr(self, a, n: int) -> None:
+        """kfd_queue_acquire_buffers: a context-save area, when given, is a buffer of this process covering one
+        area per XCC (ctx_save_restore_size each, XCC x's at address + x * size)."""
+        va, size = a["ctx_save_restore_address"], a["ctx_save_restore_size"]
+        if not va:
+            return
+        need = XCC.cwsr_bytes(size, 0, n)
+        bo = next((b for b in self.bos.values() if b.va <= va < b.va + b.size), None)
+        if bo is None or va + need > bo.va + bo.size:
+            have = 0 if bo is None else bo.va + bo.size - va
+            raise OSError(errno.EINVAL, f"CREATE_QUEUE: the context-save area at {va:#x} holds {have:#x} bytes; "
+                                        f"{n} XCC(s) need {need:#x} ({size:#x} each)")
 
     def _destroy_queue(self, a):
         eng, index = self.queues.pop(a["queue_id"], (None, None))

@@ -11,8 +11,9 @@ import re
 import numpy as np
 
 from . import fp
+from ...hw import xcc as XCC
 from ...hw.isa.decode import Inst
-from .ops import U32, U64, M32, Table, mask_read, mask_write, put_mask, unsupported, vread, vread_halves, vwrite64
+from .ops import U32, U64, M32, Table, mask_read, mask_write, put_mask, swrite, unsupported, vread, vread_halves, vwrite64
 from .valu import blocked, flush_in, flush_out, ftz, read64
 from .wave import EXEC
 
@@ -152,14 +153,30 @@ def refuse(why: str):
     return build
 
 
-def mode_only(base):
-    """gfx9 hardware registers: MODE (id 1, the same FP_ROUND/FP_DENORM/DX10_CLAMP/IEEE bits as gfx11) only;
-    the other ids number different registers than on gfx11."""
+def mode_only(base, getreg: bool = False):
+    """gfx9 hardware registers: MODE (id 1, the same FP_ROUND/FP_DENORM/DX10_CLAMP/IEEE bits as gfx11) and,
+    for s_getreg_b32, XCC_ID (id 20, the die's id in bits [3:0], amdq.hw.xcc); the other ids number
+    different registers than on gfx11."""
     def build(inst: Inst):
-        if inst.simm16 & 0x3F != 1:
-            raise unsupported(inst, f"gfx9 hardware register {inst.simm16 & 0x3F} is not modelled")
+        rid = inst.simm16 & 0x3F
+        if getreg and rid == XCC.HW_REG_XCC_ID:
+            return _xcc_id(inst)
+        if rid != 1:
+            raise unsupported(inst, f"gfx9 hardware register {rid} is not modelled")
         return base(inst)
     return build
+
+
+def _xcc_id(inst: Inst):
+    v = inst.simm16 & 0xFFFF
+    off, size = (v >> 6) & 0x1F, ((v >> 11) & 0x1F) + 1
+    d = swrite(inst.dst[0])
+    mask = U32((1 << size) - 1 if size < 32 else 0xFFFFFFFF)
+
+    def step(w, sel):
+        reg = np.full(np.shape(w.scc[sel]), w.xcc & ((1 << XCC.XCC_ID_BITS) - 1), U32)
+        d(w, sel, (reg >> U32(off)) & mask)
+    return step
 
 
 def table(rdna3: Table) -> Table:
@@ -176,7 +193,7 @@ def table(rdna3: Table) -> Table:
             t[k] = b
     t.update({k: blocked(b) if k.startswith("v_") else b for k, b in H9.items()})   # cache-sized wave blocks
     for k in ("s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32"):
-        t[k] = mode_only(rdna3[k])
+        t[k] = mode_only(rdna3[k], getreg=k == "s_getreg_b32")
     out = Table({k: _wrap16(b, k in PRESERVE16) for k, b in t.items()}, name="cdna3")
     out.control = set(rdna3.control) | H9.control
     return out

@@ -43,6 +43,7 @@ class DispatchRegs:
     partial: tuple[int, int, int] = (0, 0, 0)   # work-items in the last workgroup per dimension (0 = full)
     gfx: int = 11
     isa: str = ""                       # ISA family of the target (Target.isa); "" is the generation's first family
+    xcc: int = 0                        # the die the waves run on (HW_REG_XCC_ID on multi-die CDNA)
     info: dict = field(default_factory=dict)
 
 
@@ -261,6 +262,7 @@ class Batch:
         w.mem = core.mem
         w.scratch_base = np.uint64(d.scratch_base) + (self.scratch_slot * d.scratch_wave_bytes).astype(np.uint64)
         w.scratch_wave_bytes = d.scratch_wave_bytes
+        w.xcc = d.xcc
         w.dispatch = d
         self.uniform: int | None = None
 
@@ -393,18 +395,21 @@ class ShaderCore:
             pass
         return run.stats
 
-    def start(self, d: DispatchRegs) -> "Run":
+    def start(self, d: DispatchRegs, ids: np.ndarray | None = None) -> "Run":
+        """Start a dispatch: every workgroup of the grid, or only the flat workgroup ids `ids` (one die's share)."""
         self.icache_for(d)                  # a family without a front end is refused when the dispatch starts
-        return Run(self, d)
+        return Run(self, d, ids)
 
 
 class Run:
-    """A dispatch in progress: batches of workgroups executed in order, resumable."""
+    """A dispatch in progress (all its workgroups, or one die's share): batches of workgroups executed in
+    order, resumable."""
 
-    def __init__(self, core: ShaderCore, d: DispatchRegs):
+    def __init__(self, core: ShaderCore, d: DispatchRegs, ids: np.ndarray | None = None):
         self.core, self.d, self.stats = core, d, Stats()
         gx, gy, gz = d.grid
-        self.total = gx * gy * gz
+        self.ids = None if ids is None else np.asarray(ids, np.int64)
+        self.total = gx * gy * gz if ids is None else len(self.ids)
         threads = d.block[0] * d.block[1] * d.block[2]
         if threads == 0 or threads > 1024:
             raise InvalidPacket(f"dispatch workgroup of {threads} work-items (1..1024 allowed)")
@@ -435,7 +440,8 @@ class Run:
         """Advance by up to max_steps numpy steps; True when the dispatch has finished."""
         while not self.done:
             if self.batch is None:
-                ids = np.arange(self.next_wg, min(self.total, self.next_wg + self.per_batch))
+                end = min(self.total, self.next_wg + self.per_batch)
+                ids = np.arange(self.next_wg, end) if self.ids is None else self.ids[self.next_wg:end]
                 self.next_wg += len(ids)
                 self.batch = Batch(self.d, ids, self.core)
                 self.stats.waves += self.batch.w.n

@@ -134,6 +134,7 @@ class WaveState:
         self.lds_words = np.zeros((1, 1), np.uint32)      # dword offset of each workgroup's block, (nwg, 1)
         self.scratch_base = np.zeros(n_waves, np.uint64)
         self.scratch_wave_bytes = 0
+        self.xcc = 0                                       # die of the dispatch (HW_REG_XCC_ID)
         self.dispatch = None
 
     def release(self) -> None:
