@@ -1,0 +1,49 @@
+"""The contract between a simulated IP block and the simulated PCI function it is part of.
+
+A `SimPart` holds a block's hardware state and its side effects as register handlers named after the
+registers (`on_write_regMP0_SMN_C2PMSG_64`, see sim/regfile.py). It reads only what hardware reads: its
+registers (through `dev.raw`, the side-effect-free view) and memory by memory-controller address
+(`dev.mc_read` / `dev.mc_write`: VRAM through the FB aperture; other addresses are a fault the block
+reports as its hardware would). Mode1 reset calls `reset()` on every part; what survives the process
+(the state file) is `save()` / `load()`.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ...hw.regmap import Registers
+    from ...hw.targets import Target
+
+
+class SimDevice(Protocol):
+    target: "Target"
+    raw: "Registers"                    # the register file without side effects (handlers update others through it)
+    vram: memoryview                    # the whole VRAM, bytes
+    inject: Any                         # the fault injector: parts ask it (e.g. inject.active("smu_timeout"))
+
+    def mc_read(self, addr: int, n: int) -> bytes: ...
+    def mc_write(self, addr: int, data: bytes) -> None: ...
+    def interrupt(self, client_id: int, src_id: int, src_data: tuple[int, ...] = ()) -> None:
+        """Post an interrupt vector to the IH ring (as the simulated IH writes it)."""
+        ...
+
+    def clock_ns(self) -> int: ...
+
+
+class SimPart:
+    """One simulated hardware block."""
+    name = ""
+
+    def __init__(self, dev: SimDevice):
+        self.dev = dev
+
+    def reset(self) -> None:
+        """Mode1 reset: back to the power-on state (registers this block owns included)."""
+
+    def save(self) -> dict:
+        """State that survives the process (JSON-serialisable)."""
+        return {}
+
+    def load(self, state: dict) -> None:
+        """Restore `save()`'s state in a new process."""
