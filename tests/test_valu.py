@@ -773,6 +773,15 @@ def test_wmma_wave32(kind):
         assert np.array_equal(got, exp[:, 2 * v + lane // 16, lane % 16])
 
 
+@targets(*RDNA3)
+def test_wmma_wave64_accumulator_is_four_registers_and_refused():
+    """wave64 holds C/D in 4 VGPRs (llvm-mc's v[16:19]); the core refuses to run it rather than guess its layout."""
+    i = inst("v_wmma_f32_16x16x16_f16 v[16:19], v[0:7], v[8:15], v[16:19]", wave64=True)
+    assert (i.dst[0].n, i.src[2].n, i.src[0].n) == (4, 4, 8)
+    with pytest.raises(UnsupportedInstruction, match="v_wmma_f32_16x16x16_f16.*wave32 only"):
+        build(i)
+
+
 def test_large_batch_is_blocked_and_exact():
     n = 8192
     w = wave(n, 32, 8)
