@@ -119,6 +119,37 @@ def test_wmma_instruction(mnemonic, signs, mcpu):
         assert (got.astype(np.int64) == want[wi]).all(), (wi, np.argwhere(got != want[wi])[:4])
 
 
+@pytest.mark.parametrize("mcpu", ["gfx1201", "gfx1100"])
+def test_bf16_result_rounds_once(mcpu):
+    """D = 1 + 2^-8 + 2^-30: just above a bf16 halfway point, so it rounds up to 1 + 2^-7 (rounding through f32
+    first would drop the 2^-30 and tie to even, 1.0). A[0, :2] = (2^-4, 2^-15), B[:2, 0] = (2^-4, 2^-15)."""
+    a = np.zeros((16, 16), F32)
+    a[0, :2] = [2.0**-4, 2.0**-15]
+    c = np.zeros((16, 16), F32)
+    c[0, 0] = 1.0
+    w = WaveState(1, 32, 48)
+    w.s[126] = 0xFFFFFFFF
+    w.refresh_exec(slice(None))
+    w.mode[:] = 0xF0
+    if mcpu == "gfx1201":
+        front, pa, pc = RDNA4, pack_ab(bf16(a), 16), pack_cd(bf16(c), 16)
+        text, na, nc = "v_wmma_bf16_16x16x16_bf16 v[24:27], v[0:3], v[8:11], v[16:19]", 4, 4
+    else:                                       # gfx11: A row i / B column i in lanes i and i + 16, 16 K per lane
+        front, na, nc = for_gfx(11), 8, 8
+        pa = np.tile(np.ascontiguousarray(bf16(a)).view(U32), (2, 1))
+        lane = np.arange(32)
+        pc = np.stack([bf16(c)[2 * v + lane // 16, lane % 16].astype(U32) for v in range(8)], -1)
+        text = "v_wmma_bf16_16x16x16_bf16 v[24:31], v[0:7], v[8:15], v[16:23]"
+    for j in range(na):
+        w.v[j][0] = w.v[8 + j][0] = pa[:, j]        # B = A^T: B column i is A row i
+    for j in range(nc):
+        w.v[16 + j][0] = pc[:, j]
+    front.build(front.decode(assemble(text, mcpu) + bytes(8), 0, 0, False))(w, slice(None))
+    lo = int(w.v[24][0][0]) & 0xFFFF
+    assert lo == int(bf16(np.array(1 + 2.0**-7))), hex(lo)
+    assert lo != int(bf16(np.array(1.0)))
+
+
 def test_wave64_is_refused_with_its_name():
     """gfx12 wave64 WMMA (LLVM 19's _w64_gfx12 builtins) has a layout the core does not model: refused, named."""
     x = np.ones((64, 4), F16)                  # a half4 per lane

@@ -339,8 +339,12 @@ def wmma_d_bits(out: np.ndarray, dc: str, clamp: bool) -> np.ndarray:
         out = np.clip(out, -2**31, 2**31 - 1) if clamp else out
         return (out & M32).astype(U32)
     if dc == "f16":
-        return out.astype(F16).view(U16).astype(U32)
-    u = out.astype(F32).view(U32)
+        return out.astype(F16).view(U16).astype(U32)                      # numpy rounds f64 -> f16 directly
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = out.astype(F32)                                                 # to f32 rounded to odd, then to bf16 to
+        err = np.where(np.isfinite(f), out - f.astype(F64), 0.0)           # nearest even: one rounding of the sum
+    u = f.view(U32)
+    u = np.where((err != 0) & ((u & U32(1)) == 0), np.where((err > 0) == (f > 0), u + U32(1), u - U32(1)), u)
     return np.where(np.isnan(out), (u >> U32(16)) | U32(0x40), (u + U32(0x7FFF) + ((u >> U32(16)) & U32(1))) >> U32(16))
 
 
