@@ -714,6 +714,17 @@ def test_pk_integer_and_dot():
     assert same(w.v[3][0].view(F32), exp)
 
 
+def test_bf16_inline_constants():
+    """Inline float constants in a BF16 operand are bf16 values (LLVM 19 encodes 0x3F80 there as inline 1.0 and
+    0x3E22 as 1/(2pi)): v_dot2_bf16_bf16 with C = 1.0, then 1/(2pi), against the bf16 sums."""
+    a = np.full(32, 0x4000_3F80, U32)             # (1.0, 2.0) in bf16
+    b = np.full(32, 0x3F00_4040, U32)             # (3.0, 0.5)
+    w = run("v_dot2_bf16_bf16 v3, v0, v1, 1.0", v0=a, v1=b)
+    assert (w.v[3][0] & 0xFFFF == 0x40A0).all()   # 1*3 + 2*0.5 + 1 = 5.0
+    i = inst("v_dot2_bf16_bf16 v3, v0, v1, 0x3e22")
+    assert i.src[2].kind == "c" and not i.src[2].literal and i.src[2].value == 0x3E22
+
+
 def test_fma_mix():
     rng = np.random.default_rng(20)
     h = rng.standard_normal(32).astype(F16)

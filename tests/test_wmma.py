@@ -119,6 +119,30 @@ def test_wmma_instruction(mnemonic, signs, mcpu):
         assert (got.astype(np.int64) == want[wi]).all(), (wi, np.argwhere(got != want[wi])[:4])
 
 
+@pytest.mark.parametrize("mnemonic", ["v_wmma_f32_16x16x16_f16", "v_wmma_f16_16x16x16_f16",
+                                      "v_wmma_bf16_16x16x16_bf16", "v_wmma_i32_16x16x16_iu8"])
+def test_inline_constant_accumulator(mnemonic):
+    """C as an inline constant (1.0, or 1 for integers): every element of C is that value in C's type."""
+    ab, dc, abits, cbits = KINDS[mnemonic]
+    na, nc = 8 * abits // 32, 8 * cbits // 32
+    r = np.random.default_rng(7)
+    (a, ca), (b, cb) = _data(ab, r, True, 2), _data(ab, r, True, 2)
+    w = WaveState(1, 32, 48)
+    w.s[126] = 0xFFFFFFFF
+    w.refresh_exec(slice(None))
+    w.mode[:] = 0xF0
+    pa, pb = pack_ab(ca, abits), pack_ab(cb.T, abits)
+    for j in range(na):
+        w.v[j][0], w.v[8 + j][0] = pa[:, j], pb[:, j]
+    one = "1" if dc == "i32" else "1.0"
+    neg = " neg_lo:[1,1,0]" if ab == "iu8" else ""
+    d = f"v[24:{24 + nc - 1}]"
+    text = f"{mnemonic} {d}, v[0:{na - 1}], v[8:{8 + na - 1}], {one}{neg}"
+    RDNA4.build(RDNA4.decode(assemble(text, "gfx1201") + bytes(8), 0, 0, False))(w, slice(None))
+    got = _decode_d(dc, _unpack_cd(np.stack([w.v[24 + j][0] for j in range(nc)], -1), cbits))
+    assert (got.astype(np.int64) == a.astype(np.int64) @ b.astype(np.int64) + 1).all()
+
+
 @pytest.mark.parametrize("mcpu", ["gfx1201", "gfx1100"])
 def test_bf16_result_rounds_once(mcpu):
     """D = 1 + 2^-8 + 2^-30: just above a bf16 halfway point, so it rounds up to 1 + 2^-7 (rounding through f32
