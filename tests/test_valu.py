@@ -793,6 +793,14 @@ def test_wmma_wave64_accumulator_is_four_registers_and_refused():
         build(i)
 
 
+def test_wmma_float_neg_is_refused():
+    """NEG_LO/NEG_HI on a float WMMA (negating A/B/C) are not modelled: refused by name, not ignored."""
+    text = "v_wmma_f32_16x16x16_f16 v[24:31], v[0:7], v[8:15], v[16:23] neg_lo:[1,0,0]" if _target["mcpu"] in RDNA3 \
+        else "v_wmma_f32_16x16x16_f16 v[24:31], v[0:3], v[8:11], v[16:23] neg_lo:[1,0,0]"
+    with pytest.raises(UnsupportedInstruction, match="v_wmma_f32_16x16x16_f16.*NEG"):
+        build(inst(text))
+
+
 def test_large_batch_is_blocked_and_exact():
     n = 8192
     w = wave(n, 32, 8)

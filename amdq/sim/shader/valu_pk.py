@@ -356,6 +356,9 @@ def _wmma(inst: Inst):
         from .ops import unsupported
         raise unsupported(inst, "WMMA is implemented for wave32 only")
     ab, dc = _WMMA[inst.key]
+    if ab in ("f16", "bf16") and (any(o.neg for o in inst.src) or inst.neg_hi):
+        from .ops import unsupported
+        raise unsupported(inst, "NEG_LO/NEG_HI on a floating-point WMMA are not modelled")
     ra, rb = inst.src[0].reg, inst.src[1].reg
     na = {"f16": 8, "bf16": 8, "iu8": 4, "iu4": 2}[ab]
     c_op, rd = inst.src[2], inst.dst[0].reg
