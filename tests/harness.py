@@ -35,7 +35,7 @@ def run(code_object: bytes | Path, kernel: str, args: list, grid=(1, 1, 1), bloc
     img = load_code_object(code_object, arch)
     k = img.kernels[kernel]
     mem = mem or FlatMemory(1 << 28)
-    base = mem.alloc(-(-img.size // 4096) * 4096, 4096)     # whole pages, as a GPU mapping has (fetches read pages)
+    base = mem.alloc(-(-img.size // 4096) * 4096, 4096)   # whole pages, as a GPU maps code (fetch reads pages)
     mem.write(base, bytes(img.at(base)))
     bufs = [Buf(mem, a) if isinstance(a, np.ndarray) else a for a in args]
     d = k.descriptor

@@ -1,9 +1,8 @@
 """The CDNA3 (gfx942) front end: the gfx9 decoder against LLVM 19's disassembler, gfx9 semantics that differ
-from RDNA3 (one instruction at a time, assembled by llvm-mc), the OpenCL kernel suite compiled for gfx942
-(wave64) and checked against numpy as tests/test_shader_kernels.py does, and MFMA against numpy matmul."""
+from RDNA3 (one instruction at a time, assembled by llvm-mc), and MFMA against numpy matmul. (The OpenCL kernel
+suite runs on gfx942, core and device, in test_targets_suite.py.)"""
 from __future__ import annotations
 
-import inspect
 import re
 import subprocess
 
@@ -11,7 +10,6 @@ import numpy as np
 import pytest
 
 import harness
-import test_shader_kernels as suite
 from amdq.errors import UnsupportedInstruction
 from amdq.hw.isa import decode_cdna as D
 from amdq.sim.shader.isa import for_gfx
@@ -204,23 +202,6 @@ def test_gfx9_dpp(ctrl, bc):
         else:
             want.append(0 if bc else 7)
     assert w.v[2][0].tolist() == want
-
-
-# ---------------------------------------------------------------- the kernel suite on gfx942
-
-SUITE = sorted(n for n in dir(suite) if n.startswith("test_"))
-
-
-@pytest.mark.parametrize("name", SUITE)
-def test_suite_kernel_gfx942(name, monkeypatch):
-    """A suite kernel compiled for gfx942 (wave64) on the shader core, checked as the suite checks it."""
-    def run_cl(*a, **k):
-        k = {**k, "arch": "gfx942", "flags": tuple(f for f in k.get("flags", ()) if "wavefrontsize" not in f)}
-        return harness.run_cl(*a, **k)
-    monkeypatch.setattr(suite, "run_cl", run_cl)
-    fn = getattr(suite, name)
-    params = inspect.signature(fn).parameters
-    fn(**{p: {"wave": 64, "b": 128}[p] for p in params})
 
 
 # ---------------------------------------------------------------- MFMA

@@ -1,7 +1,7 @@
 """The RDNA4 (gfx12) front end: its decoder and disassembly against llvm-objdump-19 for every instruction of
 the kernel suite compiled for gfx1201, the renamed-mnemonic aliases against both ISA tables, IEEE-754-2019
 min/max and SALU float semantics, the gfx12 MODE, and UnsupportedInstruction for what it does not model.
-(The suite itself runs on gfx1201/gfx1200 in test_rdna4_suite.py.)"""
+(The suite itself runs on gfx1201/gfx1200, core and device, in test_targets_suite.py.)"""
 from __future__ import annotations
 
 import math

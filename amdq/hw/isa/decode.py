@@ -192,10 +192,16 @@ def _fail(ctx: _Ctx, why: str, cls=IllegalInstruction) -> IllegalInstruction | U
     return cls(f"{why} at pc {ctx.pc:#x} (words {text})", address=ctx.pc, pc=ctx.pc, words=words)
 
 
-def _float_kind(fmt: str, bits: int) -> int:
-    if "F16" in fmt or "BF16" in fmt or bits == 16:
-        return 0
-    return 2 if bits == 64 else 1
+def _float_const(code: int, fmt: str, bits: int) -> int:
+    """An inline float constant's bit pattern for its operand's format: a BF16 operand reads the bf16 value (the
+    f32 pattern's high half; 1/(2pi) truncated, 0x3E22: LLVM 19 encodes literal 0x3F80 there as inline 1.0 and
+    keeps 0x3C00 a literal), other 16-bit ones the f16 value, 64-bit ones the f64 value."""
+    f16, f32, f64 = FLOAT_CONST[code]
+    if "BF16" in fmt:
+        return f32 >> 16
+    if "F16" in fmt or bits == 16:
+        return f16
+    return f64 if bits == 64 else f32
 
 
 def _src(ctx: _Ctx, code: int, opinfo: tuple | None, mask_bits: int = 32, salu: bool = False) -> Operand:
@@ -218,7 +224,7 @@ def _src_op(ctx: _Ctx, code: int, fmt: str, bits: int, salu: bool) -> Operand:
         v = code - 128 if code <= 192 else 192 - code
         return Operand("c", code, n, v & ((1 << max(bits, 32)) - 1), bits=bits)
     if code in FLOAT_CONST:
-        return Operand("c", code, n, FLOAT_CONST[code][_float_kind(fmt, bits)], bits=bits)
+        return Operand("c", code, n, _float_const(code, fmt, bits), bits=bits)
     if code == LITERAL:
         lit = ctx.literal()
         if bits == 64 and "F64" in fmt:

@@ -5,7 +5,8 @@ s_wait_alu only order work (the shader core completes every access before the ne
 no-ops here); the workgroup barrier is s_barrier_signal -1 + s_barrier_wait; V_MAX_NUM/V_MIN_NUM are
 IEEE-754-2019 maximumNumber/minimumNumber (a NaN operand, quiet or signaling, is missing data; two NaNs give
 the first quieted; +0 > -0) and ignore MODE, which on gfx12 has no IEEE bit; SALU float operations (S_ADD_F32
-...) honor MODE's f32 denormal control like VALU ones; S_ADD_NC_U64/S_SUB_NC_U64/S_MUL_U64 leave SCC alone.
+...) honor MODE's f32 denormal control like VALU ones; S_ADD_NC_U64/S_SUB_NC_U64/S_MUL_U64 leave SCC alone; WMMA keeps its gfx11 arithmetic with the gfx12 register
+layout (below).
 """
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import numpy as np
 from . import salu, smem
 from ...hw.isa.decode import Inst
 from .memory import load
-from .ops import Table, sread, sread64, swrite
+from .ops import M32, Table, sread, sread64, swrite, unsupported
 from .salu import _binary, _scc
-from .valu import CMPF, flush_in, flush_out, ftz
-from .valu_pk import _pk_minmax
+from .valu import CMPF, flush_in, flush_out, ftz, store
+from .valu_pk import _WMMA, _pk_minmax, wmma_c_values, wmma_d_bits
 from .valu_float import _mm, _to_int, fmax_num, fmin_num
 
 U32, U64, F32 = np.uint32, np.uint64, np.float32
@@ -164,6 +165,77 @@ for _t in ("f32", "f16"):
 for _k, _fn in {"s_add_nc_u64": lambda a, b: a + b, "s_sub_nc_u64": lambda a, b: a - b,
                 "s_mul_u64": lambda a, b: a * b}.items():
     _over(_k)(_binary(lambda a, b, f=_fn: f(np.asarray(a, U64), np.asarray(b, U64)), None, wide=True))
+
+
+# ---------------------------------------------------------------- WMMA: the gfx12 register layout
+
+_AB_REGS = {"f16": 4, "bf16": 4, "iu8": 2, "iu4": 1}      # VGPRs of A/B per lane: 8 elements of K
+
+
+def _lanes_to_matrix(x: np.ndarray) -> np.ndarray:
+    """(k, 32 lanes, 8 elements) -> (k, 16, 16): lane t, element e is entry [t % 16, 8 * (t // 16) + e]."""
+    k = x.shape[0]
+    return x.reshape(k, 2, 16, 8).transpose(0, 2, 1, 3).reshape(k, 16, 16)
+
+
+def _ab12(regs: np.ndarray, kind: str, signed: bool) -> np.ndarray:
+    """A rows / B columns from (k, 32, nregs) uint32, element e of a lane in the low bits first."""
+    if kind in ("f16", "bf16"):
+        h = np.ascontiguousarray(regs).view(np.uint16)                       # (k, 32, 8), low half first
+        v = h.view(np.float16).astype(np.float64) if kind == "f16" else \
+            (h.astype(U32) << U32(16)).view(F32).astype(np.float64)
+    else:
+        bits = 8 if kind == "iu8" else 4
+        x = regs.astype(np.int64)
+        v = np.stack([(x >> (bits * j)) & ((1 << bits) - 1) for j in range(32 // bits)], -1)
+        v = v.reshape(regs.shape[0], 32, 8)
+        if signed:
+            v = np.where(v >> (bits - 1), v - (1 << bits), v)
+    return _lanes_to_matrix(v)
+
+
+def _wmma12(inst: Inst):
+    """D = A*B + C on gfx12, wave32 (RDNA4 ISA guide, WMMA; AMD GPUOpen "Using the Matrix Cores of AMD RDNA 4"):
+    lane t holds row (A) / column (B) t % 16 at K = 8 * (t // 16) + e, e = 0..7, packed from the low bits of its
+    first VGPR; C/D element e of lane t is entry [8 * (t // 16) + e, t % 16], in VGPR e (32-bit kinds) or half
+    e % 2 of VGPR e // 2 (16-bit kinds, packed: no OPSEL). Integer A/B are signed where NEG_LO says so.
+    The arithmetic is gfx11's (valu_pk): exact sums, rounded once."""
+    if inst.mask_bits == 64:
+        raise unsupported(inst, "the gfx12 wave64 WMMA register layout is not modelled")
+    ab, dc = _WMMA[inst.key]
+    if ab in ("f16", "bf16") and (any(o.neg for o in inst.src) or inst.neg_hi):
+        raise unsupported(inst, "NEG_LO/NEG_HI on a floating-point WMMA are not modelled")
+    na, nc = _AB_REGS[ab], 8 if dc in ("f32", "i32") else 4
+    ra, rb, c_op, rd = inst.src[0].reg, inst.src[1].reg, inst.src[2], inst.dst[0].reg
+    sa, sb = bool(inst.src[0].neg), bool(inst.src[1].neg)
+
+    def regs(w, sel, r, n):
+        return np.stack([w.v[r + j][sel] for j in range(n)], -1)
+
+    def step(w, sel):
+        k = w.em[sel].shape[0]
+        A = _ab12(regs(w, sel, ra, na), ab, sa)                               # (k, M, K)
+        B = _ab12(regs(w, sel, rb, na), ab, sb).transpose(0, 2, 1)            # (k, K, N)
+        if c_op.kind == "v":
+            c = regs(w, sel, c_op.reg, nc)                                    # (k, 32, nc) uint32
+        else:                                                                 # an inline constant, every element
+            c = np.full((k, 32, nc), c_op.value & M32, U32)
+            if nc == 4:
+                c = (c & U32(0xFFFF)) * U32(0x10001)
+        if nc == 4:
+            c = np.stack([c & U32(0xFFFF), c >> U32(16)], -1).reshape(k, 32, 8)
+        C = _lanes_to_matrix(wmma_c_values(c, dc)).transpose(0, 2, 1)         # [m, n]
+        D = wmma_d_bits(np.matmul(A, B) + C, dc, inst.clamp).transpose(0, 2, 1)
+        d = D.reshape(k, 16, 2, 8).transpose(0, 2, 1, 3).reshape(k, 32, 8)     # back to (lanes, elements)
+        if nc == 4:
+            d = d[..., 0::2] | (d[..., 1::2] << U32(16))
+        for j in range(nc):
+            store(w, rd + j, sel, d[..., j].astype(U32))
+    return step
+
+
+for _k in _WMMA:
+    _over(_k)(_wmma12)
 
 
 # gfx11.5 (RDNA3.5) has gfx12's scalar float operations with the same semantics (AMD RDNA3.5 and RDNA4 ISA

@@ -323,6 +323,34 @@ def _wmma_ab(regs: np.ndarray, kind: str, signed: bool) -> np.ndarray:
     return np.where(f >> (bits - 1), f - (1 << bits), f) if signed else f
 
 
+def wmma_c_values(h: np.ndarray, dc: str) -> np.ndarray:
+    """C elements from their bits (uint32; 16-bit kinds in the low half) as float64 or int64."""
+    if dc == "f32":
+        return h.astype(U32).view(F32).astype(F64)
+    if dc == "i32":
+        return h.astype(U32).view(I32).astype(I64)
+    h = h.astype(U16)
+    return h.view(F16).astype(F64) if dc == "f16" else (h.astype(U32) << U32(16)).view(F32).astype(F64)
+
+
+def wmma_d_bits(out: np.ndarray, dc: str, clamp: bool) -> np.ndarray:
+    """D elements (exact float64 / int64 sums) rounded once to their kind: uint32 bits (16-bit kinds in the low
+    half; bf16 rounds to nearest even, NaNs stay quiet NaNs); integer sums wrap, or saturate with CLAMP."""
+    if dc == "f32":
+        return out.astype(F32).view(U32)
+    if dc == "i32":
+        out = np.clip(out, -2**31, 2**31 - 1) if clamp else out
+        return (out & M32).astype(U32)
+    if dc == "f16":
+        return out.astype(F16).view(U16).astype(U32)                      # numpy rounds f64 -> f16 directly
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = out.astype(F32)                                                 # to f32 rounded to odd, then to bf16 to
+        err = np.where(np.isfinite(f), out - f.astype(F64), 0.0)           # nearest even: one rounding of the sum
+    u = f.view(U32)
+    u = np.where((err != 0) & ((u & U32(1)) == 0), np.where((err > 0) == (f > 0), u + U32(1), u - U32(1)), u)
+    return np.where(np.isnan(out), (u >> U32(16)) | U32(0x40), (u + U32(0x7FFF) + ((u >> U32(16)) & U32(1))) >> U32(16))
+
+
 def _wmma(inst: Inst):
     """D = A*B + C for 16x16 tiles held across a wave32: A row i / B column i in lanes i and i+16, C/D element
     (2v + lane//16, lane%16) in VGPR v (16-bit C/D in the half OPSEL[2] picks). Floating-point sums are
@@ -331,6 +359,9 @@ def _wmma(inst: Inst):
         from .ops import unsupported
         raise unsupported(inst, "WMMA is implemented for wave32 only")
     ab, dc = _WMMA[inst.key]
+    if ab in ("f16", "bf16") and (any(o.neg for o in inst.src) or inst.neg_hi):
+        from .ops import unsupported
+        raise unsupported(inst, "NEG_LO/NEG_HI on a floating-point WMMA are not modelled")
     ra, rb = inst.src[0].reg, inst.src[1].reg
     na = {"f16": 8, "bf16": 8, "iu8": 4, "iu4": 2}[ab]
     c_op, rd = inst.src[2], inst.dst[0].reg
@@ -350,30 +381,15 @@ def _wmma(inst: Inst):
             c = np.stack([w.v[c_op.reg + j][sel] for j in range(8)], -1)  # (k, 32, 8) uint32
         else:
             c = np.full((k, 32, 8), c_op.value & M32, U32)
-        if dc == "f32":
-            cv = c.view(F32).astype(F64)
-        elif dc == "i32":
-            cv = c.view(I32).astype(I64)
-        else:
-            h = ((c >> U32(16)) if hi else c).astype(U16)
-            cv = h.view(F16).astype(F64) if dc == "f16" else (h.astype(U32) << U32(16)).view(F32).astype(F64)
+        cv = wmma_c_values(c >> U32(16) if hi and dc in ("f16", "bf16") else c & U32(0xFFFF) if dc in ("f16", "bf16")
+                           else c, dc)
         C = np.zeros((k, 16, 16), cv.dtype)
         C[:, row, col] = cv
-        D = np.matmul(A, B) + C
-        out = D[:, row, col]                                               # (k, 32, 8)
-        if dc == "f32":
-            bits = out.astype(F32).view(U32)
-        elif dc == "i32":
-            out = np.clip(out, -2**31, 2**31 - 1) if inst.clamp else out
-            bits = (out & M32).astype(U32)
-        else:
-            if dc == "f16":
-                h = out.astype(F16).view(U16).astype(U32)
-            else:
-                u = out.astype(F32).view(U32)
-                h = np.where(np.isnan(out), (u >> U32(16)) | U32(0x40),
-                             (u + U32(0x7FFF) + ((u >> U32(16)) & U32(1))) >> U32(16))
+        h = wmma_d_bits(np.matmul(A, B) + C, dc, inst.clamp)[:, row, col]  # (k, 32, 8)
+        if dc in ("f16", "bf16"):
             bits = (c & U32(0xFFFF)) | (h << U32(16)) if hi else (c & U32(0xFFFF0000)) | h
+        else:
+            bits = h
         for j in range(8):
             store(w, rd + j, sel, bits[..., j])
     return step
