@@ -89,15 +89,20 @@ def lds_addr(st: "V.Lanes", r: int, off: int) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------- dword-aligned, in-range steps
 
 def fast_index(w, sel, r: int, off: int, span: int) -> np.ndarray | None:
-    """uint32 word index into w.lds (as dwords) of VGPR r + off for every lane of the waves `sel` (inactive lanes
-    too), when all of them are dword aligned and [address, address + span) lies inside the workgroup's block;
-    else None (the per-lane path decides what each lane does)."""
+    """uint32 word index into w.lds (as dwords) of VGPR r + off for every lane of the waves `sel`, when every
+    active lane is dword aligned and [address, address + span) lies inside the workgroup's block; else None (the
+    per-lane path decides what each lane does). Inactive lanes get an index too (whatever their VGPR holds,
+    clipped by the gather); their results are never written."""
     size = w.lds_size
     if size & 3 or off & 3:
         return None
     a = w.v[r][sel]
-    if not a.size or int(a.max()) + off + span > size or int(np.bitwise_or.reduce(a, axis=None)) & 3:
+    if not a.size:
         return None
+    if int(a.max()) + off + span > size or int(np.bitwise_or.reduce(a, axis=None)) & 3:
+        act = a[w.em[sel]]                             # only the active lanes' addresses must qualify
+        if not act.size or int(act.max()) + off + span > size or int(np.bitwise_or.reduce(act)) & 3:
+            return None
     rows = w.lds_rows
     if rows and isinstance(sel, slice) and sel.start is None and sel.stop is None:
         src, base = a.reshape(w.n // rows, -1), w.lds_words          # whole workgroups: one base per row
