@@ -12,7 +12,7 @@ from amdq.errors import AmdqError, UnsupportedTarget
 from amdq.hw.isa.text import decoder, text
 from amdq.hw.targets import GENERATIONS, TARGETS
 
-FAMILIES = ("rdna3", "rdna4")
+FAMILIES = ("rdna3", "rdna4", "cdna3")
 
 
 def _family(arch: str) -> tuple[str, bool]:

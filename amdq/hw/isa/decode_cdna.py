@@ -39,6 +39,7 @@ class _Tables:
 TABLES = _Tables()
 
 VCC_LO, M0_GFX9, M0, EXEC_LO = 106, 124, 125, 126
+NULL_GFX9, NULL_CORE = 125, 124            # gfx9 codes M0 124 and NULL 125 are the core's 125 and 124
 SDWA_SRC, DPP_SRC = 249, 250
 SADDR_OFF = 0x7F                        # FLAT/GLOBAL/SCRATCH saddr "off"
 ACC_BASE = 256                          # row of a[0] in the wave's VGPR array
@@ -113,11 +114,13 @@ class Inst9(Inst):
     """A decoded gfx9 instruction; `sdwa` holds the SDWA controls (or None), `acc_cd`/`cbsz`/`abid`/`blgp` the
     MFMA modifiers."""
 
-    __slots__ = ("sdwa", "acc_cd", "cbsz", "abid", "blgp")
+    __slots__ = ("sdwa", "acc_cd", "cbsz", "abid", "blgp", "form")
 
     def __init__(self, pc: int, enc: str, op: int, name: str):
         super().__init__(pc, enc, op, name)
         self.key = _canon(_key(name))
+        self.family = ARCH
+        self.form = enc             # the encoding of the machine code (enc may be the form the core runs it as)
         self.sdwa = None
         self.acc_cd = self.cbsz = self.abid = self.blgp = 0
 
@@ -146,7 +149,7 @@ def _sreg(code: int, bits: int = 32) -> Operand:
     n = _nregs(bits)
     if n > 1:
         code &= ~1 if n == 2 else ~3
-    return Operand("s", M0 if code == M0_GFX9 else code, n, bits=bits)
+    return Operand("s", {M0_GFX9: M0, NULL_GFX9: NULL_CORE}.get(code, code), n, bits=bits)
 
 
 def _vreg(idx: int, bits: int = 32, acc: bool = False) -> Operand:
@@ -160,8 +163,6 @@ def _src(ctx: _Ctx, code: int, info: tuple | None, mask_bits: int = 64, salu: bo
     if fmt == "NUM_M64":
         bits = mask_bits
     if code < 128:
-        if code == 125:
-            raise _fail(ctx, f"reserved scalar operand code {code}")
         op = _sreg(code, bits)
     elif code >= 256:
         op = _vreg(code - 256, bits, acc or "ACCVGPR" in typ and "VGPR_OR" not in typ)
@@ -209,10 +210,17 @@ def _smem(ctx: _Ctx) -> Inst:
     name, opr = _lookup(ctx, "SMEM", f["op"])
     inst = Inst9(ctx.pc, "SMEM", f["op"], name)
     inst.fields, inst.size, inst.glc = f, 8, f["glc"]
-    if not name.startswith(("S_LOAD", "S_BUFFER_LOAD")):
-        return inst                                   # stores, cache control, atc probes: no handler
+    if "sdata" in opr and opr["sdata"][2] == "SREG":
+        sdata = _sreg(f["sdata"], opr["sdata"][1])
+        if name.startswith(("S_LOAD", "S_BUFFER_LOAD", "S_SCRATCH_LOAD", "S_MEM")):
+            inst.dst = (sdata,)
+        else:               # stores and atomics read sdata; atomics with GLC return the old value in it
+            inst.data = sdata
+            if "ATOMIC" in name and f["glc"]:
+                inst.dst = (_sreg(f["sdata"], opr["sdata"][1] // (2 if "CMPSWAP" in name else 1)),)
+    if "sbase" not in opr:
+        return inst                                   # s_dcache_*, s_memtime, s_memrealtime
     inst.sbase = _sreg(f["sbase"] * 2, opr["sbase"][1])
-    inst.dst = (_sreg(f["sdata"], opr["sdata"][1]),)
     if f["imm"]:
         inst.offset = _sext(f["offset"], 21)
         inst.soffset = _sreg(f["soffset"]) if f["soffset_en"] else None
@@ -282,8 +290,9 @@ def _plan9(c: int, row_mask: int, bank_mask: int, lanes: int):
     return src, valid, writable
 
 
-def _sdwa(ctx: _Ctx, inst: Inst, vopc: bool) -> Operand:
-    """gfx9 SDWA dword: src0 (VGPR, or SGPR with S0), selects, sign extension, neg/abs (MI300 ISA "SDWA")."""
+def _sdwa(ctx: _Ctx, inst: Inst, vopc: bool, info: tuple | None) -> Operand:
+    """gfx9 SDWA dword: src0 (VGPR, or with S0 an SGPR-space operand or inline constant), selects, sign
+    extension, neg/abs (MI300 ISA "SDWA")."""
     inst.sdwa = SDWA(0 if vopc else _get(ctx, 40, 42), 0 if vopc else _get(ctx, 43, 44),
                      (_get(ctx, 48, 50), _get(ctx, 56, 58)), (_get(ctx, 51, 51), _get(ctx, 59, 59)))
     if not vopc:
@@ -292,7 +301,14 @@ def _sdwa(ctx: _Ctx, inst: Inst, vopc: bool) -> Operand:
         inst.clamp = 0
     ctx.lit_pos = 64
     code = _get(ctx, 32, 39)
-    return _sreg(code) if _get(ctx, 55, 55) else Operand("v", code)
+    return _sdwa_scalar(ctx, code, info) if _get(ctx, 55, 55) else Operand("v", code)
+
+
+def _sdwa_scalar(ctx: _Ctx, code: int, info: tuple | None) -> Operand:
+    """An SDWA source with its S bit set: an 8-bit scalar source code (SGPR, constant, special; no literal)."""
+    if code == LITERAL:
+        raise _fail(ctx, "a literal constant in a gfx9 SDWA operand")
+    return _src(ctx, code, info)
 
 
 def _src0_ext(ctx: _Ctx, inst: Inst, f: dict, opr: dict, vopc: bool = False) -> list[Operand]:
@@ -302,7 +318,7 @@ def _src0_ext(ctx: _Ctx, inst: Inst, f: dict, opr: dict, vopc: bool = False) -> 
         s = _dpp9(ctx, inst)
         negabs = [(_get(ctx, 52, 52), _get(ctx, 53, 53)), (_get(ctx, 54, 54), _get(ctx, 55, 55))]
     elif code == SDWA_SRC:
-        s = _sdwa(ctx, inst, vopc)
+        s = _sdwa(ctx, inst, vopc, info)
         negabs = [(_get(ctx, 52, 52), _get(ctx, 53, 53)), (_get(ctx, 60, 60), _get(ctx, 61, 61))]
     else:
         return [_src(ctx, code, info)]
@@ -345,8 +361,9 @@ def _vop1(ctx: _Ctx) -> Inst:
     _apply_negabs(inst, srcs)
     if "vdst" in opr:
         fmt, bits, typ = opr["vdst"]
-        inst.dst = (_sreg(f["vdst"], bits) if typ in ("SREG", "SDST") else _vreg(f["vdst"], bits, typ == "ACCVGPR"),)
-    if name == "V_ACCVGPR_MOV_B32_E32" and srcs:
+        inst.dst = (_sreg(f["vdst"], bits) if typ.startswith(("SREG", "SDST")) else
+                    _vreg(f["vdst"], bits, typ == "ACCVGPR"),)
+    if name == "V_ACCVGPR_MOV_B32_E32" and srcs and srcs[0].reg < ACC_BASE:
         srcs[0] = _vreg(srcs[0].reg, 32, True)
     inst.src = tuple(srcs)
     _short_enc(inst, opr)
@@ -360,7 +377,7 @@ def _vop2(ctx: _Ctx) -> Inst:
     inst.fields = f
     srcs = _src0_ext(ctx, inst, f, opr) + [_vreg(f["vsrc1"], opr.get("vsrc1", ("", 32, ""))[1])]
     if inst.sdwa is not None and _get(ctx, 63, 63):
-        srcs[1] = _sreg(f["vsrc1"])                  # SDWA S1: src1 is an SGPR
+        srcs[1] = _sdwa_scalar(ctx, f["vsrc1"], opr.get("vsrc1"))    # SDWA S1: src1 is a scalar source
     _apply_negabs(inst, srcs)
     inst.dst = (_vreg(f["vdst"], opr.get("vdst", ("", 32, ""))[1]),)
     base = _key(name).upper()
@@ -389,7 +406,7 @@ def _vopc(ctx: _Ctx) -> Inst:
     sdst = _vcc()
     if inst.sdwa is not None:
         if _get(ctx, 63, 63):
-            srcs[1] = _sreg(f["vsrc1"])
+            srcs[1] = _sdwa_scalar(ctx, f["vsrc1"], opr.get("vsrc1"))
         if _get(ctx, 47, 47):
             sdst = _sreg(_get(ctx, 40, 46), 64)
     _apply_negabs(inst, srcs)
@@ -427,7 +444,7 @@ def _vop3(ctx: _Ctx) -> Inst:
         inst.opsel = f["opsel"]
     if "vdst" in opr:
         fmt, bits, typ = opr["vdst"]
-        if typ in ("SREG", "SDST"):
+        if typ.startswith(("SREG", "SDST")):
             inst.dst = (_sreg(f["vdst"], 64 if fmt == "NUM_M64" or bits == 64 else bits),)
         else:
             inst.dst = (_vreg(f["vdst"], bits, typ == "ACCVGPR"),)
@@ -452,7 +469,7 @@ def _vop3p(ctx: _Ctx) -> Inst:
     for i, fld in enumerate(("src0", "src1", "src2")):
         if fld not in opr:
             break
-        s = _src(ctx, f[fld], opr[fld], acc=bool(mfma and acc[i]))
+        s = _src(ctx, f[fld], opr[fld], acc=bool(mfma and acc[i] and opr[fld][2] != "SRC_VGPR"))
         if s.kind == "c" and s.literal:
             raise _fail(ctx, "a literal constant in a gfx9 VOP3P instruction")
         if not mfma:
@@ -517,7 +534,7 @@ def _flat(ctx: _Ctx) -> Inst:
             inst.addr = _vreg(f["addr"], 64)
     if "data" in opr:
         inst.data = _vreg(f["data"], opr["data"][1], acc)
-    if "vdst" in opr:
+    if "vdst" in opr and "_LDS_" not in name:         # *_load_lds_* write LDS at M0, not VGPRs
         bits = opr["vdst"][1]
         if "CMPSWAP" in name:
             bits = opr["data"][1] // 2
@@ -527,23 +544,26 @@ def _flat(ctx: _Ctx) -> Inst:
     return inst
 
 
-def _mubuf(ctx: _Ctx) -> Inst:
-    f = _fields(ctx, "MUBUF")
-    name, opr = _lookup(ctx, "MUBUF", f["op"])
-    inst = Inst9(ctx.pc, "MUBUF", f["op"], name)
+def _mubuf(ctx: _Ctx, enc: str = "MUBUF") -> Inst:
+    """MUBUF and MTBUF (the same operands; MTBUF adds the DFMT/NFMT buffer format fields). With LDS set a
+    MUBUF load writes LDS at M0 instead of VDATA (MI300 ISA, "Buffer Instructions")."""
+    f = _fields(ctx, enc)
+    name, opr = _lookup(ctx, enc, f["op"])
+    inst = Inst9(ctx.pc, enc, f["op"], name)
     inst.fields, inst.size = f, 8
     inst.glc, inst.slc, inst.offen, inst.idxen = f["sc0"], f["nt"], f["offen"], f["idxen"]
     inst.offset = f["offset"]
-    if opr and not f["lds"]:
+    if opr:
         acc = bool(f["acc"])
         nv = f["offen"] + f["idxen"]
         inst.addr = _vreg(f["vaddr"], 32 * nv) if nv else None
         inst.srsrc = _sreg(f["srsrc"] * 4, 128)
         inst.soffset = _src(ctx, f["soffset"], ("NUM_B32", 32, "SSRC"))
-        bits = opr["vdata"][1] if "vdata" in opr else 32
-        inst.data = _vreg(f["vdata"], bits, acc)
-        if "LOAD" in name or ("ATOMIC" in name and inst.glc):
-            inst.dst = (_vreg(f["vdata"], bits // 2 if "CMPSWAP" in name else bits, acc),)
+        if not f.get("lds"):
+            bits = opr["vdata"][1] if "vdata" in opr else 32
+            inst.data = _vreg(f["vdata"], bits, acc)
+            if "LOAD" in name or ("ATOMIC" in name and inst.glc):
+                inst.dst = (_vreg(f["vdata"], bits // 2 if "CMPSWAP" in name else bits, acc),)
         inst.src = tuple(x for x in (inst.addr, inst.srsrc, inst.soffset, inst.data) if x is not None)
     return inst
 
@@ -553,6 +573,7 @@ DECODERS = {
     "SOPC": lambda c: _sop(c, "SOPC"), "SOPP": lambda c: _sop(c, "SOPP"), "SMEM": _smem, "VOP1": _vop1,
     "VOP2": _vop2, "VOPC": _vopc, "VOP3": _vop3, "VOP3SD": _vop3, "VOP3_SDST": _vop3, "VOP3P": _vop3p,
     "VOP3P_MFMA": _vop3p, "DS": _ds, "FLAT": _flat, "GLOBAL": _flat, "SCRATCH": _flat, "MUBUF": _mubuf,
+    "MTBUF": lambda c: _mubuf(c, "MTBUF"),
 }
 _BASE = {"SOP1_LIT": "SOP1", "SOP2_LIT": "SOP2", "SOPC_LIT": "SOPC", "SOPK_LIT": "SOPK", "VOP1_LIT": "VOP1",
          "VOP2_LIT": "VOP2", "VOPC_LIT": "VOPC", "VOP1_DPP16": "VOP1", "VOP2_DPP16": "VOP2", "VOP1_SDWA": "VOP1",

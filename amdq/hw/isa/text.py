@@ -468,14 +468,20 @@ FORMATTERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP"
 
 def text(inst: Inst) -> str:
     """The LLVM-syntax text of a decoded instruction."""
+    if inst.family == "cdna3":
+        from .text_cdna import text9
+        return text9(inst)
     return FORMATTERS[inst.enc](inst)
 
 
 def decoder(arch: str = "rdna3"):
-    """The decode function of an ISA family ("rdna3", "rdna4")."""
+    """The decode function of an ISA family ("rdna3", "rdna4", "cdna3")."""
+    if arch == "cdna3":
+        from .decode_cdna import decode as decode9
+        return decode9
     if arch == "rdna4":
         from .decode_rdna4 import decode as decode4
         return decode4
     if arch != "rdna3":
-        raise UnsupportedTarget(f"the disassembler reads rdna3 and rdna4 code, not {arch}")
+        raise UnsupportedTarget(f"the disassembler reads rdna3, rdna4 and cdna3 code, not {arch}")
     return decode
