@@ -23,12 +23,13 @@ import numpy as np
 from amdq.errors import IllegalInstruction, UnsupportedInstruction
 from amdq.hw import isa
 
+from . import gfx942
 from .decode import (DPP16, LITERAL, LOOKAHEAD, QUIET_SOPP, SAFE_ENC, Inst, Operand, _Ctx, _fail, _get, _key, _nregs,
                      _operands, _sext, _src_op, mask_sgpr)
 
 ARCH = "cdna3"
 ENC = isa.encodings(ARCH)
-OPS = isa.tables(ARCH).OPCODES
+OPS = gfx942.merged(isa.tables(ARCH).OPCODES)     # CDNA4's tables with the gfx942 rows they lack
 
 
 class _Tables:
@@ -246,14 +247,11 @@ def _has16(opr: dict) -> bool:
 def _dpp9(ctx: _Ctx, inst: Inst) -> Operand:
     """gfx9 DPP dword (bits 32..63): src0 VGPR, dpp_ctrl, bound_ctrl, neg/abs, bank and row masks."""
     ctrl = _get(ctx, 40, 48)
-    if 0x150 <= ctrl or 0x144 <= ctrl <= 0x14F or ctrl in (0x100, 0x110, 0x120) or 0x131 <= ctrl <= 0x13F and \
+    if 0x160 <= ctrl or 0x144 <= ctrl <= 0x14F or ctrl in (0x100, 0x110, 0x120) or 0x131 <= ctrl <= 0x13F and \
             ctrl not in (0x134, 0x138, 0x13C):
         raise _fail(ctx, f"undefined gfx9 DPP control {ctrl:#x}")
     row_mask = _get(ctx, 60, 63)
-    if ctrl == 0x142 and row_mask & 1 or ctrl == 0x143 and row_mask & 3:
-        raise _fail(ctx, f"row broadcast {ctrl:#x} writing rows that have no source row is not modelled",
-                    UnsupportedInstruction)
-    cls = DPP9 if 0x130 <= ctrl <= 0x13C or ctrl in (0x142, 0x143) else DPP16
+    cls = DPP9 if 0x130 <= ctrl <= 0x13C or 0x142 <= ctrl <= 0x143 or 0x150 <= ctrl <= 0x15F else DPP16
     inst.dpp = cls(ctrl, row_mask, _get(ctx, 56, 59), _get(ctx, 51, 51), 0)
     ctx.lit_pos = 64
     return Operand("v", _get(ctx, 32, 39))
@@ -262,9 +260,16 @@ def _dpp9(ctx: _Ctx, inst: Inst) -> Operand:
 class DPP9(DPP16):
     """gfx9-only DPP controls (MI300 ISA, "DPP_CTRL"): wave_shl:1 0x130 (lane i reads i + 1), wave_rol:1
     0x134, wave_shr:1 0x138 (reads i - 1), wave_ror:1 0x13C, row_bcast:15 0x142 (row r reads lane 16r - 1),
-    row_bcast:31 0x143 (rows 2 and 3 read lane 31). Sources past the wave's edge are invalid, as for row shifts."""
+    row_bcast:31 0x143 (rows 2 and 3 read lane 31); gfx90a+ row_newbcast:n 0x150+n (every lane reads lane n of
+    its row). Sources past the wave's edge are invalid, as for row shifts."""
 
     __slots__ = ()
+
+    def check(self) -> None:
+        """UnsupportedInstruction for a control the core does not model (called when a handler is built)."""
+        if self.ctrl == 0x142 and self.row_mask & 1 or self.ctrl == 0x143 and self.row_mask & 3:
+            raise UnsupportedInstruction(f"row broadcast {self.ctrl:#x} writing rows that have no source row is "
+                                         "not modelled")
 
     def plan(self, lanes: int):
         return _plan9(self.ctrl, self.row_mask, self.bank_mask, lanes)
@@ -280,6 +285,8 @@ def _plan9(c: int, row_mask: int, bank_mask: int, lanes: int):
         j = lane - 1
     elif c == 0x142:
         j = (lane & ~15) - 1
+    elif c >= 0x150:
+        j = (lane & ~15) + (c & 0xF)
     else:
         j = np.where(lane >= 32, 31, -1)
     valid = (j >= 0) & (j < lanes) if c not in (0x134, 0x13C) else np.ones(lanes, bool)
@@ -358,6 +365,8 @@ def _vop1(ctx: _Ctx) -> Inst:
     inst = Inst9(ctx.pc, "VOP1", f["op"], name)
     inst.fields = f
     srcs = _src0_ext(ctx, inst, f, opr) if "src0" in opr else []
+    if "src0" not in opr and f["src0"] in (SDWA_SRC, DPP_SRC):
+        inst.size = 8               # v_nop with an SDWA or DPP dword: nothing to read in it
     _apply_negabs(inst, srcs)
     if "vdst" in opr:
         fmt, bits, typ = opr["vdst"]
@@ -496,8 +505,8 @@ def _ds(ctx: _Ctx) -> Inst:
     inst.offset0, inst.offset1, inst.gds = f["offset0"], f["offset1"], f["gds"]
     inst.offset = f["offset1"] << 8 | f["offset0"]
     acc = bool(f["acc"])
-    if "addr" in opr:
-        inst.addr = _vreg(f["addr"], 32)
+    if "addr" in opr:               # an address, or the GWS operations' data (AccVGPR with ACC)
+        inst.addr = _vreg(f["addr"], 32, acc and "ACCVGPR" in opr["addr"][2])
     data = [_vreg(f[fld], opr[fld][1], acc) for fld in ("data0", "data1") if fld in opr]
     if name.startswith("DS_CMPST") and len(data) == 2:
         data.reverse()              # gfx9 DATA is the compare value, DATA2 the new one; RDNA3 swapped them

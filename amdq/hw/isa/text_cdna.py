@@ -24,16 +24,16 @@ WAITCNT_MAX = (63, 7, 15)
 # s_sendmsg message ids and GS operations (MI300 ISA, S_SENDMSG table; LLVM's SendMsg names)
 MSG = {1: "MSG_INTERRUPT", 2: "MSG_GS", 3: "MSG_GS_DONE", 4: "MSG_SAVEWAVE", 5: "MSG_STALL_WAVE_GEN",
        6: "MSG_HALT_WAVES", 7: "MSG_ORDERED_PS_DONE", 8: "MSG_EARLY_PRIM_DEALLOC", 9: "MSG_GS_ALLOC_REQ",
-       10: "MSG_GET_DOORBELL", 11: "MSG_GET_DDID", 15: "MSG_SYSMSG"}
+       10: "MSG_GET_DOORBELL", 15: "MSG_SYSMSG"}
 GS_OP = {0: "GS_OP_NOP", 1: "GS_OP_CUT", 2: "GS_OP_EMIT", 3: "GS_OP_EMIT_CUT"}
 SYSMSG_OP = {1: "SYSMSG_OP_ECC_ERR_INTERRUPT", 2: "SYSMSG_OP_REG_RD", 3: "SYSMSG_OP_HOST_TRAP_ACK",
              4: "SYSMSG_OP_TTRACE_PC"}
 # hardware registers of s_getreg/s_setreg (MI300 ISA, S_GETREG_B32 HW_REG ids; LLVM's gfx940 names)
 HWREG = {1: "HW_REG_MODE", 2: "HW_REG_STATUS", 3: "HW_REG_TRAPSTS", 4: "HW_REG_HW_ID", 5: "HW_REG_GPR_ALLOC",
          6: "HW_REG_LDS_ALLOC", 7: "HW_REG_IB_STS", 15: "HW_REG_SH_MEM_BASES", 16: "HW_REG_TBA_LO",
-         17: "HW_REG_TBA_HI", 18: "HW_REG_TMA_LO", 19: "HW_REG_TMA_HI", 20: "HW_REG_FLAT_SCR_LO",
-         21: "HW_REG_FLAT_SCR_HI", 22: "HW_REG_XNACK_MASK", 23: "HW_REG_HW_ID1", 24: "HW_REG_HW_ID2",
-         25: "HW_REG_POPS_PACKER", 29: "HW_REG_SHADER_CYCLES"}
+         17: "HW_REG_TBA_HI", 18: "HW_REG_TMA_LO", 19: "HW_REG_TMA_HI", 20: "HW_REG_XCC_ID",
+         21: "HW_REG_SQ_PERF_SNAPSHOT_DATA", 22: "HW_REG_SQ_PERF_SNAPSHOT_DATA1", 23: "HW_REG_SQ_PERF_SNAPSHOT_PC_LO",
+         24: "HW_REG_SQ_PERF_SNAPSHOT_PC_HI"}
 # SDWA selects and dst_unused (MI300 ISA, "SDWA" fields)
 SEL = ["BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD"]
 UNUSED = ["UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE"]
@@ -43,6 +43,10 @@ DFMT = ["INVALID", "8", "16", "8_8", "32", "16_16", "10_11_11", "11_11_10", "10_
 NFMT = ["UNORM", "SNORM", "USCALED", "SSCALED", "UINT", "SINT", "RESERVED_6", "FLOAT"]
 DFMT_DEFAULT, NFMT_DEFAULT = 1, 0
 OMOD = {1: "mul:2", 2: "mul:4", 3: "div:2"}
+# SDWA forms without dst_sel/dst_unused (their result is a full dword or pair; LLVM's VOP1 SDWA for gfx940)
+SDWA_NO_DST = {"v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8"}
+# VOP3 operations whose op_sel has four bits (byte selects of the fp8/bf8 stochastic-rounding converts)
+OPSEL4 = {"v_cvt_sr_fp8_f32", "v_cvt_sr_bf8_f32"}
 
 # ---------------------------------------------------------------- operands
 
@@ -113,18 +117,21 @@ def waitcnt(v: int) -> str:
 
 
 def sendmsg(v: int) -> str:
-    """gfx9 sendmsg(MSG, OP, STREAM) text."""
+    """gfx9 s_sendmsg operand: sendmsg(MSG[, OP[, STREAM]]) for a valid message (bits outside the id, op and
+    stream fields ignored), else sendmsg(id, op, stream) when those fields are all it has, else the number."""
     mid, op, stream = v & 0xF, v >> 4 & 7, v >> 8 & 3
-    if v >> 10 or mid not in MSG:
-        return str(v)
-    name = MSG[mid]
-    if mid in (2, 3):
-        if mid == 2 and op == 0 or v >> 7 & 1:
-            return str(v)
-        return f"sendmsg({name}, {GS_OP[op & 3]}" + (f", {stream})" if op & 3 else ")") if True else ""
-    if mid == 15:
-        return f"sendmsg({name}, {SYSMSG_OP[op]})" if op in SYSMSG_OP and not v >> 7 else str(v)
-    return f"sendmsg({name})" if not v >> 4 else str(v)
+    name = MSG.get(mid)
+    if mid in (2, 3):                   # GS: an operation (GS_DONE also NOP); a stream with any but NOP
+        if (op or mid == 3) and op in GS_OP and (op or not stream):
+            return f"sendmsg({name}, {GS_OP[op]}" + (f", {stream})" if op else ")")
+    elif mid == 15:
+        if op in SYSMSG_OP and not stream:
+            return f"sendmsg({name}, {SYSMSG_OP[op]})"
+    elif name and not op and not stream:
+        return f"sendmsg({name})"
+    if v == mid | op << 4 | stream << 8:
+        return f"sendmsg({mid}, {op}, {stream})"
+    return str(v)
 
 
 def hwreg(v: int) -> str:
@@ -179,7 +186,7 @@ def _salu(i: Inst) -> str:
         return _sopk(i)
     m = i.mnemonic
     if m == "s_set_gpr_idx_on":
-        return f"{m} {src(i.src[0], True)}, {gpr_idx(i.src[1].value)}"
+        return f"{m} {src(i.src[0], True)}, {gpr_idx(i.fields['ssrc1'])}"
     ops = [reg(d) for d in i.dst] + [src(s, True) for s in i.src]
     return f"{m} {', '.join(ops)}" if ops else m
 
@@ -191,13 +198,7 @@ def _smem(i: Inst) -> str:
         return m
     if m in ("s_memtime", "s_memrealtime"):
         return f"{m} {reg(i.dst[0])}"
-    ops = []
-    if i.dst:
-        ops.append(reg(i.dst[0]))
-    elif i.data is not None:
-        ops.append(reg(i.data))
-    elif m.startswith(("s_atc_probe", "s_scratch")) is False:
-        pass
+    ops = [reg(i.data if i.data is not None else i.dst[0])] if i.data is not None or i.dst else []
     if m.startswith("s_atc_probe"):
         ops = [f"{f['sdata']:#x}" if f["sdata"] > 64 else str(f["sdata"])]
     ops.append(reg(i.sbase))
@@ -224,7 +225,7 @@ def _promoted() -> set[str]:
 
 
 PROMOTED = _promoted()
-NO_SUFFIX = {"V_NOP", "V_CLREXCP", "V_READFIRSTLANE_B32", "V_ACCVGPR_MOV_B32"}
+NO_SUFFIX = {"V_NOP", "V_CLREXCP", "V_READFIRSTLANE_B32", "V_ACCVGPR_MOV_B32", "V_SWAP_B32"}
 # mnemonics LLVM spells differently for gfx940 than the ISA tables (gfx906+ opcodes 0x20-0x22 of VOP3P are the
 # fused v_fma_mix*, MI300 ISA section 12.10)
 RENAME = {"v_mad_mix_f32": "v_fma_mix_f32", "v_mad_mixlo_f16": "v_fma_mixlo_f16", "v_mad_mixhi_f16": "v_fma_mixhi_f16",
@@ -248,10 +249,17 @@ def _vname(i: Inst) -> str:
     return base
 
 
+def _dpalu(i: Inst) -> bool:
+    """An operation with a 64-bit VGPR operand: its DPP takes row_newbcast only (gfx90a+ "DP ALU DPP")."""
+    return any(o.kind == "v" and o.n == 2 for o in (*i.dst, *i.src))
+
+
 def _dpp_text(i: Inst) -> list[str]:
     d = i.dpp
     c = d.ctrl
-    if c <= 0xFF:
+    if _dpalu(i) and not 0x150 <= c <= 0x15F:
+        ctl = "/* DP ALU dpp only supports row_newbcast */"
+    elif c <= 0xFF:
         ctl = f"quad_perm:[{c & 3},{c >> 2 & 3},{c >> 4 & 3},{c >> 6 & 3}]"
     elif 0x101 <= c <= 0x10F:
         ctl = f"row_shl:{c & 0xF}"
@@ -277,7 +285,7 @@ def _sdwa_text(i: Inst, nsrc: int, vopc: bool) -> list[str]:
         out.append("clamp")
     if i.omod:
         out.append(OMOD[i.omod])
-    if not vopc:
+    if not vopc and _key(i.name) not in SDWA_NO_DST:
         out += [f"dst_sel:{SEL[s.dst_sel] if s.dst_sel < 7 else s.dst_sel}",
                 f"dst_unused:{UNUSED[s.dst_unused] if s.dst_unused < 3 else s.dst_unused}"]
     for k in range(nsrc):
@@ -298,6 +306,8 @@ def _valu(i: Inst) -> str:
     texts = []
     for k, s in enumerate(srcs):
         t = src(s)
+        if sdwa is not None and s.kind == "c" and s.neg and not s.abs:     # SDWA spells a negated constant neg()
+            t = f"neg({src(_plain(s))})"
         if sdwa is not None and k < 2 and sdwa.sext[k]:
             t = f"sext({t})"
         texts.append(t)
@@ -308,7 +318,9 @@ def _valu(i: Inst) -> str:
     ops += texts
     mods = []
     if i.enc in ("VOP3", "VOP3SD"):
-        if i.opsel:
+        if i.opsel and m in OPSEL4:
+            mods.append("op_sel:" + _bits(i.opsel, 4))
+        elif i.opsel:
             nsrc = len(srcs)
             mods.append("op_sel:" + _bits(i.opsel & ((1 << nsrc) - 1) | (i.opsel >> 3 & 1) << nsrc, nsrc + 1))
         if i.clamp:
@@ -330,11 +342,15 @@ def _vop3p(i: Inst, name: str) -> str:
     n = len(srcs)
     ops = [reg(d) for d in i.dst]
     mods = []
+    if m.startswith(("v_accvgpr_read", "v_accvgpr_write")):
+        return f"{name} {ops[0]}, {src(srcs[0])}"
     if m.startswith(("v_mfma", "v_smfmac")):
         ops += [src(s) for s in srcs]
-        for k, v in (("cbsz", i.cbsz), ("abid", i.abid), ("blgp", i.blgp)):
+        for k, v in (("cbsz", i.cbsz), ("abid", i.abid)):
             if v:
                 mods.append(f"{k}:{v}")
+        if i.blgp:      # the f64 MFMAs use the BLGP field as neg per source (MI300 ISA, "MFMA" fields)
+            mods.append(f"neg:{_bits(i.blgp, 3)}" if m.startswith("v_mfma_f64") else f"blgp:{i.blgp}")
         return " ".join([name + " " + ", ".join(ops)] + mods)
     mix = m.startswith(("v_fma_mix", "v_mad_mix"))
     if mix:
@@ -380,7 +396,7 @@ def _ds(i: Inst) -> str:
         srcs[1:] = srcs[2], srcs[1]
     ops = [reg(d) for d in i.dst] + [reg(s) for s in srcs]
     mods = []
-    if "2" in m.split("_")[1]:          # ds_read2*, ds_write2*, ds_wrxchg2*: two 8-bit offsets
+    if m.startswith(("ds_read2", "ds_write2", "ds_wrxchg2")):     # two 8-bit offsets
         if i.offset0:
             mods.append(f"offset0:{i.offset0}")
         if i.offset1:
@@ -420,7 +436,9 @@ def _mubuf(i: Inst) -> str:
         ops.insert(0, reg(i.data))
     mods = [n for n, b in (("idxen", i.idxen), ("offen", i.offen)) if b]
     if i.enc == "MTBUF" and (f["dfmt"], f["nfmt"]) != (DFMT_DEFAULT, NFMT_DEFAULT):
-        mods.insert(0, f"format:[BUF_DATA_FORMAT_{DFMT[f['dfmt']]},BUF_NUM_FORMAT_{NFMT[f['nfmt']]}]")
+        fmt = ([f"BUF_DATA_FORMAT_{DFMT[f['dfmt']]}"] if f["dfmt"] != DFMT_DEFAULT else []) + \
+            ([f"BUF_NUM_FORMAT_{NFMT[f['nfmt']]}"] if f["nfmt"] != NFMT_DEFAULT else [])
+        mods.insert(0, f"format:[{','.join(fmt)}]")
     if i.offset:
         mods.append(f"offset:{i.offset}")
     mods += _cache(i)
