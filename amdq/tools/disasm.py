@@ -12,17 +12,20 @@ from amdq.errors import AmdqError, UnsupportedTarget
 from amdq.hw.isa.text import decoder, text
 from amdq.hw.targets import GENERATIONS, TARGETS
 
-FAMILIES = ("rdna3", "rdna4", "cdna3")
+FAMILIES = ("rdna3", "rdna4", "cdna3", "cdna4")
 
 
 def _family(arch: str) -> tuple[str, bool]:
     """(ISA family, default wave64) of a target name (gfx1100, gfx942) or a family name (rdna3)."""
     t = TARGETS.get(arch.split(":")[0].strip().lower())
     if t is not None:
-        return t.gen.isa, not t.gen.wave32
+        # gfx950 shares gfx942's generation (and front end) but has CDNA4's operations
+        return ("cdna4" if t.arch == "gfx950" else t.gen.isa), not t.gen.wave32
     for g in GENERATIONS.values():
         if g.isa == arch:
             return arch, not g.wave32
+    if arch == "cdna4":
+        return arch, True
     raise UnsupportedTarget(f"no decoder for {arch!r} (targets: {', '.join(TARGETS)}; families: {', '.join(FAMILIES)})")
 
 

@@ -24,20 +24,13 @@ from amdq.errors import IllegalInstruction, UnsupportedInstruction
 from amdq.hw import isa
 
 from . import gfx942
-from .decode import (DPP16, LITERAL, LOOKAHEAD, QUIET_SOPP, SAFE_ENC, Inst, Operand, _Ctx, _fail, _get, _key, _nregs,
-                     _operands, _sext, _src_op, mask_sgpr)
+from . import decode as D
+from .decode import (DPP16, LITERAL, QUIET_SOPP, SAFE_ENC, Decoder, Inst, Operand, _Ctx, _fail, _fields, _get, _key,
+                     _nregs, _sext, _src_op)
 
 ARCH = "cdna3"
 ENC = isa.encodings(ARCH)
 OPS = gfx942.merged(isa.tables(ARCH).OPCODES)     # CDNA4's tables with the gfx942 rows they lack
-
-
-class _Tables:
-    """What the shared decode helpers read of a family (decode.Decoder's `enc` and `ops`)."""
-    name, enc, ops = ARCH, ENC, OPS
-
-
-TABLES = _Tables()
 
 VCC_LO, M0_GFX9, M0, EXEC_LO = 106, 124, 125, 126
 NULL_GFX9, NULL_CORE = 125, 124            # gfx9 codes M0 124 and NULL 125 are the core's 125 and 124
@@ -140,21 +133,28 @@ class SDWA:
 
 
 def _lookup(ctx: _Ctx, enc: str, num: int) -> tuple[str, dict]:
-    row = OPS.get(enc + "Op", {}).get(num)
-    if row is None:
-        raise _fail(ctx, f"undefined gfx9 {enc} opcode {num}")
-    return row[0], {f: (fmt, bits, typ) for f, fmt, bits, typ in row[1]}
+    return D._lookup(ctx, enc + "Op", num, "gfx9 " + enc)
 
 
 def _sreg(code: int, bits: int = 32) -> Operand:
+    """A gfx9 SGPR-space operand in the core's register space (M0 and NULL swapped, tuples aligned)."""
     n = _nregs(bits)
+    if code > 127:
+        raise IllegalInstruction(f"scalar register code {code} names no SGPR")
+    if code == M0_GFX9 and n > 1:
+        raise IllegalInstruction("m0 is a 32-bit register: no operand of 64 bits or more can name it")
+    if code == NULL_GFX9:
+        return Operand("s", NULL_CORE, n, bits=bits)
     if n > 1:
         code &= ~1 if n == 2 else ~3
     return Operand("s", {M0_GFX9: M0, NULL_GFX9: NULL_CORE}.get(code, code), n, bits=bits)
 
 
 def _vreg(idx: int, bits: int = 32, acc: bool = False) -> Operand:
-    return Operand("v", idx + (ACC_BASE if acc else 0), _nregs(bits), bits=bits)
+    n = _nregs(bits)
+    if idx + n > 256:
+        raise IllegalInstruction(f"register tuple {'a' if acc else 'v'}[{idx}:{idx + n - 1}] runs past the last register")
+    return Operand("v", idx + (ACC_BASE if acc else 0), n, bits=bits)
 
 
 def _src(ctx: _Ctx, code: int, info: tuple | None, mask_bits: int = 64, salu: bool = False,
@@ -178,29 +178,14 @@ def _src(ctx: _Ctx, code: int, info: tuple | None, mask_bits: int = 64, salu: bo
     return op
 
 
-def _fields(ctx: _Ctx, enc: str) -> dict[str, int]:
-    return ENC[enc].unpack(ctx.bits)
-
-
 # ---------------------------------------------------------------- scalar
 
 def _sop(ctx: _Ctx, enc: str) -> Inst:
-    f = _fields(ctx, enc)
-    name, opr = _lookup(ctx, enc, f["op"])
-    inst = Inst9(ctx.pc, enc, f["op"], name)
-    inst.fields = f
-    srcs = [_src(ctx, f[fld], opr[fld], salu=True) for fld in ("ssrc0", "ssrc1") if fld in opr]
-    if name == "S_SETREG_B32":                           # its "sdst" field names the SGPR it reads (as in decode.py)
-        srcs.append(_src(ctx, f["sdst"], opr["sdst"], salu=True))
-    elif "sdst" in opr:
-        inst.dst = (_sreg(f["sdst"], opr["sdst"][1]),)
-    if enc in ("SOPK", "SOPP"):
-        inst.simm16 = _sext(f["simm16"], 16)
-        if opr.get("simm16", ("", 0, ""))[2] == "LABEL":
-            inst.target = ctx.pc + 4 + inst.simm16 * 4
-        if name == "S_SETREG_IMM32_B32":
-            srcs.append(Operand("c", LITERAL, 1, ctx.literal(), literal=True))
-    inst.src = tuple(srcs)
+    """The shared scalar decoding (decode._sop with the gfx9 operands); SOPP operations without an operand
+    must have SIMM16 clear (s_endpgm takes one)."""
+    inst = D._sop(ctx, enc)
+    if enc == "SOPP" and inst.simm16 and not OPS["SOPPOp"][inst.op][1] and inst.name != "S_ENDPGM":
+        raise _fail(ctx, f"{inst.mnemonic} with reserved SIMM16 bits set")
     return inst
 
 
@@ -302,6 +287,8 @@ def _sdwa(ctx: _Ctx, inst: Inst, vopc: bool, info: tuple | None) -> Operand:
     extension, neg/abs (MI300 ISA "SDWA")."""
     inst.sdwa = SDWA(0 if vopc else _get(ctx, 40, 42), 0 if vopc else _get(ctx, 43, 44),
                      (_get(ctx, 48, 50), _get(ctx, 56, 58)), (_get(ctx, 51, 51), _get(ctx, 59, 59)))
+    if 7 in (inst.sdwa.dst_sel, *inst.sdwa.src_sel) or inst.sdwa.dst_unused == 3:
+        raise _fail(ctx, "an undefined SDWA select (7) or dst_unused (3)")
     if not vopc:
         inst.clamp, inst.omod = _get(ctx, 45, 45), _get(ctx, 46, 47)
     else:
@@ -469,6 +456,8 @@ def _vop3p(ctx: _Ctx) -> Inst:
     inst = Inst9(ctx.pc, "VOP3P", f["op"], name)
     inst.fields, inst.size = f, 8
     ctx.lit_pos = 64
+    if "vdst" not in opr:       # v_mfma_ld_scale_b32: the tables carry no operands for it
+        raise _fail(ctx, f"{name} is not modelled", UnsupportedInstruction)
     mfma = name.startswith(("V_MFMA", "V_SMFMAC"))
     if mfma:
         m = _fields(ctx, "VOP3P_MFMA")
@@ -531,6 +520,8 @@ def _flat(ctx: _Ctx) -> Inst:
     inst.glc, inst.slc, inst.sve = f["sc0"], f["nt"], f["sve"]
     inst.offset = f["offset"] if enc == "FLAT" else _sext(f["offset"], 13)
     acc = bool(f["acc"])
+    if enc == "FLAT" and f["saddr"]:
+        raise _fail(ctx, "FLAT with its reserved SADDR field set")
     has_saddr = f["saddr"] != SADDR_OFF and "saddr" in opr and enc != "FLAT"
     if has_saddr:
         inst.saddr = _sreg(f["saddr"], opr["saddr"][1])
@@ -567,6 +558,8 @@ def _mubuf(ctx: _Ctx, enc: str = "MUBUF") -> Inst:
         nv = f["offen"] + f["idxen"]
         inst.addr = _vreg(f["vaddr"], 32 * nv) if nv else None
         inst.srsrc = _sreg(f["srsrc"] * 4, 128)
+        if f["soffset"] == LITERAL:
+            raise _fail(ctx, "a literal constant as a buffer SOFFSET")
         inst.soffset = _src(ctx, f["soffset"], ("NUM_B32", 32, "SSRC"))
         if not f.get("lds"):
             bits = opr["vdata"][1] if "vdata" in opr else 32
@@ -584,85 +577,37 @@ DECODERS = {
     "VOP3P_MFMA": _vop3p, "DS": _ds, "FLAT": _flat, "GLOBAL": _flat, "SCRATCH": _flat, "MUBUF": _mubuf,
     "MTBUF": lambda c: _mubuf(c, "MTBUF"),
 }
-_BASE = {"SOP1_LIT": "SOP1", "SOP2_LIT": "SOP2", "SOPC_LIT": "SOPC", "SOPK_LIT": "SOPK", "VOP1_LIT": "VOP1",
-         "VOP2_LIT": "VOP2", "VOPC_LIT": "VOPC", "VOP1_DPP16": "VOP1", "VOP2_DPP16": "VOP2", "VOP1_SDWA": "VOP1",
-         "VOP2_SDWA": "VOP2", "VOP2_SDWA_SDST": "VOP2", "VOPC_SDWA_SDST": "VOPC"}
 
 
-def _family(ctx: _Ctx) -> str | None:
-    """The base encoding of the first dword (a variant's name maps back to its base)."""
-    w = ctx.bits & 0xFFFFFFFF
-    e = isa.match(w, ARCH)
-    if e is None:
-        return None
-    return _BASE.get(e.name, e.name)
+class Decoder9(Decoder):
+    """The gfx9 decoder: the shared Decoder over the gfx9 operand space (its source and SGPR decoding, Inst9),
+    wave64 only; `absent` names opcodes (enum -> numbers) the target lacks, which then do not decode."""
 
+    def __init__(self, absent: dict | None = None):
+        super().__init__(ARCH, DECODERS, ops=OPS, inst=Inst9, src=_src, sreg=_sreg, safe_enc=SAFE_ENC,
+                         quiet_sopp=QUIET_SOPP)
+        self.absent = absent or {}
 
-def decode(code: bytes, pc: int, base: int = 0, wave64: bool = True) -> Inst:
-    """Decode the gfx9 instruction at `pc` of a code region that starts at address `base` (wave64 only)."""
-    if not wave64:
-        raise UnsupportedInstruction("gfx9 (CDNA) waves are 64 lanes wide; wave32 code does not exist there",
-                                     address=pc, pc=pc)
-    off = pc - base
-    if off < 0 or off + 4 > len(code):
-        raise IllegalInstruction(f"pc {pc:#x} outside the code region [{base:#x}, {base + len(code):#x})", address=pc)
-    ctx = _Ctx(code, off, pc, wave64, TABLES)
-    fam = _family(ctx)
-    if fam is None:
-        raise _fail(ctx, "no gfx9 encoding matches")
-    if fam not in DECODERS:
-        raise _fail(ctx, f"unsupported encoding {fam}", UnsupportedInstruction)
-    ctx.lit_pos = ENC[fam].size * 8
-    inst = DECODERS[fam](ctx)
-    inst.mask_bits = 64 if wave64 else 32
-    if inst.dpp is not None or inst.sdwa is not None:
-        inst.size = max(inst.size, 8)
-    if ctx.lit_used:
-        inst.literal = (ctx.bits >> ctx.lit_pos) & 0xFFFFFFFF
-        inst.size = ctx.lit_pos // 8 + 4
-    if off + inst.size > len(code):
-        raise _fail(ctx, "instruction runs past the end of the code")
-    inst.raw = bytes(code[off:off + inst.size])
-    return inst
-
-
-def mask_dead(code: bytes, base: int, wave64: bool, inst: Inst) -> bool:
-    """True when the lane mask `inst` writes to SGPRs is overwritten in the straight-line code that follows
-    before anything could read it (the RDNA3 rule of decode.mask_dead over gfx9 decoding); gfx9 V_CMPX keeps
-    its mask (EXEC is copied from it)."""
-    d = mask_sgpr(inst)
-    if d is None or inst.key.startswith("v_cmpx"):
-        return False
-    regs = set(range(d.reg, d.reg + d.n))
-    pc = inst.pc + inst.size
-    for _ in range(LOOKAHEAD):
+    def decode(self, code: bytes, pc: int, base: int = 0, wave64: bool = True) -> Inst:
+        """Decode the gfx9 instruction at `pc` of a code region that starts at address `base`."""
+        if not wave64:
+            raise UnsupportedInstruction("gfx9 (CDNA) waves are 64 lanes wide; wave32 code does not exist there",
+                                         address=pc, pc=pc)
         try:
-            nxt = decode(code, pc, base, wave64)
-        except (IllegalInstruction, UnsupportedInstruction):
-            return False
-        k = nxt.key
-        if k == "s_endpgm":
-            return True
-        if nxt.enc not in SAFE_ENC and k not in QUIET_SOPP or "div_fmas" in k or getattr(nxt, "sdwa", None):
-            return False
-        for o in _operands(nxt):
-            if o is not None and (o.kind == "s" and regs & set(range(o.reg, o.reg + o.n)) or
-                                  o.kind == "x" and o.reg == 251 and regs & {VCC_LO, VCC_LO + 1}):
-                return False
-        for o in nxt.dst:
-            if o.kind == "s":
-                regs -= set(range(o.reg, o.reg + o.n))
-        if not regs:
-            return True
-        pc += nxt.size
-    return False
+            inst = super().decode(code, pc, base, wave64)
+        except IllegalInstruction as e:
+            if e.address is not None:
+                raise
+            ctx = _Ctx(code, pc - base, pc, wave64, self)
+            raise _fail(ctx, str(e)) from None
+        if inst.op in self.absent.get(inst.form + "Op", ()):
+            raise _fail(_Ctx(code, pc - base, pc, wave64, self), f"{inst.mnemonic} is not a gfx942 instruction")
+        return inst
+
+    def decode_program(self, code: bytes, base: int = 0, wave64: bool = True) -> dict[int, Inst]:
+        return super().decode_program(code, base, wave64)
 
 
-def decode_program(code: bytes, base: int = 0, wave64: bool = True) -> dict[int, Inst]:
-    """Decode a whole gfx9 code region linearly: {pc: Inst}."""
-    out: dict[int, Inst] = {}
-    pc, end = base, base + len(code)
-    while pc + 4 <= end:
-        inst = out[pc] = decode(code, pc, base, wave64)
-        pc += inst.size
-    return out
+CDNA = Decoder9()                           # CDNA3 and CDNA4 (the tables' superset): the shader core's
+GFX942 = Decoder9(gfx942.ABSENT)            # exactly gfx942's operations: the disassembler's
+decode, mask_dead, decode_program = CDNA.decode, CDNA.mask_dead, CDNA.decode_program

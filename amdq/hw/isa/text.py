@@ -475,13 +475,13 @@ def text(inst: Inst) -> str:
 
 
 def decoder(arch: str = "rdna3"):
-    """The decode function of an ISA family ("rdna3", "rdna4", "cdna3")."""
-    if arch == "cdna3":
-        from .decode_cdna import decode as decode9
-        return decode9
+    """The decode function of an ISA family ("rdna3", "rdna4", "cdna3", "cdna4")."""
+    if arch in ("cdna3", "cdna4"):       # gfx942 exactly; CDNA4 (gfx950) the tables' superset
+        from .decode_cdna import CDNA, GFX942
+        return GFX942.decode if arch == "cdna3" else CDNA.decode
     if arch == "rdna4":
         from .decode_rdna4 import decode as decode4
         return decode4
     if arch != "rdna3":
-        raise UnsupportedTarget(f"the disassembler reads rdna3, rdna4 and cdna3 code, not {arch}")
+        raise UnsupportedTarget(f"the disassembler reads rdna3, rdna4, cdna3 and cdna4 code, not {arch}")
     return decode

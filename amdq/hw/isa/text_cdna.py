@@ -94,8 +94,9 @@ def src(op: Operand, salu: bool = False) -> str:
         t = reg(op)
     if op.abs:
         t = f"|{t}|"
-    if op.neg:
-        t = f"neg({t})" if op.kind == "c" and not op.abs and (op.literal or op.code <= 208) else f"-{t}"
+    if op.neg:          # "-" before an integer (or 1/(2*pi)) would read back as another constant
+        t = f"neg({t})" if op.kind == "c" and not op.abs and (op.literal or op.code <= 208 or op.code == 248) \
+            else f"-{t}"
     return t
 
 
@@ -160,7 +161,7 @@ def _sopp(i: Inst) -> str:
     if m in ("s_sendmsg", "s_sendmsghalt"):
         return f"{m} {sendmsg(v)}"
     if m == "s_set_gpr_idx_mode":
-        return f"{m} {gpr_idx(v)}" if v < 16 else f"{m} {v}"
+        return f"{m} {gpr_idx(v)}" if v < 16 else f"{m} {v:#x}"
     if i.target is not None:
         return f"{m} {v}"
     return f"{m} {v:#x}" if v > 64 or m in ("s_nop", "s_sleep", "s_trap", "s_setprio", "s_sethalt") else f"{m} {v}"
@@ -186,7 +187,8 @@ def _salu(i: Inst) -> str:
         return _sopk(i)
     m = i.mnemonic
     if m == "s_set_gpr_idx_on":
-        return f"{m} {src(i.src[0], True)}, {gpr_idx(i.fields['ssrc1'])}"
+        v = i.fields["ssrc1"]
+        return f"{m} {src(i.src[0], True)}, {gpr_idx(v) if v < 16 else hex(v)}"
     ops = [reg(d) for d in i.dst] + [src(s, True) for s in i.src]
     return f"{m} {', '.join(ops)}" if ops else m
 
@@ -209,9 +211,7 @@ def _smem(i: Inst) -> str:
             ops.append(_hex(i.offset))
     else:
         ops.append(reg(i.soffset))
-    mods = ["glc"] if f["glc"] else []
-    if f["nv"]:
-        mods.append("nv")
+    mods = ["glc"] if f["glc"] and not m.startswith(("s_atc_probe", "s_dcache_discard")) else []
     return " ".join([f"{m} {', '.join(ops)}"] + mods)
 
 
