@@ -184,6 +184,9 @@ def _sop(ctx: _Ctx, enc: str) -> Inst:
     """The shared scalar decoding (decode._sop with the gfx9 operands); SOPP operations without an operand
     must have SIMM16 clear (s_endpgm takes one)."""
     inst = D._sop(ctx, enc)
+    if inst.name == "S_SET_GPR_IDX_ON":      # SSRC1 holds the 4-bit mode immediate, not an operand code
+        ctx.lit_used = inst.src[0].literal
+        inst.src = (inst.src[0], Operand("c", inst.fields["ssrc1"], 1, inst.fields["ssrc1"]))
     if enc == "SOPP" and inst.simm16 and not OPS["SOPPOp"][inst.op][1] and inst.name != "S_ENDPGM":
         raise _fail(ctx, f"{inst.mnemonic} with reserved SIMM16 bits set")
     return inst
@@ -372,11 +375,14 @@ def _vop2(ctx: _Ctx) -> Inst:
     inst = Inst9(ctx.pc, "VOP2", f["op"], name)
     inst.fields = f
     srcs = _src0_ext(ctx, inst, f, opr) + [_vreg(f["vsrc1"], opr.get("vsrc1", ("", 32, ""))[1])]
+    srcs[1].fmt = opr.get("vsrc1", ("",))[0]
     if inst.sdwa is not None and _get(ctx, 63, 63):
         srcs[1] = _sdwa_scalar(ctx, f["vsrc1"], opr.get("vsrc1"))    # SDWA S1: src1 is a scalar source
     _apply_negabs(inst, srcs)
     inst.dst = (_vreg(f["vdst"], opr.get("vdst", ("", 32, ""))[1]),)
     base = _key(name).upper()
+    if base[-6:] in ("MK_F32", "AK_F32", "MK_F16", "AK_F16") and (inst.dpp is not None or inst.sdwa is not None):
+        raise _fail(ctx, f"{base.lower()} has no DPP or SDWA form (its K constant takes that dword)")
     if base in ("V_FMAMK_F32", "V_MADMK_F32", "V_FMAMK_F16", "V_MADMK_F16"):
         srcs.insert(1, Operand("c", LITERAL, 1, ctx.literal(), literal=True, bits=16 if "F16" in base else 32))
     elif base in ("V_FMAAK_F32", "V_MADAK_F32", "V_FMAAK_F16", "V_MADAK_F16"):
@@ -399,6 +405,7 @@ def _vopc(ctx: _Ctx) -> Inst:
     inst = Inst9(ctx.pc, "VOPC", f["op"], name)
     inst.fields = f
     srcs = _src0_ext(ctx, inst, f, opr, vopc=True) + [_vreg(f["vsrc1"], opr.get("vsrc1", ("", 32, ""))[1])]
+    srcs[1].fmt = opr.get("vsrc1", ("",))[0]
     sdst = _vcc()
     if inst.sdwa is not None:
         if _get(ctx, 63, 63):
@@ -494,6 +501,8 @@ def _ds(ctx: _Ctx) -> Inst:
     inst.offset0, inst.offset1, inst.gds = f["offset0"], f["offset1"], f["gds"]
     inst.offset = f["offset1"] << 8 | f["offset0"]
     acc = bool(f["acc"])
+    if name.startswith("DS_GWS") and not f["gds"]:
+        raise _fail(ctx, f"{name} without GDS")
     if "addr" in opr:               # an address, or the GWS operations' data (AccVGPR with ACC)
         inst.addr = _vreg(f["addr"], 32, acc and "ACCVGPR" in opr["addr"][2])
     data = [_vreg(f[fld], opr[fld][1], acc) for fld in ("data0", "data1") if fld in opr]

@@ -424,7 +424,8 @@ def _bitmask(a: int, o: int, x: int) -> str:
     out = ""
     for k in range(4, -1, -1):
         ab, ob, xb = a >> k & 1, o >> k & 1, x >> k & 1
-        out += "p" if ab and not ob and not xb else "i" if ab and xb and not ob else "1" if ob and not ab else "0"
+        # lane bit k becomes ((bit & and) | or) ^ xor: the lane's bit, its inverse, or a constant
+        out += ("i" if xb else "p") if ab and not ob else str(ob ^ xb)
     return out
 
 

@@ -10,6 +10,8 @@ line by line against llvm-mc-19 -mcpu=gfx942 on LLVM's disassembler test corpus 
 """
 from __future__ import annotations
 
+import re
+
 from .decode import FLOAT_CONST, SPECIAL, Inst, Operand, _key
 from .decode_cdna import ACC_BASE, M0, NULL_CORE, OPS
 from .text import FLOAT_TEXT, _lit_text, _swizzle
@@ -43,6 +45,7 @@ DFMT = ["INVALID", "8", "16", "8_8", "32", "16_16", "10_11_11", "11_11_10", "10_
 NFMT = ["UNORM", "SNORM", "USCALED", "SSCALED", "UINT", "SINT", "RESERVED_6", "FLOAT"]
 DFMT_DEFAULT, NFMT_DEFAULT = 1, 0
 OMOD = {1: "mul:2", 2: "mul:4", 3: "div:2"}
+INT_FMT = re.compile(r"NUM_(PK\d+_)?[IU]\d")
 # SDWA forms without dst_sel/dst_unused (their result is a full dword or pair; LLVM's VOP1 SDWA for gfx940)
 SDWA_NO_DST = {"v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8"}
 # VOP3 operations whose op_sel has four bits (byte selects of the fp8/bf8 stochastic-rounding converts)
@@ -92,11 +95,12 @@ def src(op: Operand, salu: bool = False) -> str:
         t = SPECIAL[op.code]
     else:
         t = reg(op)
+    if INT_FMT.match(op.fmt):       # integer operands take no input modifiers (their bits are ignored)
+        return t
     if op.abs:
         t = f"|{t}|"
-    if op.neg:          # "-" before an integer (or 1/(2*pi)) would read back as another constant
-        t = f"neg({t})" if op.kind == "c" and not op.abs and (op.literal or op.code <= 208 or op.code == 248) \
-            else f"-{t}"
+    if op.neg:                      # a negated constant is neg(c): "-1" would read back as another constant
+        t = f"neg({t})" if op.kind == "c" and not op.abs else f"-{t}"
     return t
 
 
@@ -164,7 +168,7 @@ def _sopp(i: Inst) -> str:
         return f"{m} {gpr_idx(v)}" if v < 16 else f"{m} {v:#x}"
     if i.target is not None:
         return f"{m} {v}"
-    return f"{m} {v:#x}" if v > 64 or m in ("s_nop", "s_sleep", "s_trap", "s_setprio", "s_sethalt") else f"{m} {v}"
+    return f"{m} {v:#x}" if v > 64 else f"{m} {v}"
 
 
 def _sopk(i: Inst) -> str:
@@ -306,8 +310,6 @@ def _valu(i: Inst) -> str:
     texts = []
     for k, s in enumerate(srcs):
         t = src(s)
-        if sdwa is not None and s.kind == "c" and s.neg and not s.abs:     # SDWA spells a negated constant neg()
-            t = f"neg({src(_plain(s))})"
         if sdwa is not None and k < 2 and sdwa.sext[k]:
             t = f"sext({t})"
         texts.append(t)
@@ -320,7 +322,7 @@ def _valu(i: Inst) -> str:
     if i.enc in ("VOP3", "VOP3SD"):
         if i.opsel and m in OPSEL4:
             mods.append("op_sel:" + _bits(i.opsel, 4))
-        elif i.opsel:
+        elif i.opsel and any(o.bits == 16 for o in (*dst, *srcs)):     # op_sel of 16-bit operands only
             nsrc = len(srcs)
             mods.append("op_sel:" + _bits(i.opsel & ((1 << nsrc) - 1) | (i.opsel >> 3 & 1) << nsrc, nsrc + 1))
         if i.clamp:
