@@ -19,7 +19,6 @@ import random
 import re
 import subprocess
 
-import pytest
 
 from amdq.hw import isa
 from amdq.hw.isa.text import decoder

@@ -1,4 +1,5 @@
-"""Disassembler in LLVM syntax for the ISA families the decoder reads (the text llvm-objdump prints).
+"""Disassembler in LLVM syntax for the ISA families the decoder reads (the text llvm-objdump prints): rdna3
+(gfx11), rdna4 (gfx12), cdna3 (gfx942, exactly its operations) and cdna4 (gfx950).
 
     disassemble(code, arch, base=0, wave64=None) -> [(address, size, text)]   listing of a code region
     disassemble_elf(elf_bytes) -> {kernel: [(address, size, text)]}          listing per function symbol

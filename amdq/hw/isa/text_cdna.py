@@ -159,7 +159,7 @@ NO_OPERAND = ("s_endpgm", "s_barrier", "s_wakeup", "s_icache_inv", "s_ttracedata
 def _sopp(i: Inst) -> str:
     m, v = i.mnemonic, i.simm16 & 0xFFFF
     if m in NO_OPERAND:
-        return m if not v or m not in ("s_endpgm",) else f"{m} {v}"
+        return f"{m} {v}" if m == "s_endpgm" and v else m      # only s_endpgm may carry an immediate
     if m == "s_waitcnt":
         return f"{m} {waitcnt(v)}"
     if m in ("s_sendmsg", "s_sendmsghalt"):
