@@ -46,7 +46,7 @@ TARGETS = {t.name: t for t in [
     Target("gfx1100-w64", "gfx1100", re.compile(r"gfx110[0-3]$"), True, "gfx11"),
     Target("gfx1150", "gfx1150", re.compile(r"gfx115[0-2]$"), False, "gfx11"),
     Target("gfx1200", "gfx1200", re.compile(r"gfx120[01]$"), False, "gfx12"),
-    Target("gfx942", "gfx942", re.compile(r"gfx94[0-2]$"), True, "gfx9"),
+    Target("gfx942", "gfx942", re.compile(r"gfx9\d[0-9a-c]$"), True, "gfx9"),
 ]}
 SENTINEL = "s_mov_b32 s101, 0x5eed1e55"     # separates lines in one llvm-mc run; valid on every target
 BATCH = 4000
@@ -186,9 +186,8 @@ def llvm_texts(t: Target, lines: list[Line]) -> list[tuple[list[str] | None, boo
 
 
 def family(t: Target) -> str:
-    """The ISA family amdq disassembles a target's lines with (amdq.tools.disasm reads rdna3 and rdna4)."""
-    fam = isa.ARCHS.get(t.isa, t.isa)
-    return fam if fam in ("rdna3", "rdna4") else "rdna3"
+    """The ISA family amdq disassembles a target's lines with (amdq.tools.disasm reads rdna3, rdna4, cdna3)."""
+    return {"gfx11": "rdna3", "gfx12": "rdna4", "gfx9": "cdna3"}.get(t.isa, "rdna3")
 
 
 def amdq_texts(data: bytes, wave64: bool, arch: str = "rdna3") -> tuple[list[str], str | None]:

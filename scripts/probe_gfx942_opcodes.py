@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """List the opcodes of the CDNA tables (amdq.hw.isa, CDNA4) that LLVM 19's gfx942 disassembler does not decode:
-the candidates for amdq/hw/isa/gfx950.py's GFX950_ONLY (review each: a few need a literal or another operand form).
+the candidates for amdq/hw/isa/gfx942.py's ABSENT, which gfx950.py names (review each: a few need a literal or
+another operand form).
 
     python scripts/probe_gfx942_opcodes.py [--llvm-mc llvm-mc-19]
 """

@@ -174,8 +174,8 @@ def test_refused_not_guessed():
         isa9.build(dec("v_mfma_f32_32x32x1_2b_f32 a[0:31], v0, v1, a[0:31]"))
     with pytest.raises(UnsupportedInstruction):
         isa9.build(dec("v_mfma_f32_16x16x16_f16 a[0:3], v[0:1], v[2:3], a[0:3] cbsz:1 abid:1"))
-    with pytest.raises(UnsupportedInstruction):
-        D.decode(asm9("v_mov_b32_dpp v0, v1 row_bcast:15 row_mask:0xf") + bytes(8), 0)
+    with pytest.raises(UnsupportedInstruction):       # decodes (the disassembler prints it); the core refuses
+        isa9.build(dec("v_mov_b32_dpp v0, v1 row_bcast:15 row_mask:0xf"))
     with pytest.raises(UnsupportedInstruction):
         isa9.build(dec("buffer_load_dword v1, v2, s[4:7], 0 offen"))
     assert dec("buffer_load_dword v1, v2, s[4:7], 0 offen").key == "buffer_load_b32"
@@ -183,7 +183,7 @@ def test_refused_not_guessed():
 
 @pytest.mark.parametrize("ctrl, bc", [("wave_shl:1", 0), ("wave_shr:1", 1), ("wave_rol:1", 0), ("wave_ror:1", 0),
                                       ("row_bcast:15 row_mask:0xa", 0), ("row_bcast:31 row_mask:0xc", 0),
-                                      ("row_shr:3", 1), ("quad_perm:[3,2,1,0]", 0)])
+                                      ("row_shr:3", 1), ("quad_perm:[3,2,1,0]", 0), ("row_newbcast:5", 0)])
 def test_gfx9_dpp(ctrl, bc):
     """gfx9 DPP controls: wave shifts/rotates by one lane, row broadcasts, and the gfx9 encodings of the
     controls RDNA3 shares; out-of-range sources leave the lane alone (or read 0 with bound_ctrl)."""
@@ -194,7 +194,8 @@ def test_gfx9_dpp(ctrl, bc):
     for i in lanes:
         n = {"wave_shl:1": i + 1, "wave_shr:1": i - 1, "wave_rol:1": (i + 1) % 64, "wave_ror:1": (i - 1) % 64,
              "row_bcast:15 row_mask:0xa": i // 16 * 16 - 1, "row_bcast:31 row_mask:0xc": 31,
-             "row_shr:3": i - 3 if i % 16 >= 3 else -1, "quad_perm:[3,2,1,0]": i // 4 * 4 + 3 - i % 4}[ctrl]
+             "row_shr:3": i - 3 if i % 16 >= 3 else -1, "quad_perm:[3,2,1,0]": i // 4 * 4 + 3 - i % 4,
+             "row_newbcast:5": i // 16 * 16 + 5}[ctrl]
         if not rows >> (i // 16) & 1:
             want.append(7)
         elif 0 <= n < 64:

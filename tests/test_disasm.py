@@ -23,9 +23,10 @@ def cl_flags(name: str) -> tuple[str, ...]:
     return tuple(m.group(1).split()) if m else ()
 
 
-def objdump(path: Path) -> dict[int, str]:
+def objdump(path: Path, mcpu: str = "gfx1100") -> dict[int, str]:
     """pc -> instruction text (before the // comment) from llvm-objdump-19."""
-    out = subprocess.run([tool("llvm-objdump"), "-d", "--mcpu=gfx1100", str(path)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([tool("llvm-objdump"), "-d", f"--mcpu={mcpu}", str(path)], capture_output=True, text=True,
+                         check=True).stdout
     res = {}
     for line in out.splitlines():
         m = LINE.match(line)
@@ -38,13 +39,13 @@ def norm(s: str) -> str:
     return " ".join(s.split())
 
 
-def compare(path: Path) -> tuple[int, list[str]]:
-    ref = objdump(path)
+def compare(path: Path, mcpu: str = "gfx1100") -> tuple[int, list[str]]:
+    ref = objdump(path, mcpu)
     ours = {}
     for name, listing in disassemble_elf(path.read_bytes()).items():
         ours.update({pc: t for pc, _, t in listing})
-    # s_code_end words pad the code section after and between functions; they belong to no symbol
-    ref = {pc: t for pc, t in ref.items() if not (t == "s_code_end" and pc not in ours)}
+    # s_code_end (gfx9: s_nop 0) words pad the code section after and between functions; they belong to no symbol
+    ref = {pc: t for pc, t in ref.items() if not (t in ("s_code_end", "s_nop 0") and pc not in ours)}
     bad = [f"{pc:#x}: llvm '{t}' ours '{norm(ours.get(pc, '<missing>'))}'" for pc, t in ref.items() if norm(ours.get(pc, "")) != t]
     return len(ref), bad
 
@@ -55,6 +56,31 @@ def test_kernel_matches_objdump(name: str) -> None:
     total, bad = compare(path)
     assert total > 0
     assert not bad, f"{len(bad)}/{total} differ:\n" + "\n".join(bad[:40])
+
+
+@pytest.mark.parametrize("name", CL + ["mfma"])
+def test_kernel_matches_objdump_gfx942(name: str) -> None:
+    """The suite (and the MFMA kernels) compiled for gfx942: every instruction as llvm-objdump --mcpu=gfx942."""
+    src = str(KERNELS.parent / "kernels_cdna" / "mfma.cl") if name == "mfma" else name
+    flags = tuple(f for f in cl_flags(name) if "wavefrontsize" not in f) if name != "mfma" else ()
+    total, bad = compare(compile_cl(src, "gfx942", flags=flags), "gfx942")
+    assert total > 0
+    assert not bad, f"{len(bad)}/{total} differ:\n" + "\n".join(bad[:40])
+
+
+def test_disasm_cli_gfx942() -> None:
+    """`amdq disasm` on a clang-19 gfx942 code object prints the listing llvm-objdump does."""
+    import sys
+    path = compile_cl("matmul_tiled.cl", "gfx942")
+    r = subprocess.run([sys.executable, "-m", "amdq.cli", "disasm", str(path)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split(None, 1) for line in r.stdout.splitlines() if line.startswith("  ")]
+    ours = {int(pc, 16): norm(t) for pc, t in rows}
+    ref = {pc: t for pc, t in objdump(path, "gfx942").items() if not (t == "s_nop 0" and pc not in ours)}
+    assert r.stdout.splitlines()[0].endswith(":") and len(ref) > 20
+    assert ours == ref, [(hex(pc), ours.get(pc), t) for pc, t in ref.items() if ours.get(pc) != t][:20]
+    assert any(t.startswith("global_load_dword") for t in ours.values()) and "s_endpgm" in ours.values()
 
 
 def test_kernel_symbols() -> None:

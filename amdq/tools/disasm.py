@@ -1,4 +1,5 @@
-"""Disassembler in LLVM syntax for the ISA families the decoder reads (the text llvm-objdump prints).
+"""Disassembler in LLVM syntax for the ISA families the decoder reads (the text llvm-objdump prints): rdna3
+(gfx11), rdna4 (gfx12), cdna3 (gfx942, exactly its operations) and cdna4 (gfx950).
 
     disassemble(code, arch, base=0, wave64=None) -> [(address, size, text)]   listing of a code region
     disassemble_elf(elf_bytes) -> {kernel: [(address, size, text)]}          listing per function symbol
@@ -12,17 +13,20 @@ from amdq.errors import AmdqError, UnsupportedTarget
 from amdq.hw.isa.text import decoder, text
 from amdq.hw.targets import GENERATIONS, TARGETS
 
-FAMILIES = ("rdna3", "rdna4")
+FAMILIES = ("rdna3", "rdna4", "cdna3", "cdna4")
 
 
 def _family(arch: str) -> tuple[str, bool]:
     """(ISA family, default wave64) of a target name (gfx1100, gfx942) or a family name (rdna3)."""
     t = TARGETS.get(arch.split(":")[0].strip().lower())
     if t is not None:
-        return t.gen.isa, not t.gen.wave32
+        # gfx950 shares gfx942's generation (and front end) but has CDNA4's operations
+        return ("cdna4" if t.arch == "gfx950" else t.gen.isa), not t.gen.wave32
     for g in GENERATIONS.values():
         if g.isa == arch:
             return arch, not g.wave32
+    if arch == "cdna4":
+        return arch, True
     raise UnsupportedTarget(f"no decoder for {arch!r} (targets: {', '.join(TARGETS)}; families: {', '.join(FAMILIES)})")
 
 

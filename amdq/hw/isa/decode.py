@@ -269,22 +269,25 @@ def _fields(ctx: _Ctx, enc: str) -> dict[str, int]:
 # ---------------------------------------------------------------- scalar
 
 def _sop(ctx: _Ctx, enc: str) -> Inst:
+    """SOP1/SOP2/SOPK/SOPC/SOPP of any family: its Inst class and source/SGPR operand decoding come from the
+    family's Decoder (ctx.fam)."""
+    fam = ctx.fam
     f = _fields(ctx, enc)
     name, opr = _lookup(ctx, enc + "Op", f["op"], enc)
-    inst = Inst(ctx.pc, enc, f["op"], name)
+    inst = fam.inst(ctx.pc, enc, f["op"], name)
     inst.fields = f
     srcs = []
     for fld in ("ssrc0", "ssrc1"):
         if fld in opr and opr[fld][2] == "SENDMSG_RTN":      # a message id, not an operand code
             srcs.append(Operand("c", f[fld], 1, f[fld]))
         elif fld in opr:
-            srcs.append(_src(ctx, f[fld], opr[fld], salu=True))
+            srcs.append(fam.src(ctx, f[fld], opr[fld], salu=True))
     if name in ("S_FMAAK_F32", "S_FMAMK_F32"):
         srcs.append(Operand("c", LITERAL, 1, ctx.literal(), literal=True))
     if name == "S_SETREG_B32":                           # its "sdst" field names the SGPR it reads
-        srcs.append(_src(ctx, f["sdst"], opr["sdst"], salu=True))
+        srcs.append(fam.src(ctx, f["sdst"], opr["sdst"], salu=True))
     elif "sdst" in opr:
-        inst.dst = (_sreg(f["sdst"], opr["sdst"][1]),)
+        inst.dst = (fam.sreg(f["sdst"], opr["sdst"][1]),)
     if enc in ("SOPK", "SOPP"):
         inst.simm16 = _sext(f["simm16"], 16)
         if opr.get("simm16", ("", 0, ""))[2] == "LABEL":
@@ -595,10 +598,12 @@ class Decoder:
     (SAFE_ENC encodings that only read what their operands say, QUIET_SOPP keys that read nothing)."""
 
     def __init__(self, arch: str, decoders: dict, aliases: dict | None = None, safe_enc=SAFE_ENC,
-                 quiet_sopp=QUIET_SOPP):
+                 quiet_sopp=QUIET_SOPP, ops: dict | None = None, inst: type = Inst, src=None, sreg=None):
         self.arch, self.decoders, self.aliases = arch, decoders, aliases or {}
-        self.enc, self.ops = isa.encodings(arch), isa.tables(arch).OPCODES
+        self.enc, self.ops = isa.encodings(arch), ops if ops is not None else isa.tables(arch).OPCODES
         self.safe_enc, self.quiet_sopp = frozenset(safe_enc), frozenset(quiet_sopp)
+        # the family's Inst class and its source / SGPR operand decoding (the shared _sop reads them)
+        self.inst, self.src, self.sreg = inst, src or _src, sreg or _sreg
 
     def decode(self, code: bytes, pc: int, base: int = 0, wave64: bool = False) -> Inst:
         """Decode the instruction at `pc` of a code region that starts at address `base`."""
@@ -614,7 +619,8 @@ class Decoder:
         ctx.lit_pos = e.size * 8
         inst = self.decoders[e.name](ctx)
         inst.mask_bits = 64 if wave64 else 32
-        inst.size = max(inst.size, ctx.lit_pos // 8) if inst.dpp else inst.size
+        if inst.dpp is not None or getattr(inst, "sdwa", None) is not None:      # the extension dword
+            inst.size = max(inst.size, ctx.lit_pos // 8)
         if ctx.lit_used:
             inst.literal = (ctx.bits >> ctx.lit_pos) & 0xFFFFFFFF
             inst.size = ctx.lit_pos // 8 + 4
@@ -633,7 +639,7 @@ class Decoder:
         """True when the lane mask `inst` writes to SGPRs is overwritten, in the straight-line code that follows
         (within the bytes at hand), before any instruction could read it; False when unsure."""
         d = mask_sgpr(inst)
-        if d is None:
+        if d is None or inst.key.startswith("v_cmpx"):     # gfx9 v_cmpx: EXEC is copied from the mask
             return False
         regs = set(range(d.reg, d.reg + d.n))
         pc = inst.pc + inst.size
@@ -645,7 +651,8 @@ class Decoder:
             k = nxt.key
             if k == "s_endpgm":
                 return True
-            if nxt.enc not in self.safe_enc and k not in self.quiet_sopp or "div_fmas" in k:
+            if nxt.enc not in self.safe_enc and k not in self.quiet_sopp or "div_fmas" in k or \
+                    getattr(nxt, "sdwa", None) is not None:
                 return False
             for o in _operands(nxt):
                 if o is None:

@@ -23,22 +23,17 @@ import numpy as np
 from amdq.errors import IllegalInstruction, UnsupportedInstruction
 from amdq.hw import isa
 
-from .decode import (DPP16, LITERAL, LOOKAHEAD, QUIET_SOPP, SAFE_ENC, Inst, Operand, _Ctx, _fail, _get, _key, _nregs,
-                     _operands, _sext, _src_op, mask_sgpr)
+from . import gfx942
+from . import decode as D
+from .decode import (DPP16, LITERAL, QUIET_SOPP, SAFE_ENC, Decoder, Inst, Operand, _Ctx, _fail, _fields, _get, _key,
+                     _nregs, _sext, _src_op)
 
 ARCH = "cdna3"
 ENC = isa.encodings(ARCH)
-OPS = isa.tables(ARCH).OPCODES
-
-
-class _Tables:
-    """What the shared decode helpers read of a family (decode.Decoder's `enc` and `ops`)."""
-    name, enc, ops = ARCH, ENC, OPS
-
-
-TABLES = _Tables()
+OPS = gfx942.merged(isa.tables(ARCH).OPCODES)     # CDNA4's tables with the gfx942 rows they lack
 
 VCC_LO, M0_GFX9, M0, EXEC_LO = 106, 124, 125, 126
+NULL_GFX9, NULL_CORE = 125, 124            # gfx9 codes M0 124 and NULL 125 are the core's 125 and 124
 SDWA_SRC, DPP_SRC = 249, 250
 SADDR_OFF = 0x7F                        # FLAT/GLOBAL/SCRATCH saddr "off"
 ACC_BASE = 256                          # row of a[0] in the wave's VGPR array
@@ -113,11 +108,13 @@ class Inst9(Inst):
     """A decoded gfx9 instruction; `sdwa` holds the SDWA controls (or None), `acc_cd`/`cbsz`/`abid`/`blgp` the
     MFMA modifiers."""
 
-    __slots__ = ("sdwa", "acc_cd", "cbsz", "abid", "blgp")
+    __slots__ = ("sdwa", "acc_cd", "cbsz", "abid", "blgp", "form")
 
     def __init__(self, pc: int, enc: str, op: int, name: str):
         super().__init__(pc, enc, op, name)
         self.key = _canon(_key(name))
+        self.family = ARCH
+        self.form = enc             # the encoding of the machine code (enc may be the form the core runs it as)
         self.sdwa = None
         self.acc_cd = self.cbsz = self.abid = self.blgp = 0
 
@@ -136,21 +133,28 @@ class SDWA:
 
 
 def _lookup(ctx: _Ctx, enc: str, num: int) -> tuple[str, dict]:
-    row = OPS.get(enc + "Op", {}).get(num)
-    if row is None:
-        raise _fail(ctx, f"undefined gfx9 {enc} opcode {num}")
-    return row[0], {f: (fmt, bits, typ) for f, fmt, bits, typ in row[1]}
+    return D._lookup(ctx, enc + "Op", num, "gfx9 " + enc)
 
 
 def _sreg(code: int, bits: int = 32) -> Operand:
+    """A gfx9 SGPR-space operand in the core's register space (M0 and NULL swapped, tuples aligned)."""
     n = _nregs(bits)
+    if code > 127:
+        raise IllegalInstruction(f"scalar register code {code} names no SGPR")
+    if code == M0_GFX9 and n > 1:
+        raise IllegalInstruction("m0 is a 32-bit register: no operand of 64 bits or more can name it")
+    if code == NULL_GFX9:
+        return Operand("s", NULL_CORE, n, bits=bits)
     if n > 1:
         code &= ~1 if n == 2 else ~3
-    return Operand("s", M0 if code == M0_GFX9 else code, n, bits=bits)
+    return Operand("s", {M0_GFX9: M0, NULL_GFX9: NULL_CORE}.get(code, code), n, bits=bits)
 
 
 def _vreg(idx: int, bits: int = 32, acc: bool = False) -> Operand:
-    return Operand("v", idx + (ACC_BASE if acc else 0), _nregs(bits), bits=bits)
+    n = _nregs(bits)
+    if idx + n > 256:
+        raise IllegalInstruction(f"register tuple {'a' if acc else 'v'}[{idx}:{idx + n - 1}] runs past the last register")
+    return Operand("v", idx + (ACC_BASE if acc else 0), n, bits=bits)
 
 
 def _src(ctx: _Ctx, code: int, info: tuple | None, mask_bits: int = 64, salu: bool = False,
@@ -160,8 +164,6 @@ def _src(ctx: _Ctx, code: int, info: tuple | None, mask_bits: int = 64, salu: bo
     if fmt == "NUM_M64":
         bits = mask_bits
     if code < 128:
-        if code == 125:
-            raise _fail(ctx, f"reserved scalar operand code {code}")
         op = _sreg(code, bits)
     elif code >= 256:
         op = _vreg(code - 256, bits, acc or "ACCVGPR" in typ and "VGPR_OR" not in typ)
@@ -176,29 +178,17 @@ def _src(ctx: _Ctx, code: int, info: tuple | None, mask_bits: int = 64, salu: bo
     return op
 
 
-def _fields(ctx: _Ctx, enc: str) -> dict[str, int]:
-    return ENC[enc].unpack(ctx.bits)
-
-
 # ---------------------------------------------------------------- scalar
 
 def _sop(ctx: _Ctx, enc: str) -> Inst:
-    f = _fields(ctx, enc)
-    name, opr = _lookup(ctx, enc, f["op"])
-    inst = Inst9(ctx.pc, enc, f["op"], name)
-    inst.fields = f
-    srcs = [_src(ctx, f[fld], opr[fld], salu=True) for fld in ("ssrc0", "ssrc1") if fld in opr]
-    if name == "S_SETREG_B32":                           # its "sdst" field names the SGPR it reads (as in decode.py)
-        srcs.append(_src(ctx, f["sdst"], opr["sdst"], salu=True))
-    elif "sdst" in opr:
-        inst.dst = (_sreg(f["sdst"], opr["sdst"][1]),)
-    if enc in ("SOPK", "SOPP"):
-        inst.simm16 = _sext(f["simm16"], 16)
-        if opr.get("simm16", ("", 0, ""))[2] == "LABEL":
-            inst.target = ctx.pc + 4 + inst.simm16 * 4
-        if name == "S_SETREG_IMM32_B32":
-            srcs.append(Operand("c", LITERAL, 1, ctx.literal(), literal=True))
-    inst.src = tuple(srcs)
+    """The shared scalar decoding (decode._sop with the gfx9 operands); SOPP operations without an operand
+    must have SIMM16 clear (s_endpgm takes one)."""
+    inst = D._sop(ctx, enc)
+    if inst.name == "S_SET_GPR_IDX_ON":      # SSRC1 holds the 4-bit mode immediate, not an operand code
+        ctx.lit_used = inst.src[0].literal
+        inst.src = (inst.src[0], Operand("c", inst.fields["ssrc1"], 1, inst.fields["ssrc1"]))
+    if enc == "SOPP" and inst.simm16 and not OPS["SOPPOp"][inst.op][1] and inst.name != "S_ENDPGM":
+        raise _fail(ctx, f"{inst.mnemonic} with reserved SIMM16 bits set")
     return inst
 
 
@@ -209,10 +199,17 @@ def _smem(ctx: _Ctx) -> Inst:
     name, opr = _lookup(ctx, "SMEM", f["op"])
     inst = Inst9(ctx.pc, "SMEM", f["op"], name)
     inst.fields, inst.size, inst.glc = f, 8, f["glc"]
-    if not name.startswith(("S_LOAD", "S_BUFFER_LOAD")):
-        return inst                                   # stores, cache control, atc probes: no handler
+    if "sdata" in opr and opr["sdata"][2] == "SREG":
+        sdata = _sreg(f["sdata"], opr["sdata"][1])
+        if name.startswith(("S_LOAD", "S_BUFFER_LOAD", "S_SCRATCH_LOAD", "S_MEM")):
+            inst.dst = (sdata,)
+        else:               # stores and atomics read sdata; atomics with GLC return the old value in it
+            inst.data = sdata
+            if "ATOMIC" in name and f["glc"]:
+                inst.dst = (_sreg(f["sdata"], opr["sdata"][1] // (2 if "CMPSWAP" in name else 1)),)
+    if "sbase" not in opr:
+        return inst                                   # s_dcache_*, s_memtime, s_memrealtime
     inst.sbase = _sreg(f["sbase"] * 2, opr["sbase"][1])
-    inst.dst = (_sreg(f["sdata"], opr["sdata"][1]),)
     if f["imm"]:
         inst.offset = _sext(f["offset"], 21)
         inst.soffset = _sreg(f["soffset"]) if f["soffset_en"] else None
@@ -238,14 +235,11 @@ def _has16(opr: dict) -> bool:
 def _dpp9(ctx: _Ctx, inst: Inst) -> Operand:
     """gfx9 DPP dword (bits 32..63): src0 VGPR, dpp_ctrl, bound_ctrl, neg/abs, bank and row masks."""
     ctrl = _get(ctx, 40, 48)
-    if 0x150 <= ctrl or 0x144 <= ctrl <= 0x14F or ctrl in (0x100, 0x110, 0x120) or 0x131 <= ctrl <= 0x13F and \
+    if 0x160 <= ctrl or 0x144 <= ctrl <= 0x14F or ctrl in (0x100, 0x110, 0x120) or 0x131 <= ctrl <= 0x13F and \
             ctrl not in (0x134, 0x138, 0x13C):
         raise _fail(ctx, f"undefined gfx9 DPP control {ctrl:#x}")
     row_mask = _get(ctx, 60, 63)
-    if ctrl == 0x142 and row_mask & 1 or ctrl == 0x143 and row_mask & 3:
-        raise _fail(ctx, f"row broadcast {ctrl:#x} writing rows that have no source row is not modelled",
-                    UnsupportedInstruction)
-    cls = DPP9 if 0x130 <= ctrl <= 0x13C or ctrl in (0x142, 0x143) else DPP16
+    cls = DPP9 if 0x130 <= ctrl <= 0x13C or 0x142 <= ctrl <= 0x143 or 0x150 <= ctrl <= 0x15F else DPP16
     inst.dpp = cls(ctrl, row_mask, _get(ctx, 56, 59), _get(ctx, 51, 51), 0)
     ctx.lit_pos = 64
     return Operand("v", _get(ctx, 32, 39))
@@ -254,9 +248,16 @@ def _dpp9(ctx: _Ctx, inst: Inst) -> Operand:
 class DPP9(DPP16):
     """gfx9-only DPP controls (MI300 ISA, "DPP_CTRL"): wave_shl:1 0x130 (lane i reads i + 1), wave_rol:1
     0x134, wave_shr:1 0x138 (reads i - 1), wave_ror:1 0x13C, row_bcast:15 0x142 (row r reads lane 16r - 1),
-    row_bcast:31 0x143 (rows 2 and 3 read lane 31). Sources past the wave's edge are invalid, as for row shifts."""
+    row_bcast:31 0x143 (rows 2 and 3 read lane 31); gfx90a+ row_newbcast:n 0x150+n (every lane reads lane n of
+    its row). Sources past the wave's edge are invalid, as for row shifts."""
 
     __slots__ = ()
+
+    def check(self) -> None:
+        """UnsupportedInstruction for a control the core does not model (called when a handler is built)."""
+        if self.ctrl == 0x142 and self.row_mask & 1 or self.ctrl == 0x143 and self.row_mask & 3:
+            raise UnsupportedInstruction(f"row broadcast {self.ctrl:#x} writing rows that have no source row is "
+                                         "not modelled")
 
     def plan(self, lanes: int):
         return _plan9(self.ctrl, self.row_mask, self.bank_mask, lanes)
@@ -272,6 +273,8 @@ def _plan9(c: int, row_mask: int, bank_mask: int, lanes: int):
         j = lane - 1
     elif c == 0x142:
         j = (lane & ~15) - 1
+    elif c >= 0x150:
+        j = (lane & ~15) + (c & 0xF)
     else:
         j = np.where(lane >= 32, 31, -1)
     valid = (j >= 0) & (j < lanes) if c not in (0x134, 0x13C) else np.ones(lanes, bool)
@@ -282,17 +285,27 @@ def _plan9(c: int, row_mask: int, bank_mask: int, lanes: int):
     return src, valid, writable
 
 
-def _sdwa(ctx: _Ctx, inst: Inst, vopc: bool) -> Operand:
-    """gfx9 SDWA dword: src0 (VGPR, or SGPR with S0), selects, sign extension, neg/abs (MI300 ISA "SDWA")."""
+def _sdwa(ctx: _Ctx, inst: Inst, vopc: bool, info: tuple | None) -> Operand:
+    """gfx9 SDWA dword: src0 (VGPR, or with S0 an SGPR-space operand or inline constant), selects, sign
+    extension, neg/abs (MI300 ISA "SDWA")."""
     inst.sdwa = SDWA(0 if vopc else _get(ctx, 40, 42), 0 if vopc else _get(ctx, 43, 44),
                      (_get(ctx, 48, 50), _get(ctx, 56, 58)), (_get(ctx, 51, 51), _get(ctx, 59, 59)))
+    if 7 in (inst.sdwa.dst_sel, *inst.sdwa.src_sel) or inst.sdwa.dst_unused == 3:
+        raise _fail(ctx, "an undefined SDWA select (7) or dst_unused (3)")
     if not vopc:
         inst.clamp, inst.omod = _get(ctx, 45, 45), _get(ctx, 46, 47)
     else:
         inst.clamp = 0
     ctx.lit_pos = 64
     code = _get(ctx, 32, 39)
-    return _sreg(code) if _get(ctx, 55, 55) else Operand("v", code)
+    return _sdwa_scalar(ctx, code, info) if _get(ctx, 55, 55) else Operand("v", code)
+
+
+def _sdwa_scalar(ctx: _Ctx, code: int, info: tuple | None) -> Operand:
+    """An SDWA source with its S bit set: an 8-bit scalar source code (SGPR, constant, special; no literal)."""
+    if code == LITERAL:
+        raise _fail(ctx, "a literal constant in a gfx9 SDWA operand")
+    return _src(ctx, code, info)
 
 
 def _src0_ext(ctx: _Ctx, inst: Inst, f: dict, opr: dict, vopc: bool = False) -> list[Operand]:
@@ -302,7 +315,7 @@ def _src0_ext(ctx: _Ctx, inst: Inst, f: dict, opr: dict, vopc: bool = False) -> 
         s = _dpp9(ctx, inst)
         negabs = [(_get(ctx, 52, 52), _get(ctx, 53, 53)), (_get(ctx, 54, 54), _get(ctx, 55, 55))]
     elif code == SDWA_SRC:
-        s = _sdwa(ctx, inst, vopc)
+        s = _sdwa(ctx, inst, vopc, info)
         negabs = [(_get(ctx, 52, 52), _get(ctx, 53, 53)), (_get(ctx, 60, 60), _get(ctx, 61, 61))]
     else:
         return [_src(ctx, code, info)]
@@ -342,11 +355,14 @@ def _vop1(ctx: _Ctx) -> Inst:
     inst = Inst9(ctx.pc, "VOP1", f["op"], name)
     inst.fields = f
     srcs = _src0_ext(ctx, inst, f, opr) if "src0" in opr else []
+    if "src0" not in opr and f["src0"] in (SDWA_SRC, DPP_SRC):
+        inst.size = 8               # v_nop with an SDWA or DPP dword: nothing to read in it
     _apply_negabs(inst, srcs)
     if "vdst" in opr:
         fmt, bits, typ = opr["vdst"]
-        inst.dst = (_sreg(f["vdst"], bits) if typ in ("SREG", "SDST") else _vreg(f["vdst"], bits, typ == "ACCVGPR"),)
-    if name == "V_ACCVGPR_MOV_B32_E32" and srcs:
+        inst.dst = (_sreg(f["vdst"], bits) if typ.startswith(("SREG", "SDST")) else
+                    _vreg(f["vdst"], bits, typ == "ACCVGPR"),)
+    if name == "V_ACCVGPR_MOV_B32_E32" and srcs and srcs[0].reg < ACC_BASE:
         srcs[0] = _vreg(srcs[0].reg, 32, True)
     inst.src = tuple(srcs)
     _short_enc(inst, opr)
@@ -359,11 +375,14 @@ def _vop2(ctx: _Ctx) -> Inst:
     inst = Inst9(ctx.pc, "VOP2", f["op"], name)
     inst.fields = f
     srcs = _src0_ext(ctx, inst, f, opr) + [_vreg(f["vsrc1"], opr.get("vsrc1", ("", 32, ""))[1])]
+    srcs[1].fmt = opr.get("vsrc1", ("",))[0]
     if inst.sdwa is not None and _get(ctx, 63, 63):
-        srcs[1] = _sreg(f["vsrc1"])                  # SDWA S1: src1 is an SGPR
+        srcs[1] = _sdwa_scalar(ctx, f["vsrc1"], opr.get("vsrc1"))    # SDWA S1: src1 is a scalar source
     _apply_negabs(inst, srcs)
     inst.dst = (_vreg(f["vdst"], opr.get("vdst", ("", 32, ""))[1]),)
     base = _key(name).upper()
+    if base[-6:] in ("MK_F32", "AK_F32", "MK_F16", "AK_F16") and (inst.dpp is not None or inst.sdwa is not None):
+        raise _fail(ctx, f"{base.lower()} has no DPP or SDWA form (its K constant takes that dword)")
     if base in ("V_FMAMK_F32", "V_MADMK_F32", "V_FMAMK_F16", "V_MADMK_F16"):
         srcs.insert(1, Operand("c", LITERAL, 1, ctx.literal(), literal=True, bits=16 if "F16" in base else 32))
     elif base in ("V_FMAAK_F32", "V_MADAK_F32", "V_FMAAK_F16", "V_MADAK_F16"):
@@ -386,10 +405,11 @@ def _vopc(ctx: _Ctx) -> Inst:
     inst = Inst9(ctx.pc, "VOPC", f["op"], name)
     inst.fields = f
     srcs = _src0_ext(ctx, inst, f, opr, vopc=True) + [_vreg(f["vsrc1"], opr.get("vsrc1", ("", 32, ""))[1])]
+    srcs[1].fmt = opr.get("vsrc1", ("",))[0]
     sdst = _vcc()
     if inst.sdwa is not None:
         if _get(ctx, 63, 63):
-            srcs[1] = _sreg(f["vsrc1"])
+            srcs[1] = _sdwa_scalar(ctx, f["vsrc1"], opr.get("vsrc1"))
         if _get(ctx, 47, 47):
             sdst = _sreg(_get(ctx, 40, 46), 64)
     _apply_negabs(inst, srcs)
@@ -427,7 +447,7 @@ def _vop3(ctx: _Ctx) -> Inst:
         inst.opsel = f["opsel"]
     if "vdst" in opr:
         fmt, bits, typ = opr["vdst"]
-        if typ in ("SREG", "SDST"):
+        if typ.startswith(("SREG", "SDST")):
             inst.dst = (_sreg(f["vdst"], 64 if fmt == "NUM_M64" or bits == 64 else bits),)
         else:
             inst.dst = (_vreg(f["vdst"], bits, typ == "ACCVGPR"),)
@@ -443,6 +463,8 @@ def _vop3p(ctx: _Ctx) -> Inst:
     inst = Inst9(ctx.pc, "VOP3P", f["op"], name)
     inst.fields, inst.size = f, 8
     ctx.lit_pos = 64
+    if "vdst" not in opr:       # v_mfma_ld_scale_b32: the tables carry no operands for it
+        raise _fail(ctx, f"{name} is not modelled", UnsupportedInstruction)
     mfma = name.startswith(("V_MFMA", "V_SMFMAC"))
     if mfma:
         m = _fields(ctx, "VOP3P_MFMA")
@@ -452,7 +474,7 @@ def _vop3p(ctx: _Ctx) -> Inst:
     for i, fld in enumerate(("src0", "src1", "src2")):
         if fld not in opr:
             break
-        s = _src(ctx, f[fld], opr[fld], acc=bool(mfma and acc[i]))
+        s = _src(ctx, f[fld], opr[fld], acc=bool(mfma and acc[i] and opr[fld][2] != "SRC_VGPR"))
         if s.kind == "c" and s.literal:
             raise _fail(ctx, "a literal constant in a gfx9 VOP3P instruction")
         if not mfma:
@@ -479,8 +501,10 @@ def _ds(ctx: _Ctx) -> Inst:
     inst.offset0, inst.offset1, inst.gds = f["offset0"], f["offset1"], f["gds"]
     inst.offset = f["offset1"] << 8 | f["offset0"]
     acc = bool(f["acc"])
-    if "addr" in opr:
-        inst.addr = _vreg(f["addr"], 32)
+    if name.startswith("DS_GWS") and not f["gds"]:
+        raise _fail(ctx, f"{name} without GDS")
+    if "addr" in opr:               # an address, or the GWS operations' data (AccVGPR with ACC)
+        inst.addr = _vreg(f["addr"], 32, acc and "ACCVGPR" in opr["addr"][2])
     data = [_vreg(f[fld], opr[fld][1], acc) for fld in ("data0", "data1") if fld in opr]
     if name.startswith("DS_CMPST") and len(data) == 2:
         data.reverse()              # gfx9 DATA is the compare value, DATA2 the new one; RDNA3 swapped them
@@ -505,6 +529,8 @@ def _flat(ctx: _Ctx) -> Inst:
     inst.glc, inst.slc, inst.sve = f["sc0"], f["nt"], f["sve"]
     inst.offset = f["offset"] if enc == "FLAT" else _sext(f["offset"], 13)
     acc = bool(f["acc"])
+    if enc == "FLAT" and f["saddr"]:
+        raise _fail(ctx, "FLAT with its reserved SADDR field set")
     has_saddr = f["saddr"] != SADDR_OFF and "saddr" in opr and enc != "FLAT"
     if has_saddr:
         inst.saddr = _sreg(f["saddr"], opr["saddr"][1])
@@ -517,7 +543,7 @@ def _flat(ctx: _Ctx) -> Inst:
             inst.addr = _vreg(f["addr"], 64)
     if "data" in opr:
         inst.data = _vreg(f["data"], opr["data"][1], acc)
-    if "vdst" in opr:
+    if "vdst" in opr and "_LDS_" not in name:         # *_load_lds_* write LDS at M0, not VGPRs
         bits = opr["vdst"][1]
         if "CMPSWAP" in name:
             bits = opr["data"][1] // 2
@@ -527,23 +553,28 @@ def _flat(ctx: _Ctx) -> Inst:
     return inst
 
 
-def _mubuf(ctx: _Ctx) -> Inst:
-    f = _fields(ctx, "MUBUF")
-    name, opr = _lookup(ctx, "MUBUF", f["op"])
-    inst = Inst9(ctx.pc, "MUBUF", f["op"], name)
+def _mubuf(ctx: _Ctx, enc: str = "MUBUF") -> Inst:
+    """MUBUF and MTBUF (the same operands; MTBUF adds the DFMT/NFMT buffer format fields). With LDS set a
+    MUBUF load writes LDS at M0 instead of VDATA (MI300 ISA, "Buffer Instructions")."""
+    f = _fields(ctx, enc)
+    name, opr = _lookup(ctx, enc, f["op"])
+    inst = Inst9(ctx.pc, enc, f["op"], name)
     inst.fields, inst.size = f, 8
     inst.glc, inst.slc, inst.offen, inst.idxen = f["sc0"], f["nt"], f["offen"], f["idxen"]
     inst.offset = f["offset"]
-    if opr and not f["lds"]:
+    if opr:
         acc = bool(f["acc"])
         nv = f["offen"] + f["idxen"]
         inst.addr = _vreg(f["vaddr"], 32 * nv) if nv else None
         inst.srsrc = _sreg(f["srsrc"] * 4, 128)
+        if f["soffset"] == LITERAL:
+            raise _fail(ctx, "a literal constant as a buffer SOFFSET")
         inst.soffset = _src(ctx, f["soffset"], ("NUM_B32", 32, "SSRC"))
-        bits = opr["vdata"][1] if "vdata" in opr else 32
-        inst.data = _vreg(f["vdata"], bits, acc)
-        if "LOAD" in name or ("ATOMIC" in name and inst.glc):
-            inst.dst = (_vreg(f["vdata"], bits // 2 if "CMPSWAP" in name else bits, acc),)
+        if not f.get("lds"):
+            bits = opr["vdata"][1] if "vdata" in opr else 32
+            inst.data = _vreg(f["vdata"], bits, acc)
+            if "LOAD" in name or ("ATOMIC" in name and inst.glc):
+                inst.dst = (_vreg(f["vdata"], bits // 2 if "CMPSWAP" in name else bits, acc),)
         inst.src = tuple(x for x in (inst.addr, inst.srsrc, inst.soffset, inst.data) if x is not None)
     return inst
 
@@ -553,86 +584,40 @@ DECODERS = {
     "SOPC": lambda c: _sop(c, "SOPC"), "SOPP": lambda c: _sop(c, "SOPP"), "SMEM": _smem, "VOP1": _vop1,
     "VOP2": _vop2, "VOPC": _vopc, "VOP3": _vop3, "VOP3SD": _vop3, "VOP3_SDST": _vop3, "VOP3P": _vop3p,
     "VOP3P_MFMA": _vop3p, "DS": _ds, "FLAT": _flat, "GLOBAL": _flat, "SCRATCH": _flat, "MUBUF": _mubuf,
+    "MTBUF": lambda c: _mubuf(c, "MTBUF"),
 }
-_BASE = {"SOP1_LIT": "SOP1", "SOP2_LIT": "SOP2", "SOPC_LIT": "SOPC", "SOPK_LIT": "SOPK", "VOP1_LIT": "VOP1",
-         "VOP2_LIT": "VOP2", "VOPC_LIT": "VOPC", "VOP1_DPP16": "VOP1", "VOP2_DPP16": "VOP2", "VOP1_SDWA": "VOP1",
-         "VOP2_SDWA": "VOP2", "VOP2_SDWA_SDST": "VOP2", "VOPC_SDWA_SDST": "VOPC"}
 
 
-def _family(ctx: _Ctx) -> str | None:
-    """The base encoding of the first dword (a variant's name maps back to its base)."""
-    w = ctx.bits & 0xFFFFFFFF
-    e = isa.match(w, ARCH)
-    if e is None:
-        return None
-    return _BASE.get(e.name, e.name)
+class Decoder9(Decoder):
+    """The gfx9 decoder: the shared Decoder over the gfx9 operand space (its source and SGPR decoding, Inst9),
+    wave64 only; `absent` names opcodes (enum -> numbers) the target lacks, which then do not decode."""
 
+    def __init__(self, absent: dict | None = None):
+        super().__init__(ARCH, DECODERS, ops=OPS, inst=Inst9, src=_src, sreg=_sreg, safe_enc=SAFE_ENC,
+                         quiet_sopp=QUIET_SOPP)
+        self.absent = absent or {}
 
-def decode(code: bytes, pc: int, base: int = 0, wave64: bool = True) -> Inst:
-    """Decode the gfx9 instruction at `pc` of a code region that starts at address `base` (wave64 only)."""
-    if not wave64:
-        raise UnsupportedInstruction("gfx9 (CDNA) waves are 64 lanes wide; wave32 code does not exist there",
-                                     address=pc, pc=pc)
-    off = pc - base
-    if off < 0 or off + 4 > len(code):
-        raise IllegalInstruction(f"pc {pc:#x} outside the code region [{base:#x}, {base + len(code):#x})", address=pc)
-    ctx = _Ctx(code, off, pc, wave64, TABLES)
-    fam = _family(ctx)
-    if fam is None:
-        raise _fail(ctx, "no gfx9 encoding matches")
-    if fam not in DECODERS:
-        raise _fail(ctx, f"unsupported encoding {fam}", UnsupportedInstruction)
-    ctx.lit_pos = ENC[fam].size * 8
-    inst = DECODERS[fam](ctx)
-    inst.mask_bits = 64 if wave64 else 32
-    if inst.dpp is not None or inst.sdwa is not None:
-        inst.size = max(inst.size, 8)
-    if ctx.lit_used:
-        inst.literal = (ctx.bits >> ctx.lit_pos) & 0xFFFFFFFF
-        inst.size = ctx.lit_pos // 8 + 4
-    if off + inst.size > len(code):
-        raise _fail(ctx, "instruction runs past the end of the code")
-    inst.raw = bytes(code[off:off + inst.size])
-    return inst
-
-
-def mask_dead(code: bytes, base: int, wave64: bool, inst: Inst) -> bool:
-    """True when the lane mask `inst` writes to SGPRs is overwritten in the straight-line code that follows
-    before anything could read it (the RDNA3 rule of decode.mask_dead over gfx9 decoding); gfx9 V_CMPX keeps
-    its mask (EXEC is copied from it)."""
-    d = mask_sgpr(inst)
-    if d is None or inst.key.startswith("v_cmpx"):
-        return False
-    regs = set(range(d.reg, d.reg + d.n))
-    pc = inst.pc + inst.size
-    for _ in range(LOOKAHEAD):
+    def decode(self, code: bytes, pc: int, base: int = 0, wave64: bool = True) -> Inst:
+        """Decode the gfx9 instruction at `pc` of a code region that starts at address `base`."""
+        if not wave64:
+            raise UnsupportedInstruction("gfx9 (CDNA) waves are 64 lanes wide; wave32 code does not exist there",
+                                         address=pc, pc=pc)
         try:
-            nxt = decode(code, pc, base, wave64)
-        except (IllegalInstruction, UnsupportedInstruction):
-            return False
-        k = nxt.key
-        if k == "s_endpgm":
-            return True
-        if nxt.enc not in SAFE_ENC and k not in QUIET_SOPP or "div_fmas" in k or getattr(nxt, "sdwa", None):
-            return False
-        for o in _operands(nxt):
-            if o is not None and (o.kind == "s" and regs & set(range(o.reg, o.reg + o.n)) or
-                                  o.kind == "x" and o.reg == 251 and regs & {VCC_LO, VCC_LO + 1}):
-                return False
-        for o in nxt.dst:
-            if o.kind == "s":
-                regs -= set(range(o.reg, o.reg + o.n))
-        if not regs:
-            return True
-        pc += nxt.size
-    return False
+            inst = super().decode(code, pc, base, wave64)
+        except IllegalInstruction as e:
+            if e.address is not None:
+                raise
+            ctx = _Ctx(code, pc - base, pc, wave64, self)
+            raise _fail(ctx, str(e)) from None
+        if inst.op in self.absent.get(inst.form + "Op", ()):
+            raise _fail(_Ctx(code, pc - base, pc, wave64, self), f"{inst.mnemonic} is a gfx950 (CDNA4) encoding; gfx942 (CDNA3) does "
+                        "not have it")
+        return inst
+
+    def decode_program(self, code: bytes, base: int = 0, wave64: bool = True) -> dict[int, Inst]:
+        return super().decode_program(code, base, wave64)
 
 
-def decode_program(code: bytes, base: int = 0, wave64: bool = True) -> dict[int, Inst]:
-    """Decode a whole gfx9 code region linearly: {pc: Inst}."""
-    out: dict[int, Inst] = {}
-    pc, end = base, base + len(code)
-    while pc + 4 <= end:
-        inst = out[pc] = decode(code, pc, base, wave64)
-        pc += inst.size
-    return out
+CDNA = Decoder9()                           # CDNA3 and CDNA4 (the tables' superset): the shader core's
+GFX942 = Decoder9(gfx942.ABSENT)            # exactly gfx942's operations: the disassembler's
+decode, mask_dead, decode_program = CDNA.decode, CDNA.mask_dead, CDNA.decode_program

@@ -484,7 +484,8 @@ def _bitmask(a: int, o: int, x: int) -> str:
     out = ""
     for k in range(4, -1, -1):
         ab, ob, xb = a >> k & 1, o >> k & 1, x >> k & 1
-        out += ("i" if xb else "p") if ab and not ob else str(ob ^ xb)   # lane bit, inverted, or a constant
+        # lane bit k becomes ((bit & and) | or) ^ xor: the lane's bit, its inverse, or a constant
+        out += ("i" if xb else "p") if ab and not ob else str(ob ^ xb)
     return out
 
 
@@ -595,14 +596,20 @@ FORMATTERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP"
 
 def text(inst: Inst) -> str:
     """The LLVM-syntax text of a decoded instruction."""
+    if inst.family == "cdna3":
+        from .text_cdna import text9
+        return text9(inst)
     return FORMATTERS[inst.enc](inst)
 
 
 def decoder(arch: str = "rdna3"):
-    """The decode function of an ISA family ("rdna3", "rdna4")."""
+    """The decode function of an ISA family ("rdna3", "rdna4", "cdna3", "cdna4")."""
+    if arch in ("cdna3", "cdna4"):       # gfx942 exactly; CDNA4 (gfx950) the tables' superset
+        from .decode_cdna import CDNA, GFX942
+        return GFX942.decode if arch == "cdna3" else CDNA.decode
     if arch == "rdna4":
         from .decode_rdna4 import decode as decode4
         return decode4
     if arch != "rdna3":
-        raise UnsupportedTarget(f"the disassembler reads rdna3 and rdna4 code, not {arch}")
+        raise UnsupportedTarget(f"the disassembler reads rdna3, rdna4, cdna3 and cdna4 code, not {arch}")
     return decode

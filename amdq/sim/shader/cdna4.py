@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import GPUException
 from ...hw.isa.decode import Inst
-from ...hw.isa.gfx950 import ALL as GFX950_ONLY
+from ...hw.isa.gfx950 import ALL as GFX950_ONLY, ON_GFX942
 from .ops import U32, Table, unsupported, vread
 from .valu import store, typed_reader, typed_writer
 
@@ -186,4 +186,4 @@ def gfx950_keys() -> frozenset[str]:
     """Handler keys of the gfx950-only mnemonics (what the CDNA3 table must not hold)."""
     from ...hw.isa.decode import _key
     from ...hw.isa.decode_cdna import _canon
-    return frozenset(_canon(_key(n)) for n in GFX950_ONLY)
+    return frozenset(_canon(_key(n)) for n in GFX950_ONLY) - {_canon(_key(n)) for n in ON_GFX942}

@@ -81,6 +81,13 @@ def plan(inst: Inst, lanes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     raise ValueError("instruction has no DPP")
 
 
+def _check(inst: Inst) -> None:
+    """A family's refusal of DPP controls the core does not model (UnsupportedInstruction when building)."""
+    check = getattr(inst.dpp, "check", None)
+    if check is not None:
+        check()
+
+
 def _bound_zero(inst: Inst) -> bool:
     """Invalid sources read 0 (DPP16 BOUND_CTRL; DPP8 always, since its lanes never leave the group)."""
     return isinstance(inst.dpp, DPP8) or bool(inst.dpp.bound_ctrl)
@@ -97,6 +104,7 @@ def dpp_reader(op: Operand, inst: Inst, wide: bool = False) -> Callable:
     """Reader of src0 through the DPP permutation: (k, lanes) uint32 (uint64 for a register pair)."""
     r = op.reg
     zero = _bound_zero(inst)
+    _check(inst)
 
     def rd(w, sel):
         src, valid, _ = plan(inst, w.lanes)
@@ -116,6 +124,7 @@ def write_mask(inst: Inst) -> Callable | None:
     if inst.dpp is None:
         return None
     zero = _bound_zero(inst)
+    _check(inst)
 
     def mask(w, sel):
         src, valid, writable = plan(inst, w.lanes)

@@ -2,7 +2,7 @@
 chosen from the dispatch's target (Target.isa, hw/targets.py) and part of every decoded-instruction cache key.
 
 Front ends: RDNA3 (gfx11, also gfx11.5), RDNA4 (gfx12: hw/isa/decode_rdna4.py, rdna4.py), CDNA3 (gfx942:
-hw/isa/decode_cdna.py, cdna.py; the gfx950-only opcodes of hw/isa/gfx950.py are illegal there) and CDNA4 (gfx950:
+hw/isa/decode_cdna.py, cdna.py; the opcodes gfx942 lacks (hw/isa/gfx942.py ABSENT) are illegal there) and CDNA4 (gfx950:
 the CDNA3 front end plus cdna4.py). A family without a front end is refused with UnsupportedInstruction when a
 dispatch starts instead of being decoded with the wrong tables.
 """
@@ -63,13 +63,13 @@ def _rdna4() -> Isa:
 def _cdna3() -> Isa:
     """gfx942 (CDNA3): the gfx9 decoder refusing gfx950's additions as illegal; the RDNA3 handlers where the
     operations agree, gfx9 ones elsewhere, and none of the keys only gfx950 has."""
-    from ...hw.isa import decode_cdna, gfx950
+    from ...hw.isa import decode_cdna
     from . import cdna, cdna4
     drop = cdna4.gfx950_keys()
     full = cdna.table(for_isa("rdna3").handlers)
     t = Table({k: b for k, b in full.items() if k not in drop}, name="cdna3")
     t.control = full.control - drop
-    return Isa("cdna3", gfx950.decode_gfx942, decode_cdna.mask_dead, t, frozenset(t.control))
+    return Isa("cdna3", decode_cdna.GFX942.decode, decode_cdna.GFX942.mask_dead, t, frozenset(t.control))
 
 
 def _cdna4() -> Isa:
