@@ -22,6 +22,7 @@ registers through the NBIO's PCIE_INDEX2/DATA2 pair, as on hardware.
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import importlib
 import json
@@ -207,10 +208,12 @@ class SimPCIDevice:
         self.mmio = MMIO(self, self.bar_sizes[5])
         # power on, then what survived the last process, then boot-time injections
         self.state_path = os.path.join(state or state_dir(), f"SIMPCI-{arch}.state") if persist else None
+        self._saved_vram: tuple[list[int], bytes] | None = None
         self._lock_fd = self._lock() if persist else None
         self.power_on()
         self.restored = self._load_state()
         self._inject_boot()
+        atexit.register(self.close)             # a process that ends without closing still leaves its state
 
     # -- the SimDevice contract ------------------------------------------------------------------------
     def mc_read(self, addr: int, n: int) -> bytes:
@@ -270,7 +273,7 @@ class SimPCIDevice:
 
     # handlers of the device itself: the state file follows the boot-state register
     def on_write_regSCRATCH_REG6(self, value: int) -> None:
-        self.save_state()
+        self.save_state(vram=False)
 
     # -- power-on ---------------------------------------------------------------------------------------
     def power_on(self) -> None:
@@ -352,17 +355,21 @@ class SimPCIDevice:
                               f"process; set AMDQ_SIM_STATE to another directory for a second one") from None
         return fd
 
-    def save_state(self) -> None:
-        """Write what a real GPU keeps across processes: the top of VRAM, the registers, the blocks' state."""
+    def save_state(self, vram: bool = True) -> None:
+        """Write what a real GPU keeps across processes: the top of VRAM, the registers, the blocks' state.
+        vram=False keeps the VRAM of the last full save (the boot-state register writes: cheap, and what a
+        process killed right after them must leave behind); close() and mode1 reset save VRAM too."""
         if self.state_path is None:
             return
         lo, hi = self._state_window()
-        buf = np.frombuffer(self.vram[lo:hi], np.uint8).reshape(-1, STATE_CHUNK)
-        used = np.flatnonzero(buf.any(axis=1))
-        head = {"arch": self.arch, "vram": self.vram_size, "window": [lo, hi], "chunks": used.tolist(),
+        if vram or self._saved_vram is None:
+            buf = np.frombuffer(self.vram[lo:hi], np.uint8).reshape(-1, STATE_CHUNK)
+            used = np.flatnonzero(buf.any(axis=1))
+            self._saved_vram = (used.tolist(), zlib.compress(buf[used].tobytes(), 1))
+        chunks, body = self._saved_vram
+        head = {"arch": self.arch, "vram": self.vram_size, "window": [lo, hi], "chunks": chunks,
                 "regs": {str(a): v for a, v in self.regfile.store.values.items() if v},
                 "parts": {n: p.save() for n, p in self.parts.items()}}
-        body = zlib.compress(buf[used].tobytes(), 1)
         hj = json.dumps(head).encode()
         tmp = f"{self.state_path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
@@ -382,11 +389,13 @@ class SimPCIDevice:
             head = json.loads(raw[p:p + n])
             if head["arch"] != self.arch or head["vram"] != self.vram_size:
                 raise ValueError(f"it is for {head['arch']} with {head['vram']} bytes of VRAM")
-            body = zlib.decompress(raw[p + n:])
+            packed = raw[p + n:]
+            body = zlib.decompress(packed)
         except (OSError, ValueError, KeyError, zlib.error) as e:
             print(f"amdq: ignoring the simulated device state {self.state_path}: {e}", file=sys.stderr)
             return False
         lo, _ = head["window"]
+        self._saved_vram = (head["chunks"], packed)
         for k, c in enumerate(head["chunks"]):
             o = lo + c * STATE_CHUNK
             self.vram[o:o + STATE_CHUNK] = body[k * STATE_CHUNK:(k + 1) * STATE_CHUNK]
@@ -434,6 +443,7 @@ class SimPCIDevice:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        atexit.unregister(self.close)
         try:
             self.save_state()
         finally:
