@@ -81,6 +81,69 @@ def cmd_demo(args) -> int:
     return run(args.device, getattr(args, "trace", None))
 
 
+def device_entry(dev) -> dict:
+    """One `amdq info` object for an open device."""
+    info = dev.info()
+    iface = dev.name.split("+")[0]
+    t = dev.target
+    out = {"device": dev.name, "interface": iface, "arch": dev.arch, "family": t.family,
+           "ip_versions": info.get("ip_versions") or {k: ".".join(map(str, v)) for k, v in t.ip.items()},
+           "compute_units": info["compute_units"], "num_xcc": info["num_xcc"], "wave_size": info["wave_size"],
+           "vram_bytes": info.get("vram_bytes", t.vram_bytes), "bars": info.get("bars"),
+           "clocks": info.get("clocks"), "firmware": info.get("firmware", []),
+           "boot": info.get("boot"), "boot_reason": info.get("boot_reason")}
+    for k in ("small_bar", "mode1_reset", "boot_seconds", "vendor", "device_id", "queue"):
+        if k in info:
+            out[k] = info[k]
+    return out
+
+
+def reachable_specs() -> list[str]:
+    """Device specs of the GPUs reachable on this machine (KFD, PCI); the simulated default if none."""
+    from .iface.kfd import list_gpus
+    from .iface.os_seam import OSSeam
+    from .iface import pci
+    specs = []
+    seam = OSSeam()
+    if seam.exists("/dev/kfd") and list_gpus(seam):
+        specs.append("KFD+AMD")
+    if pci.usable(pci.list_functions()):
+        specs.append("PCI+AMD")
+    return specs or ["SIM"]
+
+
+def cmd_info(args) -> int:
+    from .runtime.device import open_device
+    entries = []
+    for spec in ([args.device] if args.device else reachable_specs()):
+        dev = open_device(spec)
+        try:
+            entries.append(device_entry(dev))
+        finally:
+            dev.close()
+    if args.json:
+        print(json.dumps(entries))
+        return 0
+    for e in entries:
+        print(f"{e['device']}  ({e['interface']}, {e['family']})")
+        print(f"  arch            {e['arch']}")
+        print(f"  compute units   {e['compute_units']} on {e['num_xcc']} XCC(s), wave{e['wave_size']}")
+        print(f"  VRAM            {e['vram_bytes'] >> 20} MiB")
+        if e.get("bars"):
+            print("  BARs            " + ", ".join(f"{k} {v >> 10} KiB" for k, v in e["bars"].items())
+                  + (" (small BAR)" if e.get("small_bar") else ""))
+        print("  IP versions     " + ", ".join(f"{k} {v}" for k, v in e["ip_versions"].items()))
+        if e.get("clocks"):
+            print(f"  clocks          {e['clocks']}")
+        if e.get("boot"):
+            print(f"  boot            {e['boot_reason']}" + (" (after a mode1 reset)" if e.get("mode1_reset") else "")
+                  + (f", {e['boot_seconds'] * 1000:.1f} ms" if e.get("boot_seconds") is not None else ""))
+        for f in e["firmware"]:
+            print(f"  firmware        {f['file']} v{f['version']:#x} sha256 {f['sha256'][:16]}…"
+                  + (" (stand-in)" if f.get("standin") else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="amdq", description="Userspace driver and runtime for AMD GPUs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -96,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="device spec, e.g. SIM:gfx1201 (default: DEV or AMD)")
     p.add_argument("--trace", default=None, metavar="FILE", help="write a Chrome/Perfetto trace of the launches")
     p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("info", help="every reachable GPU (or --device): interface, arch, IP versions, CUs, memory, "
+                                    "BARs, firmware, the boot path taken")
+    p.add_argument("--device", default=None, help="device spec, e.g. SIMPCI+AMD:gfx1201 (default: every reachable one)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    p.set_defaults(fn=cmd_info)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

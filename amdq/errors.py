@@ -121,3 +121,11 @@ class FieldOverflow(RegisterError, ValueError):
 
 class DiscoveryError(AmdqError):
     """A malformed IP discovery binary; the message names the field that is wrong."""
+
+
+class AMTimeout(GPUTimeout):
+    """The AM driver waited for the GPU (a register, a PSP command, an SMU message) in vain; the message names it."""
+
+
+class AMBootError(DeviceError):
+    """The AM driver could not boot the GPU; the message names the step and what to do."""

@@ -1044,6 +1044,21 @@ def address(reg: Reg, ip_bases: Sequence[Sequence[int]], inst: int = 0) -> int:
 '''
 
 
+def extra_note(facts: str) -> str:
+    extra = sorted(REGS_EXTRA.get(facts, {}))
+    return f"; plus {', '.join(extra)} from the same header (see gen_hw.py REGS_EXTRA)" if extra else ""
+
+
+# Registers the facts subset lacks, added to a facts file's table: {facts file: {name: (offset, base_index,
+# {field: (lo, hi)})}}. gc_11_0_0_offset.h, gc_12_0_0_offset.h and gc_9_4_3_offset.h define the eight CP
+# scratch registers regSCRATCH_REG0..7 at consecutive offsets 0x2040..0x2047 (base index 1); the facts keep
+# only 6 and 7 (0x2046, 0x2047). The boot state of the AM driver uses 5..7.
+REGS_EXTRA: dict[str, dict[str, tuple[int, int, dict[str, tuple[int, int]]]]] = {
+    f: {"regSCRATCH_REG5": (0x2045, 1, {"scratch_reg5": (0, 31)})}
+    for f in ("regs_gc_11_0_0.json", "regs_gc_12_0_0.json", "regs_gc_9_4_3.json")
+}
+
+
 def gen_regs() -> None:
     out = OUT / "regs"
     available: dict = {}
@@ -1057,13 +1072,17 @@ def gen_regs() -> None:
         pfx = {n[:3] if n.startswith("reg") else n[:2] for n in d["registers"]}
         assert len(pfx) == 1 and pfx <= {"reg", "mm"}, pfx
         pfx = pfx.pop()
-        for name, r in sorted(d["registers"].items()):
+        regs = dict(d["registers"])
+        for name, (off, bi, flds) in REGS_EXTRA.get(f.name, {}).items():
+            assert name not in regs or regs[name]["offset"] == off, (f.name, name)
+            regs.setdefault(name, {"offset": off, "base_index": bi, "fields": {k: list(v) for k, v in flds.items()}})
+        for name, r in sorted(regs.items()):
             fl = " ".join(f"{k.upper()}:{lo}:{hi}" for k, (lo, hi) in sorted(r["fields"].items(), key=lambda kv: kv[1]))
             lines.append(f"{name[len(pfx):]} {r['offset']:x} {r['base_index']} {fl}".rstrip())
         table = "\n".join(lines)
         mod = f'''"""{ip} {'.'.join(map(str, ver))} registers: NAME offset(hex dwords) base_index FIELD:lo:hi ...
 
-Source: shared/facts/{f.name} ({d["source"]}).
+Source: shared/facts/{f.name} ({d["source"]}){extra_note(f.name)}.
 {GEN}
 """
 SOURCE = {f.name!r}

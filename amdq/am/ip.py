@@ -45,6 +45,9 @@ class BootMemory(Protocol):
 
 class AMContext(Protocol):
     """What an IP block uses from the device it boots."""
+    boot_kind: str                    # "full" or "partial" (this boot; see am/driver.py)
+    tmr_size: "int | None"            # partial boot: SCRATCH_REG5 of the full boot; a full boot's PSP sets it
+    fb_base: int                      # the FB aperture's base (MMMC_VM_FB_LOCATION_BASE << 24)
     target: "Target"
     regs: "Registers"                 # every register map of the device, bound to BAR5 (or the simulated file)
     discovery: "Discovery"
@@ -69,6 +72,10 @@ class AMContext(Protocol):
         `timeout_ms`."""
         ...
 
+    def block(self, name: str) -> "IPBlock | None":
+        """Another IP block of this boot by name (soc, gmc, ih, psp, smu, gfx, sdma)."""
+        ...
+
 
 class IPBlock:
     """One hardware block of the driver, with one lifecycle."""
@@ -81,7 +88,11 @@ class IPBlock:
         """Software state: firmware parsed, boot memory reserved. No register access."""
 
     def init_hw(self) -> None:
-        """The block's hardware sequence."""
+        """The block's hardware sequence (full boot)."""
+
+    # Optional: `resume_hw()` is called instead of init_hw on a partial boot for the blocks of
+    # driver.PARTIAL_ORDER (psp: TMR re-init; gfx: MEC reset; sdma); without it init_hw is called.
+    # The SMU block has `mode1_reset()` (send the message; the driver then waits for the GPU to come back).
 
     def fini_hw(self) -> None:
         """Leave the block as the next boot expects to find it."""

@@ -61,10 +61,23 @@ def _open_iface(iface: str | None, arch: str | None):
             return KFD(seam, arch), None
         if iface == "KFD":
             raise DeviceError("KFD requested but /dev/kfd has no GPU (is the amdgpu driver loaded?)")
-    if iface in ("PCI", "USB"):
+    if iface in (None, "PCI"):
+        from ..iface import pci
+        if iface == "PCI" or pci.usable(pci.list_functions()):
+            return pci.open_real(arch), None
+    if iface == "USB":
         raise DeviceError(f"the {iface} interface is not available yet in this build")
-    if iface in ("SIMPCI", "SIMUSB"):
-        raise DeviceError(f"the simulated {iface[3:]} interface is not available yet; use SIMKFD")
+    if iface == "SIMPCI":
+        from ..iface.pci import PCI
+        from ..sim.pci.device import SimPCIDevice
+        sim = SimPCIDevice(arch or "gfx1100", small_bar=os.environ.get("AMDQ_SIM_SMALL_BAR", "0") not in ("", "0"))
+        try:
+            return PCI(sim, arch, standin=None), sim
+        except BaseException:
+            sim.close()
+            raise
+    if iface == "SIMUSB":
+        raise DeviceError("the simulated USB interface is not available yet; use SIMKFD or SIMPCI")
     if iface is None and not _said_sim:
         print("amdq: no AMD GPU found, using the simulated GPU (DEV=SIM to choose it explicitly)", file=sys.stderr)
         _said_sim = True
@@ -186,6 +199,9 @@ class Device:
         self.name = f"{'SIM' if self.sim else ''}{self.iface.name}+AMD:{self.arch}"
         self.closed = False
         self.lock = threading.RLock()
+        if not getattr(self.iface, "has_queues", True):  # booted, but no queues on this interface yet (AM part 1)
+            self.queue, self.queues, self.copyq, self.scratch, self.profiler, self.capturing = None, [], None, None, None, None
+            return
         self._kernel_names: dict[int, str] = {}          # entry and descriptor addresses -> kernel name
         self.allocator = Allocator(self.iface)
         self.signals = self.allocator.alloc(4096, "gtt", uncached=True)   # 16-byte timeline slots, one per queue
@@ -223,8 +239,20 @@ class Device:
         n = getattr(self.iface, "num_xcc", None)
         return int(n) if n else self.target.xcc
 
+    def _queues(self, what: str) -> None:
+        """Raise if this device has no queues (an interface without them yet)."""
+        self._check()
+        if self.queue is None:
+            from ..iface.pci import NOT_YET
+            raise DeviceError(f"{self.name}: {what}: {NOT_YET}")
+
     def info(self) -> dict:
         """What the device reports about itself: target, compute dies, compute units, wave size, memory."""
+        if self.queue is None:
+            t = self.target
+            return {"name": self.name, "arch": self.arch, "family": t.family, "num_xcc": self.xcc,
+                    "compute_units": t.cus, "cus_per_xcc": t.cus // self.xcc, "wave_size": t.wave_size,
+                    "lds_bytes": t.lds_bytes, "queue": None, **self.iface.info()}
         props = getattr(self.iface, "props", {}) or {}
         t, n = self.target, self.xcc
         simds, per_cu = props.get("simd_count"), props.get("simd_per_cu")
@@ -307,6 +335,8 @@ class Device:
 
     def alloc(self, nbytes: int, kind: str = "vram") -> Buffer:
         """A buffer of nbytes in device memory ("vram") or GPU-visible host memory ("gtt")."""
+        if self.queue is None:
+            self._queues("alloc")
         if isinstance(nbytes, np.integer):
             nbytes = int(nbytes)
         if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
@@ -495,6 +525,8 @@ class Device:
         cache keeps it (amdq.runtime.codemem says who owns it); `prg.free()` lets go of it."""
         if not isinstance(code_object, (bytes, bytearray)):
             raise TypeError(f"load takes code-object bytes, not {type(code_object).__name__}")
+        if self.queue is None:
+            self._queues("load")
         self._check()
         co = bytes(code_object)
         key = cocache.program_key(co, [self.uid])
@@ -526,6 +558,8 @@ class Device:
 
     def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked)."""
+        if self.queue is None:
+            self._queues("launch")
         self._check()
         if kernel.prg.dev is not self:
             raise InvalidArgument(f"kernel {kernel.name} was loaded on {kernel.prg.dev.name}, not {self.name}")
@@ -566,6 +600,8 @@ class Device:
 
     def capture(self):
         """`with dev.capture() as g:` records launches without running them; `g.replay()` runs them all."""
+        if self.queue is None:
+            self._queues("capture")
         from .graph import Graph
         return Graph(self)
 
@@ -689,6 +725,14 @@ class Device:
     def close(self) -> None:
         with self.lock:
             if self.closed:
+                return
+            if self.queue is None:                  # the interface's fini first, then the simulated function
+                self.closed = True
+                try:
+                    self.iface.close()
+                finally:
+                    if self.sim is not None:
+                        self.sim.close()
                 return
             for q in self.queues:
                 try:

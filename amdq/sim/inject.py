@@ -6,6 +6,10 @@ Kinds:
   created if none does, stop consuming their rings, as a hung engine does, until the queue is reset or
   `gpu.clear(kind)`. `after=N`: after N more packets.
 - `kill_wave`: the waves of the next dispatch are killed when it starts (the queue reports it).
+- `dirty_scratch` (simulated PCI function, at power-on): SCRATCH_REG5-7 hold values no driver left there
+  (`reg5=`, `reg6=`, `reg7=` choose them; default: garbage), on a GPU nothing has booted.
+- `amdgpu_initialised` (simulated PCI function, at power-on): the GPU is as amdgpu leaves it when the
+  module is unloaded: the PSP's sOS runs, the RLC autoload is done, the MEC runs, VRAM holds its data.
 """
 from __future__ import annotations
 
@@ -13,7 +17,14 @@ import os
 
 from ..errors import InvalidArgument
 
-KINDS = {"hang_cp": "cp", "hang_sdma": "sdma", "kill_wave": "cp"}
+KINDS = {"hang_cp": "cp", "hang_sdma": "sdma", "kill_wave": "cp", "dirty_scratch": "boot",
+         "amdgpu_initialised": "boot"}
+
+
+def add_kinds(kinds: dict[str, str]) -> None:
+    """More injection kinds ({kind: the engine or block it acts on}), for simulated blocks that define their
+    own (the simulated PSP, SMU ...): known before the environment is parsed."""
+    KINDS.update(kinds)
 
 
 def parse(text: str) -> list[tuple[str, dict]]:
@@ -39,7 +50,7 @@ class Injector:
 
     def __init__(self, gpu, kinds: dict[str, str] | None = None):
         self.gpu = gpu
-        self.kinds = dict(KINDS, **(kinds or {}))
+        self.kinds = KINDS if kinds is None else dict(KINDS, **kinds)
         self.armed: dict[str, dict] = {}
         for kind, params in parse(os.environ.get("AMDQ_SIM_INJECT", "")):
             self(kind, **params)                    # an unknown kind is an error, not a silent no-op

@@ -30,6 +30,21 @@ class SimDevice(Protocol):
 
     def clock_ns(self) -> int: ...
 
+    def firmware_loaded(self, fw_type: int, image: bytes) -> None:
+        """The PSP accepted firmware of GFX_FW_TYPE `fw_type` (LOAD_IP_FW): the parts whose code it is
+        (an `on_firmware(fw_type, image)` method) hear of it; the RLC, MEC and SDMA leave halt only then."""
+        ...
+
+    def autoload_rlc(self) -> bool:
+        """The PSP starts the RLC autoload (GFX_CMD_ID_AUTOLOAD_RLC): RLC_RLCS_BOOTLOAD_STATUS reports
+        completion if the RLC and IMU firmware were loaded; False (the command fails) otherwise."""
+        ...
+
+    def mode1_reset(self) -> None:
+        """The SMU's mode1 reset: VRAM cleared (the discovery binary placed again), registers at reset values,
+        every part's reset(); the state file follows."""
+        ...
+
 
 class SimPart:
     """One simulated hardware block."""
@@ -46,4 +61,10 @@ class SimPart:
         return {}
 
     def load(self, state: dict) -> None:
-        """Restore `save()`'s state in a new process."""
+        """Restore `save()`'s state in a new process (after the register file's values are restored: the
+        device keeps every register across processes, as a GPU does)."""
+
+    # Optional hooks: `on_firmware(fw_type, image)` (see SimDevice.firmware_loaded), `amdgpu_initialised()`
+    # (the `amdgpu_initialised` injection: leave the block as amdgpu does, e.g. the sOS running), `post(...)`
+    # on the IH part (SimDevice.interrupt delivers there). A module sim/pci/<block>.py defines one SimPart
+    # subclass or a `for_target(dev)` (device.PART_MODULES); kinds of injection: amdq.sim.inject.add_kinds.

@@ -1,0 +1,242 @@
+"""The PCI interface: an AMD GPU reached through its PCI function with amdq's own driver (AM, amdq/am/),
+without the amdgpu kernel module.
+
+Real hardware: the function is found in sysfs (`/sys/bus/pci/devices/*`: vendor 0x1002, class display
+0x03xxxx or processing accelerator 0x12xxxx), refused while amdgpu is bound to it, enabled (sysfs
+`enable`, then memory space and bus mastering in the config-space command register), and its BARs are
+mapped through the sysfs resource files: BAR0 VRAM (large-BAR: all of it; small-BAR: the first part,
+the rest through the MM window), BAR2 doorbells (64-bit), BAR5 registers. Config space through the
+sysfs `config` file. A function bound to vfio-pci can take interrupts through VFIO (part 2); otherwise
+the driver polls.
+
+The simulated function (SIMPCI, amdq.sim.pci.device) offers the same function protocol (config_read /
+config_write, bar(n), bar_sizes, close), so the code from here down is the code that runs on hardware.
+
+Part 1 has no queues: opening boots the GPU and gives `info()`; memory and queues raise DeviceError
+until part 2.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import DeviceError
+from ..hw.regmap import BufferBackend
+from .base import Mapping
+
+SYSFS_PCI = "/sys/bus/pci/devices"
+VENDOR_AMD = 0x1002
+GPU_CLASSES = (0x03, 0x12)                   # PCI base class: display controller, processing accelerator
+CMD_MEMORY, CMD_MASTER = 1 << 1, 1 << 2      # config-space command register (offset 4)
+NOT_YET = "not yet: queues and memory on AM (the PCI interface) come in part 2; use KFD or SIMKFD to run kernels"
+
+
+class Function(Protocol):
+    """A PCI function as the interface uses it (real: SysfsFunction; simulated: amdq.sim.pci.device)."""
+    name: str
+    bar_sizes: dict[int, int]
+
+    def config_read(self, off: int, size: int = 4) -> int: ...
+    def config_write(self, off: int, size: int, value: int) -> None: ...
+    def bar(self, n: int) -> Any: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class PCIFunctionInfo:
+    """One AMD function found in sysfs."""
+    address: str             # 0000:03:00.0
+    path: str
+    vendor: int
+    device: int
+    cls: int
+    driver: str | None       # the bound kernel driver, None if none
+
+
+def _read_hex(path: str) -> int:
+    with open(path) as f:
+        return int(f.read().strip(), 16)
+
+
+def list_functions(root: str | None = None) -> list[PCIFunctionInfo]:
+    """AMD display/compute functions in sysfs (root: a sysfs `bus/pci/devices` directory; tests give a fake)."""
+    root = root or os.environ.get("AMDQ_SYSFS_PCI", SYSFS_PCI)
+    out: list[PCIFunctionInfo] = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        p = os.path.join(root, name)
+        try:
+            vendor, device, cls = (_read_hex(os.path.join(p, f)) for f in ("vendor", "device", "class"))
+        except (OSError, ValueError):
+            continue
+        if vendor != VENDOR_AMD or cls >> 16 not in GPU_CLASSES:
+            continue
+        drv = os.path.join(p, "driver")
+        driver = os.path.basename(os.path.realpath(drv)) if os.path.lexists(drv) else None
+        out.append(PCIFunctionInfo(name, p, vendor, device, cls, driver))
+    return out
+
+
+def usable(fns: list[PCIFunctionInfo]) -> list[PCIFunctionInfo]:
+    """The functions AM may take: no kernel driver, or vfio-pci."""
+    return [f for f in fns if f.driver in (None, "vfio-pci")]
+
+
+class SysfsFunction:
+    """A real PCI function through sysfs: config file, enable, resource files mapped."""
+
+    def __init__(self, info: PCIFunctionInfo):
+        if info.driver == "amdgpu":
+            raise DeviceError(f"{info.address} is bound to the amdgpu kernel driver: unload it first "
+                              f"(`sudo modprobe -r amdgpu`) to use it over PCI, or use KFD+AMD to go through amdgpu")
+        if info.driver not in (None, "vfio-pci"):
+            raise DeviceError(f"{info.address} is bound to the kernel driver {info.driver}; unbind it first")
+        self.info = info
+        self.name = f"PCI {info.address}"
+        self.vfio = info.driver == "vfio-pci"      # interrupts through VFIO come with part 2; polling until then
+        self.bar_sizes = self._resources()
+        for n in (0, 2, 5):
+            if not self.bar_sizes.get(n):
+                raise DeviceError(f"{info.address}: BAR{n} is not assigned (sysfs resource lists no range for it)")
+        try:
+            self._cfg = os.open(os.path.join(info.path, "config"), os.O_RDWR | os.O_CLOEXEC)
+        except PermissionError:
+            raise DeviceError(f"{info.address}: no write access to its sysfs config space (run as root or give "
+                              f"this user the device)") from None
+        self._maps: dict[int, mmap.mmap] = {}
+        self._fds: list[int] = []
+
+    def _resources(self) -> dict[int, int]:
+        sizes: dict[int, int] = {}
+        with open(os.path.join(self.info.path, "resource")) as f:
+            for i, line in enumerate(f):
+                parts = line.split()
+                if len(parts) >= 2:
+                    start, end = int(parts[0], 16), int(parts[1], 16)
+                    sizes[i] = end - start + 1 if end > start else 0
+        return sizes
+
+    def enable(self) -> None:
+        """Enable the function (sysfs `enable`), memory decoding and bus mastering."""
+        try:
+            with open(os.path.join(self.info.path, "enable"), "w") as f:
+                f.write("1")
+        except OSError as e:
+            raise DeviceError(f"{self.info.address}: enabling the function failed: {e}") from None
+        self.config_write(4, 2, self.config_read(4, 2) | CMD_MEMORY | CMD_MASTER)
+
+    def config_read(self, off: int, size: int = 4) -> int:
+        return int.from_bytes(os.pread(self._cfg, size, off), "little")
+
+    def config_write(self, off: int, size: int, value: int) -> None:
+        os.pwrite(self._cfg, value.to_bytes(size, "little"), off)
+
+    def _map(self, n: int) -> mmap.mmap:
+        if n not in self._maps:
+            path = os.path.join(self.info.path, f"resource{n}")
+            fd = os.open(path, os.O_RDWR | os.O_SYNC | os.O_CLOEXEC)
+            self._fds.append(fd)
+            self._maps[n] = mmap.mmap(fd, self.bar_sizes[n], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        return self._maps[n]
+
+    def bar(self, n: int) -> Any:
+        """BAR0: VRAM as a buffer; BAR2: doorbells as a Mapping; BAR5: registers as a dword backend."""
+        m = self._map(n)
+        if n == 5:
+            return BufferBackend(m)
+        if n == 2:
+            return Mapping(0, len(m), memoryview(m))
+        return memoryview(m)
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            try:
+                m.close()
+            except BufferError:
+                pass                              # a view still exported: the mapping goes with the process
+        for fd in self._fds:
+            os.close(fd)
+        os.close(self._cfg)
+        self._maps.clear()
+        self._fds.clear()
+
+
+class PCI:
+    """The interface: one GPU function booted by the AM driver. `standin`: the firmware policy (False on
+    hardware: real files only; None on the simulated device: stand-ins for missing files)."""
+    name = "PCI"
+    has_queues = False
+
+    def __init__(self, fn: Function, arch: str | None = None, standin: bool | None = False):
+        from ..am.driver import AMDriver
+        self.fn = fn
+        enable = getattr(fn, "enable", None)
+        if enable is not None:
+            enable()
+        else:
+            fn.config_write(4, 2, fn.config_read(4, 2) | CMD_MEMORY | CMD_MASTER)
+        self.driver = AMDriver(fn.bar(5), fn.bar(0), fn.bar_sizes[5], standin=standin)
+        self.arch = self.driver.target.arch
+        if arch and arch != self.arch:
+            raise DeviceError(f"asked for {arch}, the GPU at {fn.name} is {self.arch}")
+        self.report = self.driver.boot()
+        self.props: dict = {}
+        self.closed = False
+
+    @property
+    def num_xcc(self) -> int:
+        return max(1, self.driver.regs.num_xcc)
+
+    def info(self) -> dict:
+        """What `amdq info` prints for an AM device."""
+        d, t = self.driver.discovery, self.driver.target
+        gc = d.gc_info or {}
+        r = self.report
+        return {"ip_versions": {k: ".".join(map(str, v)) for k, v in d.versions.items()},
+                "gc_info": gc, "vram_bytes": self.driver.vram.size,
+                "bars": {f"BAR{n}": s for n, s in sorted(self.fn.bar_sizes.items()) if n in (0, 2, 5)},
+                "small_bar": self.fn.bar_sizes[0] < self.driver.vram.size,
+                "vendor": f"{self.fn.config_read(0, 2):#06x}", "device_id": f"{self.fn.config_read(2, 2):#06x}",
+                "boot": r.kind, "boot_reason": f"{r.kind}: {r.reason}", "mode1_reset": r.mode1_reset,
+                "boot_seconds": round(r.seconds, 6), "firmware": self.driver.firmware_list(),
+                "target_board": t.board, "vfio": bool(getattr(self.fn, "vfio", False))}
+
+    # -- the interface protocol: part 2 -----------------------------------------------------------------
+    def _not_yet(self, *a, **k):
+        raise DeviceError(NOT_YET)
+
+    alloc = free = map_memory = create_queue = destroy_queue = _not_yet
+
+    def wait_events(self, timeout_ms: int) -> list:
+        time.sleep(timeout_ms / 1000)
+        return []
+
+    def clock_counters(self) -> tuple[int, int, int]:
+        return 0, time.perf_counter_ns(), 100_000_000
+
+    def close(self) -> None:
+        """fini: the blocks left quiet and the session marked clean; then the function released."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.driver.fini()
+        finally:
+            self.fn.close()
+
+
+def open_real(arch: str | None = None, root: str | None = None) -> PCI:
+    """The first usable AMD function in sysfs, booted."""
+    fns = list_functions(root)
+    if not fns:
+        raise DeviceError("PCI requested but sysfs lists no AMD display or compute function")
+    ok = usable(fns)
+    if not ok:
+        SysfsFunction(fns[0])                    # raises the reason (bound to amdgpu, ...)
+    return PCI(SysfsFunction(ok[0]), arch, standin=False)

@@ -1,0 +1,94 @@
+"""The simulated GFX block of a simulated PCI function, as far as the boot reaches it: the RLC and IMU
+autoload status, RLC start (GFX9), MEC halt/reset, and the CP scratch registers.
+
+Hardware behaviour modelled (sources: Linux amdgpu `gfx_v11_0.c` / `gfx_v12_0.c` (RLC_RLCS_BOOTLOAD_STATUS
+polled after the PSP autoload, CP_MEC_RS64_CNTL halt/pipe reset), `imu_v11_0.c`, `gfx_v9_4_3.c` (RLC_CNTL
+RLC_ENABLE_F32, CP_MEC_CNTL halt), `psp_gfx_if.h` (GFX_FW_TYPE_* of what the PSP loaded)):
+- the RLC reports BOOTLOAD_COMPLETE only after the PSP loaded the RLC and IMU firmware and was asked to
+  start the autoload (GFX_CMD_ID_AUTOLOAD_RLC); before that the register reads 0, as on a GPU whose RLC
+  has no code;
+- a microcontroller without firmware does not leave halt: RLC_ENABLE_F32 / MEC_HALT=0 read back as not
+  taken until the PSP loaded its code;
+- MEC pipe resets are counted (the queues on them are gone; part 2 puts queues there).
+"""
+from __future__ import annotations
+
+from ...hw import am
+from .part import SimPart
+
+RLC_AUTOLOAD_NEEDS = {11: (am.GFX_FW_TYPE_RLC_G, am.GFX_FW_TYPE_IMU_I, am.GFX_FW_TYPE_IMU_D),
+                      12: (am.GFX_FW_TYPE_RLC_G, am.GFX_FW_TYPE_IMU_I, am.GFX_FW_TYPE_IMU_D)}
+MEC_FW = {9: (am.GFX_FW_TYPE_CP_MEC, am.GFX_FW_TYPE_CP_MEC_ME1), 11: (am.GFX_FW_TYPE_RS64_MEC,),
+          12: (am.GFX_FW_TYPE_RS64_MEC,)}
+
+
+class SimGFX(SimPart):
+    """RLC/IMU autoload, RLC start, MEC halt and reset."""
+    name = "gfx"
+
+    def __init__(self, dev):
+        super().__init__(dev)
+        self.gfx = dev.target.gfx_version
+        self.reset()
+
+    def reset(self) -> None:
+        self.loaded: set[int] = set()
+        self.autoloaded = False
+        self.mec_resets = 0
+
+    def save(self) -> dict:
+        return {"loaded": sorted(self.loaded), "autoloaded": self.autoloaded}
+
+    def load(self, state: dict) -> None:
+        self.loaded = set(state.get("loaded", ()))
+        self.autoloaded = bool(state.get("autoloaded", False))
+
+    # -- what the PSP tells the GFX block (SimDevice.firmware_loaded / autoload_rlc) ----------------------
+    def on_firmware(self, fw_type: int, image: bytes) -> None:
+        self.loaded.add(fw_type)
+
+    def on_autoload_rlc(self) -> bool:
+        """The PSP starts the RLC autoload: complete only with the RLC and IMU code in place."""
+        need = RLC_AUTOLOAD_NEEDS.get(self.gfx, ())
+        if not need or not all(t in self.loaded for t in need):
+            return False
+        reg = self.dev.raw.GC.regRLC_RLCS_BOOTLOAD_STATUS
+        fields = {"BOOTLOAD_COMPLETE": 1, "GFX_INIT_DONE": 1, "RLC_GPM_IRAM_LOADED": 1, "RLC_GPM_IRAM_DONE": 1}
+        reg.write(**{k: v for k, v in fields.items() if k in reg.fields})
+        self.autoloaded = True
+        return True
+
+    def _mec_ready(self) -> bool:
+        return any(t in self.loaded for t in MEC_FW.get(self.gfx, ())) and (self.gfx == 9 or self.autoloaded)
+
+
+
+class SimGFX9(SimGFX):
+    """GFX9 (GC 9.4.3): the driver starts the RLC (RLC_CNTL) and unhalts the MEC (CP_MEC_CNTL) itself."""
+
+    def on_write_regRLC_CNTL(self, value: int, reg) -> None:
+        if value & 1 and am.GFX_FW_TYPE_RLC_G not in self.loaded:
+            reg.write(value & ~1)                       # no code: the RLC stays stopped
+
+    def on_write_regCP_MEC_CNTL(self, value: int, reg) -> None:
+        f = reg.decode(value)
+        if any(v for k, v in f.items() if k.endswith("_RESET")):
+            self.mec_resets += 1
+        if (not f["MEC_ME1_HALT"] or not f["MEC_ME2_HALT"]) and not self._mec_ready():
+            reg.update(MEC_ME1_HALT=1, MEC_ME2_HALT=1)
+
+
+class SimGFX11(SimGFX):
+    """GFX11/GFX12: RLC and IMU autoloaded by the PSP; RS64 MEC."""
+
+    def on_write_regCP_MEC_RS64_CNTL(self, value: int, reg) -> None:
+        f = reg.decode(value)
+        if any(f.get(f"MEC_PIPE{i}_RESET") for i in range(4)):
+            self.mec_resets += 1
+        if not f["MEC_HALT"] and not self._mec_ready():
+            reg.update(MEC_HALT=1)
+
+
+def for_target(dev) -> SimGFX:
+    """The GFX part of the device's GC generation."""
+    return (SimGFX9 if dev.target.gfx_version == 9 else SimGFX11)(dev)

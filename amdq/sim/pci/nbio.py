@@ -1,0 +1,75 @@
+"""The simulated NBIO (the PCIe bus interface) and HDP of a simulated PCI function.
+
+Hardware behaviour modelled (sources: Linux amdgpu `amdgpu_device.c` / `amdgpu_discovery.c` for the
+MM_INDEX/MM_DATA window and the registers read before discovery, `nbio_v4_3.c` / `nbio_v7_9.c` for the
+indirect PCIE_INDEX2/DATA2 pair and the HDP flush request/done handshake):
+- MM_INDEX (dword 0x0, bit 31 = memory aperture), MM_INDEX_HI (0x6), MM_DATA (0x1): a dword of VRAM
+  through the register BAR, how a driver reads VRAM the CPU cannot see through a small BAR0.
+- BIF_BX0_PCIE_INDEX2 / PCIE_DATA2: a register beyond the register BAR, by byte address.
+- BIF_BX_PF0_GPU_HDP_FLUSH_REQ: a request bit per client; the HDP completes the flush at once (this
+  VRAM has no write-combining cache in front of it) and reports it in GPU_HDP_FLUSH_DONE.
+"""
+from __future__ import annotations
+
+from ...errors import RegisterError
+from .part import SimPart
+
+# Absolute dword addresses decoded by the bus interface itself (amdgpu_device.c / amdgpu_discovery.c).
+MM_INDEX, MM_DATA, MM_INDEX_HI = 0x0, 0x1, 0x6
+MM_APERTURE = 1 << 31                  # MM_INDEX bit 31: the address is in VRAM (not a register)
+
+
+class SimNBIO(SimPart):
+    """Bus interface: the MM window onto VRAM, the indirect register pair, the HDP flush handshake."""
+    name = "nbio"
+
+    def __init__(self, dev):
+        super().__init__(dev)
+        self.reset()
+
+    def reset(self) -> None:
+        self.mm_index = self.mm_index_hi = 0
+        self.flushes = 0
+
+    # -- the MM window (fixed addresses, before any IP base is known) --------------------------------
+    def fixed(self, addr: int) -> bool:
+        return addr in (MM_INDEX, MM_DATA, MM_INDEX_HI)
+
+    def _mm_addr(self) -> int:
+        if not self.mm_index & MM_APERTURE:
+            raise RegisterError(f"MM_DATA with MM_INDEX={self.mm_index:#x}: bit 31 (the memory aperture) is "
+                                f"clear; register access through the MM window is not decoded")
+        off = (self.mm_index_hi << 31) | (self.mm_index & 0x7FFFFFFF)
+        if off + 4 > len(self.dev.vram):
+            raise RegisterError(f"MM window: VRAM offset {off:#x} is past the {len(self.dev.vram):#x}-byte VRAM")
+        return off
+
+    def read_fixed(self, addr: int) -> int:
+        if addr == MM_INDEX:
+            return self.mm_index
+        if addr == MM_INDEX_HI:
+            return self.mm_index_hi
+        off = self._mm_addr()
+        return int.from_bytes(self.dev.vram[off:off + 4], "little")
+
+    def write_fixed(self, addr: int, value: int) -> None:
+        if addr == MM_INDEX:
+            self.mm_index = value
+        elif addr == MM_INDEX_HI:
+            self.mm_index_hi = value
+        else:
+            off = self._mm_addr()
+            self.dev.vram[off:off + 4] = value.to_bytes(4, "little")
+
+    # -- the indirect register pair ---------------------------------------------------------------
+    def on_read_regBIF_BX0_PCIE_DATA2(self) -> int:
+        return self.dev.mmio_read32(self.dev.raw.NBIO.regBIF_BX0_PCIE_INDEX2.read() >> 2)
+
+    def on_write_regBIF_BX0_PCIE_DATA2(self, value: int) -> None:
+        self.dev.mmio_write32(self.dev.raw.NBIO.regBIF_BX0_PCIE_INDEX2.read() >> 2, value)
+
+    # -- HDP flush --------------------------------------------------------------------------------
+    def on_write_regBIF_BX_PF0_GPU_HDP_FLUSH_REQ(self, value: int) -> None:
+        self.flushes += 1
+        done = self.dev.raw.NBIO.regBIF_BX_PF0_GPU_HDP_FLUSH_DONE
+        done.write(done.read() | value)
