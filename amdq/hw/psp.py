@@ -83,7 +83,8 @@ class PSPVersion:
     """What differs between the PSP generations the AM driver boots (psp_v13_0.c, psp_v14_0.c,
     amdgpu_psp.c psp_early_init and psp_check_pmfw_centralized_cstate_management)."""
 
-    def __init__(self, mp0, loaders, autoload, boot_time_tmr, pmfw_centralized, vmbx, bl_error_bits):
+    def __init__(self, mp0, loaders, autoload, boot_time_tmr, pmfw_centralized, vmbx, bl_error_bits,
+                 sos_version_reg=True):
         self.mp0 = mp0
         self.loaders = frozenset(loaders)          # bootloader components this version's driver loads
         self.autoload = autoload                   # RLC autoload after the GFX firmware (AUTOLOAD_RLC)
@@ -91,6 +92,7 @@ class PSPVersion:
         self.pmfw_centralized = pmfw_centralized   # SMU firmware before SETUP_TMR
         self.vmbx = vmbx                           # wait for C2PMSG_33 before the bootloader
         self.bl_error_bits = bl_error_bits         # C2PMSG_35 bits 7:0 carry a bootloader error
+        self.sos_version_reg = sos_version_reg     # the sOS reports its version in C2PMSG_58 (psp_v13_0 only)
 
     def __repr__(self) -> str:
         return f"PSPVersion({'.'.join(map(str, self.mp0))})"
@@ -103,9 +105,9 @@ VERSIONS = {
     (13, 0, 6): PSPVersion((13, 0, 6), _V13, autoload=False, boot_time_tmr=True, pmfw_centralized=False,
                            vmbx=True, bl_error_bits=True),
     (14, 0, 2): PSPVersion((14, 0, 2), _V13 + ("ipkeymgr_drv",), autoload=True, boot_time_tmr=True,
-                           pmfw_centralized=False, vmbx=False, bl_error_bits=True),
+                           pmfw_centralized=False, vmbx=False, bl_error_bits=True, sos_version_reg=False),
     (14, 0, 3): PSPVersion((14, 0, 3), _V13 + ("ipkeymgr_drv",), autoload=True, boot_time_tmr=True,
-                           pmfw_centralized=False, vmbx=False, bl_error_bits=True),
+                           pmfw_centralized=False, vmbx=False, bl_error_bits=True, sos_version_reg=False),
 }
 PSP_TMR_SIZE = 0x400000          # amdgpu_psp.h PSP_TMR_SIZE(adev) (8 MiB only on Aldebaran, MP0 13.0.2)
 PSP_TMR_ALIGNMENT = am.PSP_TMR_ALIGNMENT
