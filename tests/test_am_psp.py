@@ -258,6 +258,7 @@ def test_partial_bringup_after_state_file(arch):
     m2.psp.init_hw(partial=True, tmr_size=tmr_size or None)
     took = time.perf_counter() - t0
     names = [c for c, _ in m2.sim.commands]
+    assert not m2.sim.faults and all(st == P.TEE_SUCCESS for _, st in m2.sim.commands), m2.sim.faults
     bl = P.reg(m2.psp.mp0, P.C2PMSG_BL_CMD)
     assert not [a for a in m2.accesses if a.op == "W" and a.reg is not None and a.reg.name == bl]
     assert "LOAD_TOC" not in names and names[0] == "SETUP_TMR"
@@ -485,3 +486,16 @@ def test_sim_handler_names_follow_the_generation():
         m = Machine(arch, {})
         names = m.rf.handlers()["write"]
         assert {f"{type(m.sim).__name__}.on_write_{prefix}{n}" for n in (35, 64, 67)} <= set(names)
+
+
+def test_corrupt_sos_itself_refused_without_waiting_out_the_sign_of_life():
+    fws = firmware("gfx1100", "standin")
+    sos = psp_file("gfx1100", "sos")
+    fws[sos] = corrupt(fws[sos], "sos", components=True)
+    m = Machine("gfx1100", fws)
+    m.psp.init_sw()
+    m.psp.bl_timeout_ms = 5000
+    t0 = time.monotonic()
+    with pytest.raises(FirmwareRefused, match=rf"{sos}.*LOAD_SOSDRV \(sos,.*TEE_ERROR_BAD_FORMAT"):
+        m.psp.init_hw()
+    assert time.monotonic() - t0 < 2.5 and m.sim.bootloaded[-1] != "sos"

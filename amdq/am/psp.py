@@ -212,13 +212,12 @@ class PSP(IPBlock):
             self._reg(P.C2PMSG_BL_ADDR).write((self.fw_pri.mc >> P.BL_ADDR_SHIFT) & 0xFFFFFFFF)
             self._reg(P.C2PMSG_BL_CMD).write(cmd)
             if name == "sos":
-                r = self._reg(P.C2PMSG_SOS_ALIVE)
-                try:
-                    self.am.wait(lambda: r.read() != before, self.bl_timeout_ms,
-                                 f"PSP sOS sign of life (C2PMSG_81) after {what}")
-                except AmdqError:
-                    self._wait_bootloader(what)     # a refusal names itself; otherwise the timeout stands
-                    raise
+                r81, r35 = self._reg(P.C2PMSG_SOS_ALIVE), self._reg(P.C2PMSG_BL_CMD)
+                # the sign of life changes, or the bootloader answers with an error (then named below)
+                self.am.wait(lambda: r81.read() != before or r35.read() & (P.BL_READY | P.BL_ERROR_MASK) > P.BL_READY,
+                             self.bl_timeout_ms, f"PSP sOS sign of life (C2PMSG_81) after {what}")
+                if r81.read() == before:
+                    self._wait_bootloader(what)
                 self.sos_version = self._sos_version()
             else:
                 self._wait_bootloader(what)
@@ -254,6 +253,8 @@ class PSP(IPBlock):
         A.psp_gfx_cmd_resp.pack_into(buf, 0, cmd_id=cmd_id)
         sub = _CMD_STRUCTS.get(cmd_id)
         if fields:
+            if sub is None:
+                raise PSPError(f"{label}: amdq has no command layout for fields {', '.join(fields)}")
             sub.pack_into(buf, A.psp_gfx_cmd_resp.offsetof("cmd"), **fields)
         self.am.vram.write(self.cmd.offset, bytes(buf))
         self.fence_value = (self.fence_value + 1) & 0xFFFFFFFF

@@ -226,6 +226,7 @@ class SimPSP(SimPart):
                     raise _Refuse(P.TEE_ERROR_BAD_PARAMETERS, f"ring size {size:#x} is not a multiple of a frame")
                 self._mc(addr, size, "KM ring")
                 self.ring = {"addr": addr, "size": size}
+                self._set(P.C2PMSG_GPCOM_WPTR, 0)      # a new ring starts empty: both pointers at 0
                 self._set(P.C2PMSG_GPCOM_RPTR, 0)
             except _Refuse as r:
                 self.faults.append(f"ring create: {r.why}")
