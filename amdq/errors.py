@@ -34,6 +34,23 @@ class DeviceError(AmdqError):
     """A device could not be opened or used."""
 
 
+class PSPError(DeviceError):
+    """The PSP (MP0) refused a command; `status` is the code it answered (see amdq.hw.psp.STATUS_NAMES)."""
+
+    def __init__(self, msg: str, status: int | None = None):
+        super().__init__(msg)
+        self.status = status
+
+
+class FirmwareRefused(FirmwareError):
+    """The PSP refused a firmware image (bootloader component, IP firmware or TA); the message names the
+    file, the part and the status; `status` is the code."""
+
+    def __init__(self, msg: str, status: int | None = None):
+        super().__init__(msg)
+        self.status = status
+
+
 class DeviceLost(DeviceError):
     """The device went away (reset, unplugged, off the bus)."""
 

@@ -629,6 +629,20 @@ def _standin_version(kind: str, ip: tuple[int, int, int]) -> tuple[int, int]:
 _SOS_STANDIN = (am.PSP_FW_TYPE_PSP_KDB, am.PSP_FW_TYPE_PSP_SPL, am.PSP_FW_TYPE_PSP_SYS_DRV,
                 am.PSP_FW_TYPE_PSP_SOC_DRV, am.PSP_FW_TYPE_PSP_INTF_DRV, am.PSP_FW_TYPE_PSP_DBG_DRV,
                 am.PSP_FW_TYPE_PSP_RAS_DRV, am.PSP_FW_TYPE_PSP_SOS)
+# The components of the shipped SOS bundles (firmware-amd-graphics 20250410), so that a stand-in boots the
+# way the real file does (a TOC where the PSP sizes the TMR from it, the register list, no driver the
+# bundle lacks); other MP0 versions get _SOS_STANDIN.
+_SOS_STANDIN_BY_IP = {
+    (13, 0, 0): (am.PSP_FW_TYPE_PSP_SYS_DRV, am.PSP_FW_TYPE_PSP_SOS, am.PSP_FW_TYPE_PSP_TOC, am.PSP_FW_TYPE_PSP_KDB,
+                 am.PSP_FW_TYPE_PSP_SPL, am.PSP_FW_TYPE_PSP_RL),
+    (13, 0, 6): (am.PSP_FW_TYPE_PSP_SYS_DRV, am.PSP_FW_TYPE_PSP_SOS, am.PSP_FW_TYPE_PSP_KDB,
+                 am.PSP_FW_TYPE_PSP_SOC_DRV, am.PSP_FW_TYPE_PSP_INTF_DRV, am.PSP_FW_TYPE_PSP_DBG_DRV,
+                 am.PSP_FW_TYPE_PSP_RAS_DRV, am.PSP_FW_TYPE_PSP_RL),
+    (14, 0, 3): (am.PSP_FW_TYPE_PSP_KDB, am.PSP_FW_TYPE_PSP_SYS_DRV, am.PSP_FW_TYPE_PSP_SOS,
+                 am.PSP_FW_TYPE_PSP_SOC_DRV, am.PSP_FW_TYPE_PSP_INTF_DRV, am.PSP_FW_TYPE_PSP_DBG_DRV,
+                 am.PSP_FW_TYPE_PSP_TOC, am.PSP_FW_TYPE_PSP_IPKEYMGR_DRV, am.PSP_FW_TYPE_PSP_SPL,
+                 am.PSP_FW_TYPE_PSP_RAS_DRV, am.PSP_FW_TYPE_PSP_RL),
+}
 _TA_STANDIN = (am.TA_FW_TYPE_PSP_XGMI, am.TA_FW_TYPE_PSP_RAS, am.TA_FW_TYPE_PSP_HDCP, am.TA_FW_TYPE_PSP_DTM)
 
 
@@ -709,7 +723,7 @@ def standin_image(file: str, kind: str | None = None) -> bytes:
                                                     id=i, ppt_offset_bytes=o, ppt_size_bytes=s)
             hf.update(pptable_count=len(ids), pptable_entry_offset=eoff)
     elif kind in ("psp_sos", "psp_ta"):
-        types = _SOS_STANDIN if kind == "psp_sos" else _TA_STANDIN
+        types = _SOS_STANDIN_BY_IP.get(ip, _SOS_STANDIN) if kind == "psp_sos" else _TA_STANDIN
         names = {t: n for t, (n, _) in PSP_COMPONENTS.items()} if kind == "psp_sos" else TA_COMPONENTS
         descs = []
         for t in types:
