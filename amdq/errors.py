@@ -121,3 +121,17 @@ class FieldOverflow(RegisterError, ValueError):
 
 class DiscoveryError(AmdqError):
     """A malformed IP discovery binary; the message names the field that is wrong."""
+
+
+class AMTimeout(GPUTimeout):
+    """An AM-driver wait on the hardware (a register, a PSP command, an SMU message) did not complete in time;
+    the message names what it waited for."""
+
+
+class SMUError(DeviceError):
+    """The SMU (power-management firmware) answered a message with a failure code; `message`, `argument` and
+    `response` say which message, with which argument, and what the firmware answered."""
+
+    def __init__(self, msg: str, message: str = "", argument: int = 0, response: int = 0):
+        super().__init__(msg)
+        self.message, self.argument, self.response = message, argument, response

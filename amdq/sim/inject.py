@@ -6,6 +6,8 @@ Kinds:
   created if none does, stop consuming their rings, as a hung engine does, until the queue is reset or
   `gpu.clear(kind)`. `after=N`: after N more packets.
 - `kill_wave`: the waves of the next dispatch are killed when it starts (the queue reports it).
+- `smu_timeout`: the simulated SMU (sim/pci/smu.py) takes messages but never answers them, as a hung PMFW
+  does; `msg=NAME`: only that message (e.g. `smu_timeout:msg=SetPptLimit`).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import os
 
 from ..errors import InvalidArgument
 
-KINDS = {"hang_cp": "cp", "hang_sdma": "sdma", "kill_wave": "cp"}
+KINDS = {"hang_cp": "cp", "hang_sdma": "sdma", "kill_wave": "cp", "smu_timeout": "smu"}
 
 
 def parse(text: str) -> list[tuple[str, dict]]:
