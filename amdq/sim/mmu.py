@@ -88,8 +88,13 @@ class MMU:
         self.root = pa
         self.invalidate()
 
-    def invalidate(self) -> None:
-        self._starts, self._runs = [], []
+    def invalidate(self, last: int | None = None) -> None:
+        """Drop cached translations (those starting at or below address `last`, all when None)."""
+        if last is None:
+            self._starts, self._runs = [], []
+            return
+        keep = [(s, r) for s, r in zip(self._starts, self._runs) if s > last]
+        self._starts, self._runs = [s for s, _ in keep], [r for _, r in keep]
 
     # -- walking -------------------------------------------------------------------------------
     def walk(self, va: int) -> tuple[Arena, int, int, int] | None:
