@@ -25,7 +25,10 @@ class IH(IPBlock):
     def __init__(self, am: AMContext, ring_bytes: int = RING_BYTES):
         super().__init__(am)
         self.ring_bytes = ring_bytes
-        H.rb_size_field(ring_bytes)               # a size the hardware can take, or an error now
+        try:
+            H.rb_size_field(ring_bytes)           # a size the hardware can take, or an error now
+        except ValueError as e:
+            raise DeviceError(f"IH ring: {e}") from None
         self.rptr = 0
         self.overflows = 0
 
