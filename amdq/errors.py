@@ -146,3 +146,12 @@ class AMTimeout(GPUTimeout):
 
 class AMBootError(DeviceError):
     """The AM driver could not boot the GPU; the message names the step and what to do."""
+
+
+class SMUError(DeviceError):
+    """The SMU (power-management firmware) answered a message with a failure code; `message`, `argument` and
+    `response` say which message, with which argument, and what the firmware answered."""
+
+    def __init__(self, msg: str, message: str = "", argument: int = 0, response: int = 0):
+        super().__init__(msg)
+        self.message, self.argument, self.response = message, argument, response

@@ -1155,6 +1155,113 @@ def gen_reg_enums() -> None:
     write(OUT / "regs" / "enums.py", text)
 
 
+# ------------------------------------------------------------------------------------------------
+# SMU message tables (pm/swsmu ppsmc headers)
+
+SMU_FACTS = {(13, 0, 0): "smu_13_0_0.json", (13, 0, 6): "smu_13_0_6.json", (14, 0, 2): "smu_14_0_2.json"}
+# Facts the JSON files lack, each with its public source. smu_14_0_2.json (a newer header) has no
+# PPSMC_MSG_Mode1Reset, which Linux smu_v14_0_2_ppsmc.h (commit 377b5b397d07) defines as 0x2F and
+# smu_v14_0_2_ppt.c maps (MSG_MAP(Mode1Reset, ...)); the driver-interface version of SMU 14.0.2/14.0.3 is
+# SMU14_DRIVER_IF_VERSION_SMU_V14_0_2 of Linux smu_v14_0.h (0x2E since Linux 6.13).
+SMU_SUPPLEMENT = {(14, 0, 2): {"PPSMC_MSG_Mode1Reset": 0x2F, "DRIVER_IF_VERSION": 0x2E}}
+# MP1 versions of the supported targets -> the message table their PMFW speaks (the ppt file amdgpu uses
+# for them: smu_v13_0_0_ppt.c serves 13.0.0 and 13.0.10, smu_v13_0_6_ppt.c 13.0.6 and 13.0.14,
+# smu_v14_0_2_ppt.c 14.0.2 and 14.0.3).
+SMU_FOR_MP1 = {(13, 0, 0): (13, 0, 0), (13, 0, 10): (13, 0, 0), (13, 0, 6): (13, 0, 6), (13, 0, 14): (13, 0, 6),
+               (14, 0, 2): (14, 0, 2), (14, 0, 3): (14, 0, 2)}
+
+SMU_HEAD = '''"""SMU (MP1 power-management firmware) mailbox facts per SMU version: message ids, response codes,
+clock ids and the driver-interface version the driver expects.
+
+Sources:
+%(sources)s
+  supplements (scripts/gen_hw.py SMU_SUPPLEMENT): PPSMC_MSG_Mode1Reset of SMU 14.0.2 (Linux
+  smu_v14_0_2_ppsmc.h), SMU14_DRIVER_IF_VERSION_SMU_V14_0_2 (Linux smu_v14_0.h).
+Mailbox registers (Linux smu_v13_0.c / smu_v14_0.c set_smu_mailbox_registers): message MP1_SMN_C2PMSG_66,
+argument MP1_SMN_C2PMSG_82, response MP1_SMN_C2PMSG_90. Response 0 (no response yet) and 0xFB (debug
+dump end) are the ones Linux smu_cmn.c adds to the ppsmc result codes.
+%(gen)s
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UnsupportedTarget
+
+IPVersion = tuple[int, int, int]
+
+MSG_REG, ARG_REG, RESP_REG = "regMP1_SMN_C2PMSG_66", "regMP1_SMN_C2PMSG_82", "regMP1_SMN_C2PMSG_90"
+RESP_NONE = 0              # the SMU has not answered (still busy with the message)
+RESP_DEBUG_END = 0xFB      # smu_cmn.c SMU_RESP_DEBUG_END
+RESP_OFF_BUS = 0xFFFFFFFF  # every register reads ~0: the device is off the bus
+
+
+@dataclass(frozen=True)
+class SmuTable:
+    """The message interface of one SMU firmware family."""
+    version: IPVersion
+    msg: dict[str, int]          # message name (PPSMC_MSG_<name>) -> id
+    result: dict[str, int]       # PPSMC_Result_<name> -> response code
+    clk: dict[str, int]          # PPCLK_<name> -> clock id of the DPM messages
+    reset_type: dict[str, int]   # PPSMC_RESET_TYPE_<name> (argument of GfxDriverReset) where the firmware has it
+    driver_if: int               # the driver-interface version this table belongs to
+
+    def msg_name(self, msg_id: int) -> str:
+        for k, v in self.msg.items():
+            if v == msg_id:
+                return k
+        return f"message {msg_id:#x}"
+
+    def result_name(self, code: int) -> str:
+        for k, v in self.result.items():
+            if v == code:
+                return k
+        return {RESP_NONE: "no response", RESP_DEBUG_END: "DebugDataDumpEnd"}.get(code, f"{code:#x}")
+
+'''
+
+SMU_TAIL = '''
+TABLES: dict[IPVersion, SmuTable] = {t.version: t for t in (%(names)s)}
+FOR_MP1: dict[IPVersion, IPVersion] = %(for_mp1)s
+
+
+def table(mp1: tuple[int, ...]) -> SmuTable:
+    """The message table of the PMFW on an MP1 of this IP version."""
+    v = tuple(mp1)
+    if v not in FOR_MP1:
+        raise UnsupportedTarget(f"SMU (MP1) {'.'.join(map(str, v))}: no message table; amdq knows MP1 "
+                                f"{', '.join('.'.join(map(str, k)) for k in FOR_MP1)}")
+    return TABLES[FOR_MP1[v]]
+'''
+
+
+def gen_smu() -> None:
+    tables, sources, names = [], [], []
+    for ver, name in SMU_FACTS.items():
+        d = load(name)
+        c = dict(d["constants"])
+        extra = SMU_SUPPLEMENT.get(ver, {})
+        c.update({k: v for k, v in extra.items() if k.startswith("PPSMC_")})
+        byval = sorted(c.items(), key=lambda kv: (kv[1], kv[0]))
+        msg = {k[len("PPSMC_MSG_"):]: v for k, v in byval if k.startswith("PPSMC_MSG_")}
+        res = {k[len("PPSMC_Result_"):]: v for k, v in byval if k.startswith("PPSMC_Result_")}
+        clk = {k[len("PPCLK_"):]: v for k, v in byval if k.startswith("PPCLK_") and k != "PPCLK_COUNT"}
+        reset = {k[len("PPSMC_RESET_TYPE_"):]: v for k, v in byval if k.startswith("PPSMC_RESET_TYPE_")}
+        dif = [v for k, v in c.items() if re.fullmatch(r"SMU\d+_\d+_\d+_DRIVER_IF_VERSION", k)]
+        drv_if = extra.get("DRIVER_IF_VERSION", dif[0] if dif else None)
+        if drv_if is None:
+            raise SystemExit(f"{name}: no driver-interface version")
+        key = "SMU_" + "_".join(map(str, ver))
+        names.append(key)
+        sources.append(f"  shared/facts/{name} ({d['source']})")
+        tables.append(f"{key} = SmuTable(\n    version={ver!r},\n    msg={dict_literal(msg, 8)},\n"
+                      f"    result={dict_literal(res, 8)},\n    clk={dict_literal(clk, 8)},\n"
+                      f"    reset_type={dict_literal(reset, 8) if reset else '{}'},\n    driver_if={hexs(drv_if)},\n)\n")
+    text = (SMU_HEAD % {"sources": "\n".join(sources), "gen": GEN} + "\n" + "\n".join(tables)
+            + SMU_TAIL % {"names": ", ".join(names), "for_mp1": repr(SMU_FOR_MP1)})
+    write(OUT / "smu.py", text)
+
+
 def main() -> None:
     global FACTS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1168,7 +1275,7 @@ def main() -> None:
         GENERATORS[t]()
 
 
-GENERATORS = {"pm4": gen_pm4, "sdma": gen_sdma, "vm": gen_vm, "regs": gen_regs, "reg_enums": gen_reg_enums, "kfd": gen_kfd, "am": gen_am, "aql": gen_aql}
+GENERATORS = {"pm4": gen_pm4, "sdma": gen_sdma, "vm": gen_vm, "regs": gen_regs, "reg_enums": gen_reg_enums, "kfd": gen_kfd, "am": gen_am, "aql": gen_aql, "smu": gen_smu}
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,8 @@ Kinds:
   (`reg5=`, `reg6=`, `reg7=` choose them; default: garbage), on a GPU nothing has booted.
 - `amdgpu_initialised` (simulated PCI function, at power-on): the GPU is as amdgpu leaves it when the
   module is unloaded: the PSP's sOS runs, the RLC autoload is done, the MEC runs, VRAM holds its data.
+- `smu_timeout`: the simulated SMU (sim/pci/smu.py) takes messages but never answers them, as a hung PMFW
+  does; `msg=NAME`: only that message (e.g. `smu_timeout:msg=SetPptLimit`).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import os
 from ..errors import InvalidArgument
 
 KINDS = {"hang_cp": "cp", "hang_sdma": "sdma", "kill_wave": "cp", "dirty_scratch": "boot",
-         "amdgpu_initialised": "boot"}
+         "amdgpu_initialised": "boot", "smu_timeout": "smu"}
 
 
 def add_kinds(kinds: dict[str, str]) -> None:

@@ -5,6 +5,13 @@ PTE/PDE format: amdq.hw.vm (Linux amdgpu_vm.h): VALID, SYSTEM, READABLE, WRITEAB
 bits 47:12; a PDE with the PDE-as-PTE bit (54 on gfx9-11, 63 on gfx12) maps a 2 MiB (PDB0) or 1 GiB
 (PDB1) page. Translations are cached as contiguous runs; the driver's TLB flush
 (`invalidate`) drops them, as on hardware.
+
+A context's shape comes from its VM_CONTEXT registers when the simulated GMC drives it (sim/pci/gmc.py,
+`configure`): PAGE_TABLE_DEPTH (levels below the root: 0 is one flat table, 3 the four levels of the
+48-bit layout), PAGE_TABLE_BLOCK_SIZE (the last level indexes 9 + block_size bits), and the
+PAGE_TABLE_START/END range: addresses outside it do not translate, and the walk indexes by the offset from
+START (VM context 0 of the driver's own addresses starts above the framebuffer). The defaults (depth 3,
+start 0, no end) are the layout of the user VMs the KFD path builds.
 """
 from __future__ import annotations
 
@@ -20,7 +27,6 @@ from .memory import Arena
 _PTE = vm.PTE[10]                         # these bits are the same in every generation
 VALID, SYSTEM, READABLE, WRITEABLE = (_PTE[f].mask for f in ("VALID", "SYSTEM", "READABLE", "WRITEABLE"))
 ADDR_MASK = _PTE["ADDR"].mask
-LEVEL_SHIFTS = tuple(vm.LEVEL_SHIFT[level] for level in vm.LEVELS)
 
 
 @dataclass
@@ -50,35 +56,66 @@ class MMU:
     root: int | None = None              # physical (VRAM) address of the top-level page directory
     vmid: int = 0
     faults: list[Fault] = field(default_factory=list)
+    depth: int = 3                       # VM_CONTEXTn_CNTL.PAGE_TABLE_DEPTH
+    block_size: int = 0                  # VM_CONTEXTn_CNTL.PAGE_TABLE_BLOCK_SIZE
+    start: int = 0                       # first address of the context (PAGE_TABLE_START_ADDR << 12)
+    end: int | None = None               # last address (PAGE_TABLE_END_ADDR << 12 | 0xFFF); None: 48 bits
 
     def __post_init__(self):
         self.pde_pte = vm.PTE[vm.generation(self.gfx)]["PDE_PTE"].mask
         self._starts: list[int] = []
         self._runs: list[Run] = []
+        self._levels = self._shape()
+
+    def _shape(self) -> tuple[tuple[int, int], ...]:
+        """(shift, index mask) per level, root first; the root's index is not masked (its table holds
+        as many entries as the range needs)."""
+        if not 0 <= self.depth <= 3 or not 0 <= self.block_size <= 15:
+            raise ValueError(f"page-table depth {self.depth} / block size {self.block_size} out of range")
+        shifts = [12] + [12 + 9 + self.block_size + 9 * i for i in range(self.depth)]
+        widths = [9 + self.block_size] + [9] * self.depth
+        levels = [(sh, (1 << w) - 1) for sh, w in zip(shifts, widths)][::-1]
+        levels[0] = (levels[0][0], -1)
+        return tuple(levels)
+
+    def configure(self, *, root: int | None, depth: int, block_size: int, start: int, end: int | None) -> None:
+        """The context as its VM_CONTEXT registers now describe it. Like the hardware, this does not drop
+        cached translations: only an invalidate request does."""
+        self.root, self.depth, self.block_size, self.start, self.end = root, depth, block_size, start, end
+        self._levels = self._shape()
 
     def set_root(self, pa: int) -> None:
         self.root = pa
         self.invalidate()
 
-    def invalidate(self) -> None:
-        self._starts, self._runs = [], []
+    def invalidate(self, last: int | None = None) -> None:
+        """Drop cached translations (those starting at or below address `last`, all when None)."""
+        if last is None:
+            self._starts, self._runs = [], []
+            return
+        keep = [(s, r) for s, r in zip(self._starts, self._runs) if s > last]
+        self._starts, self._runs = [s for s, _ in keep], [r for _, r in keep]
 
     # -- walking -------------------------------------------------------------------------------
     def walk(self, va: int) -> tuple[Arena, int, int, int] | None:
         """(arena, physical address of the page, page size, PTE) for `va`, or None if unmapped."""
-        if self.root is None or va >> 48:
+        if self.root is None or va >> 48 or va < self.start or (self.end is not None and va > self.end):
             return None
-        table = self.root
-        for level, shift in enumerate(LEVEL_SHIFTS):
-            idx = (va >> shift) & 0x1FF
+        table, off = self.root, va - self.start
+        for shift, mask in self._levels:
+            idx = (off >> shift) & mask
+            if table + 8 * idx + 8 > self.vram.size:
+                return None
             e = self.vram.u64(table + 8 * idx)
             if not e & VALID:
                 return None
-            if shift == 12 or (e & self.pde_pte and shift in (21, 30)):
+            if shift == 12 or (e & self.pde_pte and self.block_size == 0 and shift in (21, 30)):
                 size = 1 << shift
                 arena = self.sysmem if e & SYSTEM else self.vram
                 pa = (e & ADDR_MASK) & ~(size - 1)
                 if pa + size > arena.size:
+                    return None
+                if self.start & (size - 1):          # a huge page must start on its own alignment in the context
                     return None
                 return arena, pa, size, e
             table = e & ADDR_MASK

@@ -1,0 +1,75 @@
+"""Interrupt-handler (IH) facts: the interrupt-vector (IV) ring entry and the ring-size encoding.
+
+Sources: Linux amdgpu `amdgpu_ih.c` (`amdgpu_ih_decode_iv_helper`: a 32-byte entry of 8 dwords, the
+pointers in bytes), `amdgpu_irq.h` (`struct amdgpu_iv_entry`, `AMDGPU_IRQ_SRC_DATA_MAX_SIZE_DW`),
+`ih_v6_0.c` / `vega20_ih.c` (IH_RB_CNTL.RB_SIZE = log2 of the ring size in dwords, IH_RB_BASE = address >> 8,
+IH_RB_BASE_HI = address >> 40, RB_OVERFLOW in IH_RB_WPTR and the restart at wptr + one entry). Client and
+source ids are in amdq.hw.am (`soc15_ih_clientid.h`, `soc21_ih_clientid.h`, the ivsrcid headers).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from .layout import Bits
+
+ENTRY_BYTES = 32                   # one IV entry (8 dwords); IH_RB_RPTR/WPTR count bytes
+ENTRY_DWORDS = ENTRY_BYTES // 4
+SRC_DATA_DWORDS = 4                # AMDGPU_IRQ_SRC_DATA_MAX_SIZE_DW
+RB_BASE_SHIFT, RB_BASE_HI_SHIFT = 8, 40
+
+DW0 = Bits("IV_DW0", {"CLIENT_ID": (0, 7), "SOURCE_ID": (8, 15), "RING_ID": (16, 23), "VMID": (24, 27),
+                      "VMID_SRC": (31, 31)})
+DW2 = Bits("IV_DW2", {"TIMESTAMP_HI": (0, 15), "TIMESTAMP_SRC": (31, 31)})
+DW3 = Bits("IV_DW3", {"PASID": (0, 15), "NODE_ID": (16, 23)})
+TIMESTAMP_BITS = 48
+
+
+@dataclass(frozen=True)
+class IVEntry:
+    """One decoded interrupt vector."""
+    client_id: int
+    src_id: int
+    src_data: tuple[int, ...] = field(default=(0, 0, 0, 0))
+    ring_id: int = 0
+    vmid: int = 0
+    vmid_src: int = 0
+    timestamp: int = 0
+    timestamp_src: int = 0
+    pasid: int = 0
+    node_id: int = 0
+
+    def encode(self) -> bytes:
+        """The 32 bytes the IH writes into the ring."""
+        data = tuple(self.src_data) + (0,) * (SRC_DATA_DWORDS - len(self.src_data))
+        if len(data) != SRC_DATA_DWORDS:
+            raise ValueError(f"an IV entry carries {SRC_DATA_DWORDS} source-data dwords, not {len(self.src_data)}")
+        ts = self.timestamp & ((1 << TIMESTAMP_BITS) - 1)
+        words = (DW0.encode(CLIENT_ID=self.client_id, SOURCE_ID=self.src_id, RING_ID=self.ring_id, VMID=self.vmid,
+                            VMID_SRC=self.vmid_src),
+                 ts & 0xFFFFFFFF,
+                 DW2.encode(TIMESTAMP_HI=ts >> 32, TIMESTAMP_SRC=self.timestamp_src),
+                 DW3.encode(PASID=self.pasid, NODE_ID=self.node_id)) + tuple(d & 0xFFFFFFFF for d in data)
+        return struct.pack("<8I", *words)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "IVEntry":
+        if len(raw) != ENTRY_BYTES:
+            raise ValueError(f"an IV entry is {ENTRY_BYTES} bytes, not {len(raw)}")
+        w = struct.unpack("<8I", raw)
+        d0, d2, d3 = DW0.decode(w[0]), DW2.decode(w[2]), DW3.decode(w[3])
+        return cls(d0["CLIENT_ID"], d0["SOURCE_ID"], tuple(w[4:8]), d0["RING_ID"], d0["VMID"], d0["VMID_SRC"],
+                   w[1] | d2["TIMESTAMP_HI"] << 32, d2["TIMESTAMP_SRC"], d3["PASID"], d3["NODE_ID"])
+
+
+def rb_size_field(ring_bytes: int) -> int:
+    """IH_RB_CNTL.RB_SIZE for a ring of `ring_bytes` (a power of two): log2 of its size in dwords."""
+    dwords = ring_bytes // 4
+    if ring_bytes < ENTRY_BYTES * 2 or dwords & (dwords - 1) or ring_bytes % 4:
+        raise ValueError(f"an IH ring is a power of two of at least {2 * ENTRY_BYTES} bytes, not {ring_bytes}")
+    return dwords.bit_length() - 1
+
+
+def ring_bytes(rb_size: int) -> int:
+    """The ring size (bytes) IH_RB_CNTL.RB_SIZE encodes."""
+    return 4 << rb_size
