@@ -3,9 +3,6 @@ register reads/writes per IP block. Goals on a developer machine: full < 1 s, pa
 partial boot's register accesses <= 10 % of the full one's. The last line is JSON.
 
     python bench/boot.py [--arch gfx1100] [--quick]
-
-Blocks whose modules this build lacks are replaced by the test-only placeholders of
-tests/am_placeholders.py (said on stderr): their numbers measure the placeholders, not those blocks.
 """
 from __future__ import annotations
 
@@ -21,14 +18,9 @@ sys.path.insert(0, ROOT)
 
 
 def run(arch: str, rounds: int) -> dict:
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import am_placeholders
-    placed = am_placeholders.install()
-    if placed:
-        print(f"bench/boot.py: test-only placeholders stand in for {', '.join(placed)}", file=sys.stderr)
     from amdq.iface.pci import PCI
     from amdq.sim.pci.device import SimPCIDevice
-    out: dict = {"arch": arch, "placeholders": placed}
+    out: dict = {"arch": arch}
     with tempfile.TemporaryDirectory() as st:
         runs: dict[str, list] = {"full": [], "partial": []}
         for i in range(rounds):

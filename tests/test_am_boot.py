@@ -1,8 +1,6 @@
 """The AM driver's boot on the simulated PCI function: every boot path per target, state across processes,
-mode1 reset, discovery read back from VRAM, AM_DEBUG=4, the PCI interface against a fake sysfs tree.
-
-PSP/SMU/GMC/IH are the test-only placeholders of am_placeholders.py until their modules land (a real
-module always wins over them)."""
+mode1 reset, discovery read back from VRAM, AM_DEBUG=4, the PCI interface against a fake sysfs tree; the
+real PSP, SMU, GMC and IH blocks on both sides."""
 from __future__ import annotations
 
 import json
@@ -14,7 +12,6 @@ import textwrap
 
 import pytest
 
-import am_placeholders
 from amdq.am import driver as drv
 from amdq.am.driver import AMDriver, DRIVER_VERSION, SESSION_CLEAN
 from amdq.errors import AMBootError, DeviceError
@@ -22,7 +19,6 @@ from amdq.hw import discovery as D
 from amdq.iface import pci
 from amdq.sim.pci.device import SimPCIDevice
 
-am_placeholders.install()
 ARCHS = ("gfx1100", "gfx1201", "gfx942")
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -53,11 +49,12 @@ def boot(arch: str, fini: bool = True, small_bar: bool = False, inject: list | N
 def test_full_partial_unclean(arch):
     _, a = boot(arch)
     assert (a.report.kind, a.report.reason, a.report.mode1_reset) == ("full", "uninitialised", False)
-    tmr_full = a.driver.am.boot.entries["tmr"]
+    tmr_full = a.driver.am.boot.entries["psp_km_ring"]
     _, b = boot(arch, fini=False)
     assert (b.report.kind, b.report.reason) == ("partial", "initialised by this driver")
-    assert b.driver.am.boot.entries["tmr"] == tmr_full           # the boot memory of the full boot, reused
-    assert b.driver.am.tmr_size == am_placeholders.TMR_BYTES        # from SCRATCH_REG5
+    assert b.driver.am.boot.entries["psp_km_ring"] == tmr_full   # the boot memory of the full boot, reused
+    assert b.driver.am.tmr_size == a.driver.am.tmr_size             # from SCRATCH_REG5
+    assert (a.driver.am.tmr_size > 0) == (arch == "gfx1100")        # gfx1201/gfx942: the boot firmware's TMR
     assert b.driver.regs.GC.regSCRATCH_REG6.read() == 0             # a session runs
     full_n = a.report.reads + a.report.writes
     assert b.report.reads + b.report.writes < full_n
@@ -173,7 +170,6 @@ def test_state_file_lock(tmp_path):
 SCRIPT = textwrap.dedent("""
     import json, os, sys, time
     sys.path.insert(0, {tests!r})
-    import am_placeholders; am_placeholders.install()
     import amdq
     d = amdq.open_device("SIMPCI+AMD:{arch}")
     print(json.dumps(d.info()["boot_reason"]), flush=True)

@@ -393,6 +393,11 @@ class PSP(IPBlock):
             self.load_rl()
             for name in self.tas:
                 self.load_ta(name)
+        self.am.tmr_size = self.tmr_size                # SCRATCH_REG5 keeps it for the next partial boot
+
+    def resume_hw(self) -> None:
+        """The partial boot: the sOS runs; TMR re-init with the size the full boot kept, GFX/SDMA firmware."""
+        self.init_hw(partial=True, tmr_size=self.am.tmr_size)
 
     def fini_hw(self) -> None:
         if self.ring_up:

@@ -94,6 +94,9 @@ def _part_class(name: str) -> Callable[[Any], SimPart] | None:
         if e.name != PART_MODULES[name]:
             raise
         return None
+    if hasattr(mod, "INJECT_KINDS"):                   # the block's own fault kinds, before the env is parsed
+        from ..inject import add_kinds
+        add_kinds(mod.INJECT_KINDS)
     if hasattr(mod, "for_target"):
         return mod.for_target
     classes = [c for c in vars(mod).values()

@@ -212,6 +212,12 @@ class SimPSP(SimPart):
             self.sos_alive = True
             self._sos_running()
 
+    def amdgpu_initialised(self) -> None:
+        """A GPU amdgpu booted: its sOS runs (with amdgpu's ring and TMR, unknown to this driver)."""
+        self.bootloaded = list(P.BL_FW_IDS)
+        self.sos_alive = True
+        self._sos_running()
+
     # --- ring control: C2PMSG_64 ------------------------------------------------------------------------
     def ring_control(self, value: int) -> None:
         if not self.sos_alive or value & P.CTRL_RESPONSE:
@@ -303,6 +309,8 @@ class SimPSP(SimPart):
         if cmd_id == am.GFX_CMD_ID_AUTOLOAD_RLC:
             if am.GFX_FW_TYPE_RLC_G not in self.fw:
                 raise _Refuse(P.TEE_ERROR_BAD_STATE, "RLC autoload before the RLC_G firmware")
+            if not self._tell("autoload_rlc"):
+                raise _Refuse(P.TEE_ERROR_BAD_STATE, "the RLC could not start (its firmware parts are missing)")
             self.autoload = True
             return {}
         if cmd_id in (am.GFX_CMD_ID_LOAD_TA, am.GFX_CMD_ID_LOAD_ASD):
@@ -313,6 +321,12 @@ class SimPSP(SimPart):
                 raise _Refuse(P.TEE_ERROR_ITEM_NOT_FOUND, f"no TA session {sid}")
             return {}
         raise _Refuse(P.PSP_ERR_UNKNOWN_COMMAND, f"command {cmd_id:#x} is not one this sOS knows")
+
+    def _tell(self, hook: str, *args):
+        """Tell the device a firmware event (SimDevice.firmware_loaded / autoload_rlc); a bare test fixture
+        without the hook hears nothing (and an autoload succeeds)."""
+        f = getattr(self.dev, hook, None)
+        return True if f is None else f(*args)
 
     def _setup_tmr(self, c: dict) -> dict:
         addr = c["buf_phy_addr_lo"] | c["buf_phy_addr_hi"] << 32
@@ -350,6 +364,7 @@ class SimPSP(SimPart):
         off = self.tmr_next
         self.tmr_next += -(-size // 0x1000) * 0x1000
         self.fw[t] = {"size": size, "tmr_offset": off}
+        self._tell("firmware_loaded", t, data)           # the block whose code it is hears of it
         base = self.tmr["mc"] if self.tmr else 0
         return {"fw_addr_lo": (base + off) & 0xFFFFFFFF, "fw_addr_hi": (base + off) >> 32}
 
@@ -381,3 +396,8 @@ def _handlers(prefix: str) -> type:
 
 
 _CLASSES = {major: _handlers(prefix) for major, prefix in P.REG_PREFIX.items()}
+
+
+def for_target(dev: Any) -> SimPSP:
+    """The simulated PSP of a device (the class of its generation's mailbox registers)."""
+    return SimPSP(dev)

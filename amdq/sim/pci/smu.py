@@ -79,11 +79,13 @@ class PMFW:
 class SimSMU(SimPart):
     name = "smu"
 
-    def __init__(self, dev, board: Board | None = None, resident: bool = False):
+    def __init__(self, dev, board: Board | None = None, resident: bool | None = None):
         super().__init__(dev)
         self.table = S.table(dev.target.ip["MP1"])
         self.board = board or BOARDS[self.table.version]
-        self.resident = resident
+        # None: the board's way. MI300 (gfx9.4) runs the PMFW the boot firmware loads from the IFWI (the driver's
+        # smu_13_0_6 file carries none for the PSP to load); the Radeon boards wait for the PSP to load it.
+        self.resident = dev.target.gfx_version == 9 if resident is None else resident
         self.fw = PMFW()
         self.pending_reset = False
         self.log: list[tuple[str, int, int]] = []        # (message, argument, response) as answered
@@ -110,6 +112,17 @@ class SimSMU(SimPart):
                        {c: [lv[0], lv[-1]] for c, lv in self._clocks().items()},
                        {c: [lv[0], lv[-1]] for c, lv in self._clocks().items()})
         self._mb()[S.RESP_REG].write(self.table.result["OK"])
+
+    def amdgpu_initialised(self) -> None:
+        """A GPU amdgpu booted: the PMFW runs."""
+        if not self.fw.running:
+            self.start()
+
+    def on_firmware(self, fw_type: int, image: bytes) -> None:
+        """The PSP loaded firmware (SimDevice.firmware_loaded): the PMFW starts once it is its own."""
+        from ...hw import am
+        if fw_type == am.GFX_FW_TYPE_SMU:
+            self.start()
 
     def save(self) -> dict:
         f = self.fw
