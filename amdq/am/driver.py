@@ -355,6 +355,12 @@ class AMDriver:
         self.booted = False
 
     # -- what the device reports ----------------------------------------------------------------------------
+    def clock_report(self) -> dict:
+        """Clocks, DPM levels and power limit from the SMU (through its mailbox; see SMU.clock_report)."""
+        if not self.booted:
+            raise AMBootError("the clocks of a GPU this driver has not booted (or has finished with) are not known")
+        return self._phase("info", self.blocks["smu"].clock_report)   # not counted in the boot's report
+
     def firmware_list(self) -> list[dict]:
         return [{"file": f.file, "sha256": f.sha256, "version": f.ucode_version, "standin": f.standin}
                 for f in self.firmware.values()]

@@ -41,6 +41,7 @@ class SMU(IPBlock):
         self.fw_version = 0
         self.driver_if = 0
         self.levels: dict[str, list[int]] = {}
+        self.held: dict[str, int] = {}       # clock -> MHz this session set (set_clock_level)
         self.fresh = True                    # no message sent in this session yet (amdgpu's SMU_FW_INIT)
 
     # -- the mailbox -------------------------------------------------------------------------------------
@@ -171,5 +172,21 @@ class SMU(IPBlock):
             raise DeviceError(f"{clk} has {len(levels)} DPM levels ({', '.join(map(str, levels))} MHz); "
                               f"there is no level {level}") from None
         self.set_clock_range(clk, mhz, mhz)
+        self.held[clk] = mhz
         self.am.log(2, f"smu: {clk} at {mhz} MHz")
         return mhz
+
+    # -- what the device reports -------------------------------------------------------------------------
+    def clock_report(self) -> dict:
+        """The clocks this driver holds ({PPCLK name: MHz}), their DPM levels and the power limit (W), asked of
+        the PMFW through the mailbox: the levels (GetDpmFreqByIndex, Get{Min,Max}GfxDpmFreq on 13.0.6), the
+        power limit it applies (GetPptLimit). The frequency held is the one set_clock_level set in this
+        session; a partial boot leaves the SMU as the full boot set it, and the PMFW has no message that reads a
+        soft limit back, so there it is the level of this driver's policy among the levels the firmware lists
+        (what the full boot set: the policy is this driver's, not the environment's)."""
+        clocks, levels = {}, {}
+        for clk, level in self.clocks.items():
+            lv = self.levels.get(clk) or self.dpm_levels(clk)
+            levels[clk] = list(lv)
+            clocks[clk] = self.held.get(clk, lv[level])
+        return {"clocks": clocks, "clock_levels": levels, "power_limit_w": self.power_limit()}
