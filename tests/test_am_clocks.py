@@ -84,6 +84,8 @@ def test_clocks_of_a_closed_device_are_not_known():
     d.close()
     with pytest.raises(AMBootError, match="has not booted"):
         drv.clock_report()
+    info = d.iface.info()                                           # the rest is known still; clocks are not
+    assert info["boot"] == "full" and info["clocks"] is None and info["power_limit_w"] is None
 
 
 def test_asking_for_clocks_is_not_counted_in_the_boot():
