@@ -92,7 +92,8 @@ def device_entry(dev) -> dict:
            "vram_bytes": info.get("vram_bytes", t.vram_bytes), "bars": info.get("bars"),
            "clocks": info.get("clocks"), "firmware": info.get("firmware", []),
            "boot": info.get("boot"), "boot_reason": info.get("boot_reason")}
-    for k in ("small_bar", "mode1_reset", "boot_seconds", "vendor", "device_id", "queue"):
+    for k in ("clock_levels", "power_limit_w", "small_bar", "mode1_reset", "boot_seconds", "vendor", "device_id",
+              "queue"):
         if k in info:
             out[k] = info[k]
     return out
@@ -134,7 +135,9 @@ def cmd_info(args) -> int:
                   + (" (small BAR)" if e.get("small_bar") else ""))
         print("  IP versions     " + ", ".join(f"{k} {v}" for k, v in e["ip_versions"].items()))
         if e.get("clocks"):
-            print(f"  clocks          {e['clocks']}")
+            print("  clocks          " + ", ".join(f"{k} {v} MHz" for k, v in e["clocks"].items()))
+        if e.get("power_limit_w") is not None:
+            print(f"  power limit     {e['power_limit_w']} W")
         if e.get("boot"):
             print(f"  boot            {e['boot_reason']}" + (" (after a mode1 reset)" if e.get("mode1_reset") else "")
                   + (f", {e['boot_seconds'] * 1000:.1f} ms" if e.get("boot_seconds") is not None else ""))

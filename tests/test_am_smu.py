@@ -51,7 +51,13 @@ def test_mailbox_sequence_is_the_protocol():
     drv.am.regs.tracer = lambda a: seen.append((a.op, a.reg.name if a.reg else hex(a.addr), a.value))
     assert drv.send("GetSmuVersion") == b.smu.board.fw_version
     ops = [(op, name) for op, name, _ in seen]
-    # previous answer first, then clear, argument, message, poll, result
+    # the session's first message: the response read once (off the bus?), not waited for; clear, argument,
+    # message, poll, result
+    assert ops[:4] == [("R", S.RESP_REG), ("W", S.RESP_REG), ("W", S.ARG_REG), ("W", S.MSG_REG)]
+    seen.clear()
+    assert drv.send("GetSmuVersion") == b.smu.board.fw_version
+    ops = [(op, name) for op, name, _ in seen]
+    # later ones: previous answer first, then clear, argument, message, poll, result
     assert ops[0] == ("R", S.RESP_REG)
     i = ops.index(("W", S.RESP_REG))
     assert ops[i:i + 3] == [("W", S.RESP_REG), ("W", S.ARG_REG), ("W", S.MSG_REG)]
@@ -128,6 +134,19 @@ def test_timeout_names_the_message():
     # the next message waits for the lost answer first, and says so
     with pytest.raises(AMTimeout, match="SMU message GetDriverIfVersion: regMP1_SMN_C2PMSG_90 answer to the previous"):
         drv.send("GetDriverIfVersion")
+
+
+def test_a_lost_answer_of_a_previous_session_does_not_block_the_next():
+    b, drv = bench()
+    b.inject("smu_timeout")
+    with pytest.raises(AMTimeout, match="SMU message GetSmuVersion"):
+        drv.send("GetSmuVersion")
+    assert b.raw.MP1[S.RESP_REG].read() == S.RESP_NONE            # the mailbox is left waiting
+    b.inject.clear("smu_timeout")
+    nxt = SMU(b.am)                                                  # the next session's driver
+    nxt.timeout_ms = 100
+    assert nxt.send("GetSmuVersion") == b.smu.board.fw_version     # answered: it did not wait for the lost one
+    assert nxt.send("GetDriverIfVersion") == nxt.table.driver_if
 
 
 def test_timeout_of_one_message_only():

@@ -8,7 +8,8 @@ session ended (fini), 0 while a session runs, SCRATCH_REG5 = the TMR size of tha
     uninitialised (the PSP's sOS is not running)        -> full boot
     initialised by amdgpu / another driver (sOS runs)   -> mode1 reset (SMU), full boot
     initialised by this driver, last session clean      -> partial boot: PSP TMR re-init, GFX (MEC reset), SDMA
-    initialised by this driver, session not clean       -> mode1 reset, full boot (naming why)
+    initialised by this driver, session not clean       -> full boot (naming why), after a mode1 reset if the
+                                                           sOS runs (a boot that failed is such a session too)
     AM_RESET=1                                          -> full boot (mode1 reset first if the sOS runs)
 
 Boot memory (TMR, rings, the dummy page ...) lives in a reserved region just below the discovery table;
@@ -268,8 +269,8 @@ class AMDriver:
         if _env_reset():
             return "full", "AM_RESET=1", alive
         if version == DRIVER_VERSION:
-            if clean != SESSION_CLEAN:
-                return "full", f"the previous session did not end cleanly (SCRATCH_REG6={clean:#x})", True
+            if clean != SESSION_CLEAN:       # a mode1 reset only if the sOS runs: else the PSP is in its bootloader
+                return "full", f"the previous session did not end cleanly (SCRATCH_REG6={clean:#x})", alive
             if not alive:
                 return "full", "SCRATCH_REG7 names this driver but the PSP's sOS is not running", False
             why = self.am.boot.load()
@@ -312,7 +313,10 @@ class AMDriver:
             self._phase(n, self.blocks[n].init_sw)
         if reset:
             self._phase("smu", self.mode1_reset)
-        self._phase("boot", lambda: self._scratch(6).write(0))          # a session runs: not clean
+        def session() -> None:              # a session of this driver runs, not clean until fini: a boot that
+            self._scratch(6).write(0)       # fails from here on is this driver's unclean session, not amdgpu's
+            self._scratch(7).write(DRIVER_VERSION)
+        self._phase("boot", session)
         order = PARTIAL_ORDER if kind == "partial" else FULL_ORDER
         for n in order:
             blk = self.blocks[n]
@@ -351,6 +355,12 @@ class AMDriver:
         self.booted = False
 
     # -- what the device reports ----------------------------------------------------------------------------
+    def clock_report(self) -> dict:
+        """Clocks, DPM levels and power limit from the SMU (through its mailbox; see SMU.clock_report)."""
+        if not self.booted:
+            raise AMBootError("the clocks of a GPU this driver has not booted (or has finished with) are not known")
+        return self._phase("info", self.blocks["smu"].clock_report)   # not counted in the boot's report
+
     def firmware_list(self) -> list[dict]:
         return [{"file": f.file, "sha256": f.sha256, "version": f.ucode_version, "standin": f.standin}
                 for f in self.firmware.values()]

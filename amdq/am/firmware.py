@@ -41,6 +41,7 @@ from ..hw.targets import get_target
 PACKAGE_HINT = ("install Debian's firmware-amd-graphics (component non-free-firmware) or your distribution's "
                 "linux-firmware package, run scripts/fetch_firmware.sh, or set AMDQ_FIRMWARE_PATH to a "
                 "directory holding the file")
+SYSTEM_DIRS = ("/lib/firmware/updates/amdgpu", "/lib/firmware/amdgpu")     # the kernel firmware loader's
 SUFFIXES = ("", ".zst", ".xz")          # the kernel's firmware loader accepts the same compressed forms
 
 # ---------------------------------------------------------------------------------------------------------
@@ -526,7 +527,7 @@ def search_dirs() -> list[str]:
     """Directories searched for firmware, in order."""
     dirs = [d for d in os.environ.get("AMDQ_FIRMWARE_PATH", "").split(os.pathsep) if d]
     cache = os.environ.get("AMDQ_FIRMWARE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "amdq")
-    dirs += ["/lib/firmware/updates/amdgpu", "/lib/firmware/amdgpu", os.path.join(cache, "firmware", "amdgpu")]
+    dirs += [*SYSTEM_DIRS, os.path.join(cache, "firmware", "amdgpu")]
     return dirs
 
 

@@ -5,7 +5,10 @@ C2PMSG_90 is non-zero (the previous message is done), clear it, write the argume
 message id to C2PMSG_66, poll C2PMSG_90 again; the firmware's result is then in C2PMSG_82. Message ids,
 response codes and clock ids come from the SMU family's table (amdq.hw.smu): 13.0.0 (gfx1100), 13.0.6
 (gfx942), 14.0.2/14.0.3 (gfx1201). A failure answer is an SMUError naming the message, its argument and the
-response; a message never answered is an AMTimeout naming it.
+response; a message never answered is an AMTimeout naming it. The first message of a session does not wait
+for the answer to the previous one (smu_cmn.c, SMU_FW_INIT: "ignore initial smu response register value"):
+the mailbox may hold a message a previous session sent and never saw answered (a PMFW that hung then, a
+process killed mid-message), and waiting for that answer would keep the GPU from ever being reset.
 
 A compute boot (init_hw): the firmware version and driver-interface check (GetSmuVersion,
 GetDriverIfVersion; a different interface version is reported, as amdgpu does, and the driver goes on),
@@ -38,6 +41,8 @@ class SMU(IPBlock):
         self.fw_version = 0
         self.driver_if = 0
         self.levels: dict[str, list[int]] = {}
+        self.held: dict[str, int] = {}       # clock -> MHz this session set (set_clock_level)
+        self.fresh = True                    # no message sent in this session yet (amdgpu's SMU_FW_INIT)
 
     # -- the mailbox -------------------------------------------------------------------------------------
     @property
@@ -64,7 +69,12 @@ class SMU(IPBlock):
         if not 0 <= arg <= 0xFFFFFFFF:
             raise DeviceError(f"SMU message {name}: argument {arg:#x} is not a 32-bit value")
         mb = self._mb
-        self._poll(f"SMU message {name}: {S.RESP_REG} answer to the previous message")
+        if self.fresh:                       # read once, not waited for: only a GPU off the bus stops it
+            self.fresh = False
+            if mb[S.RESP_REG].read() == S.RESP_OFF_BUS:
+                raise DeviceLost(f"SMU: {S.RESP_REG} reads {S.RESP_OFF_BUS:#x}: the GPU is off the bus")
+        else:
+            self._poll(f"SMU message {name}: {S.RESP_REG} answer to the previous message")
         mb[S.RESP_REG].write(0)
         mb[S.ARG_REG].write(arg)
         mb[S.MSG_REG].write(t.msg[name])
@@ -162,5 +172,21 @@ class SMU(IPBlock):
             raise DeviceError(f"{clk} has {len(levels)} DPM levels ({', '.join(map(str, levels))} MHz); "
                               f"there is no level {level}") from None
         self.set_clock_range(clk, mhz, mhz)
+        self.held[clk] = mhz
         self.am.log(2, f"smu: {clk} at {mhz} MHz")
         return mhz
+
+    # -- what the device reports -------------------------------------------------------------------------
+    def clock_report(self) -> dict:
+        """The clocks this driver holds ({PPCLK name: MHz}), their DPM levels and the power limit (W), asked of
+        the PMFW through the mailbox: the levels (GetDpmFreqByIndex, Get{Min,Max}GfxDpmFreq on 13.0.6), the
+        power limit it applies (GetPptLimit). The frequency held is the one set_clock_level set in this
+        session; a partial boot leaves the SMU as the full boot set it, and the PMFW has no message that reads a
+        soft limit back, so there it is the level of this driver's policy among the levels the firmware lists
+        (what the full boot set: the policy is this driver's, not the environment's)."""
+        clocks, levels = {}, {}
+        for clk, level in self.clocks.items():
+            lv = self.levels.get(clk) or self.dpm_levels(clk)
+            levels[clk] = list(lv)
+            clocks[clk] = self.held.get(clk, lv[level])
+        return {"clocks": clocks, "clock_levels": levels, "power_limit_w": self.power_limit()}

@@ -205,6 +205,8 @@ class PCI:
                 "vendor": f"{self.fn.config_read(0, 2):#06x}", "device_id": f"{self.fn.config_read(2, 2):#06x}",
                 "boot": r.kind, "boot_reason": f"{r.kind}: {r.reason}", "mode1_reset": r.mode1_reset,
                 "boot_seconds": round(r.seconds, 6), "firmware": self.driver.firmware_list(),
+                **(self.driver.clock_report() if self.driver.booted else   # closed: the GPU is not asked
+                   {"clocks": None, "clock_levels": None, "power_limit_w": None}),
                 "target_board": t.board, "vfio": bool(getattr(self.fn, "vfio", False))}
 
     # -- the interface protocol: part 2 -----------------------------------------------------------------
