@@ -251,6 +251,17 @@ def _vreg(idx: int, bits: int) -> Operand:
     return Operand("v", idx, _nregs(bits), bits=bits)
 
 
+def _flat_vaddr(enc: str, code: int, has_saddr: bool, sve: int, vreg=_vreg) -> Operand | None:
+    """The VGPR address of a FLAT / GLOBAL / SCRATCH operation (RDNA3, RDNA4 and gfx9 alike): a 64-bit address,
+    a 32-bit offset beside an SADDR base (GLOBAL), or for SCRATCH a 32-bit offset only when SVE says a VGPR
+    takes part. `vreg` builds the operand in the family's register space."""
+    if enc == "GLOBAL":
+        return vreg(code, 32 if has_saddr else 64)
+    if enc == "SCRATCH":
+        return vreg(code, 32) if sve else None
+    return vreg(code, 64)
+
+
 def _lookup(ctx: _Ctx, enum: str, num: int, enc: str) -> tuple[str, dict]:
     row = ctx.fam.ops.get(enum, {}).get(num)
     if row is None:
@@ -541,12 +552,7 @@ def _flat(ctx: _Ctx) -> Inst:
     if has_saddr:
         inst.saddr = _sreg(f["saddr"], opr["saddr"][1])
     if "addr" in opr:
-        if enc == "GLOBAL":
-            inst.addr = _vreg(f["addr"], 32 if has_saddr else 64)
-        elif enc == "SCRATCH":
-            inst.addr = _vreg(f["addr"], 32) if f["sve"] else None
-        else:
-            inst.addr = _vreg(f["addr"], 64)
+        inst.addr = _flat_vaddr(enc, f["addr"], has_saddr, f["sve"])
     if "data" in opr:
         inst.data = _vreg(f["data"], opr["data"][1])
     if "vdst" in opr:

@@ -535,12 +535,7 @@ def _flat(ctx: _Ctx) -> Inst:
     if has_saddr:
         inst.saddr = _sreg(f["saddr"], opr["saddr"][1])
     if "addr" in opr:
-        if enc == "GLOBAL":
-            inst.addr = _vreg(f["addr"], 32 if has_saddr else 64)
-        elif enc == "SCRATCH":
-            inst.addr = _vreg(f["addr"], 32) if f["sve"] else None
-        else:
-            inst.addr = _vreg(f["addr"], 64)
+        inst.addr = D._flat_vaddr(enc, f["addr"], has_saddr, f["sve"], _vreg)
     if "data" in opr:
         inst.data = _vreg(f["data"], opr["data"][1], acc)
     if "vdst" in opr and "_LDS_" not in name:         # *_load_lds_* write LDS at M0, not VGPRs

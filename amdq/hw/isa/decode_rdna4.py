@@ -70,12 +70,7 @@ def _vflat(ctx: _Ctx, enc4: str) -> Inst:
     if has_saddr:
         inst.saddr = _sreg(f["saddr"], opr["saddr"][1])
     if "vaddr" in opr:
-        if enc == "GLOBAL":
-            inst.addr = _vreg(f["vaddr"], 32 if has_saddr else 64)
-        elif enc == "SCRATCH":
-            inst.addr = _vreg(f["vaddr"], 32) if f["sve"] else None
-        else:
-            inst.addr = _vreg(f["vaddr"], 64)
+        inst.addr = D._flat_vaddr(enc, f["vaddr"], has_saddr, f["sve"])
     if "vsrc" in opr:
         inst.data = _vreg(f["vsrc"], opr["vsrc"][1])
     if "vdst" in opr and (not atomic or inst.glc):

@@ -525,7 +525,7 @@ def _mubuf(i: Inst) -> str:
 
 # ---------------------------------------------------------------- RDNA4 encodings
 
-# Unified buffer formats 0..63 (AMD RDNA4 ISA guide, "Buffer formats", the same list as RDNA3's) in llvm-mc-19's
+# Unified buffer formats 0..63 (AMD RDNA3 and RDNA4 ISA guides, "Buffer formats": one list) in llvm-mc-19's
 # spelling; 1 (BUF_FMT_8_UNORM) is the default and is not printed, 64+ print as numbers.
 BUF_FMT = ("INVALID", "8_UNORM", "8_SNORM", "8_USCALED", "8_SSCALED", "8_UINT", "8_SINT", "16_UNORM", "16_SNORM",
            "16_USCALED", "16_SSCALED", "16_UINT", "16_SINT", "16_FLOAT", "8_8_UNORM", "8_8_SNORM", "8_8_USCALED",

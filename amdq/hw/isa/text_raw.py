@@ -7,24 +7,11 @@ from __future__ import annotations
 
 from amdq.hw import isa
 from .decode import Operand
-from .text import FLOAT_TEXT, reg
+from .text import BUF_FMT, FLOAT_TEXT, reg
 
 ENC = isa.encodings("rdna3")
 OPS = isa.tables("rdna3").OPCODES
 
-# Unified buffer formats 0..63 in LLVM's spelling (AMD RDNA3 ISA guide, "Buffer formats"; names as
-# llvm-mc-19 prints them); 1 (BUF_FMT_8_UNORM) is the default and is not printed, 64+ print as numbers.
-BUF_FMT = ["INVALID", "8_UNORM", "8_SNORM", "8_USCALED", "8_SSCALED", "8_UINT", "8_SINT", "16_UNORM", "16_SNORM",
-           "16_USCALED", "16_SSCALED", "16_UINT", "16_SINT", "16_FLOAT", "8_8_UNORM", "8_8_SNORM", "8_8_USCALED",
-           "8_8_SSCALED", "8_8_UINT", "8_8_SINT", "32_UINT", "32_SINT", "32_FLOAT", "16_16_UNORM", "16_16_SNORM",
-           "16_16_USCALED", "16_16_SSCALED", "16_16_UINT", "16_16_SINT", "16_16_FLOAT", "10_11_11_FLOAT",
-           "11_11_10_FLOAT", "10_10_10_2_UNORM", "10_10_10_2_SNORM", "10_10_10_2_UINT", "10_10_10_2_SINT",
-           "2_10_10_10_UNORM", "2_10_10_10_SNORM", "2_10_10_10_USCALED", "2_10_10_10_SSCALED", "2_10_10_10_UINT",
-           "2_10_10_10_SINT", "8_8_8_8_UNORM", "8_8_8_8_SNORM", "8_8_8_8_USCALED", "8_8_8_8_SSCALED",
-           "8_8_8_8_UINT", "8_8_8_8_SINT", "32_32_UINT", "32_32_SINT", "32_32_FLOAT", "16_16_16_16_UNORM",
-           "16_16_16_16_SNORM", "16_16_16_16_USCALED", "16_16_16_16_SSCALED", "16_16_16_16_UINT",
-           "16_16_16_16_SINT", "16_16_16_16_FLOAT", "32_32_32_UINT", "32_32_32_SINT", "32_32_32_FLOAT",
-           "32_32_32_32_UINT", "32_32_32_32_SINT", "32_32_32_32_FLOAT"]
 # MIMG dim field: name, coordinates, gradients (AMD RDNA3 ISA guide, "Image instructions": DIM)
 DIMS = [("1D", 1, 2), ("2D", 2, 4), ("3D", 3, 6), ("CUBE", 3, 4), ("1D_ARRAY", 2, 2), ("2D_ARRAY", 3, 4),
         ("2D_MSAA", 3, 4), ("2D_MSAA_ARRAY", 4, 4)]
