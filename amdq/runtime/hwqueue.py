@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import numpy as np
+
 from ..errors import AmdqError, GPUException, GPUTimeout
 from .signal import default_timeout_ms
 
@@ -58,6 +60,15 @@ class HWQueue:
 
     def _close_hw(self) -> None:
         self.dev.iface.destroy_queue(self.q)
+
+    def _open_ring(self, kind: str) -> None:
+        """Create the interface's queue of a ring kind ("compute", "sdma") and map its dword ring; the write
+        pointer starts at 0."""
+        self.q = self.dev.iface.create_queue(kind, self.ring_bytes)
+        self.name = f"{kind} queue {self.q.queue_id}"
+        self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
+        self.ring_dw = len(self.ring)
+        self.wptr = 0
 
     def describe(self) -> dict:
         raise NotImplementedError

@@ -95,11 +95,7 @@ class PM4Queue(HWQueue):
         super().__init__(dev, ring_bytes, timeline)
 
     def _open(self) -> None:
-        self.q = self.dev.iface.create_queue("compute", self.ring_bytes)
-        self.name = f"compute queue {self.q.queue_id}"
-        self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
-        self.ring_dw = len(self.ring)
-        self.wptr = 0
+        self._open_ring("compute")
         self._limit = self.ring_dw              # wptr may grow to this without rereading the read pointer
 
     def commands(self) -> Commands:

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
-
 from ..hw import sdma
 from .hwqueue import HWQueue, stuck_report
 from .signal import Timeline
@@ -56,11 +54,7 @@ class SDMAQueue(HWQueue):
         super().__init__(dev, ring_bytes, timeline)
 
     def _open(self) -> None:
-        self.q = self.dev.iface.create_queue("sdma", self.ring_bytes)
-        self.name = f"sdma queue {self.q.queue_id}"
-        self.ring = np.frombuffer(self.q.ring.cpu.mv, np.uint32)
-        self.ring_dw = len(self.ring)
-        self.wptr = 0                                   # bytes, monotonic
+        self._open_ring("sdma")                         # wptr in bytes, monotonic
         self._limit = self.ring_dw * 4
 
     # -- encoders (each returns a list of packets, a packet being a list of dwords) --------------------
