@@ -201,7 +201,7 @@ def amdq_texts(data: bytes, wave64: bool, arch: str = "rdna3") -> tuple[list[str
 
 def encoding_of(data: bytes, off: int, wave64: bool, arch: str = "rdna3") -> str:
     """Encoding family of the instruction at `off` as amdq decodes it, or '<name> (undecoded)'."""
-    from amdq.hw.isa.text import decoder
+    from amdq.hw.isa.syntax import decoder
     try:
         i = decoder(arch)(data, off, 0, wave64)
         return i.enc + ("_DPP" if i.dpp is not None else "")
@@ -301,7 +301,7 @@ def run_target(t: Target, corpus: Path, examples: int = 3) -> Report:
 
 
 def _size(data: bytes, off: int, wave64: bool, arch: str = "rdna3") -> int:
-    from amdq.hw.isa.text import decoder
+    from amdq.hw.isa.syntax import decoder
     try:
         return decoder(arch)(data, off, 0, wave64).size
     except Exception:  # noqa: BLE001

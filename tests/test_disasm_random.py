@@ -21,7 +21,7 @@ import subprocess
 
 
 from amdq.hw import isa
-from amdq.hw.isa.text import decoder
+from amdq.hw.isa.syntax import decoder
 from amdq.tools.disasm import disassemble
 from clang import tool
 

@@ -10,7 +10,7 @@ import struct
 import sys
 
 from amdq.errors import AmdqError, UnsupportedTarget
-from amdq.hw.isa.text import decoder, text
+from amdq.hw.isa.syntax import decoder, text
 from amdq.hw.targets import GENERATIONS, TARGETS
 
 FAMILIES = ("rdna3", "rdna4", "cdna3", "cdna4")

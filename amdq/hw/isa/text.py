@@ -1,13 +1,11 @@
 """LLVM-syntax text of decoded RDNA instructions (what llvm-objdump --mcpu=gfx1100 / gfx1200 prints).
 
     text(inst) -> str            one decoded instruction
-    decoder(family) -> decode    the decode function of an ISA family
 """
 from __future__ import annotations
 
-from amdq.errors import UnsupportedTarget
 from amdq.hw import isa
-from .decode import DPP8, EXEC_LO, FLOAT_CONST, M0, NULL, SPECIAL, VCC_LO, Inst, Operand, _key, decode
+from .decode import DPP8, EXEC_LO, FLOAT_CONST, M0, NULL, SPECIAL, VCC_LO, Inst, Operand, _key
 
 # LLVM assembler names of message ids and hardware registers (AMD RDNA3 ISA guide, S_SENDMSG / S_GETREG tables).
 MSG = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN",
@@ -595,21 +593,5 @@ FORMATTERS = {"SOP1": _salu, "SOP2": _salu, "SOPC": _salu, "SOPK": _salu, "SOPP"
 
 
 def text(inst: Inst) -> str:
-    """The LLVM-syntax text of a decoded instruction."""
-    if inst.family == "cdna3":
-        from .text_cdna import text9
-        return text9(inst)
+    """The LLVM-syntax text of a decoded RDNA instruction (amdq.hw.isa.syntax.text picks the family)."""
     return FORMATTERS[inst.enc](inst)
-
-
-def decoder(arch: str = "rdna3"):
-    """The decode function of an ISA family ("rdna3", "rdna4", "cdna3", "cdna4")."""
-    if arch in ("cdna3", "cdna4"):       # gfx942 exactly; CDNA4 (gfx950) the tables' superset
-        from .decode_cdna import CDNA, GFX942
-        return GFX942.decode if arch == "cdna3" else CDNA.decode
-    if arch == "rdna4":
-        from .decode_rdna4 import decode as decode4
-        return decode4
-    if arch != "rdna3":
-        raise UnsupportedTarget(f"the disassembler reads rdna3, rdna4, cdna3 and cdna4 code, not {arch}")
-    return decode

@@ -1,6 +1,6 @@
 """LLVM-syntax text of decoded gfx9 (CDNA3, gfx942) instructions: what llvm-objdump --mcpu=gfx942 prints.
 
-    text9(inst) -> str       one instruction decoded by decode_cdna (amdq.hw.isa.text.text routes gfx9 here)
+    text9(inst) -> str       one instruction decoded by decode_cdna (amdq.hw.isa.syntax.text routes gfx9 here)
 
 The decoder puts operands in the shader core's register space (decode_cdna: AccVGPR a[i] is row ACC_BASE + i,
 gfx9 M0 is the core's M0, gfx9 NULL the core's NULL); this module maps them back to gfx9 assembler names.
