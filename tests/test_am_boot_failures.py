@@ -115,8 +115,9 @@ def test_psp_refusal_names_the_file_then_a_full_boot(arch, way):
     assert (a.report.kind, a.report.reason, a.report.mode1_reset) == ("full", UNCLEAN, False)   # no sOS to reset
     # an IP firmware, with the sOS running: the RLC's
     boot_closed(arch, standin, [("amdgpu_initialised", {})])       # a fresh full boot path, after a reset
-    with pytest.raises(FirmwareRefused) as e:
-        boot(arch, standin, [("psp_refuse", {"fw_type": am.GFX_FW_TYPE_RLC_G, "status": 0xFFFF0007})])
+    with pytest.raises(FirmwareRefused) as e:                       # a GPU amdgpu left: mode1 reset, full boot
+        boot(arch, standin, [("amdgpu_initialised", {}),
+                             ("psp_refuse", {"fw_type": am.GFX_FW_TYPE_RLC_G, "status": 0xFFFF0007})])
     assert f"firmware {_gc_prefix(arch)}_rlc.bin part rlc_g" in str(e.value)
     assert e.value.status == 0xFFFF0007
     dev, b = boot_closed(arch, standin)

@@ -23,9 +23,10 @@ The sequence is the one Linux amdgpu runs for MP0 13.0.0 (gfx1100), 14.0.3 (gfx1
 
 Skipped because a compute-only boot does not need them: MES (queues are bound to MEC directly), the TAs
 (ASD, RAS, XGMI, HDCP, DTM: pass `tas=("ras",)` etc. to load them), PFP/ME stacks of a second gfx pipe.
-`init_hw(partial=True, tmr_size=...)` is the partial boot of a GPU this driver left initialised: the sOS
-still runs (so no bootloader step), a new ring, SETUP_TMR again (the size from SCRATCH_REG5 instead of
-LOAD_TOC), and the GFX + SDMA firmware only. `fini_hw` destroys the ring and leaves sOS and TMR running.
+`resume_hw` is the partial boot of a GPU this driver left initialised: the sOS still runs with the TMR and
+the firmware in it, so no bootloader step and no command: the driver reserves the TMR again at its place
+(the size from SCRATCH_REG5) and the GFX block restarts the MEC from the code the TMR holds. `fini_hw`
+destroys the ring and leaves sOS and TMR running.
 """
 from __future__ import annotations
 
@@ -55,10 +56,6 @@ class Load:
     def type_name(self) -> str:
         return P.FW_TYPE_NAMES.get(self.fw_type, f"{self.fw_type:#x}")
 
-    @property
-    def gfx(self) -> bool:
-        """GFX or SDMA firmware (what a partial boot reloads)."""
-        return self.ucode_id not in (A.AMDGPU_UCODE_ID_SMC,)
 
 
 # RS64 CP parts: file engine -> ((part, ucode id, fw type), ...); MEC stacks per pipe (4 pipes per MEC on
@@ -289,11 +286,9 @@ class PSP(IPBlock):
         return resp
 
     # --- 3. TMR -----------------------------------------------------------------------------------------
-    def tmr_init(self, tmr_size: int | None = None) -> None:
+    def tmr_init(self) -> None:
         size = P.PSP_TMR_SIZE
-        if tmr_size:
-            size = tmr_size
-        elif self.toc is not None and self.toc.size and not (self.v.boot_time_tmr and self.v.autoload):
+        if self.toc is not None and self.toc.size and not (self.v.boot_time_tmr and self.v.autoload):
             self.am.vram.write(self.fw_pri.offset, bytes(P.BL_BUFFER_SIZE))
             self.am.vram.write(self.fw_pri.offset, self.toc.data)
             try:
@@ -364,8 +359,8 @@ class PSP(IPBlock):
         self.sessions[name] = resp["session_id"]
         return resp["session_id"]
 
-    def load_firmware(self, partial: bool = False) -> None:
-        if self.smu and self.v.autoload and not self.v.pmfw_centralized and not partial:
+    def load_firmware(self) -> None:
+        if self.smu and self.v.autoload and not self.v.pmfw_centralized:
             self.load_ip_fw(self.smu)
         for ld in self.plan:
             self.load_ip_fw(ld)
@@ -373,31 +368,36 @@ class PSP(IPBlock):
                 self._command(A.GFX_CMD_ID_AUTOLOAD_RLC, "all GFX firmware loaded")
 
     # --- lifecycle --------------------------------------------------------------------------------------
-    def init_hw(self, partial: bool = False, tmr_size: int | None = None) -> None:
-        """The full PSP bring-up, or (partial=True) the partial boot: TMR re-init and GFX/SDMA firmware,
-        `tmr_size` the size the previous boot kept (SCRATCH_REG5; None asks the TOC again)."""
+    def init_hw(self) -> None:
+        """The full PSP bring-up: bootloader, ring, TMR, every firmware, the register list, the TAs asked for."""
         self.loaded = []
-        if partial:
-            if not self.sos_alive:
-                raise DeviceError("partial PSP boot: the sOS is not running (C2PMSG_81 is 0); a full boot is needed")
-            self.sos_version = self._sos_version()
-        else:
-            self.bootload()
+        self.bootload()
         self.ring_create()
-        self.tmr_init(tmr_size if partial else None)
-        if self.smu and self.v.pmfw_centralized and not partial:
+        self.tmr_init()
+        if self.smu and self.v.pmfw_centralized:
             self.load_ip_fw(self.smu)
         self.tmr_load()
-        self.load_firmware(partial)
-        if not partial:
-            self.load_rl()
-            for name in self.tas:
-                self.load_ta(name)
+        self.load_firmware()
+        self.load_rl()
+        for name in self.tas:
+            self.load_ta(name)
         self.am.tmr_size = self.tmr_size                # SCRATCH_REG5 keeps it for the next partial boot
 
     def resume_hw(self) -> None:
-        """The partial boot: the sOS runs; TMR re-init with the size the full boot kept, GFX/SDMA firmware."""
-        self.init_hw(partial=True, tmr_size=self.am.tmr_size)
+        """The partial boot: the sOS still runs, with the TMR and every firmware of the full boot in it (the TMR
+        is protected memory the PSP keeps while the chip is not reset). TMR re-init is the driver's side: the
+        region is reserved again at its place with the size the full boot kept (SCRATCH_REG5), so nothing else
+        is placed over it. No PSP command: the GFX block's MEC reset restarts the MEC from the code in the TMR."""
+        self.loaded = []
+        if not self.sos_alive:
+            raise DeviceError("partial PSP boot: the sOS is not running (C2PMSG_81 is 0); a full boot is needed")
+        if not self.v.boot_time_tmr:
+            size = self.am.tmr_size or 0
+            if not size or size % P.PSP_TMR_ALIGNMENT:
+                raise DeviceError(f"partial PSP boot: SCRATCH_REG5 holds no TMR size ({size:#x}); a full boot is needed")
+            self.tmr = self.am.boot.reserve("psp_tmr", size, P.PSP_TMR_ALIGNMENT)
+            self.tmr_size = size
+        self.am.log(2, "psp: sOS alive, TMR kept: no PSP command in a partial boot")
 
     def fini_hw(self) -> None:
         if self.ring_up:
