@@ -12,6 +12,7 @@ import pytest
 
 import amdq
 from amdq.am import firmware as F
+from amdq.am import smu as smu_mod
 from amdq.errors import AMTimeout, FirmwareError, FirmwareMissing, FirmwareRefused
 from amdq.hw import am
 from amdq.hw.targets import get_target
@@ -127,6 +128,36 @@ def test_psp_refusal_names_the_file_then_a_full_boot(arch, way):
     assert c.report.kind == "partial"
 
 
+# --- the SMU's firmware refused: no PMFW to take the mode1 reset ---------------------------------------------
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])       # gfx942's PMFW is resident (not loaded by the PSP)
+def test_refused_smu_firmware_then_a_reset_through_the_psp(arch, way, monkeypatch):
+    standin = policy(way, arch)
+    monkeypatch.setattr(smu_mod, "PROBE_MS", 30.0)
+    with pytest.raises(FirmwareRefused) as e:
+        boot(arch, standin, [("psp_refuse", {"fw_type": am.GFX_FW_TYPE_SMU})])
+    assert "smu_" in str(e.value) and "SMU" in str(e.value)
+    dev, a = boot_closed(arch, standin)                 # the sOS runs, the PMFW does not: the PSP resets the chip
+    assert (a.report.kind, a.report.reason, a.report.mode1_reset, a.report.reset_via) == \
+        ("full", UNCLEAN, True, "psp")
+    assert dev.resets == 1 and dev.parts["smu"].fw.running
+    _, b = boot_closed(arch, standin)
+    assert b.report.kind == "partial"
+
+
+# --- a partial boot that does not resume -------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_failed_partial_boot_falls_back_to_a_full_one(arch):
+    boot_closed(arch, True)
+    # the GFX block was reset behind this driver: the clean session's state says partial, the MEC cannot run
+    dev, a = boot_closed(arch, True, [("gfx_reset", {})])
+    assert (a.report.kind, a.report.mode1_reset) == ("full", True)
+    assert a.report.reason.startswith("the partial boot failed (") and "MEC" in a.report.reason, a.report.reason
+    assert dev.resets == 1
+    _, b = boot_closed(arch, True)
+    assert b.report.kind == "partial"
+
+
 # --- an SMU that does not answer ----------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ARCHS)
 def test_smu_timeout_names_the_message_then_a_full_boot(arch, monkeypatch):
@@ -144,13 +175,27 @@ def test_smu_timeout_names_the_message_then_a_full_boot(arch, monkeypatch):
         boot(arch, True, [("amdgpu_initialised", {}), ("smu_timeout", {"msg": "EnableAllSmuFeatures"})])
     _, a = boot_closed(arch, True)
     assert (a.report.kind, a.report.mode1_reset) == ("full", True)
-    # the mode1 reset itself (AM_RESET=1 on a running GPU)
+    # the mode1 reset itself (AM_RESET=1 on a running GPU): the PMFW takes GetSmuVersion, not the reset
     monkeypatch.setenv("AM_RESET", "1")
     reset_msg = "GfxDriverReset" if arch == "gfx942" else "Mode1Reset"
     with pytest.raises(AMTimeout, match=f"SMU message {reset_msg}"):
-        boot(arch, True, [("smu_timeout", {})])
+        boot(arch, True, [("smu_timeout", {"msg": reset_msg})])
     dev, b = boot_closed(arch, True)
     assert (b.report.kind, b.report.reason, b.report.mode1_reset) == ("full", "AM_RESET=1", True)
+    assert b.report.reset_via == "smu"
+    # a PMFW that takes no message at all: the mode1 reset goes through the PSP, and the hung PMFW (still
+    # hung after the reset here, as the injection stays armed) is named by the boot's own first message
+    monkeypatch.setattr(smu_mod, "PROBE_MS", 30.0)
+    dev = SimPCIDevice(arch, mode="sync")
+    dev.inject("smu_timeout")
+    try:
+        with pytest.raises(AMTimeout, match="SMU message GetSmuVersion"):
+            pci.PCI(dev, arch, standin=True)
+        assert dev.resets == 1 and reset_msg not in [m for m, _, _ in dev.parts["smu"].log]   # by the PSP
+    finally:
+        dev.close()
+    dev, b = boot_closed(arch, True)                    # that PMFW answers again: the SMU takes the reset
+    assert (b.report.kind, b.report.mode1_reset, b.report.reset_via) == ("full", True, "smu")
     monkeypatch.delenv("AM_RESET")
     _, c = boot_closed(arch, True)
     assert c.report.kind == "partial"

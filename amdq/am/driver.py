@@ -10,6 +10,7 @@ session ended (fini), 0 while a session runs, SCRATCH_REG5 = the TMR size of tha
     initialised by this driver, last session clean      -> partial boot: PSP TMR re-init, GFX (MEC reset), SDMA
     initialised by this driver, session not clean       -> full boot (naming why), after a mode1 reset if the
                                                            sOS runs (a boot that failed is such a session too)
+    a partial boot that fails (the MEC stays halted ...) -> mode1 reset, full boot ("the partial boot failed (...)")
     AM_RESET=1                                          -> full boot (mode1 reset first if the sOS runs)
 
 Boot memory (TMR, rings, the dummy page ...) lives in a reserved region just below the discovery table;
@@ -26,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import AMBootError, AMTimeout, FirmwareError
+from ..errors import AMBootError, AMTimeout, DeviceError, DeviceLost, FirmwareError
 from ..hw import discovery as D
 from ..hw.regmap import Access, AccessPrinter, Registers, debug_level
 from . import discovery
@@ -198,6 +199,7 @@ class BootReport:
     mode1_reset: bool
     seconds: float
     blocks: dict[str, BlockStats] = field(default_factory=dict)
+    reset_via: str | None = None            # "smu" or "psp": who took the mode1 reset
 
     @property
     def reads(self) -> int:
@@ -209,6 +211,7 @@ class BootReport:
 
     def as_dict(self) -> dict:
         return {"boot": self.kind, "boot_reason": f"{self.kind}: {self.reason}", "mode1_reset": self.mode1_reset,
+                "mode1_reset_via": self.reset_via,
                 "seconds": self.seconds, "reads": self.reads, "writes": self.writes,
                 "blocks": {n: vars(b) for n, b in self.blocks.items()}}
 
@@ -230,6 +233,7 @@ class AMDriver:
         self.stats: dict[str, BlockStats] = {}
         self.blocks: dict[str, IPBlock] = {}
         self.report: BootReport | None = None
+        self.reset_via: str | None = None
         self.booted = False
         printer = AccessPrinter() if self.debug >= 4 else None
 
@@ -302,14 +306,37 @@ class AMDriver:
             raise AMBootError(f"this build cannot boot a GPU over PCI yet: the IP blocks {', '.join(missing)} "
                               f"(amdq/am/{{{','.join(missing)}}}.py) are not in it")
         self.firmware = firmware_for(self.target.arch, standin=self.standin)
-        for n in FULL_ORDER:
-            self.blocks[n] = block_class(n)(self.am)
         kind, reason, reset = self._phase("boot", self.decide)
+        try:
+            self._run(kind, reason, reset)
+        except (AMTimeout, DeviceError) as e:
+            if kind != "partial" or isinstance(e, DeviceLost):
+                raise
+            # what the last session left does not resume (the MEC stays halted, the sOS lost the TMR ...): start
+            # over, from a mode1 reset, as for a session that did not end cleanly
+            kind, reason, reset = "full", f"the partial boot failed ({e})", True
+            self.am.log(1, f"boot: {reason}; mode1 reset and full boot")
+            self._run(kind, reason, reset)
+
+        def mark() -> None:
+            self.am.boot.commit()
+            self._scratch(5).write((self.am.tmr_size or 0) & 0xFFFFFFFF)
+            self._scratch(7).write(DRIVER_VERSION)
+        self._phase("boot", mark)
+        self.booted = True
+        self.report = BootReport(kind, reason, reset, time.perf_counter() - t0, dict(self.stats), self.reset_via)
+        return self.report
+
+    def _run(self, kind: str, reason: str, reset: bool) -> None:
+        """One boot of `kind`: every block's software state, the mode1 reset if asked, the hardware steps."""
         self.am.log(2, f"boot: {kind} ({reason}){'; mode1 reset first' if reset else ''}")
         self.am.boot_kind = kind
         if kind == "partial":
             self.am.tmr_size = self._scratch(5).read()
+        else:
+            self.am.tmr_size = None
         for n in FULL_ORDER:
+            self.blocks[n] = block_class(n)(self.am)
             self._phase(n, self.blocks[n].init_sw)
         if reset:
             self._phase("smu", self.mode1_reset)
@@ -324,25 +351,26 @@ class AMDriver:
             self.am.log(2, f"{n}: {'resume' if kind == 'partial' else 'init'}")
             self._phase(n, step)
 
-        def mark() -> None:
-            self.am.boot.commit()
-            self._scratch(5).write((self.am.tmr_size or 0) & 0xFFFFFFFF)
-            self._scratch(7).write(DRIVER_VERSION)
-        self._phase("boot", mark)
-        self.booted = True
-        self.report = BootReport(kind, reason, reset, time.perf_counter() - t0, dict(self.stats))
-        return self.report
-
     def mode1_reset(self) -> None:
-        """Mode1 reset through the SMU, then wait for the GPU to be back (bus, IFWI) with the sOS gone."""
+        """Mode1 reset through the SMU, or through the PSP's sOS when the PMFW does not answer (a PMFW the PSP
+        refused or never loaded, one that hung: amdgpu_device_mode1_reset's fallback); then wait for the GPU to
+        be back (bus, IFWI) with the sOS gone."""
         smu = self.blocks["smu"]
-        self.am.log(2, "mode1 reset through the SMU")
-        smu.mode1_reset()
+        why = smu.unresponsive()
+        if why is None:
+            self.am.log(2, "mode1 reset through the SMU")
+            smu.mode1_reset()
+            self.reset_via = "smu"
+        else:
+            self.am.log(1, f"mode1 reset through the PSP: the PMFW does not take messages ({why})")
+            self.blocks["psp"].mode1_reset()
+            self.reset_via = "psp"
         self.am.wait(lambda: self.mmio.read32(D.REG_RCC_CONFIG_MEMSIZE) not in (0, 0xFFFFFFFF), 1000,
                      "the GPU back on the bus after mode1 reset (RCC_CONFIG_MEMSIZE)")
         self.am.wait(lambda: self.mmio.read32(D.REG_MP0_SMN_C2PMSG_33) & D.IFWI_INIT_DONE, 2000,
                      "IFWI init after mode1 reset (MP0_SMN_C2PMSG_33 bit 31)")
         self.am.wait(lambda: not sos_alive(self.regs), 1000, "the PSP's sOS to stop after mode1 reset (C2PMSG_81)")
+        smu.fresh = True                    # a new PMFW: its first answer is not one to wait for
         self.am.boot.clear()
 
     def fini(self) -> None:

@@ -403,6 +403,18 @@ class PSP(IPBlock):
         if self.ring_up:
             self.ring_destroy()
 
+    # --- mode1 reset without the SMU ----------------------------------------------------------------------
+    def mode1_reset(self) -> None:
+        """Mode1 reset asked of the sOS (GFX_CTRL_CMD_ID_MODE1_RST in C2PMSG_64): the way when the PMFW cannot
+        take the message (amdgpu_device_mode1_reset falls back to psp_gpu_reset). The sOS must be ready for a
+        control command (C2PMSG_64 bit 31, status clear); the driver core then waits for the GPU to be back."""
+        ctrl = self._reg(P.C2PMSG_CTRL)
+        v = self._wait_reg(P.C2PMSG_CTRL, P.CTRL_RESPONSE, P.CTRL_RESPONSE | P.CTRL_STATUS_MASK,
+                           "the PSP ready for a mode1 reset (C2PMSG_64 bit 31, status 0)")
+        ctrl.write(A.GFX_CTRL_CMD_ID_MODE1_RST)
+        self.ring_up = False
+        self.am.log(1, f"psp: mode1 reset (C2PMSG_64 was {v:#x})")
+
 
 _CMD_STRUCTS = {A.GFX_CMD_ID_LOAD_TOC: A.psp_gfx_cmd_load_toc, A.GFX_CMD_ID_SETUP_TMR: A.psp_gfx_cmd_setup_tmr,
                 A.GFX_CMD_ID_LOAD_IP_FW: A.psp_gfx_cmd_load_ip_fw, A.GFX_CMD_ID_LOAD_TA: A.psp_gfx_cmd_load_ta,

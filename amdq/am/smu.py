@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import os
 
-from ..errors import DeviceError, DeviceLost, SMUError
+from ..errors import AMTimeout, DeviceError, DeviceLost, SMUError
 from ..hw import smu as S
 from .ip import AMContext, IPBlock
 
 DEFAULT_TIMEOUT_MS = 2000.0          # amdgpu: usec_timeout * 20 polls of 1 us
 NUM_LEVELS_INDEX = 0xFF              # GetDpmFreqByIndex with this index answers the number of levels
 FINE_GRAINED_BIT = 1 << 31
+PROBE_MS = 200.0                     # is the PMFW there: GetSmuVersion answers in well under a millisecond
 POWER_SOURCE_AC = 0                  # SMU_POWER_SOURCE_AC (GetPptLimit argument bits 23:16)
 
 
@@ -109,6 +110,18 @@ class SMU(IPBlock):
         if self.driver_if != self.table.driver_if:
             self.am.log(1, f"smu: driver interface {self.driver_if:#x} of the firmware is not the "
                            f"{self.table.driver_if:#x} this driver speaks; going on, as amdgpu does")
+
+    def unresponsive(self, timeout_ms: float | None = None) -> str | None:
+        """Why the PMFW cannot take a message (it does not answer GetSmuVersion within `timeout_ms`, or answers
+        it with a failure), or None when it answers."""
+        saved, self.timeout_ms = self.timeout_ms, min(self.timeout_ms, timeout_ms or PROBE_MS)
+        try:
+            self.fw_version = self.send("GetSmuVersion")
+            return None
+        except (AMTimeout, SMUError) as e:
+            return str(e)
+        finally:
+            self.timeout_ms = saved
 
     def mode1_reset(self) -> None:
         """Ask the PMFW for a mode1 reset (the whole chip; the firmware itself is reloaded by the next boot)."""

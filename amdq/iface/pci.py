@@ -204,6 +204,7 @@ class PCI:
                 "small_bar": self.fn.bar_sizes[0] < self.driver.vram.size,
                 "vendor": f"{self.fn.config_read(0, 2):#06x}", "device_id": f"{self.fn.config_read(2, 2):#06x}",
                 "boot": r.kind, "boot_reason": f"{r.kind}: {r.reason}", "mode1_reset": r.mode1_reset,
+                "mode1_reset_via": r.reset_via,
                 "boot_seconds": round(r.seconds, 6), "firmware": self.driver.firmware_list(),
                 **(self.driver.clock_report() if self.driver.booted else   # closed: the GPU is not asked
                    {"clocks": None, "clock_levels": None, "power_limit_w": None}),

@@ -10,6 +10,9 @@ Kinds:
   (`reg5=`, `reg6=`, `reg7=` choose them; default: garbage), on a GPU nothing has booted.
 - `amdgpu_initialised` (simulated PCI function, at power-on): the GPU is as amdgpu leaves it when the
   module is unloaded: the PSP's sOS runs, the RLC autoload is done, the MEC runs, VRAM holds its data.
+- `gfx_reset` (simulated PCI function, at power-on): the GFX block was reset behind the driver's back (a
+  GFX-only reset by another agent): the RLC and MEC lost their code, the MEC stays halted until the PSP
+  loads it again; the scratch registers, the sOS and the TMR are as they were.
 - `smu_timeout`: the simulated SMU (sim/pci/smu.py) takes messages but never answers them, as a hung PMFW
   does; `msg=NAME`: only that message (e.g. `smu_timeout:msg=SetPptLimit`).
 """
@@ -20,7 +23,7 @@ import os
 from ..errors import InvalidArgument
 
 KINDS = {"hang_cp": "cp", "hang_sdma": "sdma", "kill_wave": "cp", "dirty_scratch": "boot",
-         "amdgpu_initialised": "boot", "smu_timeout": "smu"}
+         "amdgpu_initialised": "boot", "gfx_reset": "boot", "smu_timeout": "smu"}
 
 
 def add_kinds(kinds: dict[str, str]) -> None:

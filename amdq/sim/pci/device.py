@@ -257,7 +257,8 @@ class SimPCIDevice:
         return self.gfx.on_autoload_rlc()
 
     def mode1_reset(self) -> None:
-        """The SMU's mode1 reset: the whole GPU (PCI config space aside) is back at power-on."""
+        """A mode1 reset (asked of the SMU or of the PSP's sOS): the whole GPU (PCI config space aside) is back at
+        power-on."""
         self.resets += 1
         self.power_on()
         self.save_state()
@@ -418,6 +419,8 @@ class SimPCIDevice:
         a = self.inject.take("amdgpu_initialised")
         if a is not None:
             self.amdgpu_initialised()
+        if self.inject.take("gfx_reset") is not None:
+            self.gfx.reset()
 
     def amdgpu_initialised(self) -> None:
         """Leave the GPU as amdgpu does: the sOS running, firmware loaded, the RLC autoloaded, MEC and SDMA

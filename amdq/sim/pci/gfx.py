@@ -32,9 +32,22 @@ class SimGFX(SimPart):
         self.reset()
 
     def reset(self) -> None:
+        """Power-on (or a reset of the block): no code in the RLC and MEC, the autoload not done."""
         self.loaded: set[int] = set()
         self.autoloaded = False
         self.mec_resets = 0
+        raw = getattr(self.dev, "raw", None)
+        if raw is None:
+            return                                      # power-on: the register file starts at reset values
+        for i in range(max(1, raw.num_xcc)):
+            gc = raw.xcc(i).GC
+            for reg, value in (("regRLC_RLCS_BOOTLOAD_STATUS", 0), ("regRLC_CNTL", 0)):
+                if reg in gc:
+                    gc[reg].write(value)
+            if self.gfx == 9:
+                gc.regCP_MEC_CNTL.update(MEC_ME1_HALT=1, MEC_ME2_HALT=1)
+            else:
+                gc.regCP_MEC_RS64_CNTL.update(MEC_HALT=1)
 
     def save(self) -> dict:
         return {"loaded": sorted(self.loaded), "autoloaded": self.autoloaded}

@@ -41,7 +41,7 @@ class SimDevice(Protocol):
         ...
 
     def mode1_reset(self) -> None:
-        """The SMU's mode1 reset: VRAM cleared (the discovery binary placed again), registers at reset values,
+        """A mode1 reset (the SMU's or the PSP's): VRAM cleared (the discovery binary placed again), registers at reset values,
         every part's reset(); the state file follows."""
         ...
 

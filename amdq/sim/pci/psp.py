@@ -5,7 +5,8 @@ the command buffers and the firmware images by memory-controller address (`dev.m
 each image starts with (the signed-image header of amdq.hw.psp, or the marker of amdq's stand-in images).
 Payloads are opaque. It answers as PSP firmware does: bootloader status in C2PMSG_35, ring-control status
 in C2PMSG_64, the response (status, session, TMR address, TMR size) in the command buffer and the fence
-value at the fence address. Facts and their sources: amdq/hw/psp.py.
+value at the fence address; GFX_CTRL_CMD_ID_MODE1_RST in C2PMSG_64 resets the chip (amdgpu's psp_gpu_reset,
+the way when the PMFW cannot take Mode1Reset). Facts and their sources: amdq/hw/psp.py.
 
 Simulator choices (not hardware facts) are named SIM_* below. Fault injection: `psp_refuse` (kind
 registered through INJECT_KINDS) refuses the next firmware load -- bootloader component, IP firmware or
@@ -239,6 +240,9 @@ class SimPSP(SimPart):
                 self.ring, status = None, r.status
         elif cmd == am.GFX_CTRL_CMD_ID_DESTROY_RINGS:
             self.ring = None
+        elif cmd == am.GFX_CTRL_CMD_ID_MODE1_RST:      # the sOS resets the chip (itself included): no answer
+            self.dev.mode1_reset()
+            return
         elif cmd == am.GFX_CTRL_CMD_ID_INIT_RBI_RING:
             status = P.TEE_ERROR_NOT_SUPPORTED
         else:
