@@ -18,6 +18,7 @@ from amdq.errors import AMBootError, DeviceError
 from amdq.hw import discovery as D
 from amdq.iface import pci
 from amdq.sim.pci.device import SimPCIDevice
+from fake_sysfs import fake_function
 
 ARCHS = ("gfx1100", "gfx1201", "gfx942")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -234,34 +235,12 @@ def test_parse_specs():
     assert parse_spec("SIMPCI+AMD:gfx1100") == ("SIMPCI", "gfx1100")
 
 
-def _fake_function(root, name="0000:03:00.0", vendor="0x1002", cls="0x030000", driver=None):
-    p = root / name
-    p.mkdir(parents=True)
-    (p / "vendor").write_text(vendor + "\n")
-    (p / "device").write_text("0x744c\n")
-    (p / "class").write_text(cls + "\n")
-    sizes = {0: 1 << 20, 2: 1 << 16, 5: 1 << 16}
-    lines = []
-    for i in range(6):
-        s = sizes.get(i, 0)
-        lines.append(f"0x{0xe0000000 + i * 0x1000000:016x} 0x{0xe0000000 + i * 0x1000000 + s - 1 if s else 0:016x} 0x0")
-        if s:
-            (p / f"resource{i}").write_bytes(bytes(s))
-    (p / "resource").write_text("\n".join(lines) + "\n")
-    (p / "config").write_bytes(bytes.fromhex("0210" "4c74") + bytes(252))
-    (p / "enable").write_text("0")
-    if driver:
-        (root / "drivers" / driver).mkdir(parents=True, exist_ok=True)
-        (p / "driver").symlink_to(root / "drivers" / driver)
-    return p
-
-
 def test_sysfs_discovery_and_refusal(tmp_path):
     root = tmp_path / "devices"
-    _fake_function(root, "0000:03:00.0", driver="amdgpu")
-    _fake_function(root, "0000:04:00.0")
-    _fake_function(root, "0000:05:00.0", vendor="0x10de")                  # not AMD
-    _fake_function(root, "0000:06:00.0", cls="0x020000")                   # AMD, but a network function
+    fake_function(root, "0000:03:00.0", driver="amdgpu")
+    fake_function(root, "0000:04:00.0")
+    fake_function(root, "0000:05:00.0", vendor="0x10de")                  # not AMD
+    fake_function(root, "0000:06:00.0", cls="0x020000")                   # AMD, but a network function
     fns = pci.list_functions(str(root))
     assert [(f.address, f.driver) for f in fns] == [("0000:03:00.0", "amdgpu"), ("0000:04:00.0", None)]
     with pytest.raises(DeviceError, match="modprobe -r amdgpu"):

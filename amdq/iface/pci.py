@@ -6,8 +6,9 @@ Real hardware: the function is found in sysfs (`/sys/bus/pci/devices/*`: vendor 
 `enable`, then memory space and bus mastering in the config-space command register), and its BARs are
 mapped through the sysfs resource files: BAR0 VRAM (large-BAR: all of it; small-BAR: the first part,
 the rest through the MM window), BAR2 doorbells (64-bit), BAR5 registers. Config space through the
-sysfs `config` file. A function bound to vfio-pci can take interrupts through VFIO (part 2); otherwise
-the driver polls.
+sysfs `config` file. A function bound to vfio-pci is reached through VFIO instead (amdq.iface.vfio):
+config space, BARs and one interrupt (MSI, MSI-X or INTx on an eventfd) from the VFIO device;
+`PCI.wait_events` sleeps on that eventfd. Without VFIO the driver polls (wait_events only sleeps).
 
 The simulated function (SIMPCI, amdq.sim.pci.device) offers the same function protocol (config_read /
 config_write, bar(n), bar_sizes, close), so the code from here down is the code that runs on hardware.
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 from ..errors import DeviceError
 from ..hw.regmap import BufferBackend
 from .base import Mapping
+from .os_seam import OSSeam
 
 SYSFS_PCI = "/sys/bus/pci/devices"
 VENDOR_AMD = 0x1002
@@ -88,10 +90,19 @@ def usable(fns: list[PCIFunctionInfo]) -> list[PCIFunctionInfo]:
     return [f for f in fns if f.driver in (None, "vfio-pci")]
 
 
-class SysfsFunction:
-    """A real PCI function through sysfs: config file, enable, resource files mapped."""
+@dataclass(frozen=True)
+class Interrupt:
+    """What `PCI.wait_events` woke for: `count` interrupts of kind `source` ("msi", "msix", "intx").
+    Part 2 decodes the IH ring behind them."""
+    source: str
+    count: int
 
-    def __init__(self, info: PCIFunctionInfo):
+
+class SysfsFunction:
+    """A real PCI function: through VFIO when bound to vfio-pci (`seam`: the OS under it), else through sysfs
+    (config file, enable, resource files mapped)."""
+
+    def __init__(self, info: PCIFunctionInfo, seam: OSSeam | None = None):
         if info.driver == "amdgpu":
             raise DeviceError(f"{info.address} is bound to the amdgpu kernel driver: unload it first "
                               f"(`sudo modprobe -r amdgpu`) to use it over PCI, or use KFD+AMD to go through amdgpu")
@@ -99,18 +110,30 @@ class SysfsFunction:
             raise DeviceError(f"{info.address} is bound to the kernel driver {info.driver}; unbind it first")
         self.info = info
         self.name = f"PCI {info.address}"
-        self.vfio = info.driver == "vfio-pci"      # interrupts through VFIO come with part 2; polling until then
-        self.bar_sizes = self._resources()
+        self.vfio = info.driver == "vfio-pci"
+        self._cfg: int | None = None
+        self._maps: dict[int, mmap.mmap] = {}
+        self._fds: list[int] = []
+        self._vdev = None
+        if self.vfio:
+            from .vfio import VFIODevice
+            self._vdev = VFIODevice(seam or OSSeam(), info.path)
+            self.bar_sizes = dict(self._vdev.bar_sizes)
+        else:
+            self.bar_sizes = self._resources()
         for n in (0, 2, 5):
             if not self.bar_sizes.get(n):
-                raise DeviceError(f"{info.address}: BAR{n} is not assigned (sysfs resource lists no range for it)")
+                self.close()
+                raise DeviceError(f"{info.address}: BAR{n} is not assigned ("
+                                  f"{'VFIO reports a size of 0' if self.vfio else 'sysfs resource lists no range'} "
+                                  f"for it)")
+        if self._vdev is not None:
+            return
         try:
             self._cfg = os.open(os.path.join(info.path, "config"), os.O_RDWR | os.O_CLOEXEC)
         except PermissionError:
             raise DeviceError(f"{info.address}: no write access to its sysfs config space (run as root or give "
                               f"this user the device)") from None
-        self._maps: dict[int, mmap.mmap] = {}
-        self._fds: list[int] = []
 
     def _resources(self) -> dict[int, int]:
         sizes: dict[int, int] = {}
@@ -122,8 +145,24 @@ class SysfsFunction:
                     sizes[i] = end - start + 1 if end > start else 0
         return sizes
 
+    @property
+    def irq(self) -> str | None:
+        """The interrupt VFIO signals ("msi", "msix", "intx"); None: none, the driver polls."""
+        return self._vdev.irq if self._vdev is not None else None
+
+    def wait_interrupt(self, timeout_ms: int) -> int:
+        """Sleep until the function interrupts or the timeout; the interrupts counted (0: timed out)."""
+        if self._vdev is None:
+            time.sleep(timeout_ms / 1000)
+            return 0
+        return self._vdev.wait(timeout_ms)
+
     def enable(self) -> None:
-        """Enable the function (sysfs `enable`), memory decoding and bus mastering."""
+        """Enable the function (sysfs `enable`; vfio-pci enabled it when the device was opened, and sysfs
+        refuses a function with a driver), memory decoding and bus mastering."""
+        if self._vdev is not None:
+            self.config_write(4, 2, self.config_read(4, 2) | CMD_MEMORY | CMD_MASTER)
+            return
         try:
             with open(os.path.join(self.info.path, "enable"), "w") as f:
                 f.write("1")
@@ -132,12 +171,18 @@ class SysfsFunction:
         self.config_write(4, 2, self.config_read(4, 2) | CMD_MEMORY | CMD_MASTER)
 
     def config_read(self, off: int, size: int = 4) -> int:
+        if self._vdev is not None:
+            return self._vdev.config_read(off, size)
         return int.from_bytes(os.pread(self._cfg, size, off), "little")
 
     def config_write(self, off: int, size: int, value: int) -> None:
+        if self._vdev is not None:
+            return self._vdev.config_write(off, size, value)
         os.pwrite(self._cfg, value.to_bytes(size, "little"), off)
 
-    def _map(self, n: int) -> mmap.mmap:
+    def _map(self, n: int) -> Any:
+        if self._vdev is not None:
+            return self._vdev.map(n).mv
         if n not in self._maps:
             path = os.path.join(self.info.path, f"resource{n}")
             fd = os.open(path, os.O_RDWR | os.O_SYNC | os.O_CLOEXEC)
@@ -155,6 +200,9 @@ class SysfsFunction:
         return memoryview(m)
 
     def close(self) -> None:
+        if self._vdev is not None:
+            self._vdev.close()
+            return
         for m in self._maps.values():
             try:
                 m.close()
@@ -162,7 +210,9 @@ class SysfsFunction:
                 pass                              # a view still exported: the mapping goes with the process
         for fd in self._fds:
             os.close(fd)
-        os.close(self._cfg)
+        if self._cfg is not None:
+            os.close(self._cfg)
+            self._cfg = None
         self._maps.clear()
         self._fds.clear()
 
@@ -208,7 +258,8 @@ class PCI:
                 "boot_seconds": round(r.seconds, 6), "firmware": self.driver.firmware_list(),
                 **(self.driver.clock_report() if self.driver.booted else   # closed: the GPU is not asked
                    {"clocks": None, "clock_levels": None, "power_limit_w": None}),
-                "target_board": t.board, "vfio": bool(getattr(self.fn, "vfio", False))}
+                "target_board": t.board, "vfio": bool(getattr(self.fn, "vfio", False)),
+                "interrupts": getattr(self.fn, "irq", None) or "polling"}
 
     # -- the interface protocol: part 2 -----------------------------------------------------------------
     def _not_yet(self, *a, **k):
@@ -217,8 +268,15 @@ class PCI:
     alloc = free = map_memory = create_queue = destroy_queue = _not_yet
 
     def wait_events(self, timeout_ms: int) -> list:
-        time.sleep(timeout_ms / 1000)
-        return []
+        """Sleep until the function interrupts (the VFIO eventfd) or `timeout_ms` passes: [Interrupt] when it
+        did, [] otherwise. Without a VFIO interrupt only the sleep (the driver polls)."""
+        wait = getattr(self.fn, "wait_interrupt", None)
+        source = getattr(self.fn, "irq", None)
+        if wait is None or source is None:
+            time.sleep(timeout_ms / 1000)
+            return []
+        n = wait(timeout_ms)
+        return [Interrupt(source, n)] if n else []
 
     def clock_counters(self) -> tuple[int, int, int]:
         return 0, time.perf_counter_ns(), 100_000_000
