@@ -5,8 +5,6 @@ failed, and the next boot (the fault gone) is a full boot that succeeds."""
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 
 import pytest
 
