@@ -6,6 +6,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# Ring sizes by queue kind unless an interface says otherwise (a USB bridge's interface takes 1 MiB compute rings:
+# every ring byte crosses the bridge); AMDQ_RING_BYTES / AMDQ_SDMA_RING_BYTES override them.
+RING_BYTES = {"compute": 16 << 20, "sdma": 1 << 20}
+
+
+def ring_bytes(iface: Any, kind: str) -> int:
+    """The ring size of queue `kind` ("compute" or "sdma") on `iface` (its RING_BYTES table, else this one)."""
+    return getattr(iface, "RING_BYTES", RING_BYTES)[kind]
+
+
 class Mapping:
     """A CPU view of mapped memory (host memory, BAR-visible VRAM or a doorbell page)."""
 
@@ -23,6 +33,15 @@ class Mapping:
 
     def read64(self, off: int) -> int:
         return struct.unpack_from("<Q", self.mv, off)[0]
+
+
+@dataclass
+class DMABuffer:
+    """Host memory pinned for a PCI function: the CPU's view and the bus address the GPU uses for it
+    (contiguous on the bus)."""
+    cpu: memoryview
+    bus: int
+    size: int
 
 
 @dataclass

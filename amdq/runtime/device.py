@@ -18,6 +18,7 @@ from ..codeobj import cache as cocache
 from ..errors import (AmdqError, DeviceClosed, DeviceError, GPUFault, GPUTimeout, InvalidArgument, OutOfMemory,
                       UnsupportedTarget)
 from ..hw.targets import TARGETS, Target, get_target
+from ..iface.base import ring_bytes
 from ..iface.exceptions import to_error
 from .aql_queue import AQLQueue
 from .hwqueue import HWQueue
@@ -211,13 +212,13 @@ class Device:
         self.queues: list = []
         self._queue_of: dict[int, object] = {}
         self.queue: HWQueue = (AQLQueue if use_aql(self.target) else PM4Queue)(
-            self, int(os.environ.get("AMDQ_RING_BYTES", str(1 << 18))), self.new_timeline())
+            self, int(os.environ.get("AMDQ_RING_BYTES") or ring_bytes(self.iface, "compute")), self.new_timeline())
         self.queues.append(self.queue)
         self.copyq: SDMAQueue | None = None             # None: buffers stay CPU-visible and copies use the CPU
         self._waited: dict = {}                          # (queue, other queue) -> other's value already waited for
         if os.environ.get("AMD_DISABLE_SDMA", "0") in ("", "0"):
             try:
-                self.copyq = SDMAQueue(self, int(os.environ.get("AMDQ_SDMA_RING_BYTES", str(1 << 16))),
+                self.copyq = SDMAQueue(self, int(os.environ.get("AMDQ_SDMA_RING_BYTES") or ring_bytes(self.iface, "sdma")),
                                        self.new_timeline())
                 self.queues.append(self.copyq)
             except (OSError, OutOfMemory) as e:                # the kernel refused (ENOMEM arrives as OutOfMemory)

@@ -41,10 +41,10 @@ class Engine(Protocol):
 
 class SimGPU:
     def __init__(self, arch: str = "gfx1100", vram_bytes: int | None = None, sysmem_bytes: int = 64 << 30,
-                 mode: str | None = None):
+                 mode: str | None = None, sysmem: Arena | None = None):
         self.target: Target = get_target(arch)
         self.vram = Arena("VRAM", vram_bytes or self.target.vram_bytes)
-        self.sysmem = Arena("system memory", sysmem_bytes)
+        self.sysmem = sysmem if sysmem is not None else Arena("system memory", sysmem_bytes)
         self.vms: dict[int, MMU] = {}
         self.cores: dict[int, object] = {}
         self.engines: dict[int, Engine] = {}          # doorbell index -> engine

@@ -37,10 +37,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...errors import DeviceError, GPUFault, RegisterError
+from ...errors import DeviceError, GPUFault, OutOfMemory, RegisterError
 from ...hw import discovery as D
 from ...hw.regmap import Layout, Registers
 from ...hw.targets import Target, get_target
+from ...iface.base import DMABuffer
+from ..host import host_memory
 from ..regfile import RegisterFile
 from . import gfx as simgfx
 from . import sdma as simsdma
@@ -175,7 +177,7 @@ class SimPCIDevice:
         self.arch = arch
         self.name = f"SIMPCI+AMD:{arch}"
         parts = {n: _part_class(n) for n in PART_MODULES}           # before the injector reads AMDQ_SIM_INJECT
-        self.gpu = SimGPU(arch, mode=mode)
+        self.gpu = SimGPU(arch, mode=mode, sysmem=host_memory())   # the host's RAM, shared by every function
         self.inject = self.gpu.inject
         self.vram_size = self.gpu.vram.size
         self.vram: memoryview = self.gpu.vram.view(0, self.vram_size)
@@ -341,6 +343,22 @@ class SimPCIDevice:
         if n == 5:
             return self.mmio
         raise DeviceError(f"the simulated function has BARs 0, 2 and 5, not {n}")
+
+    # -- host memory the GPU reaches (DMA) ----------------------------------------------------------------
+    def dma_alloc(self, size: int) -> DMABuffer:
+        """`size` bytes of host memory pinned for the GPU: its CPU view and its bus address."""
+        if size <= 0:
+            raise DeviceError(f"DMA buffer of {size} bytes")
+        size = -(-size // 4096) * 4096
+        host = self.gpu.sysmem
+        try:
+            bus = host.alloc(size)
+        except MemoryError as e:
+            raise OutOfMemory(f"host memory for the GPU: {e}") from None
+        return DMABuffer(host.view(bus, size), bus, size)
+
+    def dma_free(self, buf: DMABuffer) -> None:
+        self.gpu.sysmem.free(buf.bus, buf.size)
 
     # -- state that survives the process ------------------------------------------------------------------
     def _state_window(self) -> tuple[int, int]:
