@@ -30,6 +30,16 @@ class OutOfMemory(AmdqError):
     """An allocation did not fit; the message names the sizes involved."""
 
 
+class InvalidFree(AmdqError, ValueError):
+    """A free of an offset or address that is not a live allocation of that allocator (a double free, or one
+    it never handed out); also a ValueError."""
+
+
+class VMError(AmdqError, ValueError):
+    """A GPU page-table operation that cannot be done: an overlapping map, an unaligned address or size,
+    unmapping what is not mapped; also a ValueError."""
+
+
 class DeviceError(AmdqError):
     """A device could not be opened or used."""
 

@@ -834,8 +834,21 @@ def gen_vm() -> None:
              "NOALLOC": (bit("AMDGPU_PTE_NOALLOC"),) * 2, "BFS": (59, 63)},
         12: {**cf, "ADDR": addr, "MTYPE": span(c["AMDGPU_PTE_MTYPE_GFX12_MASK"]),
              "PRT": (bit("AMDGPU_PTE_PRT_GFX12"),) * 2, "PDE_PTE": (bit("AMDGPU_PDE_PTE_GFX12"),) * 2,
-             "BFS": bfs12},
+             "IS_PTE": (bit("AMDGPU_PTE_IS_PTE"),) * 2, "BFS": bfs12},
     }
+    # MTYPE values per generation, the names amdgpu's get_vm_pte uses (gmc_v9_0.c: NC WC RW CC UC; gmc_v11_0.c:
+    # NC CC UC; gmc_v12_0.c: NC UC): from the SoC enum headers where they name them, else amdgpu_vm.h's
+    # generic AMDGPU_MTYPE_NC/CC (soc21/soc24 call 0 C_RW_US, and their other MTYPE names are not PTE values)
+    mtypes = {}
+    used = {9: ("NC", "WC", "RW", "CC", "UC"), 10: ("NC", "CC", "UC"), 12: ("NC", "UC")}
+    for g, name in ((9, "soc_9.json"), (10, "soc_11.json"), (12, "soc_12.json")):
+        sd = load(name)
+        generic = {"NC": c["AMDGPU_MTYPE_NC"], "CC": c["AMDGPU_MTYPE_CC"]}
+        mt = {n: sd["constants"].get("MTYPE_" + n, generic.get(n)) for n in used[g]}
+        width = gens[g]["MTYPE"][1] - gens[g]["MTYPE"][0] + 1
+        assert all(v is not None and 0 <= v < 1 << width for v in mt.values()), (g, mt)
+        mtypes[g] = (dict(sorted(mt.items(), key=lambda kv: (kv[1], kv[0]))), sd["source"])
+    mtype_rows = "\n".join(f"    {g}: {mt!r},   # {src}" for g, (mt, src) in mtypes.items())
     vmc = {k: v for k, v in sorted(c.items()) if k.startswith(("AMDGPU_PTE_", "AMDGPU_PDE_", "AMDGPU_VM_", "AMDGPU_MTYPE_",
                                                                "AMDGPU_VA_", "AMDGPU_GFXHUB", "AMDGPU_MMHUB", "AMDGPU_MAX_VMHUBS"))}
     rows = "\n".join(f"    {g}: Bits('PTE_GFX{g}', {dict(sorted(f.items(), key=lambda kv: kv[1]))!r}, width=64)," for g, f in gens.items())
@@ -844,8 +857,10 @@ def gen_vm() -> None:
 Source: shared/facts/am.json ({d["source"].split(":")[0]}: amdgpu_vm.h constants AMDGPU_PTE_*,
 AMDGPU_PDE_*, AMDGPU_VM_*), NOTES 2.5. Generations: 9 (gfx9/CDNA: MTYPE 58:57, TF 56), 10 (gfx10/11:
 MTYPE 50:48, PRT 51, PDE_PTE 54, NOALLOC 58) and 12 (gfx12: MTYPE 55:54, PRT 56, PDE_PTE 63, BFS
-62:58). ADDR is the 4 KiB page frame (address bits 47:12). The PDE block-fragment-size field before
-gfx12 (AMDGPU_PDE_BFS(a) = a << 59) is not in the facts and comes from amdgpu_vm.h.
+62:58, IS_PTE 63: the same bit, which gfx12 wants on every leaf PTE). ADDR is the 4 KiB page frame
+(address bits 47:12). The PDE block-fragment-size field before gfx12 (AMDGPU_PDE_BFS(a) = a << 59) is not
+in the facts and comes from amdgpu_vm.h. MTYPE values: shared/facts/soc_9.json, soc_11.json, soc_12.json
+(vega10_enum.h, soc21_enum.h, soc24_enum.h), NC and gfx10/11 CC from amdgpu_vm.h (AMDGPU_MTYPE_NC/CC).
 The entry encoders over these tables are in amdq/hw/vm.py.
 {GEN}
 """
@@ -856,6 +871,11 @@ from .layout import Bits
 # One PTE/PDE word per generation (bit fields, 64-bit).
 PTE: dict[int, Bits] = {{
 {rows}
+}}
+
+# MTYPE (memory type) field values per generation, by name.
+MTYPE: dict[int, dict[str, int]] = {{
+{mtype_rows}
 }}
 
 # Address layout: 4 KiB pages, 9 bits per level, PDB2 -> PDB1 -> PDB0 -> PTB over 48 bits.

@@ -6,6 +6,16 @@ bits 47:12; a PDE with the PDE-as-PTE bit (54 on gfx9-11, 63 on gfx12) maps a 2 
 (PDB1) page. Translations are cached as contiguous runs; the driver's TLB flush
 (`invalidate`) drops them, as on hardware.
 
+FRAG (bits 11:7): a PTE with FRAG f says that the naturally aligned 2**f-page run holding it is mapped
+contiguously with the same flags, so the TLB caches the whole run from that one PTE (amdgpu_vm_pt.c's
+description of the fragment field): the walk of one page of a fragment makes the translation of every
+page of it, whatever their own PTEs now say, until an invalidate.
+
+gfx9 translate further (the form amdgpu uses on gfx9: depth 2, block size 9; amdq.hw.vm): the PDE
+pointing at the last level carries a block fragment size b (BFS), so each entry of that table covers
+2**b pages: without TF it is a PTE of a 2**b-page (2 MiB for b = 9) page, with TF (bit 56) it points at a
+further table of 2**b 4 KiB PTEs. A BFS of 0 (every PDE the KFD path writes) leaves the plain walk.
+
 A context's shape comes from its VM_CONTEXT registers when the simulated GMC drives it (sim/pci/gmc.py,
 `configure`): PAGE_TABLE_DEPTH (levels below the root: 0 is one flat table, 3 the four levels of the
 48-bit layout), PAGE_TABLE_BLOCK_SIZE (the last level indexes 9 + block_size bits), and the
@@ -27,6 +37,9 @@ from .memory import Arena
 _PTE = vm.PTE[10]                         # these bits are the same in every generation
 VALID, SYSTEM, READABLE, WRITEABLE = (_PTE[f].mask for f in ("VALID", "SYSTEM", "READABLE", "WRITEABLE"))
 ADDR_MASK = _PTE["ADDR"].mask
+FRAG = _PTE["FRAG"]
+TF = vm.PTE[9]["TF"].mask                 # gfx9 only
+BFS9 = vm.PTE[9]["BFS"]
 
 
 @dataclass
@@ -101,27 +114,43 @@ class MMU:
         """(arena, physical address of the page, page size, PTE) for `va`, or None if unmapped."""
         if self.root is None or va >> 48 or va < self.start or (self.end is not None and va > self.end):
             return None
-        table, off = self.root, va - self.start
+        table, off, bfs = self.root, va - self.start, 0
         for shift, mask in self._levels:
-            idx = (off >> shift) & mask
-            if table + 8 * idx + 8 > self.vram.size:
-                return None
-            e = self.vram.u64(table + 8 * idx)
-            if not e & VALID:
+            if shift == 12 and bfs:                  # gfx9 translate further: entries of 2**bfs pages
+                e = self._entry(table, (off >> (12 + bfs)) & (mask >> bfs))
+                if e is None:
+                    return None
+                if not e & TF:
+                    return self._page(e, 12 + bfs)
+                e = self._entry(e & ADDR_MASK, (off >> 12) & ((1 << bfs) - 1))
+                return None if e is None else self._page(e, 12)
+            e = self._entry(table, (off >> shift) & mask)
+            if e is None:
                 return None
             if shift == 12 or (e & self.pde_pte and self.block_size == 0 and shift in (21, 30)):
-                size = 1 << shift
-                arena = self.sysmem if e & SYSTEM else self.vram
-                pa = (e & ADDR_MASK) & ~(size - 1)
-                if pa + size > arena.size:
-                    return None
-                if self.start & (size - 1):          # a huge page must start on its own alignment in the context
-                    return None
-                return arena, pa, size, e
+                return self._page(e, shift)
             table = e & ADDR_MASK
             if table + 4096 > self.vram.size:
                 return None
+            bfs = BFS9.get(e) if self.gfx < 10 else 0
         return None
+
+    def _entry(self, table: int, idx: int) -> int | None:
+        """The valid entry `idx` of the table at `table`, or None."""
+        if table + 8 * idx + 8 > self.vram.size:
+            return None
+        e = self.vram.u64(table + 8 * idx)
+        return e if e & VALID else None
+
+    def _page(self, e: int, shift: int) -> tuple[Arena, int, int, int] | None:
+        size = 1 << shift
+        arena = self.sysmem if e & SYSTEM else self.vram
+        pa = (e & ADDR_MASK) & ~(size - 1)
+        if pa + size > arena.size:
+            return None
+        if self.start & (size - 1):                  # a huge page must start on its own alignment in the context
+            return None
+        return arena, pa, size, e
 
     def _run_for(self, va: int) -> Run | None:
         i = bisect.bisect_right(self._starts, va) - 1
@@ -132,6 +161,18 @@ class MMU:
             return None
         arena, pa, size, pte = hit
         start = va & ~(size - 1)
+        frag = 1 << (12 + FRAG.get(pte))
+        if frag > size and not self.start & (frag - 1):     # the PTE vouches for its whole fragment
+            fstart = va & ~(frag - 1)
+            fpa = pa - (start - fstart)
+            if fpa >= 0 and fpa + frag <= arena.size:
+                start, pa, size = fstart, fpa, frag
+        i = bisect.bisect_right(self._starts, va)
+        lo = self._runs[i - 1].end if i > 0 else 0          # never over a run already cached
+        hi = self._starts[i] if i < len(self._starts) else 1 << 64
+        if start < lo:
+            pa, size, start = pa + (lo - start), size - (lo - start), lo
+        size = min(size, hi - start)
         run = Run(start, start + size, arena, pa, bool(pte & WRITEABLE))
         # merge with a physically contiguous neighbour so large buffers become one run
         i = bisect.bisect_right(self._starts, start)
