@@ -74,6 +74,7 @@ class AM:
     """The AMContext the driver blocks get."""
 
     def __init__(self, bench: Bench):
+        self.bench = bench
         self.target = bench.target
         self.regs = Registers(bench.layout, bench.regfile)
         self.vram = VRAMView(bench)
@@ -86,6 +87,17 @@ class AM:
     @property
     def boot(self):
         return self
+
+    @property
+    def end(self) -> int:                       # the boot region (BootMemory's start/end): 64 MiB under the top
+        return self.bench.gpu.vram.size - BOOT_TOP_RESERVED
+
+    @property
+    def start(self) -> int:
+        return self.end - (64 << 20)
+
+    def block(self, name: str):
+        return None
 
     def reserve(self, name: str, size: int, align: int = 4096) -> Region:
         if name not in self._regions:

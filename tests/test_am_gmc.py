@@ -1,12 +1,12 @@
 """The AM driver's GMC block against the simulated hubs: the framebuffer read from the hardware, the system
-aperture, VM context 0 mapping pages from the boot region's page table, the TLB that keeps a changed PTE
+aperture, VM context 0 mapping pages through the multi-level tables rooted in the boot region, the TLB that keeps a changed PTE
 until the invalidate request/ack handshake, the MMHUB semaphore, faults of a wrong context setup."""
 from __future__ import annotations
 
 import pytest
 
 from amdq.am.gmc import GMC, INV_ENG
-from amdq.errors import AMTimeout, DeviceError, GPUFault
+from amdq.errors import AMTimeout, DeviceError, GPUFault, VMError
 from amdq.sim.pci.gmc import FB_BASE
 
 from am_bench import Bench
@@ -41,8 +41,9 @@ def test_vm0_maps_a_page_on_every_hub(arch):
         assert b.gmc.read("GC", va, 4, inst=inst) == b"amdq"
     # the GFXHUB's VMID 0 is the simulated GPU's own context: the engines see the same mapping
     assert b.gpu.vm(0).walk(va)[1] == off
-    # the page table lives in the boot region
-    assert drv.pt.offset >= b.gpu.vram.size - (1 << 20) - 64 * 1024 - PAGE * 2
+    # the root table lives in the boot region, the others in the page-table pool
+    assert drv.am.boot.start <= drv.root.offset < drv.am.boot.end
+    assert drv.pools.pt.owns(drv.vm.entry_offset(va))
     b.gmc.write("MM", va + 4, b"WXYZ")
     assert b.gpu.vram.read(off, 8) == b"amdqWXYZ"
 
@@ -54,9 +55,10 @@ def test_changed_pte_is_stale_until_invalidated(arch):
     va = drv.map(a, PAGE)
     assert b.gmc.read("MM", va, 4) == b"AAAA" and b.gmc.read("GC", va, 4, inst=b.target.xcc - 1) == b"AAAA"
     # the driver rewrites the PTE in memory but does not invalidate: the TLBs keep the old translation
-    old = b.gpu.vram.read(drv.pt.offset, 8)
+    slot = drv.vm.entry_offset(va)
+    old = b.gpu.vram.read(slot, 8)
     pte = int.from_bytes(old, "little") & ~((1 << 48) - 1 & ~0xFFF) | c
-    b.gpu.vram.write(drv.pt.offset + (va - drv.vm0_start) // PAGE * 8, pte.to_bytes(8, "little"))
+    b.gpu.vram.write(slot, pte.to_bytes(8, "little"))
     assert b.gmc.read("MM", va, 4) == b"AAAA"
     assert b.gmc.read("GC", va, 4, inst=b.target.xcc - 1) == b"AAAA"
     # the MMHUB handshake alone: the GFXHUB stays stale
@@ -72,7 +74,7 @@ def test_request_without_invalidate_bits_is_never_acknowledged():
     a, c = page_with(b, b"AAAA"), page_with(b, b"CCCC")
     va = drv.map(a, PAGE)
     assert b.gmc.read("GC", va, 4) == b"AAAA"
-    slot = drv.pt.offset + (va - drv.vm0_start) // PAGE * 8
+    slot = drv.vm.entry_offset(va)
     pte = int.from_bytes(b.gpu.vram.read(slot, 8), "little")
     b.gpu.vram.write(slot, (pte - a + c).to_bytes(8, "little"))
     gc = drv.am.regs.GC
@@ -90,7 +92,7 @@ def test_invalidate_range_of_the_engine():
     a, c = page_with(b, b"AAAA"), page_with(b, b"CCCC")
     va = drv.map(a, PAGE)
     assert b.gmc.read("GC", va, 4) == b"AAAA"
-    slot = drv.pt.offset + (va - drv.vm0_start) // PAGE * 8
+    slot = drv.vm.entry_offset(va)
     pte = int.from_bytes(b.gpu.vram.read(slot, 8), "little")
     b.gpu.vram.write(slot, (pte - a + c).to_bytes(8, "little"))
     gc = drv.am.regs.GC
@@ -162,7 +164,7 @@ def test_disabled_context_and_outside_range():
     # past the end of VM0 on the MMHUB: a range fault, sent to the default page as the driver asked
     assert b.gmc.read("MM", drv.vm0_end + 1, 4) == bytes(4)
     assert drv.am.regs.MMHUB.regMMVM_L2_PROTECTION_FAULT_ADDR_LO32.read() == ((drv.vm0_end + 1) >> 12) & 0xFFFFFFFF
-    with pytest.raises(DeviceError, match="outside VM context 0"):
+    with pytest.raises(VMError, match="not a non-empty range of the context's"):
         drv.map(off, PAGE, va=drv.vm0_end + 1)
 
 

@@ -35,7 +35,7 @@ from .firmware import Firmware, firmware_for, load_firmware
 from .ip import IPBlock, Region
 from .soc import MMIO, VRAMAccess, check_bus, sos_alive
 
-DRIVER_VERSION = 0x414D0001            # "AM" 0x0001: the boot protocol of this driver
+DRIVER_VERSION = 0x414D0002            # "AM" 0x0002: the boot protocol of this driver (2: VM0 multi-level)
 SESSION_CLEAN = 0x1
 BOOT_BYTES = 64 << 20                  # the reserved boot region below the discovery table
 DIR_MAGIC = b"AMDQBOOT"
@@ -47,7 +47,7 @@ DIR_HEAD = struct.Struct("<8sII")      # magic, driver version, entries
 BLOCK_MODULES = {"soc": "amdq.am.soc", "gmc": "amdq.am.gmc", "ih": "amdq.am.ih", "psp": "amdq.am.psp",
                  "smu": "amdq.am.smu", "gfx": "amdq.am.gfx", "sdma": "amdq.am.sdma"}
 FULL_ORDER = ("soc", "gmc", "ih", "psp", "smu", "gfx", "sdma")
-PARTIAL_ORDER = ("psp", "gfx", "sdma")
+PARTIAL_ORDER = ("gmc", "psp", "gfx", "sdma")
 _registered: dict[str, type] = {}
 
 

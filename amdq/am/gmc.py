@@ -9,10 +9,17 @@ mmhub_v4_1_0.c:
 2. system aperture over the framebuffer (LOW/HIGH >> 18), AGP off (BOT above TOP), the default page for
    unmapped system-aperture accesses and for protection faults (a dummy page in the boot region);
 3. L1 TLB (MX_L1_TLB_CNTL: enabled, system access mode 3, advanced driver model) and L2 (VM_L2_CNTL*);
-4. VM context 0: a flat page table (PAGE_TABLE_DEPTH 0) in the boot region covering `VM0_SIZE` bytes of
-   GPU addresses placed above the framebuffer, START/END in pages, BASE = the table's physical address |
-   VALID; faults redirected to the dummy page and reported; contexts 1-15 disabled;
+4. VM context 0, the one VM of this driver (one VMID, one page directory per device): the multi-level page
+   tables of am/vm.py (the generation's walk: 4 levels from PDB2 on gfx10-12, gfx9's translate-further
+   form), covering the process-wide GPU address window of am/va.py (START/END in pages, the walk indexes
+   va - START), BASE = the root PDE (its table in the boot region, so a partial boot finds it); faults
+   redirected to the dummy page and reported; contexts 1-15 disabled;
 5. every invalidate engine's address range to the whole space, then a TLB flush.
+
+Buffers are mapped with `vm.map` / `vm.unmap` (the runtime's memory, iface/pci.py); every change ends with
+an HDP flush (the CPU's page-table writes through the BAR reach VRAM) and a TLB flush of every hub. A
+session's end unmaps everything (and flushes), so the next process's partial boot finds an empty root and
+clean TLBs and programs nothing: VM context 0 stays as the full boot set it.
 
 TLB flush (`flush_tlb`): on engine 17 (amdgpu keeps it for the kernel/GART), the MMHUB semaphore taken
 first (its SEM reads 1), the request word (the VMID's bit, L2 PTEs/PDEs and L1 PTEs), a dummy read on the
@@ -23,9 +30,11 @@ from __future__ import annotations
 
 from ..errors import DeviceError
 from ..hw import vm
+from . import va as VA
 from .ip import AMContext, IPBlock
+from .tlsf import VRAMPools
+from .vm import VM, MapFlags
 
-VM0_SIZE = 512 << 20               # GPU addresses of VM context 0 (amdgpu's default GART is 512 MiB)
 INV_ENG = 17                       # the invalidate engine of the kernel's own flushes
 NUM_ENGINES, NUM_VMID = 18, 16
 PAGE = vm.PAGE_SIZE
@@ -39,9 +48,10 @@ class GMC(IPBlock):
         super().__init__(am)
         self.gen = vm.generation(am.target.gfx_version)
         self.fb_start = self.fb_end = self.vram_base = 0
-        self.vm0_start = self.vm0_end = 0
+        self.vm0_start, self.vm0_end = VA.VA_BASE, VA.VA_BASE + VA.VA_SIZE - 1
         self.timeout_ms = DEFAULT_TIMEOUT_MS
-        self._next = 0                                  # bump allocator of VM0 addresses
+        self.vm: VM | None = None
+        self._own_va: set[int] = set()                  # addresses map() took from the shared allocator
 
     # -- the hubs ------------------------------------------------------------------------------------
     def hubs(self) -> list[tuple[str, int, str, str]]:
@@ -55,8 +65,15 @@ class GMC(IPBlock):
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def init_sw(self) -> None:
-        self.pt = self.am.boot.reserve("gmc_vm0_page_table", VM0_SIZE // PAGE * 8)
+        self.root = self.am.boot.reserve("gmc_vm0_root", PAGE)
         self.dummy = self.am.boot.reserve("gmc_dummy_page", PAGE)
+        self.pools = VRAMPools.for_context(self.am)
+
+    def _new_vm(self) -> None:
+        """The page tables of VM context 0: an empty root at its boot-region place, tables from the pool."""
+        self.vm = VM(self.am.target.gfx_version, self.am.vram, self.pools.pt, vram_base=self.vram_base,
+                     vram_size=self.am.vram.size, flush=self._flush, start=self.vm0_start, span=VA.VA_SIZE,
+                     root=self.root.offset)
 
     def init_hw(self) -> None:
         mm = self.am.regs.MMHUB
@@ -66,15 +83,25 @@ class GMC(IPBlock):
         if self.fb_end <= self.fb_start:
             raise DeviceError(f"GMC: MMMC_VM_FB_LOCATION_BASE/TOP give an empty framebuffer "
                               f"({self.fb_start:#x}..{self.fb_end:#x}); the IFWI has not set up memory")
-        self.vm0_start = (self.fb_end + 1 + (1 << 30) - 1) & -(1 << 30)      # above the framebuffer, 1 GiB aligned
-        self.vm0_end = self.vm0_start + VM0_SIZE - 1
-        self.am.vram.write(self.pt.offset, bytes(self.pt.size))             # every PTE invalid
+        if self.fb_start <= self.vm0_end and self.vm0_start <= self.fb_end:
+            raise DeviceError(f"GMC: the framebuffer {self.fb_start:#x}..{self.fb_end:#x} overlaps the GPU address "
+                              f"window {self.vm0_start:#x}..{self.vm0_end:#x}")
         self.am.vram.write(self.dummy.offset, bytes(PAGE))
+        self._new_vm()
         for hub, inst, vmp, mcp in self.hubs():
             self._init_hub(self.am.regs.block(hub, inst), vmp, mcp)
         self.am.log(2, f"gmc: FB {self.fb_start:#x}..{self.fb_end:#x}, VM0 {self.vm0_start:#x}..{self.vm0_end:#x} "
-                       f"(page table at VRAM {self.pt.offset:#x})")
+                       f"(root table at VRAM {self.root.offset:#x})")
         self.flush_tlb(0)
+
+    def resume_hw(self) -> None:
+        """Partial boot: VM context 0 is as the full boot left it, its root empty (the last session unmapped
+        everything); only the VRAM base is read back, for the page-table entries."""
+        mm = self.am.regs.MMHUB
+        self.fb_start = self.am.fb_base
+        self.fb_end = self.fb_start + self.am.vram.size - 1
+        self.vram_base = (mm.regMMMC_VM_FB_OFFSET.read() & 0xFFFFFF) << 24
+        self._new_vm()
 
     def _init_hub(self, r, vmp: str, mcp: str) -> None:
         # system aperture over the framebuffer, AGP disabled (BOT > TOP), default page
@@ -99,17 +126,18 @@ class GMC(IPBlock):
                   RANGE_PROTECTION_FAULT_ENABLE_DEFAULT=1, PDE0_PROTECTION_FAULT_ENABLE_DEFAULT=1,
                   VALID_PROTECTION_FAULT_ENABLE_DEFAULT=1, READ_PROTECTION_FAULT_ENABLE_DEFAULT=1,
                   WRITE_PROTECTION_FAULT_ENABLE_DEFAULT=1, EXECUTE_PROTECTION_FAULT_ENABLE_DEFAULT=1)
-        # VM context 0: the flat table in the boot region
-        pd = self.vram_base + self.pt.offset
-        r[vmp + "CONTEXT0_PAGE_TABLE_START_ADDR_LO32"].write((self.vm0_start >> 12) & 0xFFFFFFFF)
-        r[vmp + "CONTEXT0_PAGE_TABLE_START_ADDR_HI32"].write(self.vm0_start >> 44)
-        r[vmp + "CONTEXT0_PAGE_TABLE_END_ADDR_LO32"].write((self.vm0_end >> 12) & 0xFFFFFFFF)
-        r[vmp + "CONTEXT0_PAGE_TABLE_END_ADDR_HI32"].write(self.vm0_end >> 44)
-        r[vmp + "CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32"].write((pd | 1) & 0xFFFFFFFF)     # PDE: address | VALID
-        r[vmp + "CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32"].write(pd >> 32)
+        # VM context 0: the multi-level tables of am/vm.py, rooted in the boot region
+        ctx = self.vm.context()
+        r[vmp + "CONTEXT0_PAGE_TABLE_START_ADDR_LO32"].write((ctx.start >> 12) & 0xFFFFFFFF)
+        r[vmp + "CONTEXT0_PAGE_TABLE_START_ADDR_HI32"].write(ctx.start >> 44)
+        r[vmp + "CONTEXT0_PAGE_TABLE_END_ADDR_LO32"].write((ctx.end >> 12) & 0xFFFFFFFF)
+        r[vmp + "CONTEXT0_PAGE_TABLE_END_ADDR_HI32"].write(ctx.end >> 44)
+        r[vmp + "CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32"].write(ctx.base & 0xFFFFFFFF)     # the root PDE
+        r[vmp + "CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32"].write(ctx.base >> 32)
         faults = {f"{k}_PROTECTION_FAULT_ENABLE_{m}": 1 for k in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ",
                                                                     "WRITE", "EXECUTE") for m in ("INTERRUPT", "DEFAULT")}
-        self._set(r[vmp + "CONTEXT0_CNTL"], ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=0, PAGE_TABLE_BLOCK_SIZE=0,
+        self._set(r[vmp + "CONTEXT0_CNTL"], ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=ctx.depth,
+                  PAGE_TABLE_BLOCK_SIZE=ctx.block_size,
                   RETRY_PERMISSION_OR_INVALID_PAGE_FAULT=0, **faults)
         for v in range(1, NUM_VMID):
             r[f"{vmp}CONTEXT{v}_CNTL"].write(0)
@@ -118,8 +146,13 @@ class GMC(IPBlock):
             r[f"{vmp}INVALIDATE_ENG{e}_ADDR_RANGE_HI32"].write(0x1F)
 
     def fini_hw(self) -> None:
-        for hub, inst, vmp, _ in self.hubs():
-            self.am.regs.block(hub, inst)[vmp + "CONTEXT0_CNTL"].write(0)
+        """Every mapping gone (and flushed): the next partial boot starts from an empty root and clean TLBs."""
+        if self.vm is not None:
+            self.vm.close()
+            self.vm = None
+        for va in self._own_va:
+            VA.shared().free(va)
+        self._own_va.clear()
 
     # -- VM context 0 --------------------------------------------------------------------------------
     def mc(self, vram_offset: int) -> int:
@@ -127,26 +160,35 @@ class GMC(IPBlock):
         return self.fb_start + vram_offset
 
     def map(self, vram_offset: int, size: int, writable: bool = True, va: int | None = None) -> int:
-        """Map `size` bytes of VRAM at `vram_offset` into VM context 0; their GPU address. The mapping is
-        visible to the GPU after the TLB flush this does."""
+        """Map `size` bytes of VRAM at `vram_offset` into VM context 0 (at `va`, else at an address of the
+        process-wide allocator); the GPU address. Visible to the GPU once this returns (HDP + TLB flushed)."""
         if vram_offset % PAGE or size <= 0:
             raise DeviceError(f"GMC map: VRAM offset {vram_offset:#x} / size {size:#x} is not page-aligned")
         size = (size + PAGE - 1) & -PAGE
-        if va is None:
-            va, self._next = self.vm0_start + self._next, self._next + size
-        if va % PAGE or not (self.vm0_start <= va and va + size - 1 <= self.vm0_end):
-            raise DeviceError(f"GMC map: {va:#x}+{size:#x} is outside VM context 0 "
-                              f"({self.vm0_start:#x}..{self.vm0_end:#x})")
-        first = (va - self.vm0_start) // PAGE
-        ptes = b"".join(vm.pte(self.gen, self.vram_base + vram_offset + i * PAGE, writeable=writable,
-                               executable=True).to_bytes(8, "little") for i in range(size // PAGE))
-        self.am.vram.write(self.pt.offset + first * 8, ptes)
-        self.flush_tlb(0)
+        own = va is None
+        if own:
+            va = VA.shared().alloc(size)
+        try:
+            self.vm.map(va, self.vm.vram_pa(vram_offset), size, MapFlags(writeable=writable, executable=True))
+        except BaseException:
+            if own:
+                VA.shared().free(va)
+            raise
+        if own:
+            self._own_va.add(va)
         return va
 
     def unmap(self, va: int, size: int) -> None:
-        first = (va - self.vm0_start) // PAGE
-        self.am.vram.write(self.pt.offset + first * 8, bytes(8 * ((size + PAGE - 1) // PAGE)))
+        self.vm.unmap(va, (size + PAGE - 1) & -PAGE)
+        if va in self._own_va:
+            self._own_va.discard(va)
+            VA.shared().free(va)
+
+    def _flush(self, va: int, size: int) -> None:
+        """After a page-table change: the HDP (the BAR writes reach VRAM), then the TLBs of every hub."""
+        soc = self.am.block("soc")
+        if soc is not None:
+            soc.hdp_flush()
         self.flush_tlb(0)
 
     # -- TLB flush -----------------------------------------------------------------------------------

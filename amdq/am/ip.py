@@ -36,6 +36,9 @@ class VRAM(Protocol):
 
 
 class BootMemory(Protocol):
+    start: int                        # the region's VRAM offsets [start, end)
+    end: int
+
     def reserve(self, name: str, size: int, align: int = 4096) -> Region:
         """A named region of the reserved boot memory (near the top of VRAM, below the discovery table). The
         same name gets the same placement on every boot of the same device, so a partial boot reuses what a
@@ -91,7 +94,7 @@ class IPBlock:
         """The block's hardware sequence (full boot)."""
 
     # Optional: `resume_hw()` is called instead of init_hw on a partial boot for the blocks of
-    # driver.PARTIAL_ORDER (psp: TMR re-init; gfx: MEC reset; sdma); without it init_hw is called.
+    # driver.PARTIAL_ORDER (gmc: the VM's software state; psp: TMR re-init; gfx: MEC reset; sdma); without it init_hw is called.
     # The SMU block has `mode1_reset()` (send the message; the driver then waits for the GPU to come back).
 
     def fini_hw(self) -> None:

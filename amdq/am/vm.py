@@ -135,8 +135,12 @@ class VM:
 
     def __init__(self, gfx: int, mem: Memory, tables: TableAllocator, *, vram_base: int = 0,
                  vram_size: int | None = None, flush: Callable[[int, int], None] | None = None, huge: bool = True,
-                 huge_1g: bool = False, max_frag: int = 9):
+                 huge_1g: bool = False, max_frag: int = 9, start: int = 0, span: int = VA_LIMIT,
+                 root: int | None = None):
         self.gen = hw.generation(gfx)
+        if start % HUGE_1G or not 0 < span <= VA_LIMIT or start + span > VA_LIMIT:
+            raise ValueError(f"VM context range {start:#x}+{span:#x}: START must be 1 GiB-aligned, the range inside 48 bits")
+        self.start, self.span = start, span            # VM_CONTEXT START/END: the walk indexes va - START
         self.translate_further = hw.TRANSLATE_FURTHER[self.gen]
         if huge_1g and self.translate_further:
             raise ValueError("1 GiB pages are not used in gfx9's translate-further page tables")
@@ -152,7 +156,12 @@ class VM:
         self._deferred: list[int] = []                 # table pages to free after the next flush
         self._templates: dict[tuple, int] = {}
         self.closed = False
-        self._reserve_count(1)
+        self.own_root = root is None                   # `root`: the root table's page is the caller's (kept)
+        if root is None:
+            self._reserve_count(1)
+        else:
+            self.mem.write(root, bytes(PAGE))
+            self._spare.append(root)
         self.root = self._new_table(PDB2, 0, None, 0)
         self._commit()
 
@@ -163,7 +172,8 @@ class VM:
 
     def context(self) -> ContextSetup:
         depth, block = hw.CONTEXT_SHAPE[self.gen]
-        return ContextSetup(hw.pde(self.gen, self.vram_pa(self.root.offset)), depth, block, 0, VA_LIMIT - 1)
+        return ContextSetup(hw.pde(self.gen, self.vram_pa(self.root.offset)), depth, block, self.start,
+                            self.start + self.span - 1)
 
     # -- entry words -------------------------------------------------------------------------------------
     def _pde_word(self, level: int, child: _Table) -> int:
@@ -340,6 +350,26 @@ class VM:
 
     def lookup(self, va: int) -> Leaf | None:
         """The entry mapping `va`, from the shadow tables (None if unmapped)."""
+        if not self.start <= va < self.start + self.span:
+            return None
+        leaf = self._lookup(va - self.start)
+        return None if leaf is None else Leaf(leaf.va + self.start, leaf.size, leaf.pa, leaf.level, leaf.entry)
+
+    def entry_offset(self, va: int) -> int | None:
+        """The VRAM offset of the entry word that maps `va` (None if unmapped): for tools and tests."""
+        if not self.start <= va < self.start + self.span:
+            return None
+        va -= self.start
+        with self._lock:
+            t = self.root
+            while True:
+                i = (va >> SHIFT[t.level]) & (N - 1)
+                c = t.children.get(i)
+                if c is None:
+                    return t.offset + 8 * i if t.entries[i] else None
+                t = c
+
+    def _lookup(self, va: int) -> Leaf | None:
         with self._lock:
             t = self.root
             while True:
@@ -363,12 +393,13 @@ class VM:
         run = None
         for _, _, leaf in leaves:
             fl = self.flags_of(leaf.entry)
-            if run and run[0] + run[2] == leaf.va and run[1] + run[2] == leaf.pa and run[3] == fl:
+            va = leaf.va + self.start
+            if run and run[0] + run[2] == va and run[1] + run[2] == leaf.pa and run[3] == fl:
                 run[2] += leaf.size
                 continue
             if run:
                 yield tuple(run)                       # type: ignore[misc]
-            run = [leaf.va, leaf.pa, leaf.size, fl]
+            run = [va, leaf.pa, leaf.size, fl]
         if run:
             yield tuple(run)                           # type: ignore[misc]
 
@@ -379,8 +410,9 @@ class VM:
         bad = [f"{n} {v:#x}" for n, v in (("VA", va), ("size", size), ("PA", pa)) if v is not None and v % PAGE]
         if bad:
             raise VMError(f"{what} {va:#x}+{size:#x}: {', '.join(bad)} not 4 KiB-aligned")
-        if size <= 0 or va < 0 or va + size > VA_LIMIT:
-            raise VMError(f"{what} {va:#x}+{size:#x}: not a non-empty range of the 48-bit GPU address space")
+        if size <= 0 or va < self.start or va + size > self.start + self.span:
+            raise VMError(f"{what} {va:#x}+{size:#x}: not a non-empty range of the context's (48-bit) GPU addresses "
+                          f"{self.start:#x}..{self.start + self.span - 1:#x}")
         if pa is not None and (pa < 0 or pa + size > VA_LIMIT):
             raise VMError(f"{what} {va:#x}+{size:#x}: physical range {pa:#x}+{size:#x} is outside 48 bits")
 
@@ -388,14 +420,15 @@ class VM:
         """Map [va, va + size) to the physical range at `pa` (see the module doc)."""
         with self._lock:
             self._check("map", va, size, pa)
+            va -= self.start
             if not flags.system and self.vram_size is not None and \
                     not self.vram_base <= pa <= pa + size <= self.vram_base + self.vram_size:
-                raise VMError(f"map {va:#x}+{size:#x}: {pa:#x}+{size:#x} is outside VRAM "
+                raise VMError(f"map {va + self.start:#x}+{size:#x}: {pa:#x}+{size:#x} is outside VRAM "
                               f"({self.vram_base:#x}+{self.vram_size:#x}); host memory needs MapFlags(system=True)")
             there = self._leaves(va, va + size)
             if there:
                 leaf = there[0][2]
-                raise VMError(f"map {va:#x}+{size:#x} overlaps the mapping of {leaf.va:#x}+{leaf.size:#x} "
+                raise VMError(f"map {va + self.start:#x}+{size:#x} overlaps the mapping of {leaf.va + self.start:#x}+{leaf.size:#x} "
                               f"(to {leaf.pa:#x}); unmap it first")
             self._apply(self._plan(va, pa, size, flags))
             return self._flushed(va, size)
@@ -404,6 +437,7 @@ class VM:
         """Unmap [va, va + size), every page of which must be mapped (see the module doc)."""
         with self._lock:
             self._check("unmap", va, size)
+            va -= self.start
             end = va + size
             leaves = self._leaves(va, end)
             pos = va
@@ -412,7 +446,7 @@ class VM:
                     break
                 pos = leaf.va + leaf.size
             if pos < end:
-                raise VMError(f"unmap {va:#x}+{size:#x}: {pos:#x} is not mapped")
+                raise VMError(f"unmap {va + self.start:#x}+{size:#x}: {pos + self.start:#x} is not mapped")
             lo, hi = min(va, leaves[0][2].fragment[0]), max(end, leaves[-1][2].fragment[1])
             every = self._leaves(lo, hi)
             keep: list[list] = []                       # what stays of the entries cut, as contiguous runs
@@ -436,13 +470,15 @@ class VM:
             if self.closed:
                 return Flush(0, 0)
             self._apply([], self._leaves(0, VA_LIMIT))
-            self._deferred.append(self.root.offset)
+            if self.own_root:
+                self._deferred.append(self.root.offset)
             self.table_count -= 1
             self.closed = True
             return self._flushed(0, VA_LIMIT)
 
     # -- TLB flushes ----------------------------------------------------------------------------------------
     def _flushed(self, va: int, size: int) -> Flush:
+        va += self.start                               # the flush names the GPU addresses, START included
         f = Flush(va, size)
         if self.flush is not None:
             self.flush(va, size)
