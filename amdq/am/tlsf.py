@@ -277,25 +277,39 @@ class VRAMPools:
     """VRAM divided for the AM driver: "heap" (buffers) from `reserved_low` up to the page tables, "pt" (page
     tables, just below the boot region) and "boot", the reserved region of driver.py's BootMemory, only
     described here: its placements are kept by name in the region's own directory so a partial boot finds
-    them, so it is not a TLSF pool. Every pool is a TLSF with a 4 KiB granule."""
+    them, so it is not a TLSF pool. Every pool is a TLSF with a 4 KiB granule.
+
+    `visible` (a small BAR0: the bytes of VRAM the CPU sees) moves the page tables to the bottom, where the
+    CPU writes them through the BAR, and splits the rest into "heap" (CPU-visible, up to `visible`) and
+    "hidden" (above it: GPU-only buffers)."""
 
     def __init__(self, vram_size: int, boot_start: int, boot_end: int, *, pt_bytes: int | None = None,
-                 reserved_low: int = 0):
+                 reserved_low: int = 0, visible: int | None = None):
         pt_bytes = default_pt_bytes(vram_size) if pt_bytes is None else pt_bytes
-        pt_start = boot_start - pt_bytes
-        if not 0 <= reserved_low < pt_start < boot_start <= boot_end <= vram_size:
+        small = visible is not None and visible < boot_start
+        pt_start = reserved_low if small else boot_start - pt_bytes
+        if not 0 <= reserved_low <= pt_start < pt_start + pt_bytes <= boot_start <= boot_end <= vram_size or \
+                (small and not pt_start + pt_bytes < visible):
             raise ValueError(f"VRAM pools: {vram_size:#x} bytes of VRAM cannot hold a heap from {reserved_low:#x}, "
-                             f"{pt_bytes:#x} bytes of page tables and the boot region {boot_start:#x}..{boot_end:#x}")
+                             f"{pt_bytes:#x} bytes of page tables and the boot region {boot_start:#x}..{boot_end:#x}"
+                             + (f" with {visible:#x} bytes CPU-visible" if small else ""))
         self.vram_size = vram_size
-        self.heap = TLSF(reserved_low, pt_start - reserved_low, name="VRAM heap")
         self.pt = TLSF(pt_start, pt_bytes, name="VRAM page tables")
+        if small:
+            self.heap = TLSF(pt_start + pt_bytes, visible - pt_start - pt_bytes, name="VRAM heap (CPU-visible)")
+            self.hidden: TLSF | None = TLSF(visible, boot_start - visible, name="VRAM heap (GPU-only)")
+        else:
+            self.heap = TLSF(reserved_low, pt_start - reserved_low, name="VRAM heap")
+            self.hidden = None
         self.boot = Described("boot", boot_start, boot_end - boot_start, "amdq.am.driver.BootMemory")
-        self.pools = {"heap": self.heap, "pt": self.pt}
+        self.pools = {"heap": self.heap, "pt": self.pt, **({"hidden": self.hidden} if self.hidden else {})}
 
     @classmethod
     def for_context(cls, am, **kw) -> "VRAMPools":
-        """The pools of a booting device: its VRAM size and boot region (am: the driver's Context)."""
-        return cls(am.vram.size, am.boot.start, am.boot.end, **kw)
+        """The pools of a booting device: its VRAM size, boot region and CPU-visible VRAM (am: the driver's
+        Context)."""
+        visible = getattr(am.vram, "visible", None)
+        return cls(am.vram.size, am.boot.start, am.boot.end, visible=visible, **kw)
 
     def pool_of(self, offset: int) -> TLSF:
         for p in self.pools.values():

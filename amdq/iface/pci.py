@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from ..errors import DeviceError
 from ..hw.regmap import BufferBackend
-from .base import Mapping
+from .base import Allocation, DMABuffer, Mapping
 from .os_seam import OSSeam
 
 SYSFS_PCI = "/sys/bus/pci/devices"
@@ -44,6 +44,10 @@ class Function(Protocol):
     def config_read(self, off: int, size: int = 4) -> int: ...
     def config_write(self, off: int, size: int, value: int) -> None: ...
     def bar(self, n: int) -> Any: ...
+    def dma_alloc(self, size: int) -> DMABuffer:
+        """Host memory pinned for the GPU (its CPU view and bus address)."""
+        ...
+    def dma_free(self, buf: DMABuffer) -> None: ...
     def close(self) -> None: ...
 
 
@@ -199,6 +203,13 @@ class SysfsFunction:
             return Mapping(0, len(m), memoryview(m))
         return memoryview(m)
 
+    def dma_alloc(self, size: int) -> DMABuffer:
+        raise DeviceError(f"{self.info.address}: host memory for the GPU needs its bus addresses: this build maps "
+                          f"none yet on real hardware (VFIO_IOMMU_MAP_DMA); use VRAM buffers, or SIMPCI")
+
+    def dma_free(self, buf: DMABuffer) -> None:
+        raise DeviceError(f"{self.info.address}: no DMA buffers on real hardware in this build")
+
     def close(self) -> None:
         if self._vdev is not None:
             self._vdev.close()
@@ -238,6 +249,8 @@ class PCI:
         self.report = self.driver.boot()
         self.props: dict = {}
         self.closed = False
+        from ..am.memory import Memory
+        self.memory = Memory(self.driver.blocks["gmc"], fn)
 
     @property
     def num_xcc(self) -> int:
@@ -265,7 +278,18 @@ class PCI:
     def _not_yet(self, *a, **k):
         raise DeviceError(NOT_YET)
 
-    alloc = free = map_memory = create_queue = destroy_queue = _not_yet
+    create_queue = destroy_queue = _not_yet
+
+    # -- memory: am/memory.py ---------------------------------------------------------------------------
+    def alloc(self, size: int, kind: str = "vram", uncached: bool = False, cpu: bool = True,
+              executable: bool = False) -> Allocation:
+        return self.memory.alloc(size, kind, uncached, cpu, executable)
+
+    def free(self, a: Allocation) -> None:
+        self.memory.free(a)
+
+    def available(self, kind: str = "vram") -> int | None:
+        return self.memory.available(kind)
 
     def wait_events(self, timeout_ms: int) -> list:
         """Sleep until the function interrupts (the VFIO eventfd) or `timeout_ms` passes: [Interrupt] when it
@@ -287,6 +311,7 @@ class PCI:
             return
         self.closed = True
         try:
+            self.memory.close()
             self.driver.fini()
         finally:
             self.fn.close()

@@ -94,6 +94,14 @@ class SimGMC(SimPart):
                 m.invalidate()
         self.sem.clear()
 
+    def load(self, state: dict) -> None:
+        """A new process: the hub registers are as the last one left them (the device keeps every register),
+        so every context walks what they say again; the TLBs start empty."""
+        for (hub, inst), ctxs in self.ctx.items():
+            for vmid, m in enumerate(ctxs):
+                self._context_changed(hub, inst, vmid)
+                m.invalidate()
+
     # -- VM contexts ---------------------------------------------------------------------------------
     def _context_changed(self, hub: str, inst: int, vmid: int) -> None:
         r = lambda x: self._r(hub, inst, f"CONTEXT{vmid}_{x}").read()
