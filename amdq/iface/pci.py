@@ -32,7 +32,8 @@ from .os_seam import OSSeam
 SYSFS_PCI = "/sys/bus/pci/devices"
 VENDOR_AMD = 0x1002
 GPU_CLASSES = (0x03, 0x12)                   # PCI base class: display controller, processing accelerator
-CMD_MEMORY, CMD_MASTER = 1 << 1, 1 << 2      # config-space command register (offset 4)
+CMD_MEMORY, CMD_MASTER = 1 << 1, 1 << 2
+GPU_CLOCK_HZ = 100_000_000                   # the reference clock of RLC_GPU_CLOCK_COUNT (amdgpu: 100 MHz)      # config-space command register (offset 4)
 NOT_YET = "not yet: queues and memory on AM (the PCI interface) come in part 2; use KFD or SIMKFD to run kernels"
 
 
@@ -247,10 +248,27 @@ class PCI:
         if arch and arch != self.arch:
             raise DeviceError(f"asked for {arch}, the GPU at {fn.name} is {self.arch}")
         self.report = self.driver.boot()
-        self.props: dict = {}
+        self.props = self._props()
         self.closed = False
         from ..am.memory import Memory
         self.memory = Memory(self.driver.blocks["gmc"], fn)
+
+    def _props(self) -> dict:
+        """KFD-topology-like properties from IP discovery's GC info (per XCC on multi-die parts)."""
+        gc, n = self.driver.discovery.gc_info or {}, self.num_xcc
+        se, wave = gc.get("gc_num_se", 0), gc.get("gc_wave_size", self.driver.target.wave_size)
+        if "gc_num_cu_per_sh" in gc:                       # GFX9: SEs x SHs x CUs per SH, 4 SIMDs a CU
+            sa, per_cu = gc.get("gc_num_sh_per_se", 1), 4
+            cus = se * sa * gc["gc_num_cu_per_sh"] * n
+        else:                                              # GFX10+: SEs x SAs x WGPs (2 CUs), 2 SIMDs a CU
+            sa, per_cu = gc.get("gc_num_sa_per_se", 1), 2
+            cus = se * sa * (gc.get("gc_num_wgp0_per_sa", 0) + gc.get("gc_num_wgp1_per_sa", 0)) * 2
+        if not cus:
+            return {"num_xcc": n, "local_mem_size": self.driver.vram.size}
+        return {"simd_count": cus * per_cu, "simd_per_cu": per_cu, "array_count": se * sa * n,
+                "simd_arrays_per_engine": sa, "wave_front_size": wave, "lds_size_in_kb": gc.get("gc_lds_size", 64),
+                "max_waves_per_simd": gc.get("gc_max_waves_per_simd"), "local_mem_size": self.driver.vram.size,
+                "num_xcc": n}
 
     @property
     def num_xcc(self) -> int:
@@ -303,7 +321,8 @@ class PCI:
         return [Interrupt(source, n)] if n else []
 
     def clock_counters(self) -> tuple[int, int, int]:
-        return 0, time.perf_counter_ns(), 100_000_000
+        """(GPU clock counter, CPU clock in ns, its frequency): the RLC's captured 100 MHz reference counter."""
+        return self.driver.blocks["gfx"].gpu_clock(), time.perf_counter_ns(), GPU_CLOCK_HZ
 
     def close(self) -> None:
         """fini: the blocks left quiet and the session marked clean; then the function released."""
