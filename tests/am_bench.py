@@ -55,9 +55,9 @@ class Bench:
     def mc_write(self, addr: int, data: bytes) -> None:
         self.parts["gmc"].write("MM", addr, data)
 
-    def interrupt(self, client_id: int, src_id: int, src_data: tuple[int, ...] = ()) -> None:
+    def interrupt(self, client_id: int, src_id: int, src_data: tuple[int, ...] = (), **fields: int) -> None:
         if "ih" in self.parts:
-            self.parts["ih"].post(client_id, src_id, src_data)
+            self.parts["ih"].post(client_id, src_id, src_data, **fields)
 
     def clock_ns(self) -> int:
         self._ns += 1000

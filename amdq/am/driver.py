@@ -7,7 +7,7 @@ session ended (fini), 0 while a session runs, SCRATCH_REG5 = the TMR size of tha
 
     uninitialised (the PSP's sOS is not running)        -> full boot
     initialised by amdgpu / another driver (sOS runs)   -> mode1 reset (SMU), full boot
-    initialised by this driver, last session clean      -> partial boot: PSP TMR re-init, GFX (MEC reset), SDMA
+    initialised by this driver, last session clean      -> partial boot: IH ring, PSP TMR re-init, GFX (MEC reset), SDMA
     initialised by this driver, session not clean       -> full boot (naming why), after a mode1 reset if the
                                                            sOS runs (a boot that failed is such a session too)
     a partial boot that fails (the MEC stays halted ...) -> mode1 reset, full boot ("the partial boot failed (...)")
@@ -47,7 +47,7 @@ DIR_HEAD = struct.Struct("<8sII")      # magic, driver version, entries
 BLOCK_MODULES = {"soc": "amdq.am.soc", "gmc": "amdq.am.gmc", "ih": "amdq.am.ih", "psp": "amdq.am.psp",
                  "smu": "amdq.am.smu", "gfx": "amdq.am.gfx", "sdma": "amdq.am.sdma"}
 FULL_ORDER = ("soc", "gmc", "ih", "psp", "smu", "gfx", "sdma")
-PARTIAL_ORDER = ("gmc", "psp", "gfx", "sdma")
+PARTIAL_ORDER = ("gmc", "ih", "psp", "gfx", "sdma")
 _registered: dict[str, type] = {}
 
 
@@ -318,10 +318,10 @@ class AMDriver:
             self.am.log(1, f"boot: {reason}; mode1 reset and full boot")
             self._run(kind, reason, reset)
 
-        def mark() -> None:
+        def mark() -> None:                 # (SCRATCH_REG7 names this driver since the session began)
             self.am.boot.commit()
-            self._scratch(5).write((self.am.tmr_size or 0) & 0xFFFFFFFF)
-            self._scratch(7).write(DRIVER_VERSION)
+            if kind == "full":              # a partial boot read SCRATCH_REG5 and kept the TMR it names
+                self._scratch(5).write((self.am.tmr_size or 0) & 0xFFFFFFFF)
         self._phase("boot", mark)
         self.booted = True
         self.report = BootReport(kind, reason, reset, time.perf_counter() - t0, dict(self.stats), self.reset_via)

@@ -7,16 +7,29 @@ read and write pointers 0, then RB_ENABLE and ENABLE_INTR. Reading (`read`): the
 write-back dword; on RB_OVERFLOW the ring is read from the entry after the write pointer (the oldest one not
 overwritten) and the flag is cleared with WPTR_OVERFLOW_CLEAR; the entries up to the write pointer are
 decoded (amdq.hw.ih) and IH_RB_RPTR moves past them.
+
+Waiting (`wait`): until the write pointer moves past the read pointer. The interface gives the block a
+`sleep(timeout_ms) -> count` that returns when the function interrupts (the VFIO eventfd on hardware, the
+simulated IH's signal on SIMPCI); between sleeps the write-back dword is looked at, so an interrupt another
+waiter took costs at most one slice. Without one the write-back dword is polled (backing off to POLL_MAX_S).
+`drain` is `read` with every entry decoded into an `amdq.am.irq.Interrupt` (client and source named, the ring
+id and payload decoded) and, for a VM fault, the hub's fault registers decoded and cleared (amdq.am.vmfault).
 """
 from __future__ import annotations
 
 import struct
+import time
+from typing import Callable
 
 from ..errors import DeviceError
 from ..hw import ih as H
+from . import irq
 from .ip import AMContext, IPBlock
+from .vmfault import VMFaults
 
 RING_BYTES = 256 << 10             # amdgpu's IH ring 0 size
+SLEEP_SLICE_MS = 100               # the longest interrupt sleep before the write-back dword is looked at again
+POLL_MIN_S, POLL_MAX_S = 20e-6, 2e-3
 
 
 class IH(IPBlock):
@@ -29,8 +42,10 @@ class IH(IPBlock):
             H.rb_size_field(ring_bytes)           # a size the hardware can take, or an error now
         except ValueError as e:
             raise DeviceError(f"IH ring: {e}") from None
-        self.rptr = 0
+        self.rptr: int | None = None                     # None until init_hw (then read from IH_RB_RPTR)
         self.overflows = 0
+        self.sleep: Callable[[int], int] | None = None   # the interface's interrupt wait (see the module doc)
+        self._faults: VMFaults | None = None
 
     @property
     def _o(self):
@@ -56,6 +71,15 @@ class IH(IPBlock):
         o.regIH_RB_CNTL.update(WPTR_OVERFLOW_CLEAR=0, RB_ENABLE=1, ENABLE_INTR=1)
         self.am.log(2, f"ih: ring of {self.ring_bytes} bytes at {self.ring.mc:#x}, write-back at {self.wb.mc:#x}")
 
+    def resume_hw(self) -> None:
+        """A partial boot: the ring is programmed where the full boot put it (base, size, write-back survive) and
+        fini_hw only disabled it. What the last session left is acknowledged unread (the read pointer to the
+        write pointer of the write-back word), then the ring and its interrupt are on again."""
+        wptr, _ = self.wptr()
+        self._o.regIH_RB_RPTR.write(OFFSET=wptr >> 2)
+        self.rptr = wptr
+        self._o.regIH_RB_CNTL.update(RB_ENABLE=1, ENABLE_INTR=1)
+
     def fini_hw(self) -> None:
         self._o.regIH_RB_CNTL.update(RB_ENABLE=0, ENABLE_INTR=0)
 
@@ -65,8 +89,48 @@ class IH(IPBlock):
         f = self._o.regIH_RB_WPTR.decode(v)
         return (f["OFFSET"] << 2) % self.ring_bytes, bool(f["RB_OVERFLOW"])
 
+    def _rptr(self) -> int:
+        if self.rptr is None:                           # a partial boot left the ring as the last session had it
+            self.rptr = (self._o.regIH_RB_RPTR.read_fields()["OFFSET"] << 2) % self.ring_bytes
+        return self.rptr
+
+    def pending(self) -> bool:
+        """Whether entries wait between the read and the write pointer (or the ring overflowed)."""
+        wptr, overflow = self.wptr()
+        return overflow or wptr != self._rptr()
+
+    def wait(self, timeout_ms: float) -> bool:
+        """Sleep until an entry is pending or `timeout_ms` passes; whether one is."""
+        end = time.monotonic() + max(0.0, timeout_ms) / 1000
+        delay = POLL_MIN_S
+        while True:
+            if self.pending():
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if self.sleep is not None:
+                self.sleep(max(1, min(SLEEP_SLICE_MS, int(left * 1000 + 0.999))))
+            else:
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, POLL_MAX_S)
+
+    def drain(self) -> list[irq.Interrupt]:
+        """Every entry posted since the last read, decoded (VM faults with the hub's registers, which are then
+        cleared); IH_RB_RPTR acknowledges them."""
+        if self._faults is None:
+            self._faults = VMFaults(self.am.regs, self.am.target)
+        out = []
+        for e in self.read():
+            rec = irq.decode(e, self.am.target, self._faults.num_xcc)
+            if rec.kind == "vm_fault":
+                rec = rec.with_fault(self._faults.decode(e))
+            out.append(rec)
+        return out
+
     def read(self) -> list[H.IVEntry]:
         """The interrupt vectors posted since the last read, oldest first; the read pointer moves past them."""
+        self._rptr()
         wptr, overflow = self.wptr()
         if overflow:
             self.overflows += 1

@@ -94,7 +94,8 @@ class IPBlock:
         """The block's hardware sequence (full boot)."""
 
     # Optional: `resume_hw()` is called instead of init_hw on a partial boot for the blocks of
-    # driver.PARTIAL_ORDER (gmc: the VM's software state; psp: TMR re-init; gfx: MEC reset; sdma); without it init_hw is called.
+    # driver.PARTIAL_ORDER (gmc: the VM's software state; ih: the ring again; psp: TMR re-init; gfx: MEC reset;
+    # sdma); without it init_hw is called.
     # The SMU block has `mode1_reset()` (send the message; the driver then waits for the GPU to come back).
 
     def fini_hw(self) -> None:

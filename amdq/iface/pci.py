@@ -248,6 +248,9 @@ class PCI:
         if arch and arch != self.arch:
             raise DeviceError(f"asked for {arch}, the GPU at {fn.name} is {self.arch}")
         self.report = self.driver.boot()
+        ih = self.driver.blocks.get("ih")
+        if ih is not None and getattr(fn, "irq", None) and hasattr(fn, "wait_interrupt"):
+            ih.sleep = fn.wait_interrupt                # IH.wait sleeps on the function's interrupt
         self.props = self._props()
         self.closed = False
         from ..am.memory import Memory

@@ -236,13 +236,24 @@ class SimPCIDevice:
                            f"{self.fb_base:#x}..{self.fb_base + self.vram_size:#x}", address=addr)
         return off
 
-    def interrupt(self, client_id: int, src_id: int, src_data: tuple[int, ...] = ()) -> None:
+    def interrupt(self, client_id: int, src_id: int, src_data: tuple[int, ...] = (), **fields: int) -> None:
+        """An interrupt vector to the IH (fields: ring_id, vmid, vmid_src, pasid, node_id; see sim/pci/ih.py)."""
         ih = self.parts.get("ih")
         post = getattr(ih, "post", None)
         if post is None:
             self.lost_interrupts.append((client_id, src_id, tuple(src_data)))
         else:
-            post(client_id, src_id, tuple(src_data))
+            post(client_id, src_id, tuple(src_data), **fields)
+
+    irq = "msi"                                 # the function's interrupt, as the PCI interface names it
+
+    def wait_interrupt(self, timeout_ms: float | None) -> int:
+        """Sleep until the IH signals the host (its MSI) or the timeout; the signals counted (0: timed out)."""
+        wait = getattr(self.parts.get("ih"), "wait", None)
+        if wait is None:
+            time.sleep(max(0, timeout_ms or 0) / 1000)
+            return 0
+        return wait(timeout_ms)
 
     def clock_ns(self) -> int:
         return time.perf_counter_ns() - self.t0

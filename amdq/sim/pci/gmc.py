@@ -16,9 +16,11 @@ L2/L1 TLBs): a changed PTE is not seen until an invalidate request on an engine 
 to the engine's ADDR_RANGE; the engine then sets the VMID's bit in its ACK register (cleared by the next
 request). Each engine's SEM reads 1 to the one who takes it and 0 until it is written 0.
 
-A fault is recorded as the hub records it (VM_L2_PROTECTION_FAULT_STATUS: VMID, RW, MORE_FAULTS;
-FAULT_ADDR_LO32/HI32 in pages), posts an interrupt when the context's CNTL enables it for that kind
-(client VMC for MMHUB, the GFX/UTCL2 client for GFXHUB, source 0, src_data the page address) and, when
+A fault is recorded as the hub records it (VM_L2_PROTECTION_FAULT_STATUS: VMID, RW, CID (the UTCL2 client of
+the access, amdq.hw.vmfault), MORE_FAULTS; FAULT_ADDR_LO32/HI32 in pages), posts an interrupt when the context's
+CNTL enables it for that kind (client VMC for MMHUB, the GFX/UTCL2 client for GFXHUB, source 0, the VMID, VMID_TYPE
+1 for the MMHUB, the node of the hub's XCC, src_data the page address with the access's READ/WRITE bits, the ring
+id's protection bits: amdq.hw.ih_ids) and, when
 CNTL's ..._ENABLE_DEFAULT for the kind is set, the access goes to the default page
 (PROTECTION_FAULT_DEFAULT_ADDR); otherwise the access is a GPUFault naming the address. Translation needs
 the L1 TLB (MC_VM_MX_L1_TLB_CNTL.ENABLE_L1_TLB) and the L2 (VM_L2_CNTL.ENABLE_L2_CACHE) on.
@@ -32,7 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import GPUFault
-from ...hw import am as A
+from ...hw import ih_ids as I
+from ...hw import vmfault as VF
 from ...sim.mmu import MMU
 from .part import SimPart
 
@@ -48,10 +51,12 @@ ADDR_47_12 = ((1 << 48) - 1) & ~(PAGE - 1)
 
 @dataclass
 class Access:
+    """One access through a hub: which hub instance, VMID, direction and UTCL2 client id (CID)."""
     hub: str
     inst: int
     vmid: int
     write: bool
+    cid: int = 0
 
 
 class SimGMC(SimPart):
@@ -68,9 +73,9 @@ class SimGMC(SimPart):
                 self.ctx[(hub, inst)] = [gpu.vm(v) if (hub, inst) == ("GC", 0) else
                                          MMU(self.vram, self.sysmem, self.gfx, vmid=v) for v in range(NUM_VMID)]
         self.sem: dict[tuple[str, int, int], bool] = {}
-        soc21 = self.gfx >= 11
-        self.fault_client = {"MM": A.SOC21_IH_CLIENTID_VMC if soc21 else A.SOC15_IH_CLIENTID_VMC,
-                             "GC": A.SOC21_IH_CLIENTID_GFX if soc21 else A.SOC15_IH_CLIENTID_UTCL2}
+        fam = I.family(self.gfx)
+        self.fault_iv = {"MM": fam.mmhub_fault, "GC": fam.gfxhub_fault}
+        self.ip = {"GC": dev.target.ip["GC"], "MM": dev.target.ip["MMHUB"]}
 
     # -- registers of a hub --------------------------------------------------------------------------
     def _regs(self, hub: str, inst: int):
@@ -155,15 +160,24 @@ class SimGMC(SimPart):
         return [name] if "reg" + HUBS[hub][1] + name in regs else [name + "_LO32"]
 
     # -- memory-controller accesses ------------------------------------------------------------------
-    def read(self, hub: str, addr: int, n: int, vmid: int = 0, inst: int = 0) -> bytes:
+    def cid(self, hub: str, client: str | int | None, write: bool) -> int:
+        """The CID of a UTCL2 client given by name (amdq.hw.vmfault's tables) or number; None: 0."""
+        if client is None or isinstance(client, int):
+            return client or 0
+        return VF.client_id("GC" if hub == "GC" else "MMHUB", self.ip[hub], client, write)
+
+    def read(self, hub: str, addr: int, n: int, vmid: int = 0, inst: int = 0, client: str | int | None = None) -> bytes:
+        """`n` bytes at memory-controller address `addr` through `hub`, by UTCL2 `client` (a name or CID)."""
         out = bytearray()
-        for arena, pa, k in self._spans(Access(hub, inst, vmid, False), addr, n):
+        for arena, pa, k in self._spans(Access(hub, inst, vmid, False, self.cid(hub, client, False)), addr, n):
             out += arena.read(pa, k)
         return bytes(out)
 
-    def write(self, hub: str, addr: int, data: bytes, vmid: int = 0, inst: int = 0) -> None:
+    def write(self, hub: str, addr: int, data: bytes, vmid: int = 0, inst: int = 0,
+              client: str | int | None = None) -> None:
+        """Write `data` at `addr` through `hub`, by UTCL2 `client` (a name or CID)."""
         pos = 0
-        for arena, pa, k in self._spans(Access(hub, inst, vmid, True), addr, len(data)):
+        for arena, pa, k in self._spans(Access(hub, inst, vmid, True, self.cid(hub, client, True)), addr, len(data)):
             arena.write(pa, bytes(data[pos:pos + k]))
             pos += k
 
@@ -205,23 +219,8 @@ class SimGMC(SimPart):
         return self._fault(acc, addr, cntl, "RANGE", "outside every aperture and VM context range")
 
     def _fault(self, acc: Access, addr: int, cntl: dict, kind: str, why: str):
+        self.record_fault(acc, addr, kind, cntl)
         hub, inst = acc.hub, acc.inst
-        st = self._r(hub, inst, self._status_regs(hub, inst)[0])
-        old = st.read()
-        fields = {"VMID": acc.vmid, "RW": int(acc.write), "MORE_FAULTS": int(old != 0)}
-        if kind == "WRITE":
-            fields["PERMISSION_FAULTS"] = 0x4
-        else:
-            fields["MAPPING_ERROR"] = 1
-        if old == 0 or self._r(hub, inst, "L2_PROTECTION_FAULT_CNTL").read_fields().get(
-                "ALLOW_SUBSEQUENT_PROTECTION_FAULT_STATUS_ADDR_UPDATES"):
-            st.write(**fields)
-            self._r(hub, inst, "L2_PROTECTION_FAULT_ADDR_LO32").write((addr >> 12) & 0xFFFFFFFF)
-            self._r(hub, inst, "L2_PROTECTION_FAULT_ADDR_HI32").write((addr >> 44) & 0xF)
-        else:
-            st.update(MORE_FAULTS=1)
-        if cntl.get(f"{kind}_PROTECTION_FAULT_ENABLE_INTERRUPT"):
-            self.dev.interrupt(self.fault_client[hub], 0, ((addr >> 12) & 0xFFFFFFFF, (addr >> 44) & 0xF, 0, 0))
         if cntl.get(f"{kind}_PROTECTION_FAULT_ENABLE_DEFAULT"):
             page = (self._r(hub, inst, "L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32").read() << 32
                     | self._r(hub, inst, "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32").read()) << 12
@@ -230,6 +229,34 @@ class SimGMC(SimPart):
         raise GPUFault(f"GPU page fault: {'write' if acc.write else 'read'} at {addr:#x} on "
                        f"{HUBS[hub][0]}{f'[{inst}]' if hub == 'GC' and len(self._gc()) > 1 else ''} VMID {acc.vmid} "
                        f"({why})", address=addr, write=acc.write, client=HUBS[hub][0], vmid=acc.vmid)
+
+    def record_fault(self, acc: Access, addr: int, kind: str = "VALID", cntl: dict | None = None) -> None:
+        """Record a fault of `acc` at `addr` as the hub does (status and address registers) and post its interrupt
+        when the VM context's CNTL enables interrupts for `kind` (VALID, WRITE, RANGE, ...). Also the path of the
+        faults the engines meet in their own translation (sim/pci/ih.py)."""
+        hub, inst = acc.hub, acc.inst
+        if cntl is None:
+            cntl = self._enabled(hub, inst, acc.vmid)
+        st = self._r(hub, inst, self._status_regs(hub, inst)[0])
+        old = st.read()
+        fields = {"VMID": acc.vmid, "RW": int(acc.write), "CID": acc.cid, "MORE_FAULTS": int(old != 0)}
+        if kind == "WRITE":
+            fields["PERMISSION_FAULTS"] = 1 << VF.PERMISSION_BITS.index("WRITE")
+        else:
+            fields["MAPPING_ERROR"] = 1
+        if old == 0 or self._r(hub, inst, "L2_PROTECTION_FAULT_CNTL").read_fields().get(
+                "ALLOW_SUBSEQUENT_PROTECTION_FAULT_STATUS_ADDR_UPDATES"):
+            st.write(**{k: v for k, v in fields.items() if k in st.fields})
+            self._r(hub, inst, "L2_PROTECTION_FAULT_ADDR_LO32").write((addr >> 12) & 0xFFFFFFFF)
+            self._r(hub, inst, "L2_PROTECTION_FAULT_ADDR_HI32").write((addr >> 44) & 0xF)
+        else:
+            st.update(MORE_FAULTS=1)
+        if cntl.get(f"{kind}_PROTECTION_FAULT_ENABLE_INTERRUPT"):
+            client, src = self.fault_iv[hub]
+            prot = I.FAULT_RING.encode(PROT_WRITE=1) if kind == "WRITE" else I.FAULT_RING.encode(PROT_VALID=1)
+            node = (I.XCD_NODES[inst] if hub == "GC" else I.AID_NODES[inst]) if self.gfx == 9 else 0
+            self.dev.interrupt(client, src, I.fault_payload(addr, acc.write) + (0, 0), ring_id=prot, vmid=acc.vmid,
+                               vmid_src=I.VMID_TYPE_MMHUB if hub == "MM" else 0, node_id=node)
 
     def _gc(self) -> list:
         return [k for k in self.ctx if k[0] == "GC"]
