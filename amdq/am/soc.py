@@ -6,14 +6,15 @@ PCIE index/data pair, byte address in the index; VRAM through MM_INDEX/MM_INDEX_
 MM_INDEX selecting memory, when the CPU cannot see it through BAR0), `amdgpu_discovery.c` (MM_INDEX 0x0,
 MM_DATA 0x1, MM_INDEX_HI 0x6), `nbio_v4_3.c` / `nbio_v7_9.c` (PCIE_INDEX2/DATA2, doorbell aperture enable,
 HDP flush request/done per client), `soc21.c` / `soc24.c` / `soc15.c` (common init: doorbell aperture,
-HDP flush).
+HDP flush), `nbio_v4_3.c` / `nbif_v6_3_1.c` / `nbio_v7_9.c` `sdma_doorbell_range` (amdq.hw.sdma_regs).
 """
 from __future__ import annotations
 
 import struct
 from typing import Any
 
-from ..errors import AMBootError, RegisterError
+from ..errors import AMBootError, DeviceError, RegisterError
+from ..hw import sdma_regs
 from ..hw.regmap import Backend, Registers
 from .ip import IPBlock
 
@@ -135,6 +136,22 @@ class SOC(IPBlock):
 
     def fini_hw(self) -> None:
         self.hdp_flush()
+
+    def sdma_doorbell_range(self, engine: int, first: int, size: int) -> None:
+        """Route the doorbells first .. first+size-1 (dword indices) to SDMA engine `engine`: its NBIO entry
+        (amdq.hw.sdma_regs.DOORBELL_ROUTING) enabled with that range, the other fields as amdgpu sets them."""
+        nb = self.am.regs.NBIO
+        rt = sdma_regs.routing(nb.version)
+        if rt is None:
+            raise DeviceError(f"NBIO {'.'.join(map(str, nb.version))}: no SDMA doorbell-range facts for this version")
+        route = rt.route(engine)
+        fields: dict[str, dict[str, int]] = {r: dict(route.fixed.get(r, {})) for r in route.registers()}
+        fields[route.offset[0]][route.offset[1]] = first
+        for reg, fld in route.size:
+            fields[reg][fld] = size
+        fields[route.enable[0]][route.enable[1]] = 1
+        for reg, values in fields.items():
+            nb[reg].update(**values)
 
 
 def check_bus(value: int, what: str) -> None:

@@ -40,6 +40,11 @@ XCC_BLOCKS = ("GC",)
 # The simulated GPU's choice, not a hardware fact: XCC k's GC segments sit at the family base + k * stride
 # (dwords). Real boards report their own bases in the IP discovery table, which is what the driver uses.
 SIM_XCC_STRIDE = 0x40000
+# The simulated GPU's choice, not a hardware fact: segments an IP version's registers use that its generation's
+# base table leaves empty (vega20_ip_offset.h gives NBIO segments 0-3; NBIO 7.9's headers put the S2A doorbell
+# entries in segment 5 and DOORBELL0_CTRL_ENTRY_* in segment 8). Above every other register of the layout, past
+# BAR5 (reached through PCIE_INDEX2/DATA2). Real boards report their own bases in IP discovery.
+SIM_SEGMENTS: dict[tuple[str, int, int], dict[int, int]] = {("NBIO", 7, 9): {5: 0x2400000, 8: 0x2500000}}
 
 
 class Backend(Protocol):
@@ -177,7 +182,7 @@ class Layout:
 def target_blocks(target: Any) -> list[IPBlock]:
     """The IP blocks of a target (amdq.hw.targets.Target) as the simulated GPU lays them out: versions from
     `Target.ip`, segment bases from the generation's base table (`regs.bases`), SDMA as the SDMA0/SDMA1 of
-    that table, GC replicated per XCC at SIM_XCC_STRIDE."""
+    that table, GC replicated per XCC at SIM_XCC_STRIDE, the segments of SIM_SEGMENTS added."""
     table = R.bases(target.gen.bases)
     out = []
     for ip, ver in target.ip.items():
@@ -186,6 +191,10 @@ def target_blocks(target: Any) -> list[IPBlock]:
             if n not in table:
                 raise RegisterError(f"{target.arch}: base table {target.gen.bases!r} has no {n}")
             insts = [tuple(s) for s in table[n]]
+            extra = SIM_SEGMENTS.get((n, *ver[:2]))
+            if extra:
+                insts = [tuple(extra.get(i, b) for i, b in enumerate(s + (0,) * (max(extra) + 1 - len(s))))
+                         for s in insts]
             if n in XCC_BLOCKS and target.xcc > 1:
                 insts = [tuple(b + k * SIM_XCC_STRIDE if b else 0 for b in insts[0]) for k in range(target.xcc)]
             out.append(IPBlock(n, tuple(ver), tuple(insts)))

@@ -118,7 +118,8 @@ class SDMAQueue(QueueEngine):
     def _retire(self, dwords: int) -> None:
         self.retired += 1
         self.rptr += dwords * 4
-        self._write(self.rptr_va, np.array([self.rptr], np.uint64).view(np.uint8))
+        if self.rptr_va is not None:                 # None: no read-pointer write-back (RPTR_WRITEBACK_ENABLE=0)
+            self._write(self.rptr_va, np.array([self.rptr], np.uint64).view(np.uint8))
 
     def _where(self) -> str:
         where, off = self._cur

@@ -8,10 +8,14 @@ indirect PCIE_INDEX2/DATA2 pair and the HDP flush request/done handshake):
 - BIF_BX0_PCIE_INDEX2 / PCIE_DATA2: a register beyond the register BAR, by byte address.
 - BIF_BX_PF0_GPU_HDP_FLUSH_REQ: a request bit per client; the HDP completes the flush at once (this
   VRAM has no write-combining cache in front of it) and reports it in GPU_HDP_FLUSH_DONE.
+- SDMA doorbell routing (`nbio_v4_3.c` / `nbif_v6_3_1.c` / `nbio_v7_9.c` `sdma_doorbell_range`, the entries of
+  amdq.hw.sdma_regs): a doorbell reaches an SDMA engine only when the engine's entry is enabled and its range
+  (first doorbell, length; dword indices) holds it. Other doorbells are not checked here.
 """
 from __future__ import annotations
 
 from ...errors import RegisterError
+from ...hw import sdma_regs
 from .part import SimPart
 
 # Absolute dword addresses decoded by the bus interface itself (amdgpu_device.c / amdgpu_discovery.c).
@@ -73,3 +77,17 @@ class SimNBIO(SimPart):
         self.flushes += 1
         done = self.dev.raw.NBIO.regBIF_BX_PF0_GPU_HDP_FLUSH_DONE
         done.write(done.read() | value)
+
+    # -- SDMA doorbell routing ----------------------------------------------------------------------------
+    def routes_sdma(self, engine: int, index: int) -> bool:
+        """The bus interface passes a doorbell write at dword `index` to SDMA engine `engine`."""
+        nb = self.dev.raw.NBIO
+        rt = sdma_regs.routing(nb.version)
+        if rt is None:
+            return False
+        route = rt.route(engine)
+        if not nb[route.enable[0]].read_fields()[route.enable[1]]:
+            return False
+        first = nb[route.offset[0]].read_fields()[route.offset[1]]
+        size = nb[route.size[0][0]].read_fields()[route.size[0][1]]
+        return first <= index < first + size
