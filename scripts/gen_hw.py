@@ -1073,9 +1073,21 @@ def extra_note(facts: str) -> str:
 # {field: (lo, hi)})}}. gc_11_0_0_offset.h, gc_12_0_0_offset.h and gc_9_4_3_offset.h define the eight CP
 # scratch registers regSCRATCH_REG0..7 at consecutive offsets 0x2040..0x2047 (base index 1); the facts keep
 # only 6 and 7 (0x2046, 0x2047). The boot state of the AM driver uses 5..7.
+#
+# The MEC's queue-wide doorbell and write-pointer-poll controls, written by the KIQ recipe that binds a queue
+# directly (gfx_v11_0.c / gfx_v12_0.c kiq_init_register, gfx_v9_4_3.c xcc_kiq_init_register: CP_PQ_WPTR_POLL_CNTL.EN
+# cleared, CP_PQ_STATUS.DOORBELL_ENABLE set). Offsets (base index 0) read from gc_11_0_0_offset.h and
+# gc_12_0_0_offset.h (regCP_PQ_WPTR_POLL_CNTL 0x1e23, regCP_PQ_STATUS 0x1e58) and gc_9_4_3_offset.h (0x1083,
+# 0x10b8). Fields as the gc sh_mask headers name them: CP_PQ_WPTR_POLL_CNTL PERIOD 7:0, EN 31;
+# CP_PQ_STATUS DOORBELL_UPDATED 0, DOORBELL_ENABLE 1 (the bits were not re-read from the sh_mask headers
+# for this table: check them when the facts subset gains these registers).
+_CP_PQ = {"regs_gc_11_0_0.json": (0x1e23, 0x1e58), "regs_gc_12_0_0.json": (0x1e23, 0x1e58),
+          "regs_gc_9_4_3.json": (0x1083, 0x10b8)}
 REGS_EXTRA: dict[str, dict[str, tuple[int, int, dict[str, tuple[int, int]]]]] = {
-    f: {"regSCRATCH_REG5": (0x2045, 1, {"scratch_reg5": (0, 31)})}
-    for f in ("regs_gc_11_0_0.json", "regs_gc_12_0_0.json", "regs_gc_9_4_3.json")
+    f: {"regSCRATCH_REG5": (0x2045, 1, {"scratch_reg5": (0, 31)}),
+        "regCP_PQ_WPTR_POLL_CNTL": (poll, 0, {"period": (0, 7), "en": (31, 31)}),
+        "regCP_PQ_STATUS": (status, 0, {"doorbell_updated": (0, 0), "doorbell_enable": (1, 1)})}
+    for f, (poll, status) in _CP_PQ.items()
 }
 
 

@@ -103,12 +103,13 @@ class AQLQueue(PM4Executor):
     """One AQL hardware queue; `args` are the fields of kfd_ioctl_create_queue_args."""
 
     def __init__(self, gpu, vmid: int, args: dict, xcc: int = 0, logical: int = 0, chunk: int = XCC.PM4_TG_CHUNK_SIZE,
-                 link: XCCLink | None = None):
+                 link: XCCLink | None = None, master: bool | None = None):
         super().__init__(gpu, vmid, f"AQL queue @ {args['ring_base_address']:#x}" + (f" (XCC {xcc})" if link else ""))
         # this XCC's MQD: its index in the partition, compute_current_logic_xcc_id, compute_tg_chunk_size
         self.xcc, self.logical, self.chunk, self.link = xcc, logical, chunk, link
         self.n_xcc = link.n if link is not None else 1
-        self.master = xcc == XCC.MASTER_XCC             # CP_HQD_PQ_CONTROL.NO_UPDATE_RPTR clear: it owns the read pointer
+        # CP_HQD_PQ_CONTROL.NO_UPDATE_RPTR clear: it owns the read pointer (`master` given: read from that register)
+        self.master = xcc == XCC.MASTER_XCC if master is None else master
         self.ring_va, self.slots = args["ring_base_address"], args["ring_size"] // SLOT
         self.rptr_va, self.wptr_va = args["read_pointer_address"], args["write_pointer_address"]
         self.queue_va: int | None = None
@@ -441,13 +442,22 @@ class MultiXCCQueue:
         self.name = f"AQL queue @ {args['ring_base_address']:#x} on {n} XCCs"
         self._queue_id: int | None = None
 
+    @classmethod
+    def joined(cls, gpu, vmid: int, n: int, name: str) -> "MultiXCCQueue":
+        """A queue whose XCCs join one by one, as the driver activates each XCC's HQD (amdq.sim.pci.mec): the
+        packet processors are appended to `xccs`; every one of the partition's `n` XCCs must have finished its
+        part of a packet for the packet to complete."""
+        q = cls.__new__(cls)
+        q.gpu, q.vmid, q.link, q.xccs, q.name, q._queue_id = gpu, vmid, XCCLink(n), [], name, None
+        return q
+
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
         for e in self.xccs:                   # the doorbell write reaches every XCC's packet processor
             e.doorbell(value)
 
     def step(self, budget: int) -> int:
-        if self.stopped:
+        if self.stopped or not self.xccs:
             return 0
         share, work = max(1, budget // len(self.xccs)), 0
         for e in self.xccs:
@@ -471,6 +481,10 @@ class MultiXCCQueue:
     def stopped(self) -> bool:
         return any(e.stopped for e in self.xccs)
 
+    def _master(self) -> "AQLQueue | None":
+        """The packet processor that owns the read pointer (the first XCC's if none claims it)."""
+        return next((e for e in self.xccs if e.master), self.xccs[0] if self.xccs else None)
+
     @property
     def queue_id(self) -> int | None:
         return self._queue_id
@@ -484,7 +498,8 @@ class MultiXCCQueue:
     @property
     def retired(self) -> int:
         """Packets released (the master XCC's count: it releases them)."""
-        return self.xccs[XCC.MASTER_XCC].retired
+        m = self._master()
+        return m.retired if m is not None else 0
 
     @property
     def progress(self) -> int:
@@ -514,7 +529,8 @@ class MultiXCCQueue:
 
     @property
     def hang_at(self) -> int | None:
-        return self.xccs[XCC.MASTER_XCC].hang_at
+        m = self._master()
+        return m.hang_at if m is not None else None
 
     @hang_at.setter
     def hang_at(self, v: int | None) -> None:
@@ -532,7 +548,9 @@ class MultiXCCQueue:
 
     def stop(self, record, **where) -> None:
         """Stop the queue on an exception not tied to one XCC (a simulator error): the master XCC records it."""
-        self.xccs[XCC.MASTER_XCC].stop(record, **where)
+        m = self._master()
+        if m is not None:
+            m.stop(record, **where)
 
     def kill(self) -> None:
         """The queue is destroyed: its MQD is unloaded from every XCC, their waves are killed."""

@@ -48,6 +48,7 @@ class SimGPU:
         self.vms: dict[int, MMU] = {}
         self.cores: dict[int, object] = {}
         self.engines: dict[int, Engine] = {}          # doorbell index -> engine
+        self.gates: dict[int, Callable[[], bool]] = {}   # doorbell index -> does the engine see it now
         self.irq_handlers: list[Callable[[str, int, int, dict], None]] = []
         self.mode = mode or os.environ.get("AMDQ_SIM_MODE", "async")
         self.defer = False                            # doorbells only record (to time host work alone)
@@ -97,15 +98,22 @@ class SimGPU:
         finally:
             self._want -= 1
 
-    def attach(self, doorbell: int, engine: Engine) -> None:
+    def attach(self, doorbell: int, engine: Engine, gate: Callable[[], bool] | None = None) -> None:
+        """Put `engine` behind a doorbell; `gate` (when given) says whether a doorbell write reaches it now (the
+        doorbell decode of its hardware: enabled, inside the engine's doorbell range)."""
         with self.host_access():
             self.engines[doorbell] = engine
+            if gate is None:
+                self.gates.pop(doorbell, None)
+            else:
+                self.gates[doorbell] = gate
             self.inject.attached(engine)
 
     def detach(self, doorbell: int) -> None:
         """Destroy the queue behind a doorbell: its running waves are killed."""
         with self.host_access():
             eng = self.engines.pop(doorbell, None)
+            self.gates.pop(doorbell, None)
             if eng is not None and hasattr(eng, "kill"):
                 eng.kill()
 
@@ -117,8 +125,9 @@ class SimGPU:
     def ring(self, doorbell: int, value: int) -> None:
         """A doorbell write from the host."""
         eng = self.engines.get(doorbell)
-        if eng is None:
-            return                                    # hardware ignores a doorbell nobody owns
+        gate = self.gates.get(doorbell)
+        if eng is None or (gate is not None and not gate()):
+            return                                    # hardware ignores a doorbell nobody owns (or sees)
         eng.doorbell(value)
         if self.defer:
             return
@@ -203,6 +212,7 @@ class SimGPU:
                 if hasattr(eng, "kill"):
                     eng.kill()
             self.engines.clear()
+            self.gates.clear()
 
     # -- interrupts ---------------------------------------------------------------------------
     def interrupt(self, source: str, ctxid: int, vmid: int = 0, **info) -> None:

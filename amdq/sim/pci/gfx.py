@@ -1,5 +1,5 @@
-"""The simulated GFX block of a simulated PCI function, as far as the boot reaches it: the RLC and IMU
-autoload status, RLC start (GFX9), MEC halt/reset, and the CP scratch registers.
+"""The simulated GFX block of a simulated PCI function: the RLC and IMU autoload status, RLC start (GFX9),
+MEC halt/reset, the CP scratch registers, and the MEC's compute queues (HQDs, sim/pci/mec.py).
 
 Hardware behaviour modelled (sources: Linux amdgpu `gfx_v11_0.c` / `gfx_v12_0.c` (RLC_RLCS_BOOTLOAD_STATUS
 polled after the PSP autoload, CP_MEC_RS64_CNTL halt/pipe reset), `imu_v11_0.c`, `gfx_v9_4_3.c` (RLC_CNTL
@@ -9,11 +9,14 @@ RLC_ENABLE_F32, CP_MEC_CNTL halt), `psp_gfx_if.h` (GFX_FW_TYPE_* of what the PSP
   has no code;
 - a microcontroller without firmware does not leave halt: RLC_ENABLE_F32 / MEC_HALT=0 read back as not
   taken until the PSP loaded its code;
-- MEC pipe resets are counted (the queues on them are gone; part 2 puts queues there).
+- MEC pipe resets are counted; a halt or a pipe reset kills the queues there (sim/pci/mec.py);
+- the HQD registers are banked per GRBM_GFX_CNTL slot, CP_HQD_ACTIVE starts a queue, CP_HQD_DEQUEUE_REQUEST
+  stops it (sim/pci/mec.py).
 """
 from __future__ import annotations
 
 from ...hw import am
+from .mec import SimMEC
 from .part import SimPart
 
 RLC_AUTOLOAD_NEEDS = {11: (am.GFX_FW_TYPE_RLC_G, am.GFX_FW_TYPE_IMU_I, am.GFX_FW_TYPE_IMU_D),
@@ -29,10 +32,12 @@ class SimGFX(SimPart):
     def __init__(self, dev):
         super().__init__(dev)
         self.gfx = dev.target.gfx_version
+        self.mec = SimMEC(self)
         self.reset()
 
     def reset(self) -> None:
-        """Power-on (or a reset of the block): no code in the RLC and MEC, the autoload not done."""
+        """Power-on (or a reset of the block): no code in the RLC and MEC, the autoload not done, no queue."""
+        self.mec.reset()
         self.loaded: set[int] = set()
         self.autoloaded = False
         self.mec_resets = 0
@@ -74,6 +79,29 @@ class SimGFX(SimPart):
     def _mec_ready(self) -> bool:
         return any(t in self.loaded for t in MEC_FW.get(self.gfx, ())) and (self.gfx == 9 or self.autoloaded)
 
+    def pipe_runs(self, xcc: int, pipe: int) -> bool:
+        """MEC 1 runs firmware and `pipe` is out of halt and reset on XCC `xcc` (a queue there can start)."""
+        raise NotImplementedError
+
+    # -- the MEC's queues (sim/pci/mec.py) --------------------------------------------------------------
+    def on_write_regGRBM_GFX_CNTL(self, value: int, reg) -> None:
+        self.mec.select(reg.inst, value, reg)
+
+    def on_write_regCP_HQD_ACTIVE(self, value: int, reg) -> None:
+        self.mec.on_active(reg.inst, value)
+
+    def on_write_regCP_HQD_DEQUEUE_REQUEST(self, value: int, reg) -> None:
+        self.mec.on_dequeue(reg.inst, value, reg)
+
+    def _kill_stopped(self, reg, halt: str, reset: str) -> None:
+        """After a write to the MEC control register: a halted MEC or a pipe in reset runs no queue."""
+        f = reg.read_fields()
+        if f[halt]:
+            self.mec.kill(reg.inst)
+        for p in range(4):
+            if f.get(reset.format(p)):
+                self.mec.kill(reg.inst, p)
+
 
 
 class SimGFX9(SimGFX):
@@ -89,6 +117,11 @@ class SimGFX9(SimGFX):
             self.mec_resets += 1
         if (not f["MEC_ME1_HALT"] or not f["MEC_ME2_HALT"]) and not self._mec_ready():
             reg.update(MEC_ME1_HALT=1, MEC_ME2_HALT=1)
+        self._kill_stopped(reg, "MEC_ME1_HALT", "MEC_ME1_PIPE{}_RESET")
+
+    def pipe_runs(self, xcc: int, pipe: int) -> bool:
+        f = self.dev.raw.xcc(xcc).GC.regCP_MEC_CNTL.read_fields()
+        return self._mec_ready() and not f["MEC_ME1_HALT"] and not f.get(f"MEC_ME1_PIPE{pipe}_RESET")
 
 
 class SimGFX11(SimGFX):
@@ -100,6 +133,12 @@ class SimGFX11(SimGFX):
             self.mec_resets += 1
         if not f["MEC_HALT"] and not self._mec_ready():
             reg.update(MEC_HALT=1)
+        self._kill_stopped(reg, "MEC_HALT", "MEC_PIPE{}_RESET")
+
+    def pipe_runs(self, xcc: int, pipe: int) -> bool:
+        f = self.dev.raw.xcc(xcc).GC.regCP_MEC_RS64_CNTL.read_fields()
+        return (self._mec_ready() and not f["MEC_HALT"] and not f[f"MEC_PIPE{pipe}_RESET"]
+                and bool(f[f"MEC_PIPE{pipe}_ACTIVE"]))
 
 
 def for_target(dev) -> SimGFX:
