@@ -17,7 +17,7 @@ from amdq.hw import am as A
 from amdq.hw import ih as H
 from amdq.hw import ih_ids as I
 from amdq.hw import sdma
-from amdq.iface.pci import PCI, Interrupt
+from amdq.iface.pci import PCI
 from amdq.runtime.pm4_queue import Commands, SHRegs
 from amdq.sim.cp import PM4Queue
 from amdq.sim.pci.device import SimPCIDevice
@@ -221,9 +221,10 @@ def test_pci_wait_events_wakes_on_the_simulated_interrupt(booted):
     t = threading.Thread(target=lambda: res.append(b.iface.wait_events(10_000)))
     t.start()
     time.sleep(0.1)
+    woke = time.monotonic()
     b.dev.gpu.interrupt("CP_EOP", 3, 0, queue="q")
     t.join(5)
-    assert res == [[Interrupt("msi", 1)]]
+    assert res == [None] and time.monotonic() - woke < 2     # woken by the end of pipe: no queue stopped
     assert b.iface.info()["interrupts"] == "msi"
 
 

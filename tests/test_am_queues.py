@@ -234,7 +234,8 @@ def test_hqd_registers_are_banked_per_slot_and_equal_the_mqd(rig):
     q1, b1 = rig.queue(bell=rig.lo + 8)
     assert (q0.queue, q1.queue) == (0, 1)
     r0, r1 = rig.hqd(q0), rig.hqd(q1)
-    assert r0["regCP_HQD_PQ_BASE"] == b0["ring"] >> 8 and r1["regCP_HQD_PQ_BASE"] == b1["ring"] >> 8
+    assert r0["regCP_HQD_PQ_BASE"] == (b0["ring"] >> 8) & 0xFFFFFFFF and r1["regCP_HQD_PQ_BASE"] == (b1["ring"] >> 8) & 0xFFFFFFFF
+    assert r0["regCP_HQD_PQ_BASE_HI"] == b0["ring"] >> 40
     for q, regs in ((q0, r0), (q1, r1)):                            # the registers the sim runs from = the MQD
         mqd = M.unpack(rig.gen, rig.am.vram.read(q.mqds[0][0], M.recipe(rig.gen).mqd.size))
         assert {reg: regs[reg] for _, reg in M.HQD_IMAGE} == {reg: mqd[f] for f, reg in M.HQD_IMAGE}

@@ -113,6 +113,14 @@ class GFX(IPBlock):
                 raise AMBootError("the MEC stayed halted (GC.regCP_MEC_RS64_CNTL.MEC_HALT reads 1): the RLC autoload "
                                   "did not bring up its firmware (RS64_MEC)")
 
+    # -- the GPU clock ----------------------------------------------------------------------------------
+    def gpu_clock(self) -> int:
+        """The RLC's 64-bit reference clock counter (100 MHz): captured, then read (gfx_v9_4_3 / gfx_v11_0
+        get_gpu_clock_counter's RLC capture form)."""
+        gc = self.am.regs.GC
+        gc.regRLC_CAPTURE_GPU_CLOCK_COUNT.write(1)
+        return gc.regRLC_GPU_CLOCK_COUNT_LSB.read() | gc.regRLC_GPU_CLOCK_COUNT_MSB.read() << 32
+
     # -- partial boot -------------------------------------------------------------------------------------
     def resume_hw(self) -> None:
         """MEC reset: halt, every pipe in reset (the queues of the last session are gone), then start again."""

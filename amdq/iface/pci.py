@@ -21,12 +21,14 @@ from __future__ import annotations
 import mmap
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ..errors import DeviceError
+from ..errors import AMTimeout, DeviceError
+from ..hw import faults as F
+from ..hw import sdma_regs as SDMA
 from ..hw.regmap import BufferBackend
-from .base import Allocation, DMABuffer, Mapping
+from .base import Allocation, DMABuffer, Mapping, QueueInfo
 from .os_seam import OSSeam
 
 SYSFS_PCI = "/sys/bus/pci/devices"
@@ -93,14 +95,6 @@ def list_functions(root: str | None = None) -> list[PCIFunctionInfo]:
 def usable(fns: list[PCIFunctionInfo]) -> list[PCIFunctionInfo]:
     """The functions AM may take: no kernel driver, or vfio-pci."""
     return [f for f in fns if f.driver in (None, "vfio-pci")]
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    """What `PCI.wait_events` woke for: `count` interrupts of kind `source` ("msi", "msix", "intx").
-    Part 2 decodes the IH ring behind them."""
-    source: str
-    count: int
 
 
 class SysfsFunction:
@@ -233,7 +227,7 @@ class PCI:
     """The interface: one GPU function booted by the AM driver. `standin`: the firmware policy (False on
     hardware: real files only; None on the simulated device: stand-ins for missing files)."""
     name = "PCI"
-    has_queues = False
+    has_queues = True
 
     def __init__(self, fn: Function, arch: str | None = None, standin: bool | None = False):
         from ..am.driver import AMDriver
@@ -255,6 +249,9 @@ class PCI:
         self.closed = False
         from ..am.memory import Memory
         self.memory = Memory(self.driver.blocks["gmc"], fn)
+        self.queues: dict[int, QueueInfo] = {}
+        self._next_queue = 1
+        self.doorbells = fn.bar(2)
 
     def _props(self) -> dict:
         """KFD-topology-like properties from IP discovery's GC info (per XCC on multi-die parts)."""
@@ -299,7 +296,121 @@ class PCI:
     def _not_yet(self, *a, **k):
         raise DeviceError(NOT_YET)
 
-    create_queue = destroy_queue = _not_yet
+    # -- queues: bound to the MEC (am/gfx.py) and to SDMA engine 0 (am/sdma.py) ------------------------------
+    signal_event = 0                  # RELEASE_MEM's INT_CTXID: any value wakes the IH; the runtime's timelines say what
+
+    def create_queue(self, kind: str, ring_bytes: int, ptrs: Allocation | None = None, wptr_off: int = 0,
+                     rptr_off: int = 8) -> QueueInfo:
+        """A hardware queue of `kind` ("compute" PM4, "aql", "sdma"): ring and pointers in host memory (the
+        pointers at those offsets of `ptrs` when given: an AQL queue's amd_queue_t), bound by the driver."""
+        if kind not in ("compute", "aql", "sdma"):
+            raise DeviceError(f"queue kind {kind!r}: compute, aql or sdma")
+        gfx, sdma = self.driver.blocks["gfx"], self.driver.blocks["sdma"]
+        ring = self.alloc(ring_bytes, "gtt", uncached=True)
+        own = ptrs is None
+        made = [ring] + ([] if not own else [])
+        try:
+            if own:
+                ptrs = self.alloc(4096, "gtt", uncached=True)
+                made.append(ptrs)
+            rptr_va, wptr_va = ptrs.va + rptr_off, ptrs.va + wptr_off
+            extra: dict = {"ptrs": ptrs} if own else {}
+            if kind == "sdma":
+                bell = self._free_doorbell(SDMA.default_doorbell(self.driver.target.gfx_version, 0), kind)
+                hw = sdma.create_queue(ring.va, ring.size, rptr_va, wptr_va, bell)
+            else:
+                aql = kind == "aql"
+                eop = self.alloc(gfx.eop_bytes(aql), "vram", cpu=False)
+                made.append(eop)
+                mqd = self.alloc(gfx.mqd_bytes(aql), "vram")
+                made.append(mqd)
+                lo, hi = gfx.doorbell_range
+                bell = self._free_doorbell(lo, kind, hi)
+                hw = gfx.create_queue(ring.va, ring.size, rptr_va, wptr_va, bell, eop.va,
+                                      (mqd.meta["vram_offset"], mqd.va), aql=aql)
+                extra.update(eop=eop, mqd=mqd)
+        except BaseException:
+            for a in made:
+                self.free(a)
+            raise
+        qid = self._next_queue
+        self._next_queue += 1
+        r8 = Allocation(rptr_va, 8, "uncached", None, Mapping(rptr_va, 8, ptrs.cpu.mv[rptr_off:rptr_off + 8]))
+        w8 = Allocation(wptr_va, 8, "uncached", None, Mapping(wptr_va, 8, ptrs.cpu.mv[wptr_off:wptr_off + 8]))
+        q = QueueInfo(kind, qid, self.doorbells, bell * 4, ring, r8, w8, {**extra, "hw": hw, "doorbell": bell})
+        self.queues[qid] = q
+        return q
+
+    def _free_doorbell(self, first: int, kind: str, last: int | None = None) -> int:
+        """The first doorbell index from `first` no queue of this interface uses (64-bit doorbells: even)."""
+        used = {q.extra["doorbell"] for q in self.queues.values()}
+        bell = first
+        while bell in used:
+            bell += 2
+        if last is not None and bell > last or kind == "sdma" and bell != first:
+            raise DeviceError(f"no free doorbell for another {kind} queue (this driver binds one SDMA queue and "
+                              f"MEC 1's range {first:#x}..{last if last is not None else first:#x})")
+        return bell
+
+    def destroy_queue(self, q: QueueInfo) -> None:
+        """Unbind the queue (a hung compute queue is dequeued with a wave reset) and give back its memory."""
+        if self.queues.pop(q.queue_id, None) is None:
+            raise DeviceError(f"queue {q.queue_id} is not a queue of this interface")
+        gfx, sdma = self.driver.blocks["gfx"], self.driver.blocks["sdma"]
+        hw = q.extra["hw"]
+        try:
+            if q.kind == "sdma":
+                sdma.destroy_queue(hw)
+            else:
+                try:
+                    gfx.destroy_queue(hw)
+                except AMTimeout:
+                    gfx.destroy_queue(hw, reset=True)     # it does not drain (hung): its waves are reset
+        finally:
+            for name in ("eop", "mqd", "ptrs"):
+                a = q.extra.get(name)
+                if a is not None:
+                    self.free(a)
+            self.free(q.ring)
+
+    def queue_progress(self, q: QueueInfo) -> int | None:
+        """Work the queue has retired, where the function can tell (the simulated one can), else None."""
+        f = getattr(self.fn, "queue_progress", None)
+        return f(q.extra["doorbell"]) if f is not None else None
+
+    # -- interrupts --------------------------------------------------------------------------------------
+    def wait_events(self, timeout_ms: int) -> list | None:
+        """Sleep until the IH ring has entries (an interrupt) or `timeout_ms` passes; the exceptions that
+        stopped queues (None if none did): the full records where the function keeps them (the simulated one
+        does), else what the IH and the hub's fault registers say (a VM fault's VA, direction and client)."""
+        ih = self.driver.blocks["ih"]
+        if not ih.pending():
+            ih.wait(timeout_ms)
+        found: list = []
+        faults = [i for i in ih.drain() if i.kind in ("vm_fault", "bad_opcode", "sq")]
+        take = getattr(self.fn, "take_exceptions", None)
+        if take is not None:
+            by_bell = {q.extra["doorbell"]: q.queue_id for q in self.queues.values()}
+            found = [replace(exc, queue_id=by_bell.get(bell)) for bell, exc in take()]
+        if not found:
+            found = [self._exception_of(i) for i in faults]
+        return found or None
+
+    def _exception_of(self, irq) -> F.QueueException:
+        """What an interrupt alone says of a stopped queue (hardware without the simulator's records)."""
+        kinds = {"sdma": [q for q in self.queues.values() if q.kind == "sdma"],
+                 "cp": [q for q in self.queues.values() if q.kind != "sdma"]}
+        if irq.kind == "vm_fault":
+            f = irq.fault
+            rec = f.record() if f is not None else F.MemoryFault(irq.where.get("va", 0), bool(irq.where.get("write")),
+                                                                  irq.client)
+            mine = kinds["sdma" if rec.client.upper().startswith("SDMA") else "cp"]
+        elif irq.kind == "bad_opcode":
+            rec, mine = F.BadPacket("the command processor", f"bad opcode ({irq.text()})"), kinds["cp"]
+        else:
+            rec, mine = F.WaveException(f"shader interrupt ({irq.text()})"), kinds["cp"]
+        qid = mine[0].queue_id if len(mine) == 1 else None
+        return F.QueueException("a queue of this device" if qid is None else mine[0].kind + " queue", rec, qid)
 
     # -- memory: am/memory.py ---------------------------------------------------------------------------
     def alloc(self, size: int, kind: str = "vram", uncached: bool = False, cpu: bool = True,
@@ -312,17 +423,6 @@ class PCI:
     def available(self, kind: str = "vram") -> int | None:
         return self.memory.available(kind)
 
-    def wait_events(self, timeout_ms: int) -> list:
-        """Sleep until the function interrupts (the VFIO eventfd) or `timeout_ms` passes: [Interrupt] when it
-        did, [] otherwise. Without a VFIO interrupt only the sleep (the driver polls)."""
-        wait = getattr(self.fn, "wait_interrupt", None)
-        source = getattr(self.fn, "irq", None)
-        if wait is None or source is None:
-            time.sleep(timeout_ms / 1000)
-            return []
-        n = wait(timeout_ms)
-        return [Interrupt(source, n)] if n else []
-
     def clock_counters(self) -> tuple[int, int, int]:
         """(GPU clock counter, CPU clock in ns, its frequency): the RLC's captured 100 MHz reference counter."""
         return self.driver.blocks["gfx"].gpu_clock(), time.perf_counter_ns(), GPU_CLOCK_HZ
@@ -333,6 +433,11 @@ class PCI:
             return
         self.closed = True
         try:
+            for q in list(self.queues.values()):
+                try:
+                    self.destroy_queue(q)
+                except (DeviceError, AMTimeout):
+                    pass
             self.memory.close()
             self.driver.fini()
         finally:

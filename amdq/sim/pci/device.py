@@ -23,6 +23,7 @@ registers through the NBIO's PCIE_INDEX2/DATA2 pair, as on hardware.
 from __future__ import annotations
 
 import atexit
+import collections
 import fcntl
 import importlib
 import json
@@ -179,6 +180,8 @@ class SimPCIDevice:
         parts = {n: _part_class(n) for n in PART_MODULES}           # before the injector reads AMDQ_SIM_INJECT
         self.gpu = SimGPU(arch, mode=mode, sysmem=host_memory())   # the host's RAM, shared by every function
         self.inject = self.gpu.inject
+        self._exceptions: collections.deque = collections.deque()
+        self.gpu.irq_handlers.append(self._record)
         self.vram_size = self.gpu.vram.size
         self.vram: memoryview = self.gpu.vram.view(0, self.vram_size)
         self.discovery = D.for_target(self.target)
@@ -354,6 +357,27 @@ class SimPCIDevice:
         if n == 5:
             return self.mmio
         raise DeviceError(f"the simulated function has BARs 0, 2 and 5, not {n}")
+
+    # -- what a debugger gets (the simulator keeps the engines' whole records) -----------------------------
+    def _record(self, source: str, ctxid: int, vmid: int, info: dict) -> None:
+        exc, eng = info.get("exception"), info.get("engine")
+        if exc is not None:
+            bell = next((d for d, e in list(self.gpu.engines.items()) if e is eng or eng in getattr(e, "xccs", ())),
+                        None)
+            self._exceptions.append((bell, exc))
+
+    def take_exceptions(self) -> list[tuple[int | None, Any]]:
+        """(doorbell index, QueueException) of every queue that stopped since the last call: the record as the
+        engine kept it (what amdgpu reads back through SQ/CP debug registers; the simulator keeps it whole)."""
+        out = []
+        while self._exceptions:
+            out.append(self._exceptions.popleft())
+        return out
+
+    def queue_progress(self, doorbell: int) -> int | None:
+        """Packets and waves the queue behind `doorbell` has retired (a hang watchdog's view)."""
+        eng = self.gpu.engines.get(doorbell)
+        return getattr(eng, "progress", None)
 
     # -- host memory the GPU reaches (DMA) ----------------------------------------------------------------
     def dma_alloc(self, size: int) -> DMABuffer:

@@ -76,6 +76,15 @@ class SimGFX(SimPart):
         self.autoloaded = True
         return True
 
+    # -- the RLC's reference clock counter -----------------------------------------------------------------
+    def on_write_regRLC_CAPTURE_GPU_CLOCK_COUNT(self, value: int) -> None:
+        """A capture latches the 100 MHz GPU clock (the simulated GPU's timestamp counter) into LSB/MSB."""
+        if value & 1:
+            t = self.dev.gpu.clock()
+            gc = self.dev.raw.GC
+            gc.regRLC_GPU_CLOCK_COUNT_LSB.write(t & 0xFFFFFFFF)
+            gc.regRLC_GPU_CLOCK_COUNT_MSB.write(t >> 32 & 0xFFFFFFFF)
+
     def _mec_ready(self) -> bool:
         return any(t in self.loaded for t in MEC_FW.get(self.gfx, ())) and (self.gfx == 9 or self.autoloaded)
 

@@ -208,10 +208,18 @@ class SimMEC:
                 eng.queue_id = group.queue_id
                 with gpu.host_access():                         # between two slices of the GPU's worker
                     group.add(eng, gate)
+                self._bind_irq(eng, xcc, slot)
                 self.active[key] = Active(eng, bell, group)
                 return
         gpu.attach(bell, eng, gate=gate)
+        self._bind_irq(eng, xcc, slot)
         self.active[key] = Active(eng, bell)
+
+    def _bind_irq(self, eng, xcc: int, slot: tuple[int, int, int]) -> None:
+        """The IH writes this queue's me/pipe/queue (and XCC) into its end-of-pipe vectors' ring id."""
+        ih = getattr(self.dev, "parts", {}).get("ih")
+        if ih is not None:
+            ih.bind_queue(eng, me=slot[0], pipe=slot[1], queue=slot[2], xcc=xcc)
 
     def _mqd_xcc(self, gc) -> tuple[int, int]:
         """compute_current_logic_xcc_id and compute_tg_chunk_size of the MQD the HQD was loaded from."""

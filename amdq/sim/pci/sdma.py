@@ -135,6 +135,9 @@ class SimSDMA(SimPart):
         self.hung.discard(engine)
         self.queues[engine] = q
         self.dev.gpu.attach(index, q)
+        ih = getattr(self.dev, "parts", {}).get("ih")
+        if ih is not None:                           # the IH names the instance and queue in its trap vectors
+            ih.bind_queue(q, instance=engine, queue=0)
 
     def _stop(self, engine: int, keep: bool = True) -> None:
         with self.dev.gpu.host_access():             # between two engine slices
