@@ -1,6 +1,6 @@
 """The OpenCL kernel suite (every test of tests/test_shader_kernels.py) on every simulated target beyond the
-suite's own gfx1100, on the shader core alone (tests.harness) and through the public API on a SIMKFD device
-(tests.device_harness); outputs checked against numpy by the suite's own assertions.
+suite's own gfx1100, on the shader core alone (tests.harness), through the public API on a SIMKFD device
+(tests.device_harness) and, for the simulated PCI function's targets, on a SIMPCI device (the AM driver); outputs checked against numpy by the suite's own assertions.
 
 One parametrization: TARGETS x WHERE x each suite case. A suite case is a suite function with one choice of
 its own parameters (read from its pytest.mark.parametrize marks); wave-size variants are collected for the
@@ -34,7 +34,8 @@ TARGETS = [
     Target("gfx942", (64,)),
     Target("gfx950", (64,)),        # clang-19 front end, LLVM 22 code generation (tests/clang.py NEWER_THAN_CLANG19)
 ]
-WHERE = ("core", "device")
+WHERE = ("core", "device", "pci")
+PCI_TARGETS = ("gfx1201", "gfx942")          # the simulated PCI function's targets (gfx1100: test_device_suite)
 
 
 def _cases() -> list[tuple[str, dict]]:
@@ -54,7 +55,7 @@ def _cases() -> list[tuple[str, dict]]:
 
 def _params():
     for t, where, (name, kw) in itertools.product(TARGETS, WHERE, _cases()):
-        if "wave" in kw and kw["wave"] not in t.waves:
+        if "wave" in kw and kw["wave"] not in t.waves or where == "pci" and t.arch not in PCI_TARGETS:
             continue
         cid = "-".join([name.removeprefix("test_")] + [f"{'wave' if k == 'wave' else k}{v}" for k, v in kw.items()])
         marks = [pytest.mark.xfail(reason=t.xfail, strict=False)] if t.xfail else []
@@ -63,12 +64,13 @@ def _params():
 
 def _runner(t: Target, where: str):
     run = harness.run_cl if where == "core" else device_harness.run_cl
+    pci = {"interface": "SIMPCI"} if where == "pci" else {}
 
     def run_cl(*a, **k):
         flags = tuple(k.pop("flags", ()))
         if t.waves == (64,):                   # gfx9: wave64 only, and clang's default there
             flags = tuple(f for f in flags if "wavefrontsize" not in f)
-        return run(*a, **{**k, "flags": flags, "arch": t.arch})
+        return run(*a, **{**k, "flags": flags, "arch": t.arch, **pci})
     return run_cl
 
 
