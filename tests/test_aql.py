@@ -16,6 +16,7 @@ from amdq.errors import GPUTimeout
 from amdq.hw import aql as A
 from amdq.runtime.aql_queue import AQLQueue
 from clang import compile_cl
+from sims import INTERFACES, open_sim
 from test_shader_kernels import *  # noqa: F401,F403  (the suite's test functions, collected here again)
 
 
@@ -52,18 +53,19 @@ __kernel void priv_big(__global const int *idx, __global int *out) {
 """
 
 
-def open_aql(monkeypatch, arch: str = "gfx1100", ring_bytes: int | None = None) -> amdq.Device:
+def open_aql(monkeypatch, arch: str = "gfx1100", ring_bytes: int | None = None, interface: str = "SIMKFD",
+             tmp_path=None) -> amdq.Device:
     monkeypatch.setenv("AMDQ_SIM_MODE", "sync")
     if ring_bytes:
         monkeypatch.setenv("AMDQ_RING_BYTES", str(ring_bytes))
-    dev = amdq.open_device(f"SIMKFD+AMD:{arch}")
+    dev = open_sim(monkeypatch, tmp_path, interface, arch)
     assert isinstance(dev.queue, AQLQueue)
     return dev
 
 
-@pytest.fixture
-def dev(monkeypatch):
-    d = open_aql(monkeypatch)
+@pytest.fixture(params=INTERFACES)
+def dev(request, monkeypatch, tmp_path):
+    d = open_aql(monkeypatch, interface=request.param, tmp_path=tmp_path)
     yield d
     d.close()
 
@@ -176,8 +178,17 @@ def test_invalid_header_waits(dev):
     assert q.rptr == i + 2 and sig(a, 0) == 0 and (out.numpy(np.int32) == 4).all()
 
 
-def test_completion_signal_and_event(dev):
-    """The completion signal is decremented; one with an event mailbox gets its event id and interrupt."""
+@pytest.fixture
+def kfd_dev(monkeypatch, tmp_path):
+    d = open_aql(monkeypatch, tmp_path=tmp_path)
+    yield d
+    d.close()
+
+
+def test_completion_signal_and_event(kfd_dev):
+    """The completion signal is decremented; one with an event mailbox gets its event id and interrupt (the
+    KFD event page and the simulated kernel driver's event)."""
+    dev = kfd_dev
     q, k = dev.queue, program(dev)["put"]
     out = dev.upload(np.zeros(64, np.int32))
     a, (s0, s1) = signals(dev, 3, 1, mailbox=True)

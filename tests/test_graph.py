@@ -7,6 +7,7 @@ import pytest
 import amdq
 from amdq.errors import InvalidArgument
 from clang import compile_cl
+from sims import open_sim
 
 AXPY = """
 define amdgpu_kernel void @axpy(ptr addrspace(1) %y, ptr addrspace(1) %x, float %a) {
@@ -28,11 +29,12 @@ declare float @llvm.fma.f32(float, float, float)
 """
 
 
-@pytest.fixture(params=["sync", "async"])
-def dev(request, monkeypatch):
-    monkeypatch.setenv("AMDQ_SIM_MODE", request.param)
+@pytest.fixture(params=[("sync", "SIMKFD"), ("async", "SIMKFD"), ("async", "SIMPCI")], ids=lambda p: "-".join(p))
+def dev(request, monkeypatch, tmp_path):
+    mode, iface = request.param
+    monkeypatch.setenv("AMDQ_SIM_MODE", mode)
     monkeypatch.delenv("AMD_DISABLE_SDMA", raising=False)
-    d = amdq.open_device("SIM:gfx1100")
+    d = open_sim(monkeypatch, tmp_path, iface)
     yield d
     d.close()
 

@@ -10,13 +10,16 @@ import pytest
 
 import amdq
 from clang import compile_cl
+from sims import INTERFACES, open_sim
 
 
-@pytest.fixture(scope="module")
-def dev():
-    d = amdq.open_device("SIM:gfx1100")
+@pytest.fixture(scope="module", params=INTERFACES)
+def dev(request, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    d = open_sim(mp, tmp_path_factory.mktemp("profile"), request.param)
     yield d
     d.close()
+    mp.undo()
 
 
 def test_wait_returns_stage_record(dev):

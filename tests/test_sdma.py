@@ -13,6 +13,7 @@ import amdq
 from amdq.errors import GPUFault, GPUTimeout, InvalidPacket
 from amdq.hw import sdma
 from amdq.sim.sdma import SDMAQueue
+from sims import INTERFACES, open_sim
 
 VADD = (Path(amdq.__file__).parent / "examples" / "vadd.ll").read_text()
 _code: dict[str, bytes] = {}
@@ -35,9 +36,10 @@ def vadd(dev):
     return dev.load(_code[dev.arch])["vadd"]
 
 
-@pytest.fixture
-def dev(monkeypatch):
-    d = open_dev(monkeypatch)
+@pytest.fixture(params=INTERFACES)
+def dev(request, monkeypatch, tmp_path):
+    monkeypatch.setenv("AMDQ_SIM_MODE", "sync")
+    d = open_sim(monkeypatch, tmp_path, request.param)
     yield d
     d.close()
 

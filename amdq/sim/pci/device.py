@@ -223,6 +223,13 @@ class SimPCIDevice:
         self._inject_boot()
         atexit.register(self.close)             # a process that ends without closing still leaves its state
 
+    def __getattr__(self, name: str) -> Any:
+        """What the function does not have is the simulated GPU's behind it (its clock, engines, pump,
+        wait_idle, core ...): tests and tools reach the GPU through `Device.sim` on every interface."""
+        if name == "gpu" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.gpu, name)
+
     # -- the SimDevice contract ------------------------------------------------------------------------
     def mc_read(self, addr: int, n: int) -> bytes:
         off = self._fb(addr, n)
@@ -253,6 +260,14 @@ class SimPCIDevice:
     def wait_interrupt(self, timeout_ms: float | None) -> int:
         """Sleep until the IH signals the host (its MSI) or the timeout; the signals counted (0: timed out)."""
         wait = getattr(self.parts.get("ih"), "wait", None)
+        if self.gpu.mode != "async":            # sync mode: the GPU advances on the threads that wait for it
+            end = None if timeout_ms is None else time.monotonic() + max(0, timeout_ms) / 1000
+            while True:
+                n = wait(0) if wait is not None else 0
+                if n or end is not None and time.monotonic() >= end:
+                    return n
+                if not self.gpu.pump(64):
+                    time.sleep(0.0002)
         if wait is None:
             time.sleep(max(0, timeout_ms or 0) / 1000)
             return 0
