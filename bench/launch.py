@@ -2,7 +2,9 @@
 doorbell), resubmission of a bound launch, and the limit: one slice write of the same dwords into the
 ring; then the same two on the AQL queue (AMD_AQL=1). Last line: JSON.
 
-    python bench/launch.py [--quick]
+    python bench/launch.py [--quick] [--device SIMPCI+AMD:gfx1100]
+
+With a SIMPCI device the same launches run on SIMKFD too, and the ratios (goal <= 1.2) are reported.
 """
 from __future__ import annotations
 
@@ -80,20 +82,18 @@ def aql_launch(n: int, rounds: int) -> dict:
             "aql_packets_per_launch": 2, "aql_results_valid": ok}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
-    n, rounds = (200, 5) if a.quick else (500, 7)
-    dev = amdq.open_device("SIM:gfx1100")
+def host_launch(spec: str, n: int, rounds: int) -> dict:
+    """Fresh launch, bound resubmit and graph replay on the compute queue of `spec`, the GPU deferred."""
+    dev = amdq.open_device(spec)
     k = dev.load(amdq.compile(KERNEL, dev.arch))["axpy"]
     y, x = dev.upload(np.zeros(64, np.float32)), dev.upload(np.ones(64, np.float32))
     k(y, x, 2.0, 64, grid=1, block=64, wait=True)             # build the launch plan once
-    gpu = dev.sim
+    gpu = getattr(dev.sim, "gpu", dev.sim)                      # the simulated GPU (behind a PCI function)
+    q = dev.queue.q
 
     def reset():
         gpu.defer = False
-        gpu.ring(0, dev.queue.wptr)                             # let the GPU drain what was queued
+        q.doorbell.write64(q.doorbell_off, dev.queue.wptr)      # let the GPU drain what was queued
         dev.synchronize()
         gpu.defer = True
 
@@ -121,16 +121,40 @@ def main() -> None:
     ok = np.allclose(got, want)
     if not ok:
         print(f"results: y = {got[:4]}..., expected {want}", file=sys.stderr)
-    res = {"fresh_launch_us": round(fresh * 1e6, 2), "bound_resubmit_us": round(rebound * 1e6, 2),
-           "graph_replay_per_kernel_us": round(graph * 1e6, 3),
-           "ring_slice_write_us": round(limit * 1e6, 2), "launch_dwords": int(len(dw)),
-           "fresh_vs_limit": round(fresh / limit, 1), "bound_vs_limit": round(rebound / limit, 1),
-           "results_valid": bool(ok), "targets": {"fresh_launch_us": 20, "bound_resubmit_us": 5, "graph_replay_per_kernel_us": 3}}
-    print(f"fresh launch       {res['fresh_launch_us']:8.2f} us  ({len(dw)} dwords)")
-    print(f"bound resubmit     {res['bound_resubmit_us']:8.2f} us")
-    print(f"graph replay       {res['graph_replay_per_kernel_us']:8.3f} us per kernel ({kernels}-launch graph)")
-    print(f"ring slice write   {res['ring_slice_write_us']:8.2f} us  (limit)")
     dev.close()
+    return {"fresh_launch_us": round(fresh * 1e6, 2), "bound_resubmit_us": round(rebound * 1e6, 2),
+            "graph_replay_per_kernel_us": round(graph * 1e6, 3),
+            "ring_slice_write_us": round(limit * 1e6, 2), "launch_dwords": int(len(dw)),
+            "fresh_vs_limit": round(fresh / limit, 1), "bound_vs_limit": round(rebound / limit, 1),
+            "results_valid": bool(ok)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--device", default="SIMKFD+AMD:gfx1100",
+                    help="a SIMPCI device is measured against SIMKFD in the same run (goal: within 1.2x)")
+    a = ap.parse_args()
+    n, rounds = (200, 5) if a.quick else (500, 7)
+    res = host_launch(a.device, n, rounds)
+    res["device"] = a.device
+    res["targets"] = {"fresh_launch_us": 20, "bound_resubmit_us": 5, "graph_replay_per_kernel_us": 3}
+    dw = res["launch_dwords"]
+    print(f"{a.device}")
+    print(f"fresh launch       {res['fresh_launch_us']:8.2f} us  ({dw} dwords)")
+    print(f"bound resubmit     {res['bound_resubmit_us']:8.2f} us")
+    print(f"graph replay       {res['graph_replay_per_kernel_us']:8.3f} us per kernel (100-launch graph)")
+    print(f"ring slice write   {res['ring_slice_write_us']:8.2f} us  (limit)")
+    if a.device.upper().startswith("SIMPCI"):
+        kfd = host_launch("SIMKFD+AMD:" + a.device.partition(":")[2], n, rounds)
+        keys = ("fresh_launch_us", "bound_resubmit_us", "graph_replay_per_kernel_us")
+        res["vs_simkfd"] = {k: round(res[k] / kfd[k], 2) for k in keys}
+        res["simkfd"] = {k: kfd[k] for k in keys}
+        res["goals"] = {"within_1.2x_of_simkfd": all(v <= 1.2 for v in res["vs_simkfd"].values())}
+        res["results_valid"] = res["results_valid"] and kfd["results_valid"]
+        print("vs SIMKFD          " + ", ".join(f"{k.split('_')[0]} {v:.2f}x" for k, v in res["vs_simkfd"].items()))
+        print(json.dumps(res))
+        return
     res.update(aql_launch(n, rounds))
     res["results_valid"] = res["results_valid"] and res["aql_results_valid"]
     print(f"AQL fresh launch   {res['aql_fresh_launch_us']:8.2f} us  (dispatch + vendor PM4-IB signal packet)")

@@ -349,7 +349,7 @@ class SimPCIDevice:
     # -- the PCI function -------------------------------------------------------------------------------
     @property
     def memory_enabled(self) -> bool:
-        return bool(self.config_read(4, 2) & CMD_MEMORY)
+        return bool(self.config[4] & CMD_MEMORY)          # the command register's low byte (memory decode)
 
     def config_read(self, off: int, size: int = 4) -> int:
         if size not in (1, 2, 4) or not 0 <= off <= len(self.config) - size:

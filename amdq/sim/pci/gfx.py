@@ -102,6 +102,19 @@ class SimGFX(SimPart):
     def on_write_regCP_HQD_DEQUEUE_REQUEST(self, value: int, reg) -> None:
         self.mec.on_dequeue(reg.inst, value, reg)
 
+    # the doorbell decode's inputs: what a doorbell write reaches is decided again after any of them changes
+    def on_write_regCP_HQD_PQ_DOORBELL_CONTROL(self, value: int) -> None:
+        self.mec.decode_changed()
+
+    def on_write_regCP_MEC_DOORBELL_RANGE_LOWER(self, value: int) -> None:
+        self.mec.decode_changed()
+
+    def on_write_regCP_MEC_DOORBELL_RANGE_UPPER(self, value: int) -> None:
+        self.mec.decode_changed()
+
+    def on_write_regCP_PQ_STATUS(self, value: int) -> None:
+        self.mec.decode_changed()
+
     def _kill_stopped(self, reg, halt: str, reset: str) -> None:
         """After a write to the MEC control register: a halted MEC or a pipe in reset runs no queue."""
         f = reg.read_fields()

@@ -105,6 +105,8 @@ class SimMEC:
             self._stop(key)
         self.sel, self.bank = {}, {}
         self.groups: dict[int, XCCGroup] = {}
+        self._decode: dict[int, tuple] = {}
+        self._seen: dict[tuple, bool] = {}
 
     # -- banking ---------------------------------------------------------------------------------------
     def _banked(self, xcc: int) -> list[int]:
@@ -115,6 +117,7 @@ class SimMEC:
 
     def select(self, xcc: int, value: int, reg) -> None:
         """GRBM_GFX_CNTL written: bank the old slot's HQD registers out and the new slot's in."""
+        self._seen.clear()
         f = reg.decode(value)
         new, old = (f["MEID"], f["PIPEID"], f["QUEUEID"]), self.sel.get(xcc, (0, 0, 0))
         if new == old:
@@ -175,6 +178,7 @@ class SimMEC:
             self._stop(key)
 
     def _start(self, xcc: int, slot: tuple[int, int, int]) -> None:
+        self._seen.clear()
         gc, gpu = self.dev.raw.xcc(xcc).GC, self.dev.gpu
         rd = lambda n: gc[n].read()                                 # noqa: E731
         fields = lambda n: gc[n].read_fields()                      # noqa: E731
@@ -231,6 +235,7 @@ class SimMEC:
 
     def _stop(self, key: tuple) -> None:
         """The HQD stops: its engine is destroyed (waves killed), CP_HQD_ACTIVE reads 0."""
+        self._seen.clear()
         a = self.active.pop(key, None)
         if a is not None:
             with self.dev.gpu.host_access():                # between two slices of the GPU's worker
@@ -250,11 +255,40 @@ class SimMEC:
         else:
             a.engine.kill()
 
+    def decode_changed(self) -> None:
+        """A register of the doorbell decode was written: every decision is taken again at the next doorbell."""
+        self._seen.clear()
+
     def sees(self, xcc: int, slot: tuple[int, int, int], bell: int) -> bool:
-        """The XCC's doorbell decode: does a write to doorbell `bell` reach the HQD of `slot` now."""
-        gc = self.dev.raw.xcc(xcc).GC
-        ctl = gc.regCP_HQD_PQ_DOORBELL_CONTROL.decode(self.value(xcc, slot, "regCP_HQD_PQ_DOORBELL_CONTROL"))
-        lo = gc.regCP_MEC_DOORBELL_RANGE_LOWER.read_fields()["DOORBELL_RANGE_LOWER"]
-        hi = gc.regCP_MEC_DOORBELL_RANGE_UPPER.read_fields()["DOORBELL_RANGE_UPPER"]
-        on = "regCP_PQ_STATUS" not in gc or gc.regCP_PQ_STATUS.read_fields()["DOORBELL_ENABLE"]
-        return bool(ctl["DOORBELL_EN"] and ctl["DOORBELL_OFFSET"] == bell and lo <= bell <= hi and on)
+        """The XCC's doorbell decode: does a write to doorbell `bell` reach the HQD of `slot` now. Decided from
+        the registers as they are, and kept until one of them is written (decode_changed)."""
+        key = (xcc, slot, bell)
+        seen = self._seen.get(key)
+        if seen is None:
+            seen = self._seen[key] = self._sees(xcc, slot, bell)
+        return seen
+
+    def _sees(self, xcc: int, slot: tuple[int, int, int], bell: int) -> bool:
+        d = self._decode.get(xcc)
+        if d is None:
+            d = self._decode[xcc] = self._doorbell_decode(xcc)
+        ctl_addr, en, off, lo_addr, lo_f, hi_addr, hi_f, st_addr, st_f = d
+        read = self.dev.regfile.peek
+        ctl = read(ctl_addr) if self.sel.get(xcc, (0, 0, 0)) == slot else \
+            self.bank.get((xcc, *slot), {}).get(ctl_addr, 0)
+        get = lambda v, f: (v >> f[0]) & f[1]                       # noqa: E731
+        return bool(get(ctl, en) and get(ctl, off) == bell and get(read(lo_addr), lo_f) <= bell <= get(read(hi_addr), hi_f)
+                    and (st_addr is None or get(read(st_addr), st_f)))
+
+    def _doorbell_decode(self, xcc: int) -> tuple:
+        gc, layout = self.dev.raw.xcc(xcc).GC, self.dev.layout
+        def field(reg: str, f: str) -> tuple[int, int]:            # (shift, mask) of a register field
+            x = gc[reg].fields[f]
+            return x.lo, (1 << (x.hi - x.lo + 1)) - 1
+        addr = lambda reg: layout.address("GC", reg, xcc)           # noqa: E731
+        st = "regCP_PQ_STATUS" in gc
+        return (addr("regCP_HQD_PQ_DOORBELL_CONTROL"), field("regCP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_EN"),
+                field("regCP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_OFFSET"),
+                addr("regCP_MEC_DOORBELL_RANGE_LOWER"), field("regCP_MEC_DOORBELL_RANGE_LOWER", "DOORBELL_RANGE_LOWER"),
+                addr("regCP_MEC_DOORBELL_RANGE_UPPER"), field("regCP_MEC_DOORBELL_RANGE_UPPER", "DOORBELL_RANGE_UPPER"),
+                addr("regCP_PQ_STATUS") if st else None, field("regCP_PQ_STATUS", "DOORBELL_ENABLE") if st else None)
