@@ -388,13 +388,30 @@ class PCI:
             ih.wait(timeout_ms)
         found: list = []
         faults = [i for i in ih.drain() if i.kind in ("vm_fault", "bad_opcode", "sq")]
+        hub = {f.va >> 12: f for f in (i.fault for i in faults if i.kind == "vm_fault") if f is not None}
         take = getattr(self.fn, "take_exceptions", None)
         if take is not None:
             by_bell = {q.extra["doorbell"]: q.queue_id for q in self.queues.values()}
-            found = [replace(exc, queue_id=by_bell.get(bell)) for bell, exc in take()]
+            records = take()
+            if any(isinstance(e.record, F.MemoryFault) and e.record.va >> 12 not in hub for _, e in records):
+                more = [i for i in ih.drain() if i.kind in ("vm_fault", "bad_opcode", "sq")]   # its vector, just
+                faults += more                                                                # behind the record
+                hub.update({f.va >> 12: f for f in (i.fault for i in more if i.kind == "vm_fault") if f is not None})
+            found = [self._with_hub(replace(exc, queue_id=by_bell.get(bell)), hub) for bell, exc in records]
         if not found:
             found = [self._exception_of(i) for i in faults]
         return found or None
+
+    @staticmethod
+    def _with_hub(exc: F.QueueException, hub: dict) -> F.QueueException:
+        """A memory fault as the hub's fault registers name it: its UTCL2 client (the engine's record keeps the
+        instruction and PC the registers do not have)."""
+        r = exc.record
+        f = hub.get(r.va >> 12) if isinstance(r, F.MemoryFault) else None
+        if f is None:
+            return exc
+        client = f"{f.client if f.client != 'unknown' else f'UTCL2 client {f.cid:#x}'} ({r.client})"
+        return replace(exc, record=replace(r, client=client, write=f.write))
 
     def _exception_of(self, irq) -> F.QueueException:
         """What an interrupt alone says of a stopped queue (hardware without the simulator's records)."""

@@ -263,7 +263,8 @@ class Device:
                 // max(1, props.get("simd_arrays_per_engine", t.gen.arrays_per_se)),
                 "wave_size": props.get("wave_front_size", t.wave_size),
                 "lds_bytes": props.get("lds_size_in_kb", t.lds_bytes // 1024) * 1024,
-                "vram_bytes": props.get("local_mem_size", t.vram_bytes), "queue": self.queue.kind}
+                "vram_bytes": props.get("local_mem_size", t.vram_bytes), "queue": self.queue.kind,
+                **(self.iface.info() if hasattr(self.iface, "info") else {})}      # AM: boot, firmware, clocks ...
 
     def new_timeline(self) -> Timeline:
         """A timeline in the next free signal slot (AMDQ_TIMELINE_START sets where values begin)."""

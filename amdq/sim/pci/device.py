@@ -181,7 +181,6 @@ class SimPCIDevice:
         self.gpu = SimGPU(arch, mode=mode, sysmem=host_memory())   # the host's RAM, shared by every function
         self.inject = self.gpu.inject
         self._exceptions: collections.deque = collections.deque()
-        self.gpu.irq_handlers.append(self._record)
         self.vram_size = self.gpu.vram.size
         self.vram: memoryview = self.gpu.vram.view(0, self.vram_size)
         self.discovery = D.for_target(self.target)
@@ -221,6 +220,7 @@ class SimPCIDevice:
         self.power_on()
         self.restored = self._load_state()
         self._inject_boot()
+        self.gpu.irq_handlers.append(self._record)  # after the IH's: a queue's record follows its vector
         atexit.register(self.close)             # a process that ends without closing still leaves its state
 
     def __getattr__(self, name: str) -> Any:
