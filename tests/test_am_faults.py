@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import amdq
 from amdq.errors import GPUFault
 from sims import open_sim
 
