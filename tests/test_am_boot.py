@@ -206,13 +206,14 @@ def test_two_processes_then_a_killed_one(arch):
 
 
 # --- the interface and the CLI ------------------------------------------------------------------------------
-def test_open_device_simpci_info_and_no_queues():
+def test_open_device_simpci_info_and_a_buffer():
     import amdq
     d = amdq.open_device("SIMPCI+AMD:gfx1201")
     info = d.info()
     assert info["boot"] == "full" and info["ip_versions"]["GC"] == "12.0.1" and info["bars"]["BAR0"] == 16 << 30
-    with pytest.raises(DeviceError, match="part 2"):
-        d.alloc(16)
+    assert info["queue"] == "compute" and info["compute_units"] == 64
+    b = d.upload(bytes(range(16)))
+    assert b.read(16) == bytes(range(16))
     d.close()
     d = amdq.open_device("SIMPCI+AMD:gfx1201")
     assert d.info()["boot_reason"] == "partial: initialised by this driver"

@@ -155,7 +155,7 @@ def test_ring_wrap_with_mixed_packet_sizes(monkeypatch, mode):
 
 
 def test_submission_waits_for_ring_space_with_a_timeout(monkeypatch):
-    d = open_dev(monkeypatch)
+    d = open_dev(monkeypatch, AMDQ_SDMA_RING_BYTES=1 << 16)         # a small ring: it fills in a few thousand
     q = d.copyq
     b = d.alloc(4096, "gtt")
     d.sim.inject("hang_sdma")

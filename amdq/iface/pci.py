@@ -13,8 +13,9 @@ config space, BARs and one interrupt (MSI, MSI-X or INTx on an eventfd) from the
 The simulated function (SIMPCI, amdq.sim.pci.device) offers the same function protocol (config_read /
 config_write, bar(n), bar_sizes, close), so the code from here down is the code that runs on hardware.
 
-Part 1 has no queues: opening boots the GPU and gives `info()`; memory and queues raise DeviceError
-until part 2.
+Opening boots the GPU (am/driver.py); then the interface protocol of iface/base.py: memory in VM context 0
+(am/memory.py), queues bound to MEC 1 and SDMA engine 0 (am/gfx.py, am/sdma.py) with doorbells in BAR2,
+waits that sleep on the IH ring (am/ih.py) and the exceptions of stopped queues.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ VENDOR_AMD = 0x1002
 GPU_CLASSES = (0x03, 0x12)                   # PCI base class: display controller, processing accelerator
 CMD_MEMORY, CMD_MASTER = 1 << 1, 1 << 2
 GPU_CLOCK_HZ = 100_000_000                   # the reference clock of RLC_GPU_CLOCK_COUNT (amdgpu: 100 MHz)      # config-space command register (offset 4)
-NOT_YET = "not yet: queues and memory on AM (the PCI interface) come in part 2; use KFD or SIMKFD to run kernels"
+NOT_YET = "this interface has no queues (a device booted without them); use KFD or SIMKFD to run kernels"
 
 
 class Function(Protocol):
@@ -293,9 +294,6 @@ class PCI:
                 "interrupts": getattr(self.fn, "irq", None) or "polling"}
 
     # -- the interface protocol: part 2 -----------------------------------------------------------------
-    def _not_yet(self, *a, **k):
-        raise DeviceError(NOT_YET)
-
     # -- queues: bound to the MEC (am/gfx.py) and to SDMA engine 0 (am/sdma.py) ------------------------------
     signal_event = 0                  # RELEASE_MEM's INT_CTXID: any value wakes the IH; the runtime's timelines say what
 
