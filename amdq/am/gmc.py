@@ -5,7 +5,8 @@ gmc_v9_0.c / gmc_v11_0.c / gmc_v12_0.c with gfxhub_v1_2.c / gfxhub_v3_0.c and mm
 mmhub_v4_1_0.c:
 
 1. the framebuffer location is read from the hardware (MMHUB MC_VM_FB_LOCATION_BASE/TOP, >> 24; the VRAM
-   physical base from MC_VM_FB_OFFSET), never assumed;
+   physical base from MC_VM_FB_OFFSET, plus, on a node of an XGMI hive, its node id times the node segment size:
+   gmc_v9_0.c vram_gtt_location, am/peer.py), never assumed;
 2. system aperture over the framebuffer (LOW/HIGH >> 18), AGP off (BOT above TOP), the default page for
    unmapped system-aperture accesses and for protection faults (a dummy page in the boot region);
 3. L1 TLB (MX_L1_TLB_CNTL: enabled, system access mode 3, advanced driver model) and L2 (VM_L2_CNTL*);
@@ -32,6 +33,7 @@ from ..errors import DeviceError
 from ..hw import vm
 from . import va as VA
 from .ip import AMContext, IPBlock
+from .peer import XGMI, read_xgmi
 from .tlsf import VRAMPools
 from .vm import VM, MapFlags
 
@@ -51,6 +53,7 @@ class GMC(IPBlock):
         self.vm0_start, self.vm0_end = VA.VA_BASE, VA.VA_BASE + VA.VA_SIZE - 1
         self.timeout_ms = DEFAULT_TIMEOUT_MS
         self.vm: VM | None = None
+        self.xgmi: XGMI | None = None                  # the node's place in its XGMI hive (None: not in one)
         self._own_va: set[int] = set()                  # addresses map() took from the shared allocator
 
     # -- the hubs ------------------------------------------------------------------------------------
@@ -79,7 +82,7 @@ class GMC(IPBlock):
         mm = self.am.regs.MMHUB
         self.fb_start = (mm.regMMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
         self.fb_end = (mm.regMMMC_VM_FB_LOCATION_TOP.read() & 0xFFFFFF) << 24 | 0xFFFFFF
-        self.vram_base = (mm.regMMMC_VM_FB_OFFSET.read() & 0xFFFFFF) << 24
+        self._vram_base()
         if self.fb_end <= self.fb_start:
             raise DeviceError(f"GMC: MMMC_VM_FB_LOCATION_BASE/TOP give an empty framebuffer "
                               f"({self.fb_start:#x}..{self.fb_end:#x}); the IFWI has not set up memory")
@@ -97,11 +100,39 @@ class GMC(IPBlock):
     def resume_hw(self) -> None:
         """Partial boot: VM context 0 is as the full boot left it, its root empty (the last session unmapped
         everything); only the VRAM base is read back, for the page-table entries."""
-        mm = self.am.regs.MMHUB
         self.fb_start = self.am.fb_base
         self.fb_end = self.fb_start + self.am.vram.size - 1
-        self.vram_base = (mm.regMMMC_VM_FB_OFFSET.read() & 0xFFFFFF) << 24
+        self._vram_base()
         self._new_vm()
+        if self.xgmi is not None:                       # an XGMI node's id may differ from the last session's
+            self._retarget()
+
+    def _retarget(self) -> None:
+        """Where the hubs hold physical VRAM addresses (the root PDE, the default pages), make them this
+        session's: a node of a hive may have another id (and so another VRAM base) than when they were written."""
+        base, dummy = self.vm.context().base, self.vram_base + self.dummy.offset
+        changed = False
+        for hub, inst, vmp, mcp in self.hubs():
+            r = self.am.regs.block(hub, inst)
+            if r[vmp + "CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32"].read() << 32 | \
+                    r[vmp + "CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32"].read() == base:
+                continue
+            changed = True
+            for reg, value in ((mcp + "SYSTEM_APERTURE_DEFAULT_ADDR_LSB", (dummy >> 12) & 0xFFFFFFFF),
+                               (mcp + "SYSTEM_APERTURE_DEFAULT_ADDR_MSB", dummy >> 44),
+                               (vmp + "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", (dummy >> 12) & 0xFFFFFFFF),
+                               (vmp + "L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32", dummy >> 44),
+                               (vmp + "CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32", base & 0xFFFFFFFF),
+                               (vmp + "CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32", base >> 32)):
+                r[reg].write(value)
+        if changed:
+            self.flush_tlb(0)
+
+    def _vram_base(self) -> None:
+        """The physical address of VRAM offset 0 in page-table entries: MC_VM_FB_OFFSET, plus the XGMI node's base."""
+        self.xgmi = read_xgmi(self.am.regs)
+        self.vram_base = ((self.am.regs.MMHUB.regMMMC_VM_FB_OFFSET.read() & 0xFFFFFF) << 24) + \
+            (self.xgmi.base if self.xgmi is not None else 0)
 
     def _init_hub(self, r, vmp: str, mcp: str) -> None:
         # system aperture over the framebuffer, AGP disabled (BOT > TOP), default page

@@ -10,15 +10,25 @@ Kinds, as the interface protocol names them (iface/base.py Allocation):
 
 Every map and unmap ends with the HDP and TLB flushes of the GMC (VM's flush callback), so a buffer is
 visible to the GPU once `alloc` returns and gone from every TLB once `free` returns.
+
+Peers (`map_peer` / `unmap_peer`): a live buffer of another AM device is mapped into this device's VM context 0 at
+its own GPU address (the address window is the process's, so no other buffer is there): VRAM through the peer's
+BAR0 or over XGMI (am/peer.py), host memory at its bus address (host memory is the same for every device). The
+mapping is the importer's ("peer" kind, no CPU view); when the owner frees the buffer (or closes), every importer's
+mapping is taken down first, flushed, so no GPU reaches the memory once it can be reused: an access then faults on
+the device that makes it. Mapping does not order work: the owner's writes must be finished (synchronized) before a
+peer reads them.
 """
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 from ..errors import DeviceError, OutOfMemory
 from ..iface.base import Allocation, Mapping
 from . import va as VA
+from .peer import bar_bus_address, route
 from .vm import MapFlags
 
 PAGE = 4096
@@ -33,6 +43,8 @@ class Memory:
         self.bar0 = memoryview(fn.bar(0)).cast("B")
         self.lock = threading.Lock()
         self.live: dict[int, Allocation] = {}
+        self.peers: dict[int, tuple[Allocation, "Memory"]] = {}     # VA -> (mapping here, the owner's Memory)
+        self.exported: dict[int, set["Memory"]] = {}               # VA of a live buffer -> Memories mapping it
 
     @property
     def vm(self):
@@ -92,6 +104,9 @@ class Memory:
         with self.lock:
             if self.live.pop(a.va, None) is None:
                 raise DeviceError(f"free of {a.va:#x}: not a live allocation of this device")
+            importers = self.exported.pop(a.va, set())
+        for m in importers:                             # no peer reaches it any more, then neither do we
+            m._revoke(a.va)
         self.vm.unmap(a.va, a.size)                     # flushed before the memory is reused
         where, what = a.handle
         if where == "vram":
@@ -100,6 +115,73 @@ class Memory:
             self.fn.dma_free(what)
         VA.shared().free(a.va)
 
+    # -- peers ----------------------------------------------------------------------------------------
+    def map_peer(self, peer: "Memory", a: Allocation, via: str | None = None, writable: bool = True) -> Allocation:
+        """Map `a`, a live buffer of the device of `peer`, into this device's VM context 0 at `a.va` (see the
+        module doc; `via` "pcie" or "xgmi" forces a route for VRAM). The mapping, for `unmap_peer`."""
+        if peer is self:
+            raise DeviceError(f"map_peer of {a.va:#x}: the buffer is this device's own, mapped already")
+        with peer.lock:
+            if peer.live.get(a.va) is not a:
+                raise DeviceError(f"map_peer of {a.va:#x}: not a live allocation of the peer device")
+            peer.exported.setdefault(a.va, set()).add(self)
+        try:
+            where, what = a.handle
+            if where == "vram":
+                r = route(self.gmc.xgmi, peer.gmc.xgmi, peer.gmc.vram_base, what, a.size,
+                          bar_bus_address(peer.fn, 0), peer.fn.bar_sizes[0], via)
+                via, pa, flags = r.via, r.pa, r.flags
+            else:                                       # host memory: the same bus address for every device
+                via, pa = "host", what.bus
+                flags = MapFlags.host(mtype="UC" if a.kind == "uncached" else "NC")
+            with self.lock:
+                if a.va in self.peers:
+                    raise DeviceError(f"map_peer of {a.va:#x}: mapped from the peer already")
+                self.vm.map(a.va, pa, a.size, replace(flags, writeable=writable), peer=via == "xgmi")
+                m = Allocation(a.va, a.size, "peer", ("peer", a), None, {"via": via, "pa": pa, "writable": writable})
+                self.peers[a.va] = (m, peer)
+        except BaseException:
+            peer._unexport(a.va, self)
+            raise
+        with peer.lock:                                 # the owner may have freed it meanwhile: then it is not ours
+            kept = peer.live.get(a.va) is a and self in peer.exported.get(a.va, ())
+        if not kept:
+            self._revoke(a.va)
+            raise DeviceError(f"map_peer of {a.va:#x}: the peer freed the buffer while it was being mapped")
+        return m
+
+    def unmap_peer(self, m: Allocation) -> None:
+        """Take down a mapping of `map_peer` (flushed: the GPU faults on it afterwards). A mapping the owner already
+        took down (it freed the buffer) is left as it is."""
+        with self.lock:
+            ent = self.peers.get(m.va)
+            if ent is None or ent[0] is not m:
+                if m.meta.get("revoked"):
+                    return
+                raise DeviceError(f"unmap_peer of {m.va:#x}: not a peer mapping of this device")
+            del self.peers[m.va]
+            self.vm.unmap(m.va, m.size)
+        ent[1]._unexport(m.va, self)
+
+    def _unexport(self, va: int, importer: "Memory") -> None:
+        """`importer` no longer maps this device's buffer at `va`."""
+        with self.lock:
+            users = self.exported.get(va)
+            if users is not None:
+                users.discard(importer)
+                if not users:
+                    del self.exported[va]
+
+    def _revoke(self, va: int) -> None:
+        """The owner frees the buffer at `va`: its mapping here goes (flushed) first."""
+        with self.lock:
+            ent = self.peers.pop(va, None)
+            if ent is None:
+                return
+            ent[0].meta["revoked"] = True
+            if self.vm is not None:
+                self.vm.unmap(va, ent[0].size)
+
     def available(self, kind: str = "vram") -> int | None:
         """Free VRAM bytes (heap pools); None for host memory (the OS's)."""
         if kind != "vram":
@@ -107,7 +189,12 @@ class Memory:
         return self.pools.heap.free_bytes + (self.pools.hidden.free_bytes if self.pools.hidden else 0)
 
     def close(self) -> None:
-        """Every buffer still live unmapped and given back (the session ends)."""
+        """Every peer mapping taken down, every buffer still live unmapped and given back (the session ends)."""
+        for m, _ in list(self.peers.values()):
+            try:
+                self.unmap_peer(m)
+            except DeviceError:
+                pass
         for a in list(self.live.values()):
             try:
                 self.free(a)

@@ -416,12 +416,13 @@ class VM:
         if pa is not None and (pa < 0 or pa + size > VA_LIMIT):
             raise VMError(f"{what} {va:#x}+{size:#x}: physical range {pa:#x}+{size:#x} is outside 48 bits")
 
-    def map(self, va: int, pa: int, size: int, flags: MapFlags = MapFlags()) -> Flush:
-        """Map [va, va + size) to the physical range at `pa` (see the module doc)."""
+    def map(self, va: int, pa: int, size: int, flags: MapFlags = MapFlags(), peer: bool = False) -> Flush:
+        """Map [va, va + size) to the physical range at `pa` (see the module doc); `peer`: `pa` is another
+        device's VRAM (an XGMI physical address of the hive), not this device's."""
         with self._lock:
             self._check("map", va, size, pa)
             va -= self.start
-            if not flags.system and self.vram_size is not None and \
+            if not flags.system and not peer and self.vram_size is not None and \
                     not self.vram_base <= pa <= pa + size <= self.vram_base + self.vram_size:
                 raise VMError(f"map {va + self.start:#x}+{size:#x}: {pa:#x}+{size:#x} is outside VRAM "
                               f"({self.vram_base:#x}+{self.vram_size:#x}); host memory needs MapFlags(system=True)")

@@ -11,7 +11,9 @@ config space, BARs and one interrupt (MSI, MSI-X or INTx on an eventfd) from the
 `PCI.wait_events` sleeps on that eventfd. Without VFIO the driver polls (wait_events only sleeps).
 
 The simulated function (SIMPCI, amdq.sim.pci.device) offers the same function protocol (config_read /
-config_write, bar(n), bar_sizes, close), so the code from here down is the code that runs on hardware.
+config_write, bar(n), bar_sizes, bar_bus_address(n), close), so the code from here down is the code that runs
+on hardware. `bar_bus_address` is where a BAR sits on the bus (sysfs `resource` on hardware): `PCI.map_peer` maps
+another AM device's buffer through its BAR0 there (or over XGMI, am/peer.py).
 
 Opening boots the GPU (am/driver.py); then the interface protocol of iface/base.py: memory in VM context 0
 (am/memory.py), queues bound to MEC 1 and SDMA engine 0 (am/gfx.py, am/sdma.py) with doorbells in BAR2,
@@ -52,6 +54,9 @@ class Function(Protocol):
         """Host memory pinned for the GPU (its CPU view and bus address)."""
         ...
     def dma_free(self, buf: DMABuffer) -> None: ...
+    def bar_bus_address(self, n: int) -> int:
+        """Where BAR `n` sits on the bus (0: not assigned); a peer's DMA reaches its BAR0 there."""
+        ...
     def close(self) -> None: ...
 
 
@@ -136,14 +141,25 @@ class SysfsFunction:
                               f"this user the device)") from None
 
     def _resources(self) -> dict[int, int]:
-        sizes: dict[int, int] = {}
+        return {i: end - start + 1 if end > start else 0 for i, (start, end) in self._resource_ranges().items()}
+
+    def _resource_ranges(self) -> dict[int, tuple[int, int]]:
+        """(start, end) of each resource line of sysfs `resource` (Documentation/PCI/sysfs-pci.rst: start, end and
+        flags, in hex, one line per BAR)."""
+        out: dict[int, tuple[int, int]] = {}
         with open(os.path.join(self.info.path, "resource")) as f:
             for i, line in enumerate(f):
                 parts = line.split()
                 if len(parts) >= 2:
-                    start, end = int(parts[0], 16), int(parts[1], 16)
-                    sizes[i] = end - start + 1 if end > start else 0
-        return sizes
+                    out[i] = (int(parts[0], 16), int(parts[1], 16))
+        return out
+
+    def bar_bus_address(self, n: int) -> int:
+        """Where BAR `n` starts in the host's physical address space (sysfs `resource`: what the kernel assigned, and
+        what amdgpu uses as a peer's address, pci_resource_start; 0: not assigned). On x86 without an IOMMU that
+        is its bus address; behind an IOMMU a peer's DMA needs the range mapped for it too (not done here)."""
+        start, end = self._resource_ranges().get(n, (0, 0))
+        return start if end > start else 0
 
     @property
     def irq(self) -> str | None:
@@ -457,6 +473,20 @@ class PCI:
             self.driver.fini()
         finally:
             self.fn.close()
+
+
+    # -- peers: am/memory.py map_peer -------------------------------------------------------------------
+    def map_peer(self, other: "PCI", a: Allocation, via: str | None = None, writable: bool = True) -> Allocation:
+        """Map `a`, a live buffer of the AM device `other`, into this device's VM context 0 at `a.va`: VRAM through
+        `other`'s BAR0 bus address (PCIe peer-to-peer) or over XGMI (nodes of one hive; `via` forces "pcie" or
+        "xgmi"), host memory at its bus address. The mapping (kind "peer"), for `unmap_peer`."""
+        if not isinstance(other, PCI):
+            raise DeviceError(f"map_peer: the peer must be an AM (PCI) device, not {type(other).__name__}")
+        return self.memory.map_peer(other.memory, a, via, writable)
+
+    def unmap_peer(self, m: Allocation) -> None:
+        """Take down a mapping of `map_peer` (the TLBs flushed: an access then faults on this device)."""
+        self.memory.unmap_peer(m)
 
 
 def open_real(arch: str | None = None, root: str | None = None) -> PCI:

@@ -447,6 +447,43 @@ class Device:
                 self.profiler.add(rec)
         return rec if wait else None
 
+    # -- peer buffers --------------------------------------------------------------------------
+    def map_peer(self, buf: Buffer, writable: bool = True) -> Buffer:
+        """`buf`, a buffer of another device, mapped into this device's GPU address space at its own address
+        (AM devices: through the owner's BAR0, or over XGMI within a hive): a Buffer of this device, for `copy`
+        (this device's SDMA queue moves the bytes) and kernels. Mapping orders nothing: the owner's work on it must
+        be finished first (`owner.synchronize()`). `unmap_peer` takes it down; freeing `buf` does too."""
+        if not isinstance(buf, Buffer):
+            raise InvalidArgument(f"map_peer takes a Buffer, not {type(buf).__name__}")
+        if buf.dev is self:
+            raise InvalidArgument(f"map_peer of {buf!r}: it is a buffer of this device already")
+        buf.addr                                            # a freed buffer says so
+        f = getattr(self.iface, "map_peer", None)
+        if f is None or type(buf.dev.iface) is not type(self.iface):
+            raise DeviceError(f"{self.name} cannot map memory of {buf.dev.name}: peer mappings are between AM "
+                              f"(PCI) devices")
+        with self.lock:
+            self._check()
+            a = f(buf.dev.iface, buf.alloc, writable=writable)
+            buf.alloc.meta["shared"] = True                 # the owner's allocator gives it back, never reuses it
+            a.meta.update(nbytes=buf.size, what=f"peer buffer of {buf.dev.name}")
+            self.allocator.live_allocs[a.va] = a
+            return Buffer(self, a, buf.size, owned=False)
+
+    def unmap_peer(self, peer_buf: Buffer) -> None:
+        """Take down a mapping of `map_peer` once this device's work submitted so far is done; this device's GPU
+        faults on the address afterwards."""
+        if not isinstance(peer_buf, Buffer) or peer_buf.dev is not self or peer_buf.alloc is None \
+                or peer_buf.alloc.kind != "peer":
+            raise InvalidArgument(f"unmap_peer takes a Buffer map_peer returned on {self.name}, not {peer_buf!r}")
+        with self.lock:
+            self._check()
+            if not self.idle:
+                self.drain()
+            a, peer_buf.alloc = peer_buf.alloc, None
+            self.allocator.live_allocs.pop(a.va, None)
+            self.iface.unmap_peer(a)
+
     def _release(self, buf: Buffer) -> None:
         with self.lock:
             self._pending_free.append((self._marks(), buf.alloc))

@@ -78,6 +78,9 @@ class Allocator:
     def free(self, a: Allocation) -> None:
         self.live -= a.size
         self.live_allocs.pop(a.va, None)
+        if a.meta.get("shared"):                        # mapped by a peer: given back now, which takes those down
+            self.iface.free(a)
+            return
         key = a.meta.get("cache_key", (a.size, a.kind, ()))
         self.cache.setdefault(key, []).append(a)
         self.cache.move_to_end(key)

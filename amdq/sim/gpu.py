@@ -39,12 +39,39 @@ class Engine(Protocol):
     def busy(self) -> bool: ...                       # has work it has not finished (maybe blocked)
 
 
+class PhysicalSpace:
+    """Where this GPU's physical addresses lead (the MMU's `space`): a SYSTEM address on the PCIe bus when the GPU
+    sits on one (host RAM, peers' BARs: sim/host.py), else in its own system memory (SIMKFD); any other address in
+    its VRAM, or when it is a node of an XGMI hive, in the VRAM of the hive's node it names (sim/xgmi.py)."""
+
+    def __init__(self, gpu: "SimGPU"):
+        self.gpu = gpu
+
+    def system(self, addr: int, n: int) -> tuple[Arena, int] | None:
+        bus = self.gpu.bus
+        if bus is not None:
+            return bus.resolve(addr, n)
+        m = self.gpu.sysmem
+        return (m, addr) if 0 <= addr and addr + n <= m.size else None
+
+    def local(self, addr: int, n: int) -> tuple[Arena, int] | None:
+        hive = self.gpu.hive
+        if hive is not None:
+            return hive.resolve(addr, n)
+        v = self.gpu.vram
+        return (v, addr) if 0 <= addr and addr + n <= v.size else None
+
+
 class SimGPU:
     def __init__(self, arch: str = "gfx1100", vram_bytes: int | None = None, sysmem_bytes: int = 64 << 30,
-                 mode: str | None = None, sysmem: Arena | None = None):
+                 mode: str | None = None, sysmem: Arena | None = None, bus=None):
         self.target: Target = get_target(arch)
         self.vram = Arena("VRAM", vram_bytes or self.target.vram_bytes)
-        self.sysmem = sysmem if sysmem is not None else Arena("system memory", sysmem_bytes)
+        self.bus = bus                                # the PCIe bus (sim/host.py Bus) of a simulated PCI function
+        self.sysmem = bus.ram if bus is not None else sysmem if sysmem is not None else \
+            Arena("system memory", sysmem_bytes)
+        self.hive = None                              # the XGMI hive (sim/xgmi.py) of a node of one
+        self.space = PhysicalSpace(self)
         self.vms: dict[int, MMU] = {}
         self.cores: dict[int, object] = {}
         self.engines: dict[int, Engine] = {}          # doorbell index -> engine
@@ -77,7 +104,7 @@ class SimGPU:
     # -- memory contexts ----------------------------------------------------------------------
     def vm(self, vmid: int) -> MMU:
         if vmid not in self.vms:
-            self.vms[vmid] = MMU(self.vram, self.sysmem, self.target.gfx_version, vmid=vmid)
+            self.vms[vmid] = MMU(self.vram, self.sysmem, self.target.gfx_version, vmid=vmid, space=self.space)
         return self.vms[vmid]
 
     def core(self, vmid: int):

@@ -22,11 +22,17 @@ A context's shape comes from its VM_CONTEXT registers when the simulated GMC dri
 PAGE_TABLE_START/END range: addresses outside it do not translate, and the walk indexes by the offset from
 START (VM context 0 of the driver's own addresses starts above the framebuffer). The defaults (depth 3,
 start 0, no end) are the layout of the user VMs the KFD path builds.
+
+Physical addresses (what PDEs, PTEs and the root name) resolve through the context's `space`: one with the SYSTEM
+bit is a bus address (`space.system`: host RAM or a peer's BAR on the simulated PCIe bus, sim/host.py; the
+GPU's own system memory on SIMKFD), one without it a VRAM address (`space.local`: this GPU's VRAM, or with XGMI
+any node's of the hive, sim/xgmi.py). Without a space, both are offsets of `sysmem` and `vram` (`Flat`).
 """
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -60,6 +66,29 @@ class Run:
     writable: bool
 
 
+class Space(Protocol):
+    """Where the GPU's physical addresses lead: (memory, offset in it) of `n` bytes, or None if nothing answers."""
+    def system(self, addr: int, n: int) -> tuple[Arena, int] | None: ...
+    def local(self, addr: int, n: int) -> tuple[Arena, int] | None: ...
+
+
+def _within(arena: Arena, addr: int, n: int) -> tuple[Arena, int] | None:
+    return (arena, addr) if 0 <= addr and addr + n <= arena.size else None
+
+
+@dataclass
+class Flat:
+    """System memory and VRAM each at physical address 0 (the SIMKFD GPU; tests)."""
+    vram: Arena
+    sysmem: Arena
+
+    def system(self, addr: int, n: int) -> tuple[Arena, int] | None:
+        return _within(self.sysmem, addr, n)
+
+    def local(self, addr: int, n: int) -> tuple[Arena, int] | None:
+        return _within(self.vram, addr, n)
+
+
 @dataclass
 class MMU:
     """One VM context (VMID): its page-directory base and a cache of translations."""
@@ -73,8 +102,11 @@ class MMU:
     block_size: int = 0                  # VM_CONTEXTn_CNTL.PAGE_TABLE_BLOCK_SIZE
     start: int = 0                       # first address of the context (PAGE_TABLE_START_ADDR << 12)
     end: int | None = None               # last address (PAGE_TABLE_END_ADDR << 12 | 0xFFF); None: 48 bits
+    space: Space | None = None           # where physical addresses lead (None: Flat over vram and sysmem)
 
     def __post_init__(self):
+        if self.space is None:
+            self.space = Flat(self.vram, self.sysmem)
         self.pde_pte = vm.PTE[vm.generation(self.gfx)]["PDE_PTE"].mask
         self._starts: list[int] = []
         self._runs: list[Run] = []
@@ -130,27 +162,27 @@ class MMU:
             if shift == 12 or (e & self.pde_pte and self.block_size == 0 and shift in (21, 30)):
                 return self._page(e, shift)
             table = e & ADDR_MASK
-            if table + 4096 > self.vram.size:
-                return None
             bfs = BFS9.get(e) if self.gfx < 10 else 0
         return None
 
     def _entry(self, table: int, idx: int) -> int | None:
-        """The valid entry `idx` of the table at `table`, or None."""
-        if table + 8 * idx + 8 > self.vram.size:
+        """The valid entry `idx` of the table at physical address `table` (a VRAM address), or None."""
+        hit = self.space.local(table + 8 * idx, 8)
+        if hit is None:
             return None
-        e = self.vram.u64(table + 8 * idx)
+        e = hit[0].u64(hit[1])
         return e if e & VALID else None
+
+    def _target(self, e: int, pa: int, n: int) -> tuple[Arena, int] | None:
+        """(memory, offset) of the `n` bytes at physical address `pa` as entry `e` names them (SYSTEM: the bus)."""
+        return self.space.system(pa, n) if e & SYSTEM else self.space.local(pa, n)
 
     def _page(self, e: int, shift: int) -> tuple[Arena, int, int, int] | None:
         size = 1 << shift
-        arena = self.sysmem if e & SYSTEM else self.vram
-        pa = (e & ADDR_MASK) & ~(size - 1)
-        if pa + size > arena.size:
-            return None
         if self.start & (size - 1):                  # a huge page must start on its own alignment in the context
             return None
-        return arena, pa, size, e
+        hit = self._target(e, (e & ADDR_MASK) & ~(size - 1), size)
+        return None if hit is None else (hit[0], hit[1], size, e)
 
     def _run_for(self, va: int) -> Run | None:
         i = bisect.bisect_right(self._starts, va) - 1
@@ -164,9 +196,10 @@ class MMU:
         frag = 1 << (12 + FRAG.get(pte))
         if frag > size and not self.start & (frag - 1):     # the PTE vouches for its whole fragment
             fstart = va & ~(frag - 1)
-            fpa = pa - (start - fstart)
-            if fpa >= 0 and fpa + frag <= arena.size:
-                start, pa, size = fstart, fpa, frag
+            fphys = ((pte & ADDR_MASK) & ~(size - 1)) - (start - fstart)
+            whole = self._target(pte, fphys, frag) if fphys >= 0 else None
+            if whole is not None and whole[0] is arena:      # all of it in the one memory
+                start, pa, size = fstart, whole[1], frag
         i = bisect.bisect_right(self._starts, va)
         lo = self._runs[i - 1].end if i > 0 else 0          # never over a run already cached
         hi = self._starts[i] if i < len(self._starts) else 1 << 64

@@ -2,6 +2,12 @@
 (doorbells), BAR5 (MMIO: the register file whose side effects are the simulated blocks), VRAM with the IP
 discovery binary at its place, mode1 reset, a state file that survives the process, boot fault injection.
 
+On the bus (sim/host.py): the function claims bus windows for its 64-bit BARs 0 and 2 when it is created and
+reports their addresses in its config-space BAR registers (read-only here: the host assigned them; the sizing
+protocol is not modelled); another GPU's DMA to the BAR0 window reaches this VRAM (peer-to-peer) while memory
+decoding is on. A gfx9 function may be a node of an XGMI hive (`xgmi=` or AMDQ_SIM_XGMI: the hive's name,
+sim/xgmi.py): its IFWI sets the XGMI_LFB registers of every hub to the node's id and segment.
+
 Hardware facts (sources):
 * PCI IDs and classes: the PCI ID repository (pci.ids) entries of the reference boards of
   amdq.hw.targets (Navi 31 0x744c, Navi 48 0x7550, MI300X 0x74a1); class 0x030000 (VGA) for the Radeon
@@ -43,7 +49,8 @@ from ...hw import discovery as D
 from ...hw.regmap import Layout, Registers
 from ...hw.targets import Target, get_target
 from ...iface.base import DMABuffer
-from ..host import host_memory
+from ..host import host_bus
+from .. import xgmi as simxgmi
 from ..regfile import RegisterFile
 from . import gfx as simgfx
 from . import sdma as simsdma
@@ -63,6 +70,8 @@ PCI_IDS: dict[str, tuple[int, int, int]] = {       # arch -> (device id, revisio
 }
 CMD_MEMORY, CMD_MASTER = 1 << 1, 1 << 2           # command register bits
 BAR_MEM64_PREFETCH, BAR_MEM32 = 0xC, 0x0          # BAR low bits: 64-bit prefetchable / 32-bit memory
+BAR_MEM64 = 0x4                                   # BAR bits 2:1 = 2: a 64-bit BAR (its upper half in the next dword)
+BAR_REGS = range(0x10, 0x28)                      # the six BAR dwords
 
 # --- simulator choices ----------------------------------------------------------------------------------
 FB_BASE = 0x80_0000_0000                          # where the FB aperture starts in the GPU's address space
@@ -172,13 +181,17 @@ class SimPCIDevice:
     simulated blocks, and the function's side (config space, BARs) for the interface."""
 
     def __init__(self, arch: str = "gfx1100", small_bar: bool = False, state: str | None = None,
-                 persist: bool = True, mode: str | None = None):
+                 persist: bool = True, mode: str | None = None, xgmi: str | None = None):
         from ..gpu import SimGPU
         self.target: Target = get_target(arch)
         self.arch = arch
         self.name = f"SIMPCI+AMD:{arch}"
+        xgmi = xgmi if xgmi is not None else os.environ.get("AMDQ_SIM_XGMI") or None
+        if xgmi and self.target.gfx_version != 9:
+            raise DeviceError(f"{arch} has no XGMI links: only gfx9 parts (gfx942, gfx950) join a hive")
         parts = {n: _part_class(n) for n in PART_MODULES}           # before the injector reads AMDQ_SIM_INJECT
-        self.gpu = SimGPU(arch, mode=mode, sysmem=host_memory())   # the host's RAM, shared by every function
+        self.gpu = SimGPU(arch, mode=mode, bus=host_bus())        # the host's RAM and bus, shared by every function
+        self.hive, self.node = (simxgmi.hive(xgmi), None) if xgmi else (None, None)
         self.inject = self.gpu.inject
         self._exceptions: collections.deque = collections.deque()
         self.vram_size = self.gpu.vram.size
@@ -209,18 +222,34 @@ class SimPCIDevice:
         self.config = bytearray(4096)
         struct.pack_into("<HHHHB", self.config, 0, VENDOR_AMD, dev_id, 0, 0x0010, rev)
         self.config[9:12] = cls_code.to_bytes(3, "little")
+        bus = self.gpu.bus
+        self.bus_windows = {0: bus.claim(f"{self.name} BAR0", self.bar_sizes[0], self.gpu.vram,
+                                         live=lambda: self.memory_enabled),
+                            2: bus.claim(f"{self.name} BAR2", DOORBELL_BYTES)}
         for i, flags in ((0, BAR_MEM64_PREFETCH), (2, BAR_MEM64_PREFETCH), (5, BAR_MEM32)):
-            struct.pack_into("<I", self.config, 0x10 + 4 * i, flags)
+            addr = self.bus_windows.get(i, 0)
+            struct.pack_into("<I", self.config, 0x10 + 4 * i, flags | (addr & 0xFFFFFFF0))
+            if flags & BAR_MEM64:
+                struct.pack_into("<I", self.config, 0x14 + 4 * i, addr >> 32)
+        if self.hive is not None:
+            self.node = self.hive.join(self.gpu.vram)
+            self.gpu.hive = self.hive
         self.doorbells = Doorbells(self, DOORBELL_BYTES)
         self.mmio = MMIO(self, self.bar_sizes[5])
         # power on, then what survived the last process, then boot-time injections
         self.state_path = os.path.join(state or state_dir(), f"SIMPCI-{arch}.state") if persist else None
         self._saved_vram: tuple[list[int], bytes] | None = None
-        self._lock_fd = self._lock() if persist else None
-        self.power_on()
-        self.restored = self._load_state()
-        self._inject_boot()
-        self.gpu.irq_handlers.append(self._record)  # after the IH's: a queue's record follows its vector
+        try:
+            self._lock_fd = self._lock() if persist else None
+            self.power_on()
+            self.restored = self._load_state()
+            self._board_regs()                  # the board's topology, whatever a state file of another one said
+            self._inject_boot()
+            self.gpu.irq_handlers.append(self._record)   # after the IH's: a queue's record follows its vector
+        except BaseException:
+            self._leave_bus()
+            self.gpu.close()
+            raise
         atexit.register(self.close)             # a process that ends without closing still leaves its state
 
     def __getattr__(self, name: str) -> Any:
@@ -333,6 +362,7 @@ class SimPCIDevice:
         mm = self.raw.MMHUB
         mm.regMMMC_VM_FB_LOCATION_BASE.write(FB_BASE=self.fb_base >> 24)
         mm.regMMMC_VM_FB_LOCATION_TOP.write(FB_TOP=top)
+        self._board_regs()
         if "regSDMA0_F32_CNTL" in self.raw.GC:                   # SDMA and MEC come out of reset halted
             for n in (0, 1):
                 self.raw.GC[f"regSDMA{n}_F32_CNTL"].write(HALT=1)
@@ -345,6 +375,21 @@ class SimPCIDevice:
                 gc.regCP_MEC_RS64_CNTL.write(MEC_HALT=1)
             else:
                 gc.regCP_MEC_CNTL.write(MEC_ME1_HALT=1, MEC_ME2_HALT=1)
+
+    def _board_regs(self) -> None:
+        """The XGMI_LFB registers the IFWI sets on every hub of a gfx9 part: the node's place in its hive (all 0, XGMI
+        off, outside one)."""
+        if self.target.gfx_version != 9:
+            return
+        fields = self.hive.registers(self.node) if self.hive is not None and self.node is not None else \
+            {"XGMI_LFB_CNTL": {}, "XGMI_LFB_SIZE": {}}
+        hubs = (("GC", "regGCMC_VM_", self.layout.blocks["GC"].instances), ("MMHUB", "regMMMC_VM_", 1))
+        for block, prefix, n in hubs:
+            for i in range(n):
+                regs = self.raw.block(block, i)
+                for name, f in fields.items():
+                    if prefix + name in regs:
+                        regs[prefix + name].write(**f)
 
     # -- the PCI function -------------------------------------------------------------------------------
     @property
@@ -359,9 +404,17 @@ class SimPCIDevice:
     def config_write(self, off: int, size: int, value: int) -> None:
         if size not in (1, 2, 4) or not 0 <= off <= len(self.config) - size:
             raise RegisterError(f"config space write of {size} bytes at {off:#x} is outside the 4 KiB config space")
-        if off < 4 or 8 <= off < 0x10:                  # identity and class are read-only
-            return
+        if off < 4 or 8 <= off < 0x10 or off + size > BAR_REGS.start and off < BAR_REGS.stop:
+            return                                      # identity, class and the assigned BARs are read-only
         self.config[off:off + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+
+    def bar_bus_address(self, n: int) -> int:
+        """Where BAR `n` sits on the bus: the address in its config-space register (0: not assigned)."""
+        if n not in (0, 2, 5):
+            raise DeviceError(f"the simulated function has BARs 0, 2 and 5, not {n}")
+        lo = self.config_read(0x10 + 4 * n)
+        hi = self.config_read(0x14 + 4 * n) if lo & 0x6 == BAR_MEM64 else 0
+        return hi << 32 | lo & 0xFFFFFFF0
 
     def bar(self, n: int) -> Any:
         """BAR0: VRAM (a memoryview of its first bar_sizes[0] bytes); BAR2: doorbells; BAR5: registers."""
@@ -512,6 +565,15 @@ class SimPCIDevice:
         for n in (5, 6, 7):
             gc[f"regSCRATCH_REG{n}"].write(0)
 
+    def _leave_bus(self) -> None:
+        """The function's BAR windows leave the bus, its VRAM the XGMI hive."""
+        for base in self.bus_windows.values():
+            self.gpu.bus.release(base)
+        self.bus_windows = {}
+        if self.hive is not None and self.node is not None:
+            self.hive.leave(self.node)
+            self.node = None
+
     def close(self) -> None:
         """Power off this process's view: the state is written, the lock released, the GPU model stopped."""
         if getattr(self, "_closed", False):
@@ -522,6 +584,7 @@ class SimPCIDevice:
             self.save_state()
         finally:
             self.gpu.close()
+            self._leave_bus()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None

@@ -66,12 +66,14 @@ class SimGMC(SimPart):
         super().__init__(dev)
         gpu = dev.gpu
         self.vram, self.sysmem, self.gfx = gpu.vram, gpu.sysmem, dev.target.gfx_version
+        self.space = gpu.space                      # where physical addresses lead (the bus, the XGMI hive)
         insts = {"GC": max(dev.target.xcc, 1), "MM": 1}
         self.ctx: dict[tuple[str, int], list[MMU]] = {}
         for hub, n in insts.items():
             for inst in range(n):
                 self.ctx[(hub, inst)] = [gpu.vm(v) if (hub, inst) == ("GC", 0) else
-                                         MMU(self.vram, self.sysmem, self.gfx, vmid=v) for v in range(NUM_VMID)]
+                                         MMU(self.vram, self.sysmem, self.gfx, vmid=v, space=gpu.space)
+                                         for v in range(NUM_VMID)]
         self.sem: dict[tuple[str, int, int], bool] = {}
         fam = I.family(self.gfx)
         self.fault_iv = {"MM": fam.mmhub_fault, "GC": fam.gfxhub_fault}
@@ -213,9 +215,10 @@ class SimGMC(SimPart):
                     return self.vram, pa, min(fb_hi + 1 - addr, self.vram.size - pa)
             agp_lo, agp_hi = r("MC_AGP_BOT") << 24, r("MC_AGP_TOP") << 24 | 0xFFFFFF
             if agp_lo <= agp_hi and low <= addr <= high and agp_lo <= addr <= agp_hi:
-                pa = addr - agp_lo + (r("MC_AGP_BASE") << 24)
-                if pa < self.sysmem.size:
-                    return self.sysmem, pa, min(agp_hi + 1 - addr, self.sysmem.size - pa)
+                pa = addr - agp_lo + (r("MC_AGP_BASE") << 24)       # a bus address
+                hit = self.space.system(pa, 1)
+                if hit is not None:
+                    return hit[0], hit[1], min(agp_hi + 1 - addr, PAGE - (pa & (PAGE - 1)))
         return self._fault(acc, addr, cntl, "RANGE", "outside every aperture and VM context range")
 
     def _fault(self, acc: Access, addr: int, cntl: dict, kind: str, why: str):
@@ -224,8 +227,9 @@ class SimGMC(SimPart):
         if cntl.get(f"{kind}_PROTECTION_FAULT_ENABLE_DEFAULT"):
             page = (self._r(hub, inst, "L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32").read() << 32
                     | self._r(hub, inst, "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32").read()) << 12
-            if page + PAGE <= self.vram.size:
-                return self.vram, page + (addr & (PAGE - 1)), PAGE - (addr & (PAGE - 1))
+            hit = self.space.local(page, PAGE)             # a VRAM physical address (XGMI: of the hive)
+            if hit is not None:
+                return hit[0], hit[1] + (addr & (PAGE - 1)), PAGE - (addr & (PAGE - 1))
         raise GPUFault(f"GPU page fault: {'write' if acc.write else 'read'} at {addr:#x} on "
                        f"{HUBS[hub][0]}{f'[{inst}]' if hub == 'GC' and len(self._gc()) > 1 else ''} VMID {acc.vmid} "
                        f"({why})", address=addr, write=acc.write, client=HUBS[hub][0], vmid=acc.vmid)
