@@ -103,7 +103,8 @@ class SDMA(IPBlock):
         self._halt(0)
 
     def resume_hw(self) -> None:
-        self._halt(1)
+        """Partial boot: the last session's fini halted the engines with their rings stopped (a session that did
+        not end cleanly gets a full boot); out of halt again, as init_hw."""
         self._halt(0)
 
     def fini_hw(self) -> None:
