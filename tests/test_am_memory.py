@@ -115,3 +115,18 @@ def test_a_partial_boot_starts_from_an_empty_vm(booted):
     b = iface2.alloc(4096)
     b.cpu.mv[:4] = b"next"
     assert gpu_read(dev2, b.va, 4) == b"next"
+
+
+def test_a_function_without_dma_gets_visible_vram_for_host_buffers(booted, monkeypatch):
+    dev, iface = booted()
+
+    def no_dma(size):
+        e = DeviceError("no DMA here")
+        e.unsupported = True
+        raise e
+    monkeypatch.setattr(dev, "dma_alloc", no_dma)
+    a = iface.alloc(4096, "gtt", uncached=True)
+    assert a.kind == "vram" and a.meta["instead_of"] == "uncached" and a.cpu is not None
+    a.cpu.mv[:4] = b"bar0"
+    assert gpu_read(dev, a.va, 4) == b"bar0"
+    iface.free(a)

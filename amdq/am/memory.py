@@ -8,6 +8,10 @@ Kinds, as the interface protocol names them (iface/base.py Allocation):
   simulated host memory on SIMPCI), mapped with SYSTEM and SNOOPED (UNCACHED: MTYPE UC, so the GPU's
   caches never hold it: queue pointers, signals).
 
+A function that cannot pin host memory for the GPU (real hardware without VFIO's IOMMU mappings in this
+build) gets CPU-visible VRAM for "gtt" and "uncached" buffers instead, as AM drivers commonly run everything
+from VRAM; the allocation's meta says `instead_of`.
+
 Every map and unmap ends with the HDP and TLB flushes of the GMC (VM's flush callback), so a buffer is
 visible to the GPU once `alloc` returns and gone from every TLB once `free` returns.
 
@@ -43,6 +47,7 @@ class Memory:
         self.bar0 = memoryview(fn.bar(0)).cast("B")
         self.lock = threading.Lock()
         self.live: dict[int, Allocation] = {}
+        self.host_memory = True          # False once the function says it cannot pin host memory for the GPU
         self.peers: dict[int, tuple[Allocation, "Memory"]] = {}     # VA -> (mapping here, the owner's Memory)
         self.exported: dict[int, set["Memory"]] = {}               # VA of a live buffer -> Memories mapping it
 
@@ -91,7 +96,17 @@ class Memory:
         return Allocation(va, size, "vram", ("vram", off), mapping, {"vram_offset": off})
 
     def _host(self, va: int, size: int, uncached: bool, executable: bool) -> Allocation:
-        dma = self.fn.dma_alloc(size)
+        if not self.host_memory:
+            a = self._vram(va, size, True, executable)          # CPU-visible VRAM stands in for host memory
+            a.meta["instead_of"] = "uncached" if uncached else "gtt"
+            return a
+        try:
+            dma = self.fn.dma_alloc(size)
+        except DeviceError as e:
+            if not getattr(e, "unsupported", False):
+                raise
+            self.host_memory = False                            # the function cannot pin host memory (see doc)
+            return self._host(va, size, uncached, executable)
         try:
             self.vm.map(va, dma.bus, size, MapFlags.host(executable=executable, mtype="UC" if uncached else "NC"))
         except BaseException:

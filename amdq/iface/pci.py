@@ -216,8 +216,10 @@ class SysfsFunction:
         return memoryview(m)
 
     def dma_alloc(self, size: int) -> DMABuffer:
-        raise DeviceError(f"{self.info.address}: host memory for the GPU needs its bus addresses: this build maps "
-                          f"none yet on real hardware (VFIO_IOMMU_MAP_DMA); use VRAM buffers, or SIMPCI")
+        e = DeviceError(f"{self.info.address}: host memory for the GPU needs its bus addresses: this build maps "
+                        f"none yet on real hardware (VFIO_IOMMU_MAP_DMA); CPU-visible VRAM is used instead")
+        e.unsupported = True
+        raise e
 
     def dma_free(self, buf: DMABuffer) -> None:
         raise DeviceError(f"{self.info.address}: no DMA buffers on real hardware in this build")
