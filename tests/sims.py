@@ -5,6 +5,13 @@ from __future__ import annotations
 import amdq
 
 INTERFACES = ("SIMKFD", "SIMPCI")
+# (interface, arch) of the tests that run on every simulated device kind: KFD's gfx1100 and the simulated
+# PCI function's three targets
+DEVICES = [("SIMKFD", "gfx1100"), ("SIMPCI", "gfx1100"), ("SIMPCI", "gfx1201"), ("SIMPCI", "gfx942")]
+
+
+def device_id(p) -> str:
+    return "-".join(p)
 
 
 def open_sim(monkeypatch, tmp_path, interface: str = "SIMKFD", arch: str = "gfx1100") -> amdq.Device:

@@ -16,7 +16,7 @@ from amdq.errors import GPUTimeout
 from amdq.hw import aql as A
 from amdq.runtime.aql_queue import AQLQueue
 from clang import compile_cl
-from sims import INTERFACES, open_sim
+from sims import DEVICES, device_id, open_sim
 from test_shader_kernels import *  # noqa: F401,F403  (the suite's test functions, collected here again)
 
 
@@ -63,11 +63,19 @@ def open_aql(monkeypatch, arch: str = "gfx1100", ring_bytes: int | None = None, 
     return dev
 
 
-@pytest.fixture(params=INTERFACES)
+@pytest.fixture(params=DEVICES, ids=device_id)
 def dev(request, monkeypatch, tmp_path):
-    d = open_aql(monkeypatch, interface=request.param, tmp_path=tmp_path)
+    iface, arch = request.param
+    d = open_aql(monkeypatch, arch, interface=iface, tmp_path=tmp_path)
     yield d
     d.close()
+
+
+def queue_engine(dev, q):
+    """The simulated engine behind the queue's doorbell (on several XCCs: XCC 0's)."""
+    bell = q.q.extra.get("doorbell", q.q.doorbell_off // 8)      # SIMPCI: the dword index; KFD: 8-byte slots
+    eng = dev.sim.engines[bell]
+    return getattr(eng, "xccs", [eng])[0]
 
 
 def program(dev):
@@ -125,7 +133,7 @@ def test_queue_descriptor(dev):
     f = A.AMD_QUEUE.unpack(q.qmv)
     assert f["read_dispatch_id_field_base_byte_offset"] == A.AMD_QUEUE.offsetof("read_dispatch_id")
     assert f["hsa_queue"]["base_address"] == q.q.ring.va and f["hsa_queue"]["size"] == q.slots
-    eng = dev.sim.engines[q.q.doorbell_off // 8]
+    eng = queue_engine(dev, q)
     assert eng.rptr_va == q.qmem.va + 128 and eng.wptr_va == q.qmem.va + 56
     k = program(dev)["put"]
     out = dev.upload(np.zeros(64, np.int32))
@@ -262,7 +270,7 @@ def test_bad_vendor_pm4_faults_naming_the_packet(dev):
     q = dev.queue
     q.submit(q.commands().dw + [0x12345678])            # a type-0 PM4 header
     dev.sim.pump()
-    eng = dev.sim.engines[q.q.doorbell_off // 8]
+    eng = queue_engine(dev, q)
     assert eng.fault is not None and "AQL packet 0" in eng.fault.reason and "PM4_IB" in eng.fault.reason, eng.fault
 
 
@@ -313,7 +321,7 @@ def test_scratch_shortfall_faults(dev):
     dispatch(q, k, (idx, out))                          # no scratch_for: the descriptor still says 0 bytes
     q.ring_doorbell()
     dev.sim.pump()
-    eng = dev.sim.engines[q.q.doorbell_off // 8]
+    eng = queue_engine(dev, q)
     assert eng.fault is not None and "scratch" in eng.fault.reason and "AQL packet 0" in eng.fault.reason
 
 

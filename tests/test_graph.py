@@ -7,7 +7,7 @@ import pytest
 import amdq
 from amdq.errors import InvalidArgument
 from clang import compile_cl
-from sims import open_sim
+from sims import DEVICES, open_sim
 
 AXPY = """
 define amdgpu_kernel void @axpy(ptr addrspace(1) %y, ptr addrspace(1) %x, float %a) {
@@ -29,12 +29,12 @@ declare float @llvm.fma.f32(float, float, float)
 """
 
 
-@pytest.fixture(params=[("sync", "SIMKFD"), ("async", "SIMKFD"), ("async", "SIMPCI")], ids=lambda p: "-".join(p))
+@pytest.fixture(params=[("sync", "SIMKFD", "gfx1100")] + [("async", *d) for d in DEVICES], ids=lambda p: "-".join(p))
 def dev(request, monkeypatch, tmp_path):
-    mode, iface = request.param
+    mode, iface, arch = request.param
     monkeypatch.setenv("AMDQ_SIM_MODE", mode)
     monkeypatch.delenv("AMD_DISABLE_SDMA", raising=False)
-    d = open_sim(monkeypatch, tmp_path, iface)
+    d = open_sim(monkeypatch, tmp_path, iface, arch)
     yield d
     d.close()
 
@@ -78,7 +78,7 @@ def test_wait_inside_capture_is_an_error(dev):
 
 
 def test_graph_of_cl_kernels(dev):
-    k = dev.load(compile_cl("vadd.cl").read_bytes())["vadd"]
+    k = dev.load(compile_cl("vadd.cl", dev.arch).read_bytes())["vadd"]
     n = 1024
     a, b = np.random.default_rng(0).standard_normal((2, n)).astype(np.float32)
     A, B, C = dev.upload(a), dev.upload(b), dev.alloc(4 * n)

@@ -10,20 +10,20 @@ import pytest
 
 import amdq
 from clang import compile_cl
-from sims import INTERFACES, open_sim
+from sims import DEVICES, device_id, open_sim
 
 
-@pytest.fixture(scope="module", params=INTERFACES)
+@pytest.fixture(scope="module", params=DEVICES, ids=device_id)
 def dev(request, tmp_path_factory):
     mp = pytest.MonkeyPatch()
-    d = open_sim(mp, tmp_path_factory.mktemp("profile"), request.param)
+    d = open_sim(mp, tmp_path_factory.mktemp("profile"), *request.param)
     yield d
     d.close()
     mp.undo()
 
 
 def test_wait_returns_stage_record(dev):
-    k = dev.load(compile_cl("vadd.cl").read_bytes())["vadd"]
+    k = dev.load(compile_cl("vadd.cl", dev.arch).read_bytes())["vadd"]
     n = 4096
     A, B, C = dev.upload(np.ones(n, np.float32)), dev.upload(np.ones(n, np.float32)), dev.alloc(4 * n)
     rec = k(A, B, C, 2.0, n, grid=n // 256, block=256, wait=True)
@@ -36,7 +36,7 @@ def test_wait_returns_stage_record(dev):
 
 
 def test_profile_trace(dev, tmp_path):
-    k = dev.load(compile_cl("vadd.cl").read_bytes())["vadd"]
+    k = dev.load(compile_cl("vadd.cl", dev.arch).read_bytes())["vadd"]
     n = 4096
     A, B, C = dev.upload(np.ones(n, np.float32)), dev.upload(np.ones(n, np.float32)), dev.alloc(4 * n)
     with dev.profile() as p:

@@ -13,7 +13,7 @@ import amdq
 from amdq.errors import GPUFault, GPUTimeout, InvalidPacket
 from amdq.hw import sdma
 from amdq.sim.sdma import SDMAQueue
-from sims import INTERFACES, open_sim
+from sims import DEVICES, device_id, open_sim
 
 VADD = (Path(amdq.__file__).parent / "examples" / "vadd.ll").read_text()
 _code: dict[str, bytes] = {}
@@ -36,10 +36,10 @@ def vadd(dev):
     return dev.load(_code[dev.arch])["vadd"]
 
 
-@pytest.fixture(params=INTERFACES)
+@pytest.fixture(params=DEVICES, ids=device_id)
 def dev(request, monkeypatch, tmp_path):
     monkeypatch.setenv("AMDQ_SIM_MODE", "sync")
-    d = open_sim(monkeypatch, tmp_path, request.param)
+    d = open_sim(monkeypatch, tmp_path, *request.param)
     yield d
     d.close()
 
@@ -183,7 +183,7 @@ def test_copy_is_split_at_the_max_copy_size(dev):
     dev.copy(b, a, 50_001 - 9, 4, 9)
     assert bytes(b.read(50_001 - 9, 4)) == data[9:].tobytes()
     assert eng.packets - n0 >= 13 + 13                     # the copy alone was 13 packets (plus 13 staged ones)
-    assert dev.target.sdma_max_copy == 0x3FFFFFE0
+    assert dev.target.sdma_max_copy == (0x3FFFE0 if dev.target.gfx_version == 9 else 0x3FFFFFE0)   # SDMA 4 / 5+
 
 
 # -- faults and hangs -----------------------------------------------------------------------------
