@@ -178,8 +178,11 @@ class SimPCIDevice:
         self.arch = arch
         self.name = f"SIMPCI+AMD:{arch}"
         parts = {n: _part_class(n) for n in PART_MODULES}           # before the injector reads AMDQ_SIM_INJECT
+        from ..inject import add_kinds
+        add_kinds(simgfx.INJECT_KINDS)
         self.gpu = SimGPU(arch, mode=mode, sysmem=host_memory())   # the host's RAM, shared by every function
         self.inject = self.gpu.inject
+        self.clear = self.gpu.clear                 # disarm an injection (as on the simulated GPU behind SIMKFD)
         self._exceptions: collections.deque = collections.deque()
         self.gpu.irq_handlers.append(self._record)
         self.vram_size = self.gpu.vram.size
