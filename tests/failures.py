@@ -77,3 +77,46 @@ class Bench:
             "kill_wave": (WaveKilled, r"waves killed",
                           lambda: (dev.sim.inject("kill_wave"), prg["put"](out, 1, grid=1, block=64, wait=True))),
         }
+
+
+# -- a fixed-seed mix of hangs and faults (tests/test_am_recovery.py, scripts/am_recovery_soak.py) ---------------
+MIX = ("endless kernel", "page fault", "hang_cp", "hang_sdma")
+PAGE_FAULTS = ("null write", "unmapped read")
+
+
+def mix(n: int, seed: int) -> list[str]:
+    """`n` failure kinds of MIX, as evenly spread as `n` allows, in an order fixed by `seed`; a page fault is one
+    of PAGE_FAULTS (also by `seed`)."""
+    import random
+    rng = random.Random(seed)
+    kinds = [MIX[i % len(MIX)] for i in range(n)]
+    rng.shuffle(kinds)
+    return [rng.choice(PAGE_FAULTS) if k == "page fault" else k for k in kinds]
+
+
+def run_mix(bench: Bench, kinds: list[str], after=None) -> list[dict]:
+    """Provoke each failure of `kinds` on the bench's device and check a correct launch and copy after it; per
+    failure: its kind, the error, `detect_s` (the failing call to its error), `recover_s` (the check after it).
+    `after(kind, record)` is called once the check passed. AssertionError if a failure raised anything else."""
+    import re
+    import time
+    table = bench.failures()
+    out = []
+    for i, kind in enumerate(kinds):
+        cls, pattern, action = table[kind]
+        t0 = time.perf_counter()
+        try:
+            action()
+        except cls as e:
+            if not re.search(pattern, str(e)):
+                raise AssertionError(f"failure {i} ({kind}): {type(e).__name__} does not match {pattern!r}: {e}")
+            err = e
+        else:
+            raise AssertionError(f"failure {i} ({kind}) raised nothing")
+        t1 = time.perf_counter()
+        bench.check()
+        rec = {"kind": kind, "error": type(err).__name__, "detect_s": t1 - t0, "recover_s": time.perf_counter() - t1}
+        out.append(rec)
+        if after is not None:
+            after(kind, rec)
+    return out

@@ -331,6 +331,8 @@ def test_wrong_queue_size_encoding_fails(rig, monkeypatch):
 
 
 def test_a_hung_queue_does_not_drain(rig):
+    """A hung CP takes no dequeue, neither a drain nor a wave reset; the CP's soft reset takes the queue off (and the
+    hang with it: a new queue runs)."""
     rig.dev.inject("hang_cp")
     q, b = rig.queue()
     data, fence = rig.alloc(64)[1], rig.alloc(64)[1]
@@ -339,6 +341,11 @@ def test_a_hung_queue_does_not_drain(rig):
     with pytest.raises(AMTimeout, match="regCP_HQD_ACTIVE to drop"):
         rig.gfx.destroy_queue(q)
     assert rig.hqd(q)["regCP_HQD_ACTIVE"] & 1 and rig.drv.regs.GC.regGRBM_GFX_CNTL.read() == 0
-    rig.gfx.destroy_queue(q, reset=True)                            # a wave reset takes it off
-    assert not rig.hqd(q)["regCP_HQD_ACTIVE"] & 1 and not rig.dev.gpu.engines
-    rig.dev.gpu.clear("hang_cp")
+    with pytest.raises(AMTimeout, match="regCP_HQD_ACTIVE to drop after regCP_HQD_DEQUEUE_REQUEST=reset waves"):
+        rig.gfx.destroy_queue(q, reset=True)
+    assert rig.drv.recovery.compute(q, "the test's hang") == []
+    assert not rig.hqd(q)["regCP_HQD_ACTIVE"] & 1 and not rig.dev.gpu.engines and not rig.gfx.hqds
+    q2, b2 = rig.queue()
+    rig.submit(b2, rig.write_and_fence(data, fence, 2))
+    assert rig.u64(fence) == 2
+    rig.gfx.destroy_queue(q2)

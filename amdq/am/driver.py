@@ -11,6 +11,8 @@ session ended (fini), 0 while a session runs, SCRATCH_REG5 = the TMR size of tha
     initialised by this driver, session not clean       -> full boot (naming why), after a mode1 reset if the
                                                            sOS runs (a boot that failed is such a session too)
     a partial boot that fails (the MEC stays halted ...) -> mode1 reset, full boot ("the partial boot failed (...)")
+    a session whose GPU was lost (an engine reset that did not take, am/recovery.py): fini leaves it unclean
+                                                        -> full boot
     AM_RESET=1                                          -> full boot (mode1 reset first if the sOS runs)
 
 Boot memory (TMR, rings, the dummy page ...) lives in a reserved region just below the discovery table;
@@ -235,6 +237,8 @@ class AMDriver:
         self.report: BootReport | None = None
         self.reset_via: str | None = None
         self.booted = False
+        self.lost: DeviceLost | None = None    # set when a recovery did not bring an engine back (am/recovery.py)
+        self._recovery = None
         printer = AccessPrinter() if self.debug >= 4 else None
 
         def trace(a: Access) -> None:
@@ -373,9 +377,22 @@ class AMDriver:
         smu.fresh = True                    # a new PMFW: its first answer is not one to wait for
         self.am.boot.clear()
 
+    @property
+    def recovery(self):
+        """The engine resets of this GPU (am/recovery.py)."""
+        if self._recovery is None:
+            from .recovery import Recovery
+            self._recovery = Recovery(self)
+        return self._recovery
+
     def fini(self) -> None:
-        """Leave the GPU quiet, blocks in reverse order, and mark the session clean (SCRATCH_REG6)."""
+        """Leave the GPU quiet, blocks in reverse order, and mark the session clean (SCRATCH_REG6). A lost GPU (a
+        reset that did not take) is left as it is, its session unclean: the next boot is a full one."""
         if not self.booted:
+            return
+        if self.lost is not None:
+            self.am.log(1, f"fini: the GPU was lost ({self.lost}); the session stays unclean")
+            self.booted = False
             return
         for n in reversed(FULL_ORDER):
             self._phase(n, self.blocks[n].fini_hw)

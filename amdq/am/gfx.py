@@ -16,8 +16,9 @@ doorbell control again; write pointer; VMID; persistent state; then what the KIQ
 and kfd's `hqd_load_v11` copies from the MQD too (IB control, priorities, quantum, AQL control); CP_HQD_ACTIVE;
 CP_PQ_STATUS.DOORBELL_ENABLE. Every value written comes from the MQD (amdq.am.mqd), so the MQD in memory and
 the HQD registers agree. Dequeue (`hqd_destroy_v11`, `gfx_v9_4_3_xcc_q_fini_register`): CP_HQD_DEQUEUE_REQUEST
-(1 drain, 2 reset waves), wait for CP_HQD_ACTIVE to drop, DEQUEUE_REQUEST back to 0, the pointers and doorbell
-control cleared.
+(1 drain, 2 reset waves), wait for CP_HQD_ACTIVE to drop (amdgpu's 100 ms, or AMDQ_WAIT_TIMEOUT_MS if shorter),
+DEQUEUE_REQUEST back to 0, the pointers and doorbell control cleared. A queue that takes neither dequeue is for
+the CP's soft reset (am/recovery.py), after which `reload` binds the other queues again from their MQDs.
 
 AM choices (not amdgpu's): on a multi-XCC GPU an AQL queue is loaded on every XCC of the partition (as kfd's
 init_mqd_v9_4_3 does), each XCC with its own MQD (`mqd.stride` apart) and EOP buffer (`hpd_bytes` apart), and
@@ -26,6 +27,7 @@ queue on several XCCs needs its one doorbell inside every XCC's window). A PM4 q
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -72,6 +74,7 @@ class GFX(IPBlock):
         self.gfx = t.gfx_version
         self.hqds: dict[tuple[int, int, int], HQD] = {}     # (xcc, pipe, queue) -> the queue bound there
         self._logical_start = 0                               # kfd's current_logical_xcc_start
+        self.dequeue_ms = min(DEQUEUE_MS, float(os.environ.get("AMDQ_WAIT_TIMEOUT_MS") or DEQUEUE_MS))
         gc = "gc_{}_{}_{}".format(*t.ip["GC"])
         self.mec = self.am.firmware(f"{gc}_mec.bin")
         self.am.firmware(f"{gc}_rlc.bin")
@@ -238,6 +241,27 @@ class GFX(IPBlock):
                     gc[reg].write(0)
             del self.hqds[(x, q.pipe, q.queue)]
 
+    def queues(self) -> list[HQD]:
+        """The queues bound now (a queue on several XCCs once)."""
+        return list({id(q): q for q in self.hqds.values()}.values())
+
+    def reload(self, q: HQD, resume: int) -> None:
+        """Bind `q` again, after a reset took it off its slots, from its MQD with the read and write pointers at
+        `resume` (dwords: where its ring was consumed to), as kfd's hqd_load restores a queue (\"WPTR==RPTR before
+        starting the poll so the CP starts fetching new commands from the right place\"); its doorbell then
+        makes it fetch the rest."""
+        ring_dw = q.ring_bytes // 4
+        for i, x in enumerate(q.xccs):
+            if (x, q.pipe, q.queue) in self.hqds:
+                raise InvalidArgument(f"MEC 1 pipe {q.pipe} queue {q.queue} (XCC {x}) is bound already")
+            v = q.values[i]
+            v.update(cp_hqd_pq_rptr=resume % ring_dw, cp_hqd_pq_wptr_lo=resume & 0xFFFFFFFF,
+                     cp_hqd_pq_wptr_hi=resume >> 32 & 0xFFFFFFFF)
+            self.am.vram.write(q.mqds[i][0], M.pack(self.gfx, v))
+        for i, x in enumerate(q.xccs):
+            self.hqds[(x, q.pipe, q.queue)] = q
+            self._load(x, q, q.values[i])
+
     # the hardware sequences
     @contextmanager
     def _select(self, gc, pipe: int, queue: int) -> Iterator[None]:
@@ -287,7 +311,7 @@ class GFX(IPBlock):
             return
         gc.regCP_HQD_DEQUEUE_REQUEST.write(DEQUEUE_REQ=kind)
         try:
-            self.am.wait(lambda: not active.read() & 1, DEQUEUE_MS,
+            self.am.wait(lambda: not active.read() & 1, self.dequeue_ms,
                          f"{active.qualname} to drop after {gc.regCP_HQD_DEQUEUE_REQUEST.name}="
                          f"{'reset waves' if kind == DEQUEUE_RESET else 'drain'} (XCC {x})")
         finally:

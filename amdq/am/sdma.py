@@ -26,12 +26,14 @@ The binding sequences (sources: Linux amdgpu, facts only):
   RB_CNTL {RPTR_WRITEBACK_ENABLE, RB_ENABLE}; IB_CNTL.IB_ENABLE=1.
 * Stop (`gfx_stop`): RB_CNTL.RB_ENABLE=0, IB_CNTL.IB_ENABLE=0 (4.4.2 also DOORBELL.ENABLE=0, OFFSET=0). amdgpu
   does not wait there (its IP wait_for_idle polls SDMA0_STATUS_REG.IDLE, not in the facts pack); this driver
-  then polls the queue's CONTEXT_STATUS.IDLE so that a destroyed queue is known to touch memory no more.
+  then polls the queue's CONTEXT_STATUS.IDLE (100 ms, or AMDQ_WAIT_TIMEOUT_MS if shorter) so that a destroyed queue
+  is known to touch memory no more; an engine that does not get there is reset (am/recovery.py).
 * Halt (`sdma_v*_enable(false)`): the rings stopped first, then SDMA{0,1}_F32_CNTL HALT / MCU_CNTL HALT (4.4.2:
   RB_ENABLE=0 and SDMA_CNTL.UTC_L1_ENABLE=0; its map has no halt register).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..errors import AMBootError, DeviceError
@@ -64,7 +66,7 @@ class SDMA(IPBlock):
         self.major = self.am.target.ip["SDMA"][0]
         self.engines = sum(1 for n in ("SDMA0", "SDMA1") if n in self.am.regs.layout.blocks)
         self.queues: dict[tuple[int, int], SDMARing] = {}
-        self.idle_timeout_ms = IDLE_TIMEOUT_MS
+        self.idle_timeout_ms = min(IDLE_TIMEOUT_MS, float(os.environ.get("AMDQ_WAIT_TIMEOUT_MS") or IDLE_TIMEOUT_MS))
         self.am.firmware("sdma_{}_{}_{}.bin".format(*self.am.target.ip["SDMA"]))
 
     # -- engines -------------------------------------------------------------------------------------

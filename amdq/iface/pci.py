@@ -18,6 +18,12 @@ another AM device's buffer through its BAR0 there (or over XGMI, am/peer.py).
 Opening boots the GPU (am/driver.py); then the interface protocol of iface/base.py: memory in VM context 0
 (am/memory.py), queues bound to MEC 1 and SDMA engine 0 (am/gfx.py, am/sdma.py) with doorbells in BAR2,
 waits that sleep on the IH ring (am/ih.py) and the exceptions of stopped queues.
+
+Recovery: a queue that will not let go when destroyed is taken off by resetting its engine (the AM driver's
+am/recovery.py: the CP's soft reset, after which the other compute queues are bound again where their rings stand
+and rung with their write pointers; an SDMA engine's reset). A reset that does not bring the engine back is
+DeviceLost; from then on the interface refuses queues, memory and waits with DeviceLost, and its close leaves the
+session unclean so that the next open boots the GPU fully.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ..errors import AMTimeout, DeviceError
+from ..errors import AMTimeout, DeviceError, DeviceLost
 from ..hw import faults as F
 from ..hw import sdma_regs as SDMA
 from ..hw.regmap import BufferBackend
@@ -321,6 +327,7 @@ class PCI:
         pointers at those offsets of `ptrs` when given: an AQL queue's amd_queue_t), bound by the driver."""
         if kind not in ("compute", "aql", "sdma"):
             raise DeviceError(f"queue kind {kind!r}: compute, aql or sdma")
+        self._check_lost()
         gfx, sdma = self.driver.blocks["gfx"], self.driver.blocks["sdma"]
         ring = self.alloc(ring_bytes, "gtt", uncached=True)
         own = ptrs is None
@@ -369,25 +376,64 @@ class PCI:
         return bell
 
     def destroy_queue(self, q: QueueInfo) -> None:
-        """Unbind the queue (a hung compute queue is dequeued with a wave reset) and give back its memory."""
+        """Unbind the queue and give back its memory. A compute queue that does not drain is dequeued with a wave
+        reset, and if that does not take either the CP is soft-reset (am/recovery.py) and the other compute
+        queues are bound again where their rings stand; an SDMA queue that does not go idle gets its engine reset.
+        DeviceLost when a reset does not bring the engine back (the interface refuses further work then)."""
         if self.queues.pop(q.queue_id, None) is None:
             raise DeviceError(f"queue {q.queue_id} is not a queue of this interface")
-        gfx, sdma = self.driver.blocks["gfx"], self.driver.blocks["sdma"]
         hw = q.extra["hw"]
         try:
-            if q.kind == "sdma":
-                sdma.destroy_queue(hw)
-            else:
-                try:
-                    gfx.destroy_queue(hw)
-                except AMTimeout:
-                    gfx.destroy_queue(hw, reset=True)     # it does not drain (hung): its waves are reset
+            if self.driver.lost is None:
+                if q.kind == "sdma":
+                    self._unbind_sdma(hw)
+                else:
+                    self._unbind_compute(hw)
         finally:
             for name in ("eop", "mqd", "ptrs"):
                 a = q.extra.get(name)
                 if a is not None:
                     self.free(a)
             self.free(q.ring)
+
+    def _unbind_sdma(self, hw) -> None:
+        try:
+            self.driver.blocks["sdma"].destroy_queue(hw)
+        except AMTimeout as e:                          # hung: the engine is reset
+            self.driver.recovery.sdma(hw.engine, f"SDMA{hw.engine} queue {hw.queue} did not go idle: {e}")
+
+    def _unbind_compute(self, hw) -> None:
+        gfx = self.driver.blocks["gfx"]
+        try:
+            gfx.destroy_queue(hw)
+        except AMTimeout:
+            try:
+                gfx.destroy_queue(hw, reset=True)       # it does not drain (hung): its waves are reset
+            except AMTimeout as e:                      # the CP does not let go of it: the CP is reset
+                mine = {id(c.extra["hw"]): c for c in self.queues.values() if c.kind != "sdma"}
+                back = self.driver.recovery.compute(hw, str(e), lambda h: self._resume(mine[id(h)]))
+                for h in back:
+                    self._kick(mine[id(h)])
+
+    @staticmethod
+    def _resume(q: QueueInfo) -> int:
+        """Where a compute queue's ring was consumed to, in dwords: the read pointer the MEC reported (PM4: dwords;
+        AQL: read_dispatch_id, packets of 16 dwords)."""
+        done = q.rptr.cpu.read64(0)
+        return done * 16 if q.kind == "aql" else done
+
+    @staticmethod
+    def _kick(q: QueueInfo) -> None:
+        """Ring a rebound compute queue's doorbell with the write pointer its writer published, if ahead of where
+        it resumed (PM4: the write pointer in dwords; AQL: the index of the last packet written)."""
+        done, written = q.rptr.cpu.read64(0), q.wptr.cpu.read64(0)
+        if written > done:
+            q.doorbell.write64(q.doorbell_off, written - 1 if q.kind == "aql" else written)
+
+    def _check_lost(self) -> None:
+        if self.driver.lost is not None:
+            raise DeviceLost(f"{self.fn.name}: the GPU is lost ({self.driver.lost}); close it and open it again: "
+                             f"the next open boots it fully")
 
     def queue_progress(self, q: QueueInfo) -> int | None:
         """Work the queue has retired, where the function can tell (the simulated one can), else None."""
@@ -399,6 +445,7 @@ class PCI:
         """Sleep until the IH ring has entries (an interrupt) or `timeout_ms` passes; the exceptions that
         stopped queues (None if none did): the full records where the function keeps them (the simulated one
         does), else what the IH and the hub's fault registers say (a VM fault's VA, direction and client)."""
+        self._check_lost()
         ih = self.driver.blocks["ih"]
         if not ih.pending():
             ih.wait(timeout_ms)
@@ -448,6 +495,7 @@ class PCI:
     # -- memory: am/memory.py ---------------------------------------------------------------------------
     def alloc(self, size: int, kind: str = "vram", uncached: bool = False, cpu: bool = True,
               executable: bool = False) -> Allocation:
+        self._check_lost()
         return self.memory.alloc(size, kind, uncached, cpu, executable)
 
     def free(self, a: Allocation) -> None:

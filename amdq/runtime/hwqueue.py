@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import AmdqError, GPUException, GPUTimeout
+from ..errors import AmdqError, DeviceLost, GPUException, GPUTimeout
 from .signal import default_timeout_ms
 
 MAX_FAILED = 32          # failed value ranges remembered per queue
@@ -50,6 +50,7 @@ class HWQueue:
         self.failed: list[tuple[int, int, AmdqError]] = []      # (first, last value, error) of lost work
         self.deps: list[tuple[int, object, int]] = []           # (own value, other queue, its value waited for)
         self.resets = 0
+        self.gone = False                                       # the device was lost under it (reset)
         self._what: list[str | None] = [None] * 256    # what the last 256 submissions were, by value % 256
         self.q = None
         self._open()
@@ -131,13 +132,18 @@ class HWQueue:
         self.deps.append((self.timeline.value + 1, other, value))
 
     def reset(self) -> None:
-        """Destroy the hardware queue (its waves are killed) and create a new one; the writer starts over."""
+        """Destroy the hardware queue (its waves are killed) and create a new one; the writer starts over.
+        DeviceLost (the driver's reset did not bring the engine back) is not recovered from: it propagates."""
         try:
             self._close_hw()
+        except DeviceLost:
+            self.gone = True                        # gone with the device: close() has nothing left to destroy
+            raise
         except (AmdqError, OSError):
             pass                                    # a queue the driver already dropped
         self.resets += 1
         self._open()
 
     def close(self) -> None:
-        self._close_hw()
+        if not self.gone:
+            self._close_hw()

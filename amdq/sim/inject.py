@@ -13,6 +13,8 @@ Kinds:
 - `gfx_reset` (simulated PCI function, at power-on): the GFX block was reset behind the driver's back (a
   GFX-only reset by another agent): the RLC and MEC lost their code, the MEC stays halted until the PSP
   loads it again; the scratch registers, the sOS and the TMR are as they were.
+- `reset_fails` (simulated PCI function, sim/pci/gfx.py): no engine reset takes (GRBM_SOFT_RESET bits do not latch,
+  the SMU's ResetSDMA does nothing), so a driver's recovery finds the engine not back.
 - `smu_timeout`: the simulated SMU (sim/pci/smu.py) takes messages but never answers them, as a hung PMFW
   does; `msg=NAME`: only that message (e.g. `smu_timeout:msg=SetPptLimit`).
 """

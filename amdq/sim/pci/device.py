@@ -190,9 +190,12 @@ class SimPCIDevice:
         if xgmi and self.target.gfx_version != 9:
             raise DeviceError(f"{arch} has no XGMI links: only gfx9 parts (gfx942, gfx950) join a hive")
         parts = {n: _part_class(n) for n in PART_MODULES}           # before the injector reads AMDQ_SIM_INJECT
+        from ..inject import add_kinds
+        add_kinds(simgfx.INJECT_KINDS)
         self.gpu = SimGPU(arch, mode=mode, bus=host_bus())        # the host's RAM and bus, shared by every function
         self.hive, self.node = (simxgmi.hive(xgmi), None) if xgmi else (None, None)
         self.inject = self.gpu.inject
+        self.clear = self.gpu.clear                 # disarm an injection (as on the simulated GPU behind SIMKFD)
         self._exceptions: collections.deque = collections.deque()
         self.vram_size = self.gpu.vram.size
         self.vram: memoryview = self.gpu.vram.view(0, self.vram_size)

@@ -11,7 +11,15 @@ RLC_ENABLE_F32, CP_MEC_CNTL halt), `psp_gfx_if.h` (GFX_FW_TYPE_* of what the PSP
   taken until the PSP loaded its code;
 - MEC pipe resets are counted; a halt or a pipe reset kills the queues there (sim/pci/mec.py);
 - the HQD registers are banked per GRBM_GFX_CNTL slot, CP_HQD_ACTIVE starts a queue, CP_HQD_DEQUEUE_REQUEST
-  stops it (sim/pci/mec.py).
+  stops it (sim/pci/mec.py);
+- GRBM_SOFT_RESET (gfx_v11_0.c / gfx_v9_4_3.c soft_reset, sdma_v6_0.c / sdma_v7_0.c soft_reset): SOFT_RESET_CP or
+  SOFT_RESET_CPC kills every queue of the XCC's MEC (their waves with them), puts the HQD registers back at 0 and
+  the MEC in its reset state (halted, pipes inactive), and clears a `hang_cp` injection; SOFT_RESET_RLC stops the
+  RLC (RLC_CNTL back at 0); SOFT_RESET_SDMA<n> (GFX11/12) resets SDMA engine n (sim/pci/sdma.py). The bits read
+  back as written;
+- RLC_SAFE_MODE with CMD=1: a running RLC acknowledges by clearing CMD (MESSAGE 1 enters, 0 leaves safe mode).
+Injection `reset_fails` (until cleared): no reset takes, GRBM_SOFT_RESET bits do not latch (they read back 0) and
+the SMU's ResetSDMA does nothing, as a GPU that needs a bigger reset than these.
 """
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ from .part import SimPart
 
 RLC_AUTOLOAD_NEEDS = {11: (am.GFX_FW_TYPE_RLC_G, am.GFX_FW_TYPE_IMU_I, am.GFX_FW_TYPE_IMU_D),
                       12: (am.GFX_FW_TYPE_RLC_G, am.GFX_FW_TYPE_IMU_I, am.GFX_FW_TYPE_IMU_D)}
+INJECT_KINDS = {"reset_fails": "gfx"}
 MEC_FW = {9: (am.GFX_FW_TYPE_CP_MEC, am.GFX_FW_TYPE_CP_MEC_ME1), 11: (am.GFX_FW_TYPE_RS64_MEC,),
           12: (am.GFX_FW_TYPE_RS64_MEC,)}
 
@@ -41,6 +50,8 @@ class SimGFX(SimPart):
         self.loaded: set[int] = set()
         self.autoloaded = False
         self.mec_resets = 0
+        self.soft_resets: list[tuple[int, tuple[str, ...]]] = []     # (XCC, reset bits) of every soft reset taken
+        self.safe_mode = False
         raw = getattr(self.dev, "raw", None)
         if raw is None:
             return                                      # power-on: the register file starts at reset values
@@ -114,6 +125,42 @@ class SimGFX(SimPart):
 
     def on_write_regCP_PQ_STATUS(self, value: int) -> None:
         self.mec.decode_changed()
+
+    # -- soft reset and RLC safe mode ---------------------------------------------------------------------
+    def on_write_regGRBM_SOFT_RESET(self, value: int, reg) -> None:
+        if "reset_fails" in self.dev.inject:
+            reg.write(0)                                # the reset does not take: the bits do not latch
+            return
+        bits = tuple(k for k, v in reg.decode(value).items() if v)
+        if not bits:
+            return
+        self.soft_resets.append((reg.inst, bits))
+        xcc = reg.inst
+        if "SOFT_RESET_CP" in bits or "SOFT_RESET_CPC" in bits:
+            with self.dev.gpu.host_access():
+                self.mec.reset_cp(xcc)
+            gc = self.dev.raw.xcc(xcc).GC
+            if self.gfx == 9:
+                gc.regCP_MEC_CNTL.write(MEC_ME1_HALT=1, MEC_ME2_HALT=1)
+            else:
+                gc.regCP_MEC_RS64_CNTL.write(MEC_HALT=1)
+            self.dev.gpu.clear("hang_cp")
+        if "SOFT_RESET_RLC" in bits:
+            self.dev.raw.xcc(xcc).GC.regRLC_CNTL.write(0)
+        for n in range(2):
+            if f"SOFT_RESET_SDMA{n}" in bits:
+                self.dev.sdma.engine_reset(n)
+
+    def on_write_regRLC_SAFE_MODE(self, value: int, reg) -> None:
+        f = reg.decode(value)
+        if f["CMD"] and self._rlc_runs(reg.inst):
+            self.safe_mode = bool(f["MESSAGE"])
+            reg.write(reg.fields["CMD"].put(value, 0))           # acknowledged
+
+    def _rlc_runs(self, xcc: int) -> bool:
+        if self.gfx == 9:
+            return bool(self.dev.raw.xcc(xcc).GC.regRLC_CNTL.read_fields()["RLC_ENABLE_F32"])
+        return self.autoloaded
 
     def _kill_stopped(self, reg, halt: str, reset: str) -> None:
         """After a write to the MEC control register: a halted MEC or a pipe in reset runs no queue."""

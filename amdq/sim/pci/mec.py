@@ -16,8 +16,14 @@ stops it and drops CP_HQD_ACTIVE)):
   CP_MEC_DOORBELL_RANGE_LOWER..UPPER and (where the register exists) CP_PQ_STATUS.DOORBELL_ENABLE is set;
 - a queue does not start on a MEC without running firmware, halted, or with its pipe in reset (CP_HQD_ACTIVE
   reads back 0); halting the MEC or resetting a pipe kills the queues on it (CP_HQD_ACTIVE drops);
-- CP_HQD_DEQUEUE_REQUEST (1 drain, 2 reset waves) stops the queue and drops CP_HQD_ACTIVE; a hung queue does not
-  drain (only a wave reset takes it off).
+- CP_HQD_DEQUEUE_REQUEST (1 drain, 2 reset waves) stops the queue and drops CP_HQD_ACTIVE; a queue hung by the
+  injection `hang_cp` (a hung CP) takes neither: only a soft reset of the CP (GRBM_SOFT_RESET, sim/pci/gfx.py), a MEC
+  halt or a pipe reset takes it off;
+- a soft reset of the CP (`reset_cp`) kills every queue of the XCC and puts every HQD register back at 0 (the
+  select at slot 0); the MEC is halted until the driver starts it again;
+- a queue starts where CP_HQD_PQ_WPTR (dwords) says, as kfd's hqd_load loads a restored queue with WPTR == RPTR: a
+  PM4 queue's read and write pointers are that value, an AQL queue's read, fetch and doorbell indices that value
+  over 16 (dwords per packet); a new queue has 0 there.
 Not public (firmware-internal), modelled as the MQD facts require: an AQL queue on a multi-XCC GPU takes its
 compute_current_logic_xcc_id and compute_tg_chunk_size from the MQD at CP_MQD_BASE_ADDR when activated, and
 XCCs activated with the same doorbell form one queue (each XCC's packet processor reads the same ring; the XCC
@@ -32,11 +38,12 @@ from typing import Callable
 import numpy as np
 
 from ...hw import am
+from ...hw import aql as A
 from ..aql import AQLQueue, MultiXCCQueue
 from ..cp import PM4Queue
 
 MEC_ME = 1
-DEQUEUE_DRAIN = 1
+AQL_PACKET_DW = A.PACKET_SIZE // 4
 LOGIC_XCC = struct.Struct(f"<{am.v9_mqd.offsetof('compute_current_logic_xcc_id')}xI")
 TG_CHUNK = struct.Struct(f"<{am.v9_mqd.offsetof('compute_tg_chunk_size')}xI")
 
@@ -168,14 +175,24 @@ class SimMEC:
         a = self.active.get(key)
         if not req or a is None:
             return
-        if req == DEQUEUE_DRAIN and hung(a.engine):
-            return                                          # a hung queue never drains: CP_HQD_ACTIVE stays 1
+        if hung(a.engine):
+            return                                          # a hung CP takes no dequeue: CP_HQD_ACTIVE stays 1
         self._stop(key)
 
     def kill(self, xcc: int, pipe: int | None = None) -> None:
         """MEC halt (pipe None) or pipe reset: the queues there are gone."""
         for key in [k for k in self.active if k[0] == xcc and k[1] == MEC_ME and pipe in (None, k[2])]:
             self._stop(key)
+
+    def reset_cp(self, xcc: int) -> None:
+        """A soft reset of XCC `xcc`'s CP: its queues are gone, every HQD register back at 0, slot 0 selected."""
+        self.kill(xcc)
+        raw = self.dev.raw
+        for key in [k for k in self.bank if k[0] == xcc]:
+            del self.bank[key]
+        for a in self._banked(xcc):
+            raw.write32(a, 0)
+        self.sel[xcc] = (0, 0, 0)
 
     def _start(self, xcc: int, slot: tuple[int, int, int]) -> None:
         self._seen.clear()
@@ -193,14 +210,16 @@ class SimMEC:
         where = f"MEC1 pipe {slot[1]} queue {slot[2]}" + (f" XCC {xcc}" if n > 1 else "")
         key = (xcc, *slot)
         gate = lambda: self.sees(xcc, slot, bell)                   # noqa: E731
+        at = rd("regCP_HQD_PQ_WPTR_LO") | rd("regCP_HQD_PQ_WPTR_HI") << 32     # where the queue starts (dwords)
         if not aql:
             eng = PM4Queue(gpu, vmid, ring, ring_bytes, rptr, wptr, name=f"compute queue {where}")
-            eng.rptr = eng.wptr = rd("regCP_HQD_PQ_WPTR_LO") | rd("regCP_HQD_PQ_WPTR_HI") << 32
+            eng.rptr = eng.wptr = at
         else:
             args = {"ring_base_address": ring, "ring_size": ring_bytes, "read_pointer_address": rptr,
                     "write_pointer_address": wptr}
             if n == 1:
                 eng = AQLQueue(gpu, vmid, args)
+                eng.rd = eng.fetch = eng.wr = at // AQL_PACKET_DW
             else:
                 group = self.groups.get(bell)
                 if group is None:
@@ -210,6 +229,7 @@ class SimMEC:
                 eng = AQLQueue(gpu, vmid, args, xcc=xcc, logical=logical, chunk=chunk, link=group.link,
                                master=fields("regCP_HQD_PQ_CONTROL")["NO_UPDATE_RPTR"] == 0)
                 eng.queue_id = group.queue_id
+                eng.rd = eng.fetch = eng.wr = at // AQL_PACKET_DW
                 with gpu.host_access():                         # between two slices of the GPU's worker
                     group.add(eng, gate)
                 self._bind_irq(eng, xcc, slot)

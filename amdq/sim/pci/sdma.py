@@ -15,7 +15,10 @@ meanings of the `gfx_resume` sequences, see amdq/am/sdma.py):
 - a doorbell write reaches the queue only while its DOORBELL.ENABLE=1 and the NBIO routes that doorbell to the
   engine (sim/pci/nbio.py `routes_sdma`); others are counted in `dropped` and do nothing;
 - RB_RPTR/RB_RPTR_HI read the queue's read pointer; CONTEXT_STATUS.IDLE reads 1 unless the queue has work it
-  has not finished, or it was hung (injection `hang_sdma`) when it was stopped: a hung engine never goes idle.
+  has not finished, or it was hung (injection `hang_sdma`) when it was stopped: a hung engine never goes idle;
+- an engine reset (GRBM_SOFT_RESET.SOFT_RESET_SDMA<n> on SDMA 6/7, the SMU's ResetSDMA on SDMA 4.4.2: `engine_reset`)
+  stops its queue, puts the queue's ring registers back at 0 (RB_ENABLE, pointers, doorbell) and clears the hang:
+  the engine reads idle again (not with the injection `reset_fails`).
 Not modelled: the write-pointer poll (the doorbell carries the pointer), IB_CNTL, queues 1 and up.
 """
 from __future__ import annotations
@@ -65,6 +68,7 @@ class SimSDMA(SimPart):
             self._stop(e, keep=False)
         self.hung: set[int] = set()                # engines whose queue was hung when stopped
         self.dropped = 0                           # doorbells the gate refused
+        self.resets: list[int] = []                # engines reset (engine_reset), in order
 
     def save(self) -> dict:
         return {"loaded": sorted(self.loaded)}
@@ -149,6 +153,18 @@ class SimSDMA(SimPart):
             for lo, hi, v in (("RB_RPTR", "RB_RPTR_HI", q.rptr), ("RB_WPTR", "RB_WPTR_HI", q.wptr)):
                 self._r(engine, lo).write(v & 0xFFFFFFFF)
                 self._r(engine, hi).write(v >> 32 & 0xFFFFFFFF)
+
+    def engine_reset(self, engine: int) -> None:
+        """Engine `engine` reset: its queue gone, the queue's ring registers at 0, a hang cleared."""
+        if "reset_fails" in self.dev.inject or not 0 <= engine < self.engines:
+            return
+        if engine in self.queues:
+            self._stop(engine, keep=False)
+        self.hung.discard(engine)
+        for suffix in ("RB_CNTL", "RB_RPTR", "RB_RPTR_HI", "RB_WPTR", "RB_WPTR_HI", "DOORBELL"):
+            self._r(engine, suffix).write(0)
+        self.dev.gpu.clear("hang_sdma")
+        self.resets.append(engine)
 
     # register side effects (engine from the accessed register: SDMA<n>_... on GC, or the SDMA<n> block)
     def _rb_cntl(self, reg) -> None:

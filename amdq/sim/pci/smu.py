@@ -16,6 +16,8 @@ Mode1 reset: the firmware answers OK and resets the device when the driver has r
 chip, this firmware included: `dev.mode1_reset()`); after a reset the PMFW is not running until the PSP
 loads it again (`start`), unless the board keeps it resident (`resident=True`), so a message sent in
 between is never answered. Injection `smu_timeout[:msg=NAME]`: messages are taken and never answered.
+ResetSDMA (13.0.6; `smu_v13_0_6_ppt.c` reset_sdma: the argument is the mask of SDMA instances): each engine of the
+mask is reset (sim/pci/sdma.py `engine_reset`; nothing happens under the injection `reset_fails`), answered OK.
 """
 from __future__ import annotations
 
@@ -243,6 +245,12 @@ class SimSMU(SimPart):
             return levels[idx]
         if name == "Mode1Reset":
             self.pending_reset = True
+            return None
+        if name == "ResetSDMA":                      # 13.0.6: the argument is the mask of SDMA instances to reset
+            sdma = getattr(self.dev, "sdma", None)
+            for n in range(32):
+                if arg >> n & 1 and sdma is not None:
+                    sdma.engine_reset(n)
             return None
         if name == "GfxDriverReset":                 # 13.0.6: the argument says which reset
             if arg != t.reset_type.get("DRIVER_MODE_1_RESET"):
