@@ -457,8 +457,8 @@ class SimPCIDevice:
             raise DeviceError(f"DMA buffer of {size} bytes")
         size = -(-size // 4096) * 4096
         host = self.gpu.sysmem
-        try:
-            bus = host.alloc(size)
+        try:                                    # 2 MiB and up: huge pages (contiguous, aligned on the bus)
+            bus = host.alloc(size, 2 << 20 if size >= 2 << 20 else 4096)
         except MemoryError as e:
             raise OutOfMemory(f"host memory for the GPU: {e}") from None
         return DMABuffer(host.view(bus, size), bus, size)
