@@ -38,3 +38,32 @@ def test_page_fault_names_address_client_and_kernel_then_recovers(arch, monkeypa
 def _cl(arch: str) -> bytes:
     from clang import compile_cl
     return compile_cl(SRC, arch).read_bytes()
+
+
+def test_a_waiting_host_thread_sleeps_while_the_gpu_runs(monkeypatch, tmp_path):
+    """Device.wait on SIMPCI sleeps on the IH (the simulated MSI) while a long kernel runs: the waiting thread's
+    CPU time is a small part of the time it waited."""
+    import threading
+    import time
+    monkeypatch.setenv("AMDQ_SIM_MODE", "async")
+    dev = open_sim(monkeypatch, tmp_path, "SIMPCI", "gfx1100")
+    try:
+        from clang import compile_cl
+        src = "__kernel void spin(__global int *o, int n) { int s = 0; for (int k = 0; k < n; k++) s = s * 3 + k;" \
+              " o[get_global_id(0)] = s; }"
+        k = dev.load(compile_cl(src, "gfx1100").read_bytes())["spin"]
+        out = dev.upload(np.zeros(64, np.int32))
+        k(out, 10, grid=1, block=64, wait=True)                       # warm: code loaded, queue running
+        took = {}
+
+        def waiter():
+            t0, c0 = time.monotonic(), time.thread_time()
+            k(out, 20_000, grid=1, block=64, wait=True)
+            took["wall"], took["cpu"] = time.monotonic() - t0, time.thread_time() - c0
+        t = threading.Thread(target=waiter)
+        t.start()
+        t.join(120)
+        assert took["wall"] > 0.3, took                                 # the kernel ran long enough to measure
+        assert took["cpu"] < 0.25 * took["wall"], took
+    finally:
+        dev.close()

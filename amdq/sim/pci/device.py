@@ -125,6 +125,9 @@ def state_dir() -> str:
         os.environ.get("AMDQ_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "amdq")), "sim-state")
 
 
+_U64 = struct.Struct("<Q")
+
+
 class Doorbells:
     """BAR2: dword doorbells; a write rings the simulated GPU's engine behind that doorbell index."""
 
@@ -147,10 +150,12 @@ class Doorbells:
             self.dev.gpu.ring(off // 4, value & 0xFFFFFFFF)
 
     def write64(self, off: int, value: int) -> None:
-        self._check(off, 8)
-        struct.pack_into("<Q", self.mv, off, value & 0xFFFFFFFFFFFFFFFF)
-        if self.dev.memory_enabled:
-            self.dev.gpu.ring(off // 4, value & 0xFFFFFFFFFFFFFFFF)
+        if not 0 <= off <= self.size - 8 or off & 3:               # (_check, inline: the launch path)
+            self._check(off, 8)
+        value &= 0xFFFFFFFFFFFFFFFF
+        _U64.pack_into(self.mv, off, value)
+        if self.dev.config[4] & CMD_MEMORY:
+            self.dev.gpu.ring(off >> 2, value)
 
 
 class MMIO:
