@@ -283,3 +283,31 @@ def test_the_real_way_skips_naming_the_script(monkeypatch, tmp_path):
     with pytest.raises(pytest.skip.Exception, match="scripts/fetch_firmware.sh"):
         policy("real", "gfx1100")
     assert policy("standin", "gfx1100") is True
+
+
+# --- boot memory after a mode1 reset ------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("inject", [[("amdgpu_initialised", {})], [("gfx_reset", {})]])
+def test_boot_memory_directory_matches_what_the_blocks_use_after_a_reset(arch, inject):
+    """A boot that resets the GPU first reserves its boot memory after the reset (which clears the region): the
+    directory the next partial boot reads names every region where the blocks programmed it, none overlapping."""
+    from amdq.am.ip import Region
+    if inject[0][0] == "gfx_reset":
+        boot_closed(arch, True)                                       # a clean session, so the next is partial
+    dev, a = boot_closed(arch, True, inject)
+    assert a.report.mode1_reset
+    entries = a.driver.am.boot.entries
+    spans = sorted(entries.values())
+    assert all(o1 + s1 <= o2 for (o1, s1), (o2, _) in zip(spans, spans[1:])), spans
+    for name, blk in a.driver.blocks.items():
+        for r in vars(blk).values():
+            if isinstance(r, Region):
+                assert entries.get(r.name, (None,))[0] == r.offset, (name, r)
+    ih = a.driver.blocks["ih"]
+    _, b = boot(arch, True)                                           # the next process: partial, same places
+    try:
+        assert b.report.kind == "partial"
+        lo, hi = (b.driver.regs.OSSSYS[f"regIH_RB_WPTR_ADDR_{x}"].read() for x in ("LO", "HI"))
+        assert (hi & 0xFFFF) << 32 | lo & ~3 == b.driver.blocks["ih"].wb.mc == ih.wb.mc
+    finally:
+        b.close()

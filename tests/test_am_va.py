@@ -38,6 +38,9 @@ def test_alignment_and_reuse():
     a = V.VAAllocator(V.VA_BASE, 1 << 30)
     big, mid, small = a.alloc(5 * MiB), a.alloc(100 << 10), a.alloc(5000)
     assert big % (2 * MiB) == 0 and mid % (64 << 10) == 0 and small % 4096 == 0
+    one = a.alloc(MiB)
+    assert one % MiB == 0 and V.default_alignment(3 * MiB // 2) == MiB   # the largest fragment it fills
+    a.free(one)
     assert a.size_of(small) == 8192 and a.size_of(big) == 5 * MiB
     odd = a.alloc(4096, align=1 << 24)
     assert odd % (1 << 24) == 0

@@ -341,9 +341,10 @@ class AMDriver:
             self.am.tmr_size = None
         for n in FULL_ORDER:
             self.blocks[n] = block_class(n)(self.am)
-            self._phase(n, self.blocks[n].init_sw)
-        if reset:
+        if reset:                           # before any boot memory is reserved: the reset clears the region
             self._phase("smu", self.mode1_reset)
+        for n in FULL_ORDER:
+            self._phase(n, self.blocks[n].init_sw)
         def session() -> None:              # a session of this driver runs, not clean until fini: a boot that
             self._scratch(6).write(0)       # fails from here on is this driver's unclean session, not amdgpu's
             self._scratch(7).write(DRIVER_VERSION)

@@ -10,8 +10,8 @@ address of an anonymous mmap reservation: the kernel picks those, and there is n
 share). The engine is the TLSF of am/tlsf.py over addresses instead of VRAM offsets.
 
 Alignment: 2 MiB for buffers of 2 MiB and more (so am/vm.py can map them with huge pages when their VRAM
-is 2 MiB-aligned too), 64 KiB for 64 KiB and more (a 64 KiB PTE fragment), else 4 KiB; or what the caller
-asks.
+is 2 MiB-aligned too), the largest power of two not above the size from 64 KiB (the largest PTE fragment the
+buffer fills: one TLB entry for all of it), else 4 KiB; or what the caller asks.
 """
 from __future__ import annotations
 
@@ -27,8 +27,12 @@ FRAGMENT = 64 << 10
 
 
 def default_alignment(size: int) -> int:
-    """The alignment a buffer of `size` bytes gets when the caller does not ask for one."""
-    return HUGE if size >= HUGE else FRAGMENT if size >= FRAGMENT else PAGE
+    """The alignment a buffer of `size` bytes gets when the caller does not ask for one: the largest power of
+    two not above its size between 64 KiB and 2 MiB (so its PTEs carry the largest fragment it can fill, and
+    from 2 MiB on it maps with huge pages), 4 KiB below 64 KiB."""
+    if size < FRAGMENT:
+        return PAGE
+    return min(HUGE, 1 << (size.bit_length() - 1))
 
 
 class VAAllocator:
