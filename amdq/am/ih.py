@@ -43,6 +43,7 @@ class IH(IPBlock):
         except ValueError as e:
             raise DeviceError(f"IH ring: {e}") from None
         self.rptr: int | None = None                     # None until init_hw (then read from IH_RB_RPTR)
+        self._wptr_fields: tuple[int, int, int] | None = None
         self.overflows = 0
         self.sleep: Callable[[int], int] | None = None   # the interface's interrupt wait (see the module doc)
         self._faults: VMFaults | None = None
@@ -84,10 +85,14 @@ class IH(IPBlock):
         self._o.regIH_RB_CNTL.update(RB_ENABLE=0, ENABLE_INTR=0)
 
     def wptr(self) -> tuple[int, bool]:
-        """(write pointer in bytes, overflow flag) from the write-back dword."""
+        """(write pointer in bytes, overflow flag) from the write-back dword (the fields' places looked up once:
+        every wait asks)."""
+        if self._wptr_fields is None:
+            f = self._o.regIH_RB_WPTR.fields
+            self._wptr_fields = (f["OFFSET"].lo, f["OFFSET"].mask, f["RB_OVERFLOW"].mask)
+        lo, off_mask, ovf_mask = self._wptr_fields
         v = struct.unpack("<I", self.am.vram.read(self.wb.offset, 4))[0]
-        f = self._o.regIH_RB_WPTR.decode(v)
-        return (f["OFFSET"] << 2) % self.ring_bytes, bool(f["RB_OVERFLOW"])
+        return (((v & off_mask) >> lo) << 2) % self.ring_bytes, bool(v & ovf_mask)
 
     def _rptr(self) -> int:
         if self.rptr is None:                           # a partial boot left the ring as the last session had it
