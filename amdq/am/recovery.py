@@ -51,13 +51,20 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from ..errors import AMTimeout, DeviceError, DeviceLost
 from .gfx import DEQUEUE_RESET, HQD
 
-if TYPE_CHECKING:
-    from .driver import AMDriver
+
+
+class Driver(Protocol):
+    """What recovery uses of the driver core (am/driver.py AMDriver): its blocks, registers, context, and
+    where a lost GPU is recorded."""
+    blocks: dict
+    regs: Any
+    am: Any
+    lost: "DeviceLost | None"
 
 GFX11_CP_RESET = ("SOFT_RESET_CP", "SOFT_RESET_GFX", "SOFT_RESET_CPF", "SOFT_RESET_CPC", "SOFT_RESET_CPG")
 GFX9_SHADER_BUSY = ("PA_BUSY", "SC_BUSY", "BCI_BUSY", "SX_BUSY", "TA_BUSY", "VGT_BUSY", "DB_BUSY", "CB_BUSY",
@@ -81,7 +88,7 @@ class Reset:
 class Recovery:
     """The engine resets of one booted GPU (`driver`: the AMDriver). `history` lists every reset done."""
 
-    def __init__(self, driver: "AMDriver"):
+    def __init__(self, driver: Driver):
         self.drv = driver
         self.am = driver.am
         self.history: list[Reset] = []
