@@ -49,6 +49,14 @@ class IVEntry:
         if len(data) != SRC_DATA_DWORDS:
             raise ValueError(f"an IV entry carries {SRC_DATA_DWORDS} source-data dwords, not {len(self.src_data)}")
         ts = self.timestamp & ((1 << TIMESTAMP_BITS) - 1)
+        (cl, so, ri, vm, vs), (th, tsrc), (pa, no) = _DECODE
+        vals = ((self.client_id, cl), (self.src_id, so), (self.ring_id, ri), (self.vmid, vm), (self.vmid_src, vs),
+                (self.timestamp_src, tsrc), (self.pasid, pa), (self.node_id, no))
+        if all(type(v) is int and 0 <= v <= f[1] for v, f in vals):   # every field fits: the words at once
+            return struct.pack("<8I", self.client_id << cl[0] | self.src_id << so[0] | self.ring_id << ri[0]
+                               | self.vmid << vm[0] | self.vmid_src << vs[0], ts & 0xFFFFFFFF,
+                               ts >> 32 << th[0] | self.timestamp_src << tsrc[0], self.pasid << pa[0]
+                               | self.node_id << no[0], *(d & 0xFFFFFFFF for d in data))
         words = (DW0.encode(CLIENT_ID=self.client_id, SOURCE_ID=self.src_id, RING_ID=self.ring_id, VMID=self.vmid,
                             VMID_SRC=self.vmid_src),
                  ts & 0xFFFFFFFF,
