@@ -44,6 +44,7 @@ class IH(IPBlock):
             raise DeviceError(f"IH ring: {e}") from None
         self.rptr: int | None = None                     # None until init_hw (then read from IH_RB_RPTR)
         self._wptr_fields: tuple[int, int, int] | None = None
+        self._rptr_reg = None                            # IH_RB_RPTR of am.regs (every read writes it)
         self.overflows = 0
         self.sleep: Callable[[int], int] | None = None   # the interface's interrupt wait (see the module doc)
         self._faults: VMFaults | None = None
@@ -152,5 +153,8 @@ class IH(IPBlock):
             self.rptr = (self.rptr + H.ENTRY_BYTES) % self.ring_bytes
             if len(out) > self.ring_bytes // H.ENTRY_BYTES:
                 raise DeviceError("IH: the write pointer is not on an entry boundary of the ring")
-        self._o.regIH_RB_RPTR.write(self.rptr)
+        r = self._rptr_reg
+        if r is None or r.regs is not self.am.regs:
+            r = self._rptr_reg = self._o.regIH_RB_RPTR
+        r.write(self.rptr)
         return out

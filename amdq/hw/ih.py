@@ -23,6 +23,10 @@ DW0 = Bits("IV_DW0", {"CLIENT_ID": (0, 7), "SOURCE_ID": (8, 15), "RING_ID": (16,
 DW2 = Bits("IV_DW2", {"TIMESTAMP_HI": (0, 15), "TIMESTAMP_SRC": (31, 31)})
 DW3 = Bits("IV_DW3", {"PASID": (0, 15), "NODE_ID": (16, 23)})
 TIMESTAMP_BITS = 48
+# (shift, mask) of the fields IVEntry.decode reads, in its order (every interrupt is decoded)
+_DECODE = tuple(tuple((b[n].lo, (1 << (b[n].hi - b[n].lo + 1)) - 1) for n in names)
+                for b, names in ((DW0, ("CLIENT_ID", "SOURCE_ID", "RING_ID", "VMID", "VMID_SRC")),
+                                 (DW2, ("TIMESTAMP_HI", "TIMESTAMP_SRC")), (DW3, ("PASID", "NODE_ID"))))
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,14 @@ class IVEntry:
         if len(data) != SRC_DATA_DWORDS:
             raise ValueError(f"an IV entry carries {SRC_DATA_DWORDS} source-data dwords, not {len(self.src_data)}")
         ts = self.timestamp & ((1 << TIMESTAMP_BITS) - 1)
+        (cl, so, ri, vm, vs), (th, tsrc), (pa, no) = _DECODE
+        vals = ((self.client_id, cl), (self.src_id, so), (self.ring_id, ri), (self.vmid, vm), (self.vmid_src, vs),
+                (self.timestamp_src, tsrc), (self.pasid, pa), (self.node_id, no))
+        if all(type(v) is int and 0 <= v <= f[1] for v, f in vals):   # every field fits: the words at once
+            return struct.pack("<8I", self.client_id << cl[0] | self.src_id << so[0] | self.ring_id << ri[0]
+                               | self.vmid << vm[0] | self.vmid_src << vs[0], ts & 0xFFFFFFFF,
+                               ts >> 32 << th[0] | self.timestamp_src << tsrc[0], self.pasid << pa[0]
+                               | self.node_id << no[0], *(d & 0xFFFFFFFF for d in data))
         words = (DW0.encode(CLIENT_ID=self.client_id, SOURCE_ID=self.src_id, RING_ID=self.ring_id, VMID=self.vmid,
                             VMID_SRC=self.vmid_src),
                  ts & 0xFFFFFFFF,
@@ -57,9 +69,11 @@ class IVEntry:
         if len(raw) != ENTRY_BYTES:
             raise ValueError(f"an IV entry is {ENTRY_BYTES} bytes, not {len(raw)}")
         w = struct.unpack("<8I", raw)
-        d0, d2, d3 = DW0.decode(w[0]), DW2.decode(w[2]), DW3.decode(w[3])
-        return cls(d0["CLIENT_ID"], d0["SOURCE_ID"], tuple(w[4:8]), d0["RING_ID"], d0["VMID"], d0["VMID_SRC"],
-                   w[1] | d2["TIMESTAMP_HI"] << 32, d2["TIMESTAMP_SRC"], d3["PASID"], d3["NODE_ID"])
+        (cl, so, ri, vm, vs), (th, ts), (pa, no) = _DECODE  # the fields of DW0/DW2/DW3, as (shift, mask)
+        d0, d2, d3 = w[0], w[2], w[3]
+        return cls(d0 >> cl[0] & cl[1], d0 >> so[0] & so[1], w[4:8], d0 >> ri[0] & ri[1], d0 >> vm[0] & vm[1],
+                   d0 >> vs[0] & vs[1], w[1] | (d2 >> th[0] & th[1]) << 32, d2 >> ts[0] & ts[1], d3 >> pa[0] & pa[1],
+                   d3 >> no[0] & no[1])
 
 
 def rb_size_field(ring_bytes: int) -> int:

@@ -45,6 +45,8 @@ class RegisterFile:
         self.raw = Registers(layout, self.store, from_env=False)   # no side effects, never traced
         self._on_read: dict[int, _Handler] = {}
         self._on_write: dict[int, _Handler] = {}
+        self._bound: tuple[dict[int, Any], dict[int, Any]] = ({}, {})   # addr -> the raw Register its read / write
+        #                                                                 handler is given (looked up once)
         names = {n for t in layout.tables.values() for n in t}
         for part in (self, *parts):
             for attr in dir(type(part)):
@@ -77,11 +79,18 @@ class RegisterFile:
         """Store a value without side effects (what hardware itself changes)."""
         self.store.write32(addr, value)
 
+    def _reg(self, addr: int, h: _Handler, write: int) -> Any:
+        bound = self._bound[write]
+        r = bound.get(addr)
+        if r is None:
+            r = bound[addr] = self.raw.block(h.block, h.inst)[h.reg]
+        return r
+
     def read32(self, addr: int) -> int:
         h = self._on_read.get(addr)
         if h is None:
             return self.store.read32(addr)
-        v = h.fn(self.raw.block(h.block, h.inst)[h.reg]) if h.with_reg else h.fn()
+        v = h.fn(self._reg(addr, h, 0)) if h.with_reg else h.fn()
         return self.store.read32(addr) if v is None else int(v) & 0xFFFFFFFF
 
     def write32(self, addr: int, value: int) -> None:
@@ -89,7 +98,7 @@ class RegisterFile:
         h = self._on_write.get(addr)
         if h is not None:
             if h.with_reg:
-                h.fn(value & 0xFFFFFFFF, self.raw.block(h.block, h.inst)[h.reg])
+                h.fn(value & 0xFFFFFFFF, self._reg(addr, h, 1))
             else:
                 h.fn(value & 0xFFFFFFFF)
 

@@ -44,7 +44,7 @@ import weakref
 from ...hw import ih as H
 from ...hw import ih_ids as I
 from .gmc import Access
-from .part import SimPart
+from .part import SimPart, place
 
 NS_PER_TICK = 10                   # the 100 MHz GPU clock
 GFXHUB_CLIENT = {"CP": "CPC", "shader": "TCP"}   # an engine's client name -> the GFX hub's UTCL2 client
@@ -64,12 +64,26 @@ class SimIH(SimPart):
         self.signalled = 0
         self.family = I.family(dev.target.gfx_version)
         self.queues: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._at: tuple | None = None               # the ring registers' addresses and fields (`_places`)
+        self._luts: dict[tuple[int, int], int | None] = {}   # (vmid, vmid_src) -> IH_VMID_n_LUT(_MM) address
         gpu = getattr(dev, "gpu", None)
         if gpu is not None:
             gpu.irq_handlers.append(self.on_gpu_interrupt)
 
     def _r(self, name: str):
         return self.dev.raw.OSSSYS["reg" + name]
+
+    def _places(self) -> tuple:
+        """Where the registers every vector reads are: addresses and (shift, mask) of their fields, looked up once
+        (the values are read from the register file at each vector, so a write takes effect at the next one)."""
+        if self._at is None:
+            c, r, w = self._r("IH_RB_CNTL"), self._r("IH_RB_RPTR"), self._r("IH_RB_WPTR")
+            f = lambda reg, name: place(reg, name)[1:]      # noqa: E731
+            self._at = (c.addr, f(c, "RB_ENABLE"), f(c, "RB_SIZE"), f(c, "WPTR_OVERFLOW_ENABLE"), f(c, "ENABLE_INTR"),
+                        f(c, "WPTR_WRITEBACK_ENABLE"), r.addr, f(r, "OFFSET"), w.addr, f(w, "OFFSET"),
+                        f(w, "RB_OVERFLOW"), self._r("IH_RB_BASE").addr, self._r("IH_RB_BASE_HI").addr,
+                        self._r("IH_RB_WPTR_ADDR_LO").addr, self._r("IH_RB_WPTR_ADDR_HI").addr)
+        return self._at
 
     def reset(self) -> None:
         for n in ("IH_RB_CNTL", "IH_RB_BASE", "IH_RB_BASE_HI", "IH_RB_RPTR", "IH_RB_WPTR", "IH_RB_WPTR_ADDR_LO",
@@ -93,27 +107,34 @@ class SimIH(SimPart):
         return H.ring_bytes(self._r("IH_RB_CNTL").read_fields()["RB_SIZE"])
 
     def _publish(self) -> None:
-        w = self._r("IH_RB_WPTR")
-        w.write(OFFSET=self.wptr >> 2, RB_OVERFLOW=int(self.overflow))
-        cntl = self._r("IH_RB_CNTL").read_fields()
-        if cntl["WPTR_WRITEBACK_ENABLE"] and cntl["RB_ENABLE"]:
-            addr = (self._r("IH_RB_WPTR_ADDR_HI").read() & 0xFFFF) << 32 | self._r("IH_RB_WPTR_ADDR_LO").read() & ~3
-            self.dev.mc_write(addr, struct.pack("<I", w.read()))
+        (cntl_a, en, _, _, _, wb, _, _, wptr_a, w_off, w_ovf, _, _, wb_lo, wb_hi) = self._places()
+        rf = self.dev.regfile
+        off = self.wptr >> 2
+        if off > w_off[1]:                           # does not fit OFFSET: the register's own error
+            self._r("IH_RB_WPTR").write(OFFSET=off, RB_OVERFLOW=int(self.overflow))
+        value = off << w_off[0] | int(self.overflow) << w_ovf[0]
+        rf.poke(wptr_a, value)
+        cntl = rf.peek(cntl_a)
+        if (cntl >> wb[0]) & wb[1] and (cntl >> en[0]) & en[1]:
+            addr = (rf.peek(wb_hi) & 0xFFFF) << 32 | rf.peek(wb_lo) & ~3
+            self.dev.mc_write(addr, struct.pack("<I", value))
 
     # -- interrupts ----------------------------------------------------------------------------------
     def post(self, client_id: int, src_id: int, src_data: tuple[int, ...] = (), ring_id: int = 0, vmid: int = 0,
              pasid: int | None = None, node_id: int = 0, vmid_src: int = 0) -> bool:
         """Write one interrupt vector and signal the host; False when the IH dropped it (ring disabled or full)."""
+        (cntl_a, en, rb_size, ovf_en, intr, _, rptr_a, r_off, _, _, _, base_a, base_hi_a, _, _) = self._places()
+        peek = self.dev.regfile.peek
         with self.lock:
-            cntl = self._r("IH_RB_CNTL").read_fields()
-            if not cntl["RB_ENABLE"]:
+            cntl = peek(cntl_a)
+            if not (cntl >> en[0]) & en[1]:
                 self.dropped += 1
                 return False
-            size = self._size()
-            rptr = (self._r("IH_RB_RPTR").read_fields()["OFFSET"] << 2) % size
+            size = H.ring_bytes((cntl >> rb_size[0]) & rb_size[1])
+            rptr = (((peek(rptr_a) >> r_off[0]) & r_off[1]) << 2) % size
             self.wptr %= size
             full = (self.wptr + H.ENTRY_BYTES) % size == rptr
-            if full and not cntl["WPTR_OVERFLOW_ENABLE"]:
+            if full and not (cntl >> ovf_en[0]) & ovf_en[1]:
                 self.dropped += 1
                 self._status(full=True)
                 return False
@@ -121,7 +142,7 @@ class SimIH(SimPart):
                 pasid = self._pasid(vmid, vmid_src)
             entry = H.IVEntry(client_id, src_id, tuple(src_data) + (0,) * (H.SRC_DATA_DWORDS - len(src_data)),
                               ring_id, vmid, vmid_src, self.dev.clock_ns() // NS_PER_TICK, 0, pasid, node_id)
-            base = ((self._r("IH_RB_BASE_HI").read() & 0xFF) << 32 | self._r("IH_RB_BASE").read()) << H.RB_BASE_SHIFT
+            base = ((peek(base_hi_a) & 0xFF) << 32 | peek(base_a)) << H.RB_BASE_SHIFT
             self.dev.mc_write(base + self.wptr, entry.encode())
             self.wptr = (self.wptr + H.ENTRY_BYTES) % size
             if full:
@@ -129,7 +150,7 @@ class SimIH(SimPart):
                 self._status(full=True, overflow=True)
             self.posted += 1
             self._publish()
-            signal = bool(cntl["ENABLE_INTR"])
+            signal = bool((cntl >> intr[0]) & intr[1])
         if signal:
             with self.cond:
                 self.signalled += 1
@@ -137,9 +158,13 @@ class SimIH(SimPart):
         return True
 
     def _pasid(self, vmid: int, vmid_src: int) -> int:
-        name = f"regIH_VMID_{vmid}_LUT{'_MM' if vmid_src == I.VMID_TYPE_MMHUB else ''}"
-        o = self.dev.raw.OSSSYS
-        return o[name].read() & 0xFFFF if name in o else 0
+        key = (vmid, vmid_src)
+        if key not in self._luts:                    # the LUT register's address, looked up once
+            name = f"regIH_VMID_{vmid}_LUT{'_MM' if vmid_src == I.VMID_TYPE_MMHUB else ''}"
+            o = self.dev.raw.OSSSYS
+            self._luts[key] = o[name].addr if name in o else None
+        addr = self._luts[key]
+        return self.dev.regfile.peek(addr) & 0xFFFF if addr is not None else 0
 
     def wait(self, timeout_ms: float | None) -> int:
         """Sleep until the IH signals the host or `timeout_ms` passes (None: no limit); the signals since the last

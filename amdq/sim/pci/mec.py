@@ -209,7 +209,11 @@ class SimMEC:
         n = gpu.target.xcc
         where = f"MEC1 pipe {slot[1]} queue {slot[2]}" + (f" XCC {xcc}" if n > 1 else "")
         key = (xcc, *slot)
-        gate = lambda: self.sees(xcc, slot, bell)                   # noqa: E731
+        seen_key = (xcc, slot, bell)
+
+        def gate() -> bool:                                         # sees(), its kept decision read inline
+            s = self._seen.get(seen_key)                            # (every doorbell of the queue asks)
+            return self.sees(xcc, slot, bell) if s is None else s
         at = rd("regCP_HQD_PQ_WPTR_LO") | rd("regCP_HQD_PQ_WPTR_HI") << 32     # where the queue starts (dwords)
         if not aql:
             eng = PM4Queue(gpu, vmid, ring, ring_bytes, rptr, wptr, name=f"compute queue {where}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ...errors import RegisterError
 from ...hw import sdma_regs
-from .part import SimPart
+from .part import SimPart, place
 
 # Absolute dword addresses decoded by the bus interface itself (amdgpu_device.c / amdgpu_discovery.c).
 MM_INDEX, MM_DATA, MM_INDEX_HI = 0x0, 0x1, 0x6
@@ -29,6 +29,7 @@ class SimNBIO(SimPart):
 
     def __init__(self, dev):
         super().__init__(dev)
+        self._routes: dict[int, tuple | None] = {}   # engine -> the places of its route's fields (`routes_sdma`)
         self.reset()
 
     def reset(self) -> None:
@@ -81,13 +82,23 @@ class SimNBIO(SimPart):
     # -- SDMA doorbell routing ----------------------------------------------------------------------------
     def routes_sdma(self, engine: int, index: int) -> bool:
         """The bus interface passes a doorbell write at dword `index` to SDMA engine `engine`."""
-        nb = self.dev.raw.NBIO
-        rt = sdma_regs.routing(nb.version)
-        if rt is None:
+        if engine not in self._routes:               # where the entry's fields are, looked up once
+            nb = self.dev.raw.NBIO
+            rt = sdma_regs.routing(nb.version)
+            if rt is None:
+                self._routes[engine] = None
+            else:
+                route = rt.route(engine)
+                self._routes[engine] = (place(nb[route.enable[0]], route.enable[1]),
+                                        place(nb[route.offset[0]], route.offset[1]),
+                                        place(nb[route.size[0][0]], route.size[0][1]))
+        places = self._routes[engine]
+        if places is None:
             return False
-        route = rt.route(engine)
-        if not nb[route.enable[0]].read_fields()[route.enable[1]]:
+        (en_a, en_s, en_m), (off_a, off_s, off_m), (size_a, size_s, size_m) = places
+        peek = self.dev.regfile.peek                 # the registers as they are now
+        if not (peek(en_a) >> en_s) & en_m:
             return False
-        first = nb[route.offset[0]].read_fields()[route.offset[1]]
-        size = nb[route.size[0][0]].read_fields()[route.size[0][1]]
+        first = (peek(off_a) >> off_s) & off_m
+        size = (peek(size_a) >> size_s) & size_m
         return first <= index < first + size

@@ -47,6 +47,13 @@ class SimDevice(Protocol):
         ...
 
 
+def place(reg, field: str) -> tuple[int, int, int]:
+    """(dword address, shift, mask) of a field of a bound register: looked up once by a part that reads the field
+    on every access (the raw dword from `dev.regfile.peek`, then `(v >> shift) & mask`)."""
+    f = reg.fields[field]
+    return reg.addr, f.lo, (1 << (f.hi - f.lo + 1)) - 1
+
+
 class SimPart:
     """One simulated hardware block."""
     name = ""

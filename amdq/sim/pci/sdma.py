@@ -26,7 +26,7 @@ from __future__ import annotations
 from ...hw import am
 from ...hw import sdma_regs as S
 from ..sdma import SDMAQueue
-from .part import SimPart
+from .part import SimPart, place
 
 SDMA_FW = {4: (am.GFX_FW_TYPE_SDMA0, am.GFX_FW_TYPE_SDMA1), 6: (am.GFX_FW_TYPE_SDMA_UCODE_TH0, am.GFX_FW_TYPE_SDMA_UCODE_TH1),
            7: (am.GFX_FW_TYPE_SDMA_UCODE_TH0,)}
@@ -60,6 +60,7 @@ class SimSDMA(SimPart):
         self.major = dev.target.ip["SDMA"][0]
         self.engines = sum(1 for n in ("SDMA0", "SDMA1") if n in dev.layout.blocks)
         self.queues: dict[int, RingQueue] = {}
+        self._doorbell_en: dict[int, tuple[int, int, int]] = {}   # engine -> DOORBELL.ENABLE's place (`accepts`)
         self.reset()
 
     def reset(self) -> None:
@@ -110,7 +111,10 @@ class SimSDMA(SimPart):
 
     def accepts(self, engine: int, index: int) -> bool:
         """A doorbell at dword `index` reaches engine `engine`'s queue 0: DOORBELL.ENABLE and the NBIO route."""
-        return bool(self._f(engine, "DOORBELL")["ENABLE"]) and self.dev.nbio.routes_sdma(engine, index)
+        at = self._doorbell_en.get(engine)
+        if at is None:                               # looked up once; the register is read at every doorbell
+            at = self._doorbell_en[engine] = place(self._r(engine, "DOORBELL"), "ENABLE")
+        return bool((self.dev.regfile.peek(at[0]) >> at[1]) & at[2]) and self.dev.nbio.routes_sdma(engine, index)
 
     def _sync(self, engine: int) -> None:
         want = bool(self._f(engine, "RB_CNTL")["RB_ENABLE"]) and self.running(engine)
