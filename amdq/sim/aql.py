@@ -243,6 +243,9 @@ class AQLQueue(PM4Executor):
                     self._bad(f"PM4-IB packet with dw_count_remain {dws[4]} (expected {PM4_IB_DW_COUNT_REMAIN})")
                     return
                 s.what = "VENDOR_SPECIFIC PM4_IB"
+                if self.link is not None and not self.master:
+                    self._complete(s)                  # PM4 runs on one die (the master), as amdgpu runs a PM4
+                    return                             # queue on one XCC: the others only let go of the slot
                 self.vendor = s
                 self.push_ib(dws[:4], va + 4)          # the slot's PM4 dwords: one INDIRECT_BUFFER
             elif fmt == A.HSA_AMD_PACKET_TYPE_BARRIER_VALUE:
