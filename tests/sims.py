@@ -19,3 +19,14 @@ def open_sim(monkeypatch, tmp_path, interface: str = "SIMKFD", arch: str = "gfx1
     if interface == "SIMPCI":
         monkeypatch.setenv("AMDQ_SIM_STATE", str(tmp_path / "sim-state"))
     return amdq.open_device(f"{interface}+AMD:{arch}")
+
+
+AM_ENV = ("AM_RESET", "AM_DEBUG", "AMDQ_SIM_INJECT")
+
+
+def am_env(monkeypatch, tmp_path, *more: str) -> None:
+    """A test of the AM driver starts from a clean environment (no AM_* knobs, no injection, plus the names in
+    `more`) and a simulated PCI function state of its own under `tmp_path`."""
+    for k in AM_ENV + more:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AMDQ_SIM_STATE", str(tmp_path / "state"))

@@ -19,6 +19,7 @@ from amdq.hw import discovery as D
 from amdq.iface import pci
 from amdq.sim.pci.device import SimPCIDevice
 from fake_sysfs import fake_function
+from sims import am_env
 
 ARCHS = ("gfx1100", "gfx1201", "gfx942")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,10 +28,7 @@ ROOT = os.path.dirname(HERE)
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
-    monkeypatch.delenv("AM_RESET", raising=False)
-    monkeypatch.delenv("AM_DEBUG", raising=False)
-    monkeypatch.delenv("AMDQ_SIM_INJECT", raising=False)
-    monkeypatch.setenv("AMDQ_SIM_STATE", str(tmp_path / "state"))
+    am_env(monkeypatch, tmp_path)
 
 
 def boot(arch: str, fini: bool = True, small_bar: bool = False, inject: list | None = None):

@@ -16,6 +16,7 @@ from amdq.hw import am
 from amdq.hw.targets import get_target
 from amdq.iface import pci
 from amdq.sim.pci.device import SimPCIDevice
+from sims import am_env
 
 ARCHS = ("gfx1100", "gfx1201", "gfx942")
 WAYS = ("real", "standin")
@@ -24,9 +25,7 @@ UNCLEAN = "the previous session did not end cleanly (SCRATCH_REG6=0x0)"
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
-    for k in ("AM_RESET", "AM_DEBUG", "AMDQ_SIM_INJECT", "AM_POWER_LIMIT", "AMDQ_FIRMWARE_PATH"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AMDQ_SIM_STATE", str(tmp_path / "state"))
+    am_env(monkeypatch, tmp_path, "AM_POWER_LIMIT", "AMDQ_FIRMWARE_PATH")
     monkeypatch.setenv("AMDQ_WAIT_TIMEOUT_MS", "200")          # an SMU that never answers fails fast
 
 

@@ -9,15 +9,14 @@ import pytest
 import amdq
 from amdq.cli import main
 from amdq.sim.pci.smu import BOARDS
+from sims import am_env
 
 ARCHS = {"gfx1100": (13, 0, 0), "gfx1201": (14, 0, 2), "gfx942": (13, 0, 6)}
 
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
-    for k in ("AM_RESET", "AM_DEBUG", "AMDQ_SIM_INJECT", "AM_POWER_LIMIT"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AMDQ_SIM_STATE", str(tmp_path / "state"))
+    am_env(monkeypatch, tmp_path, "AM_POWER_LIMIT")
 
 
 def _levels(arch: str) -> dict[str, list[int]]:

@@ -14,28 +14,11 @@ from amdq.errors import DeviceError, GPUFault
 from amdq.iface.pci import PCI
 from amdq.sim import host
 from amdq.sim.pci.device import SimPCIDevice
+from test_graph import AXPY
 
 PAGE = 4096
 # (device 0, device 1, XGMI hive or None)
 PAIRS = [("gfx1100", "gfx1100", None), ("gfx1100", "gfx1201", None), ("gfx942", "gfx942", "xgmi")]
-AXPY = """
-define amdgpu_kernel void @axpy(ptr addrspace(1) %y, ptr addrspace(1) %x, float %a) {
-  %i = call i32 @llvm.amdgcn.workitem.id.x()
-  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
-  %b = mul i32 %wg, 64
-  %j = add i32 %b, %i
-  %xp = getelementptr float, ptr addrspace(1) %x, i32 %j
-  %yp = getelementptr float, ptr addrspace(1) %y, i32 %j
-  %xv = load float, ptr addrspace(1) %xp
-  %yv = load float, ptr addrspace(1) %yp
-  %r = call float @llvm.fma.f32(float %a, float %xv, float %yv)
-  store float %r, ptr addrspace(1) %yp
-  ret void
-}
-declare i32 @llvm.amdgcn.workitem.id.x()
-declare i32 @llvm.amdgcn.workgroup.id.x()
-declare float @llvm.fma.f32(float, float, float)
-"""
 
 
 @pytest.fixture

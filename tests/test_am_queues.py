@@ -22,6 +22,7 @@ from amdq.sim.aql import AQLQueue
 from amdq.sim.cp import PM4Queue
 from amdq.sim.pci.device import SimPCIDevice
 from amdq.sim.pci.mec import XCCGroup
+from sims import am_env
 
 ARCHS = ("gfx1100", "gfx1201", "gfx942")
 RING = 4096
@@ -31,9 +32,7 @@ MEMORY = pm4.ENUMS["WRITE_DATA"]["DST_SEL"]["MEMORY"]
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
-    for v in ("AM_RESET", "AM_DEBUG", "AMDQ_SIM_INJECT"):
-        monkeypatch.delenv(v, raising=False)
-    monkeypatch.setenv("AMDQ_SIM_STATE", str(tmp_path / "state"))
+    am_env(monkeypatch, tmp_path)
 
 
 class Rig:

@@ -22,6 +22,7 @@ from amdq.hw import smu as S
 from failures import Bench, mix, run_mix
 from test_am_queues import Rig, _barrier, _signal, _signal_value
 from test_recovery import load
+from sims import am_env
 
 ARCHS = ("gfx1100", "gfx1201", "gfx942")
 SPEC = "SIMPCI+AMD:{}"
@@ -32,9 +33,7 @@ MEMORY = pm4.ENUMS["WRITE_DATA"]["DST_SEL"]["MEMORY"]
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
-    for v in ("AM_RESET", "AM_DEBUG", "AMDQ_SIM_INJECT"):
-        monkeypatch.delenv(v, raising=False)
-    monkeypatch.setenv("AMDQ_SIM_STATE", str(tmp_path / "state"))
+    am_env(monkeypatch, tmp_path)
     monkeypatch.setenv("AMDQ_RING_BYTES", str(RING))
 
 

@@ -17,6 +17,7 @@ from amdq.hw import sdma as hw_sdma
 from amdq.hw import sdma_regs as S
 from amdq.iface.pci import PCI
 from amdq.sim.pci.device import SimPCIDevice
+from sims import am_env
 
 ARCHS = ("gfx1100", "gfx1201", "gfx942")
 RING = 4096
@@ -27,9 +28,7 @@ RPTR_AT, WPTR_AT = 0x40, 0x80                                  # write-back slot
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
-    for k in ("AM_RESET", "AM_DEBUG", "AMDQ_SIM_INJECT"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AMDQ_SIM_STATE", str(tmp_path / "state"))
+    am_env(monkeypatch, tmp_path)
 
 
 @dataclass

@@ -359,27 +359,26 @@ class VM:
         """The VRAM offset of the entry word that maps `va` (None if unmapped): for tools and tests."""
         if not self.start <= va < self.start + self.span:
             return None
-        va -= self.start
+        with self._lock:
+            t, i = self._slot(va - self.start)
+            return t.offset + 8 * i if t.entries[i] else None
+
+    def _slot(self, va: int) -> tuple[_Table, int]:
+        """The table and entry index where the walk of `va` (relative to START) ends in the shadow tables."""
         with self._lock:
             t = self.root
             while True:
                 i = (va >> SHIFT[t.level]) & (N - 1)
                 c = t.children.get(i)
                 if c is None:
-                    return t.offset + 8 * i if t.entries[i] else None
+                    return t, i
                 t = c
 
     def _lookup(self, va: int) -> Leaf | None:
         with self._lock:
-            t = self.root
-            while True:
-                i = (va >> SHIFT[t.level]) & (N - 1)
-                c = t.children.get(i)
-                if c is None:
-                    e = t.entries[i]
-                    return Leaf(t.base + (i << SHIFT[t.level]), 1 << SHIFT[t.level], e & ADDR_MASK, t.level, e) \
-                        if e else None
-                t = c
+            t, i = self._slot(va)
+            e = t.entries[i]
+        return Leaf(t.base + (i << SHIFT[t.level]), 1 << SHIFT[t.level], e & ADDR_MASK, t.level, e) if e else None
 
     def translate(self, va: int) -> int | None:
         """The physical address of `va` (None if unmapped)."""
