@@ -8,68 +8,80 @@ memcpy); the target is >= 0.5 for the 64 MiB device-to-device copy. Last line: J
 
     python bench/copy.py [--quick] [--device SIMPCI+AMD:gfx1100]
 
-With a SIMPCI device the same copies run on SIMKFD too, and the time ratios (goal <= 1.2) are reported.
+With a SIMPCI device the same copies run on SIMKFD too, round for round (bench/pair.py), and the time ratios
+(goal <= 1.2) are reported.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
+HERE = Path(__file__).resolve().parent
+# this file's name is the standard library's `copy`: its folder goes behind the library, not in front of it
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
+sys.path.insert(0, str(HERE.parent))
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import argparse  # noqa: E402
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+
 import amdq  # noqa: E402
+import pair  # noqa: E402  (bench/pair.py)
 
 TARGET = 0.5
 
 
-def best(fn, rounds: int) -> float:
-    """Best-of-rounds seconds of one call (after one untimed warm-up call)."""
-    fn()
-    t = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t
+SIZES = (("1MiB", 1 << 20), ("64MiB", 64 << 20))
 
 
-def measure(spec: str, rounds: int) -> dict:
-    """Copies of 1 MiB and 64 MiB on `spec`: SDMA device-to-device, host->device, device->host, memcpy."""
-    dev = amdq.open_device(spec)
-    if dev.copyq is None:
-        raise SystemExit("bench/copy.py: the device has no SDMA queue (is AMD_DISABLE_SDMA set?)")
-    res: dict = {"sizes": {}}
-    ok = True
-    for name, n in (("1MiB", 1 << 20), ("64MiB", 64 << 20)):
-        data = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
-        src, dst = dev.upload(data), dev.alloc(n)
-        h1, h2 = data.copy(), np.empty_like(data)
+class Copies:
+    """The copies of every size on `spec` as cases (bench/pair.py): SDMA device-to-device, host->device,
+    device->host, and memcpy of the same bytes; `result()` checks the copied bytes."""
 
-        def d2d():
-            dev.copy(dst, src, n)
-            dev.synchronize()
-        t_sdma = best(d2d, rounds)
-        t_h2d = best(lambda: (dst.write(data), dev.synchronize()), rounds)
-        t_d2h = best(lambda: src.read(), rounds)
-        t_cpu = best(lambda: np.copyto(h2, h1), rounds)
-        valid = dst.read() == data.tobytes()
-        ok &= valid
-        r = {"sdma_d2d_s": t_sdma, "h2d_s": t_h2d, "d2h_s": t_d2h, "memcpy_s": t_cpu,
-             "sdma_d2d_GBps": round(n / t_sdma / 1e9, 2), "memcpy_GBps": round(n / t_cpu / 1e9, 2),
-             "ratio_d2d": round(t_cpu / t_sdma, 3), "ratio_h2d": round(t_cpu / t_h2d, 3),
-             "ratio_d2h": round(t_cpu / t_d2h, 3), "valid": bool(valid)}
-        res["sizes"][name] = r
-        print(f"{spec} {name:6s} SDMA d2d {r['sdma_d2d_GBps']:7.2f} GB/s  memcpy {r['memcpy_GBps']:7.2f} GB/s  "
-              f"ratio d2d {r['ratio_d2d']:.2f}  h2d {r['ratio_h2d']:.2f}  d2h {r['ratio_d2h']:.2f}  "
-              f"{'valid' if valid else 'WRONG'}")
-        src.free(), dst.free()
-    dev.close()
-    res["results_valid"] = bool(ok)
-    return res
+    def __init__(self, spec: str):
+        self.dev = dev = amdq.open_device(spec)
+        if dev.copyq is None:
+            raise SystemExit("bench/copy.py: the device has no SDMA queue (is AMD_DISABLE_SDMA set?)")
+        self.cases: dict[str, pair.Case] = {}
+        self.buffers = {}
+        for name, n in SIZES:
+            data = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
+            src, dst = dev.upload(data), dev.alloc(n)
+            h1, h2 = data.copy(), np.empty_like(data)
+            self.buffers[name] = (n, data, src, dst)
+            self.cases[f"{name} sdma_d2d"] = pair.Case(lambda dst=dst, src=src, n=n: (dev.copy(dst, src, n),
+                                                                                     dev.synchronize()))
+            self.cases[f"{name} h2d"] = pair.Case(lambda dst=dst, data=data: (dst.write(data), dev.synchronize()))
+            self.cases[f"{name} d2h"] = pair.Case(src.read)
+            self.cases[f"{name} memcpy"] = pair.Case(lambda h1=h1, h2=h2: np.copyto(h2, h1))
+
+    def result(self, best: dict[str, float]) -> dict:
+        res: dict = {"sizes": {}}
+        ok = True
+        for name, (n, data, src, dst) in self.buffers.items():
+            t_sdma, t_h2d, t_d2h, t_cpu = (best[f"{name} {k}"] for k in ("sdma_d2d", "h2d", "d2h", "memcpy"))
+            valid = dst.read() == data.tobytes()
+            ok &= valid
+            r = {"sdma_d2d_s": t_sdma, "h2d_s": t_h2d, "d2h_s": t_d2h, "memcpy_s": t_cpu,
+                 "sdma_d2d_GBps": round(n / t_sdma / 1e9, 2), "memcpy_GBps": round(n / t_cpu / 1e9, 2),
+                 "ratio_d2d": round(t_cpu / t_sdma, 3), "ratio_h2d": round(t_cpu / t_h2d, 3),
+                 "ratio_d2h": round(t_cpu / t_d2h, 3), "valid": bool(valid)}
+            res["sizes"][name] = r
+            print(f"{self.dev.name} {name:6s} SDMA d2d {r['sdma_d2d_GBps']:7.2f} GB/s  memcpy {r['memcpy_GBps']:7.2f} "
+                  f"GB/s  ratio d2d {r['ratio_d2d']:.2f}  h2d {r['ratio_h2d']:.2f}  d2h {r['ratio_d2h']:.2f}  "
+                  f"{'valid' if valid else 'WRONG'}")
+            src.free(), dst.free()
+        self.dev.close()
+        res["results_valid"] = bool(ok)
+        return res
+
+
+def measure(specs: list[str], rounds: int) -> list[dict]:
+    """The copies on every device in `specs`, their rounds interleaved; one result per device."""
+    runs = [Copies(s) for s in specs]
+    best = pair.interleaved({str(i): r.cases for i, r in enumerate(runs)}, rounds)
+    return [r.result(best[str(i)]) for i, r in enumerate(runs)]
 
 
 def main() -> None:
@@ -78,18 +90,21 @@ def main() -> None:
     ap.add_argument("--device", default="SIMKFD+AMD:gfx1100",
                     help="a SIMPCI device is measured against SIMKFD in the same run (goal: within 1.2x)")
     a = ap.parse_args()
-    rounds = 3 if a.quick else 10
-    res = measure(a.device, rounds)
+    rounds = 5 if a.quick else 10
+    pci = a.device.upper().startswith("SIMPCI")
+    both = measure([a.device] + ([pair.simkfd_of(a.device)] if pci else []), rounds)
+    res = both[0]
     res.update(device=a.device, target_ratio_64MiB=TARGET)
     res["ratio_64MiB"] = res["sizes"]["64MiB"]["ratio_d2d"]
     res["meets_target"] = res["ratio_64MiB"] >= TARGET
-    if a.device.upper().startswith("SIMPCI"):
-        kfd = measure("SIMKFD+AMD:" + a.device.partition(":")[2], rounds)
-        res["vs_simkfd"] = {size: round(kfd["sizes"][size]["sdma_d2d_GBps"] / max(r["sdma_d2d_GBps"], 1e-9), 2)
-                            for size, r in res["sizes"].items()}      # time on SIMPCI / time on SIMKFD
-        res["goals"] = {"within_1.2x_of_simkfd": all(v <= 1.2 for v in res["vs_simkfd"].values())}
+    if pci:
+        kfd = both[1]
+        secs = lambda r: {size: x["sdma_d2d_s"] for size, x in r["sizes"].items()}   # noqa: E731
+        cmp = pair.against(secs(res), secs(kfd), tuple(res["sizes"]))
+        res["vs_simkfd"], res["goals"] = cmp["vs_simkfd"], cmp["goals"]        # time on SIMPCI / time on SIMKFD
         res["results_valid"] = res["results_valid"] and kfd["results_valid"]
-        print("vs SIMKFD (time)  " + ", ".join(f"{k} {v:.2f}x" for k, v in res["vs_simkfd"].items()))
+        print("vs SIMKFD (time)  " + ", ".join(f"{k} {v:.2f}x" for k, v in res["vs_simkfd"].items())
+              + "  (rounds interleaved)")
     print(json.dumps(res))
 
 

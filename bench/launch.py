@@ -19,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import amdq  # noqa: E402
+import pair  # noqa: E402  (bench/pair.py)
 
 KERNEL = """
 define amdgpu_kernel void @axpy(ptr addrspace(1) %y, ptr addrspace(1) %x, float %a, i32 %n) {
@@ -38,14 +39,7 @@ declare float @llvm.fma.f32(float, float, float)
 
 def per_call(fn, n: int, rounds: int, reset) -> float:
     """Best-of-rounds seconds per call of fn over n calls, running `reset` (untimed) between rounds."""
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t) / n)
-        reset()
-    return best
+    return pair.interleaved({"": {"": pair.Case(fn, n, reset)}}, rounds)[""][""]
 
 
 def aql_launch(n: int, rounds: int) -> dict:
@@ -76,57 +70,75 @@ def aql_launch(n: int, rounds: int) -> dict:
     reset()
     gpu.defer = False
     dev.synchronize()
-    ok = bool(np.allclose(y.numpy(np.float32), 2.0 * (1 + 2 * n * rounds)))
+    ok = bool(np.allclose(y.numpy(np.float32), 2.0 * (3 + 2 * n * rounds)))   # one untimed call per case
     dev.close()
     return {"aql_fresh_launch_us": round(fresh * 1e6, 2), "aql_bound_resubmit_us": round(rebound * 1e6, 2),
             "aql_packets_per_launch": 2, "aql_results_valid": ok}
 
 
-def host_launch(spec: str, n: int, rounds: int) -> dict:
-    """Fresh launch, bound resubmit and graph replay on the compute queue of `spec`, the GPU deferred."""
-    dev = amdq.open_device(spec)
-    k = dev.load(amdq.compile(KERNEL, dev.arch))["axpy"]
-    y, x = dev.upload(np.zeros(64, np.float32)), dev.upload(np.ones(64, np.float32))
-    k(y, x, 2.0, 64, grid=1, block=64, wait=True)             # build the launch plan once
-    gpu = getattr(dev.sim, "gpu", dev.sim)                      # the simulated GPU (behind a PCI function)
-    q = dev.queue.q
+class HostLaunch:
+    """Fresh launch, bound resubmit, graph replay and the ring-slice limit on the compute queue of `spec`, as
+    cases (bench/pair.py) timed with the GPU deferred; `result()` checks what the GPU computed of them all."""
+    KERNELS = 100                                               # a graph of 100 launches, replayed whole
 
-    def reset():
-        gpu.defer = False
-        q.doorbell.write64(q.doorbell_off, dev.queue.wptr)      # let the GPU drain what was queued
-        dev.synchronize()
-        gpu.defer = True
+    def __init__(self, spec: str, n: int):
+        self.dev = dev = amdq.open_device(spec)
+        k = dev.load(amdq.compile(KERNEL, dev.arch))["axpy"]
+        y, x = dev.upload(np.zeros(64, np.float32)), dev.upload(np.ones(64, np.float32))
+        self.y = y
+        k(y, x, 2.0, 64, grid=1, block=64, wait=True)             # build the launch plan once
+        self.gpu = getattr(dev.sim, "gpu", dev.sim)                 # the simulated GPU (behind a PCI function)
+        with dev.capture() as g:
+            for _ in range(self.KERNELS):
+                k(y, x, 2.0, 64, grid=1, block=64)
+        bound = k.bind(y, x, 2.0, 64, grid=1, block=64)
+        p = dev.queue.plan(k, (y, x, 2.0, 64), (1, 1, 1), (64, 1, 1))
+        ring, dw = dev.queue.ring, p.dw
+        self.dwords = int(len(dw))
 
-    gpu.defer = True
-    fresh = per_call(lambda: k(y, x, 2.0, 64, grid=1, block=64), n, rounds, reset)
-    bound = k.bind(y, x, 2.0, 64, grid=1, block=64)
-    rebound = per_call(bound.submit, n, rounds, reset)
-    kernels = 100                                               # a graph of 100 launches, replayed whole
-    with dev.capture() as g:
-        for _ in range(kernels):
-            k(y, x, 2.0, 64, grid=1, block=64)
-    graph = per_call(g.replay, max(3, n // kernels), rounds, reset) / kernels
-    p = dev.queue.plan(k, (y, x, 2.0, 64), (1, 1, 1), (64, 1, 1))
-    ring, dw = dev.queue.ring, p.dw
+        def slice_write():
+            ring[0:len(dw)] = dw
+        graphs = max(3, n // self.KERNELS)
+        self.cases = {"fresh_launch_us": pair.Case(lambda: k(y, x, 2.0, 64, grid=1, block=64), n, self.reset),
+                      "bound_resubmit_us": pair.Case(bound.submit, n, self.reset),
+                      "graph_replay_per_kernel_us": pair.Case(g.replay, graphs, self.reset),
+                      "ring_slice_write_us": pair.Case(slice_write, n)}
+        self.gpu.defer = True
 
-    def slice_write():
-        ring[0:len(dw)] = dw
-    limit = per_call(slice_write, n, rounds, lambda: None)
-    gpu.defer = False
-    reset()
-    gpu.defer = False
-    dev.synchronize()
-    got = y.numpy(np.float32)
-    want = 2.0 * (1 + 2 * n * rounds + kernels * max(3, n // kernels) * rounds)
-    ok = np.allclose(got, want)
-    if not ok:
-        print(f"results: y = {got[:4]}..., expected {want}", file=sys.stderr)
-    dev.close()
-    return {"fresh_launch_us": round(fresh * 1e6, 2), "bound_resubmit_us": round(rebound * 1e6, 2),
-            "graph_replay_per_kernel_us": round(graph * 1e6, 3),
-            "ring_slice_write_us": round(limit * 1e6, 2), "launch_dwords": int(len(dw)),
-            "fresh_vs_limit": round(fresh / limit, 1), "bound_vs_limit": round(rebound / limit, 1),
-            "results_valid": bool(ok)}
+    def reset(self) -> None:
+        """Let the GPU run what was queued (the doorbell rung again with the queue's write pointer)."""
+        q = self.dev.queue.q
+        self.gpu.defer = False
+        q.doorbell.write64(q.doorbell_off, self.dev.queue.wptr)
+        self.dev.synchronize()
+        self.gpu.defer = True
+
+    def result(self, best: dict[str, float], rounds: int) -> dict:
+        """The figures, once the GPU ran everything: y grew by 2 in every launch (one untimed call per case)."""
+        self.reset()
+        self.gpu.defer = False
+        per = {"fresh_launch_us": 1, "bound_resubmit_us": 1, "graph_replay_per_kernel_us": self.KERNELS}
+        launches = 1 + sum(m * (1 + self.cases[k].calls * rounds) for k, m in per.items())
+        got, want = self.y.numpy(np.float32), 2.0 * launches
+        ok = bool(np.allclose(got, want))
+        if not ok:
+            print(f"results: y = {got[:4]}..., expected {want}", file=sys.stderr)
+        self.dev.close()
+        us = {k: v * 1e6 for k, v in best.items()}
+        us["graph_replay_per_kernel_us"] /= self.KERNELS
+        limit = us["ring_slice_write_us"]
+        return {"fresh_launch_us": round(us["fresh_launch_us"], 2), "bound_resubmit_us": round(us["bound_resubmit_us"], 2),
+                "graph_replay_per_kernel_us": round(us["graph_replay_per_kernel_us"], 3),
+                "ring_slice_write_us": round(limit, 2), "launch_dwords": self.dwords,
+                "fresh_vs_limit": round(us["fresh_launch_us"] / limit, 1),
+                "bound_vs_limit": round(us["bound_resubmit_us"] / limit, 1), "results_valid": ok}
+
+
+def host_launch(specs: list[str], n: int, rounds: int) -> list[dict]:
+    """The cases of every device in `specs`, their rounds interleaved; one result per device."""
+    runs = [HostLaunch(s, n) for s in specs]
+    best = pair.interleaved({str(i): r.cases for i, r in enumerate(runs)}, rounds)
+    return [r.result(best[str(i)], rounds) for i, r in enumerate(runs)]
 
 
 def main() -> None:
@@ -135,8 +147,10 @@ def main() -> None:
     ap.add_argument("--device", default="SIMKFD+AMD:gfx1100",
                     help="a SIMPCI device is measured against SIMKFD in the same run (goal: within 1.2x)")
     a = ap.parse_args()
-    n, rounds = (200, 5) if a.quick else (500, 7)
-    res = host_launch(a.device, n, rounds)
+    n, rounds = (150, 7) if a.quick else (500, 15)
+    pci = a.device.upper().startswith("SIMPCI")
+    both = host_launch([a.device] + ([pair.simkfd_of(a.device)] if pci else []), n, rounds)
+    res = both[0]
     res["device"] = a.device
     res["targets"] = {"fresh_launch_us": 20, "bound_resubmit_us": 5, "graph_replay_per_kernel_us": 3}
     dw = res["launch_dwords"]
@@ -145,14 +159,12 @@ def main() -> None:
     print(f"bound resubmit     {res['bound_resubmit_us']:8.2f} us")
     print(f"graph replay       {res['graph_replay_per_kernel_us']:8.3f} us per kernel (100-launch graph)")
     print(f"ring slice write   {res['ring_slice_write_us']:8.2f} us  (limit)")
-    if a.device.upper().startswith("SIMPCI"):
-        kfd = host_launch("SIMKFD+AMD:" + a.device.partition(":")[2], n, rounds)
-        keys = ("fresh_launch_us", "bound_resubmit_us", "graph_replay_per_kernel_us")
-        res["vs_simkfd"] = {k: round(res[k] / kfd[k], 2) for k in keys}
-        res["simkfd"] = {k: kfd[k] for k in keys}
-        res["goals"] = {"within_1.2x_of_simkfd": all(v <= 1.2 for v in res["vs_simkfd"].values())}
+    if pci:
+        kfd = both[1]
+        res.update(pair.against(res, kfd, ("fresh_launch_us", "bound_resubmit_us", "graph_replay_per_kernel_us")))
         res["results_valid"] = res["results_valid"] and kfd["results_valid"]
-        print("vs SIMKFD          " + ", ".join(f"{k.split('_')[0]} {v:.2f}x" for k, v in res["vs_simkfd"].items()))
+        print("vs SIMKFD          " + ", ".join(f"{k.split('_')[0]} {v:.2f}x" for k, v in res["vs_simkfd"].items())
+              + "  (rounds interleaved)")
         print(json.dumps(res))
         return
     res.update(aql_launch(n, rounds))

@@ -23,6 +23,7 @@ from typing import Callable
 
 from ..errors import DeviceError
 from ..hw import ih as H
+from ..hw import ih_ids as I
 from . import irq
 from .ip import AMContext, IPBlock
 from .vmfault import VMFaults
@@ -48,6 +49,7 @@ class IH(IPBlock):
         self.overflows = 0
         self.sleep: Callable[[int], int] | None = None   # the interface's interrupt wait (see the module doc)
         self._faults: VMFaults | None = None
+        self._kinds: dict[tuple[int, int], str] = {}     # (client id, source id) -> kind (amdq.am.irq.kind_of)
 
     @property
     def _o(self):
@@ -121,13 +123,24 @@ class IH(IPBlock):
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, POLL_MAX_S)
 
-    def drain(self) -> list[irq.Interrupt]:
+    def drain(self, kinds: tuple[str, ...] | None = None) -> list[irq.Interrupt]:
         """Every entry posted since the last read, decoded (VM faults with the hub's registers, which are then
-        cleared); IH_RB_RPTR acknowledges them."""
+        cleared); IH_RB_RPTR acknowledges them. With `kinds`, only the entries of those kinds (amdq.am.irq) are
+        decoded: the others are classified by their ids and acknowledged unread (a waiter looking for faults
+        does not decode every end of pipe)."""
         if self._faults is None:
             self._faults = VMFaults(self.am.regs, self.am.target)
+        fam = I.family(self.am.target.gfx_version)
         out = []
-        for e in self.read():
+        for raw in self._take():
+            if kinds is not None:
+                ids = H.ids(struct.unpack_from("<I", raw)[0])
+                kind = self._kinds.get(ids)
+                if kind is None:
+                    kind = self._kinds[ids] = irq.kind_of(fam, *ids)
+                if kind not in kinds:
+                    continue
+            e = H.IVEntry.decode(raw)
             rec = irq.decode(e, self.am.target, self._faults.num_xcc)
             if rec.kind == "vm_fault":
                 rec = rec.with_fault(self._faults.decode(e))
@@ -136,6 +149,11 @@ class IH(IPBlock):
 
     def read(self) -> list[H.IVEntry]:
         """The interrupt vectors posted since the last read, oldest first; the read pointer moves past them."""
+        return [H.IVEntry.decode(raw) for raw in self._take()]
+
+    def _take(self) -> list[bytes]:
+        """The raw entries since the last read (the ring read at once, in two pieces where it wraps); the read
+        pointer moves past them."""
         self._rptr()
         wptr, overflow = self.wptr()
         if overflow:
@@ -146,13 +164,17 @@ class IH(IPBlock):
             cntl = self._o.regIH_RB_CNTL
             cntl.update(WPTR_OVERFLOW_CLEAR=1)
             cntl.update(WPTR_OVERFLOW_CLEAR=0)
-        out = []
-        while self.rptr != wptr:
-            raw = self.am.vram.read(self.ring.offset + self.rptr, H.ENTRY_BYTES)
-            out.append(H.IVEntry.decode(raw))
-            self.rptr = (self.rptr + H.ENTRY_BYTES) % self.ring_bytes
-            if len(out) > self.ring_bytes // H.ENTRY_BYTES:
-                raise DeviceError("IH: the write pointer is not on an entry boundary of the ring")
+        if self.rptr == wptr:
+            return []
+        if wptr % H.ENTRY_BYTES != self.rptr % H.ENTRY_BYTES:
+            raise DeviceError("IH: the write pointer is not on an entry boundary of the ring")
+        base = self.ring.offset
+        if wptr > self.rptr:
+            span = self.am.vram.read(base + self.rptr, wptr - self.rptr)
+        else:
+            span = self.am.vram.read(base + self.rptr, self.ring_bytes - self.rptr) + self.am.vram.read(base, wptr)
+        out = [span[i:i + H.ENTRY_BYTES] for i in range(0, len(span), H.ENTRY_BYTES)]
+        self.rptr = wptr
         r = self._rptr_reg
         if r is None or r.regs is not self.am.regs:
             r = self._rptr_reg = self._o.regIH_RB_RPTR

@@ -52,38 +52,46 @@ class Interrupt:
         return f"{self.client}/{self.source} ring {self.ring_id:#x} vmid {self.vmid}{' ' + w if w else ''}"
 
 
+def kind_of(fam: I.Family, client_id: int, src_id: int) -> str:
+    """What an entry with these ids is about on `fam` (see the module doc): the one classifier `decode` and
+    `IH.drain(kinds=...)` share."""
+    ids = (client_id, src_id)
+    if ids == fam.eop:
+        return "eop"
+    trap = fam.sdma_trap(0)
+    if ids == trap or (fam.is_sdma(client_id) and src_id == trap[1]):
+        return "sdma_trap"
+    if ids in (fam.gfxhub_fault, fam.mmhub_fault):
+        return "vm_fault"
+    if ids == fam.bad_opcode:
+        return "bad_opcode"
+    return "sq" if ids == fam.sq else "other"
+
+
 def decode(entry: H.IVEntry, target: Target, num_xcc: int = 1) -> Interrupt:
     """The record of one IV entry on `target` (num_xcc: the XCCs present, for gfx942's node ids)."""
     fam = I.family(target.gfx_version)
-    ids = (entry.client_id, entry.src_id)
+    kind = kind_of(fam, entry.client_id, entry.src_id)
     where: dict = {}
-    if ids == fam.eop:
-        kind = "eop"
+    if kind == "eop":
         where = {k.lower(): v for k, v in I.EOP_RING.decode(entry.ring_id).items()}
         if fam.name == "soc15":
             where["xcc"] = I.xcc_of_node(entry.node_id, num_xcc)
-    elif ids == fam.sdma_trap(0) or (fam.is_sdma(entry.client_id) and entry.src_id == fam.sdma_trap(0)[1]):
-        kind = "sdma_trap"
+    elif kind == "sdma_trap":
         if fam.name == "soc21":
             where = {k.lower(): v for k, v in I.SDMA_RING.decode(entry.ring_id).items()}
         else:
             aid = I.AID_NODES.index(entry.node_id) if entry.node_id in I.AID_NODES else 0
             client = I.SOC15_CLIENTS[entry.client_id]
             where = {"instance": aid * I.SDMA_PER_AID + int(client[len("SDMA"):]), "queue": entry.ring_id}
-    elif ids in (fam.gfxhub_fault, fam.mmhub_fault):
-        kind = "vm_fault"
+    elif kind == "vm_fault":
         d1 = I.FAULT_DATA1.decode(entry.src_data[1])
         prot = I.FAULT_RING.decode(entry.ring_id)
         where = {"va": I.fault_va(entry.src_data), "write": bool(d1["WRITE"]), "retry": bool(d1["RETRY"]),
-                 "hub": "MMHUB" if ids == fam.mmhub_fault else "GC",
+                 "hub": "MMHUB" if (entry.client_id, entry.src_id) == fam.mmhub_fault else "GC",
                  "prot": tuple(k[len("PROT_"):] for k, v in prot.items() if v)}
-    elif ids == fam.bad_opcode:
-        kind = "bad_opcode"
+    elif kind == "bad_opcode":
         where = {k.lower(): v for k, v in I.EOP_RING.decode(entry.ring_id & 0xFF).items()}
-    elif ids == fam.sq:
-        kind = "sq"
-    else:
-        kind = "other"
     return Interrupt(fam.client_name(entry.client_id), fam.source_name(entry.client_id, entry.src_id), kind,
                      entry.ring_id, entry.vmid, tuple(entry.src_data), where, entry.client_id, entry.src_id,
                      entry.vmid_src, entry.pasid, entry.node_id, entry.timestamp)

@@ -45,24 +45,8 @@ class IVEntry:
 
     def encode(self) -> bytes:
         """The 32 bytes the IH writes into the ring."""
-        data = tuple(self.src_data) + (0,) * (SRC_DATA_DWORDS - len(self.src_data))
-        if len(data) != SRC_DATA_DWORDS:
-            raise ValueError(f"an IV entry carries {SRC_DATA_DWORDS} source-data dwords, not {len(self.src_data)}")
-        ts = self.timestamp & ((1 << TIMESTAMP_BITS) - 1)
-        (cl, so, ri, vm, vs), (th, tsrc), (pa, no) = _DECODE
-        vals = ((self.client_id, cl), (self.src_id, so), (self.ring_id, ri), (self.vmid, vm), (self.vmid_src, vs),
-                (self.timestamp_src, tsrc), (self.pasid, pa), (self.node_id, no))
-        if all(type(v) is int and 0 <= v <= f[1] for v, f in vals):   # every field fits: the words at once
-            return struct.pack("<8I", self.client_id << cl[0] | self.src_id << so[0] | self.ring_id << ri[0]
-                               | self.vmid << vm[0] | self.vmid_src << vs[0], ts & 0xFFFFFFFF,
-                               ts >> 32 << th[0] | self.timestamp_src << tsrc[0], self.pasid << pa[0]
-                               | self.node_id << no[0], *(d & 0xFFFFFFFF for d in data))
-        words = (DW0.encode(CLIENT_ID=self.client_id, SOURCE_ID=self.src_id, RING_ID=self.ring_id, VMID=self.vmid,
-                            VMID_SRC=self.vmid_src),
-                 ts & 0xFFFFFFFF,
-                 DW2.encode(TIMESTAMP_HI=ts >> 32, TIMESTAMP_SRC=self.timestamp_src),
-                 DW3.encode(PASID=self.pasid, NODE_ID=self.node_id)) + tuple(d & 0xFFFFFFFF for d in data)
-        return struct.pack("<8I", *words)
+        return pack(self.client_id, self.src_id, self.src_data, self.ring_id, self.vmid, self.vmid_src,
+                    self.timestamp, self.timestamp_src, self.pasid, self.node_id)
 
     @classmethod
     def decode(cls, raw: bytes) -> "IVEntry":
@@ -74,6 +58,33 @@ class IVEntry:
         return cls(d0 >> cl[0] & cl[1], d0 >> so[0] & so[1], w[4:8], d0 >> ri[0] & ri[1], d0 >> vm[0] & vm[1],
                    d0 >> vs[0] & vs[1], w[1] | (d2 >> th[0] & th[1]) << 32, d2 >> ts[0] & ts[1], d3 >> pa[0] & pa[1],
                    d3 >> no[0] & no[1])
+
+
+def pack(client_id: int, src_id: int, src_data: tuple[int, ...] = (), ring_id: int = 0, vmid: int = 0,
+         vmid_src: int = 0, timestamp: int = 0, timestamp_src: int = 0, pasid: int = 0, node_id: int = 0) -> bytes:
+    """The 32 bytes of one IV entry (IVEntry.encode; the simulated IH packs its vectors without the record)."""
+    data = tuple(src_data) + (0,) * (SRC_DATA_DWORDS - len(src_data))
+    if len(data) != SRC_DATA_DWORDS:
+        raise ValueError(f"an IV entry carries {SRC_DATA_DWORDS} source-data dwords, not {len(src_data)}")
+    ts = timestamp & ((1 << TIMESTAMP_BITS) - 1)
+    (cl, so, ri, vm, vs), (th, tsrc), (pa, no) = _DECODE
+    if (0 <= client_id <= cl[1] and 0 <= src_id <= so[1] and 0 <= ring_id <= ri[1] and 0 <= vmid <= vm[1]
+            and 0 <= vmid_src <= vs[1] and 0 <= timestamp_src <= tsrc[1] and 0 <= pasid <= pa[1]
+            and 0 <= node_id <= no[1]):             # every field fits: the words at once
+        return struct.pack("<8I", client_id << cl[0] | src_id << so[0] | ring_id << ri[0] | vmid << vm[0]
+                           | vmid_src << vs[0], ts & 0xFFFFFFFF, ts >> 32 << th[0] | timestamp_src << tsrc[0],
+                           pasid << pa[0] | node_id << no[0], *(d & 0xFFFFFFFF for d in data))
+    words = (DW0.encode(CLIENT_ID=client_id, SOURCE_ID=src_id, RING_ID=ring_id, VMID=vmid, VMID_SRC=vmid_src),
+             ts & 0xFFFFFFFF,
+             DW2.encode(TIMESTAMP_HI=ts >> 32, TIMESTAMP_SRC=timestamp_src),
+             DW3.encode(PASID=pasid, NODE_ID=node_id)) + tuple(d & 0xFFFFFFFF for d in data)
+    return struct.pack("<8I", *words)
+
+
+def ids(dword0: int) -> tuple[int, int]:
+    """(client id, source id) of an entry from its first dword (what a reader looks at before decoding it)."""
+    cl, so = _DECODE[0][0], _DECODE[0][1]
+    return dword0 >> cl[0] & cl[1], dword0 >> so[0] & so[1]
 
 
 def rb_size_field(ring_bytes: int) -> int:

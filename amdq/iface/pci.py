@@ -44,7 +44,8 @@ SYSFS_PCI = "/sys/bus/pci/devices"
 VENDOR_AMD = 0x1002
 GPU_CLASSES = (0x03, 0x12)                   # PCI base class: display controller, processing accelerator
 CMD_MEMORY, CMD_MASTER = 1 << 1, 1 << 2
-GPU_CLOCK_HZ = 100_000_000                   # the reference clock of RLC_GPU_CLOCK_COUNT (amdgpu: 100 MHz)      # config-space command register (offset 4)
+GPU_CLOCK_HZ = 100_000_000                   # the reference clock of RLC_GPU_CLOCK_COUNT (amdgpu: 100 MHz)
+STOP_KINDS = ("vm_fault", "bad_opcode", "sq")  # the interrupts that say a queue stopped (amdq.am.irq kinds)
 NOT_YET = "this interface has no queues (a device booted without them); use KFD or SIMKFD to run kernels"
 
 
@@ -450,15 +451,15 @@ class PCI:
         if not ih.pending():
             ih.wait(timeout_ms)
         found: list = []
-        faults = [i for i in ih.drain() if i.kind in ("vm_fault", "bad_opcode", "sq")]
+        faults = ih.drain(kinds=STOP_KINDS)
         hub = {f.va >> 12: f for f in (i.fault for i in faults if i.kind == "vm_fault") if f is not None}
         take = getattr(self.fn, "take_exceptions", None)
-        if take is not None:
+        records = take() if take is not None else []
+        if records:
             by_bell = {q.extra["doorbell"]: q.queue_id for q in self.queues.values()}
-            records = take()
             if any(isinstance(e.record, F.MemoryFault) and e.record.va >> 12 not in hub for _, e in records):
-                more = [i for i in ih.drain() if i.kind in ("vm_fault", "bad_opcode", "sq")]   # its vector, just
-                faults += more                                                                # behind the record
+                more = ih.drain(kinds=STOP_KINDS)                   # its vector, just behind the record
+                faults += more
                 hub.update({f.va >> 12: f for f in (i.fault for i in more if i.kind == "vm_fault") if f is not None})
             found = [self._with_hub(replace(exc, queue_id=by_bell.get(bell)), hub) for bell, exc in records]
         if not found:

@@ -78,7 +78,7 @@ class SimGPU:
         self.gates: dict[int, Callable[[], bool]] = {}   # doorbell index -> does the engine see it now
         self.irq_handlers: list[Callable[[str, int, int, dict], None]] = []
         self.mode = mode or os.environ.get("AMDQ_SIM_MODE", "async")
-        self.defer = False                            # doorbells only record (to time host work alone)
+        self._defer = False                           # doorbells only record (see `defer`)
         self.lock = threading.RLock()
         self._want = 0                                # host threads waiting for the lock
         self._budget = 256                            # work units per slice, adapted to SLICE_S
@@ -95,6 +95,18 @@ class SimGPU:
         if self.mode == "async":
             self._worker = threading.Thread(target=self._run_worker, name="amdq-sim-gpu", daemon=True)
             self._worker.start()
+
+    @property
+    def defer(self) -> bool:
+        """While set, doorbells only record their write pointers and no engine runs (the worker sleeps, a sync-mode
+        wait does not pump): the host's own work is timed alone. Cleared, the worker starts on what was rung."""
+        return self._defer
+
+    @defer.setter
+    def defer(self, on: bool) -> None:
+        self._defer = bool(on)
+        if not on:
+            self._kick.set()
 
     # -- time ----------------------------------------------------------------------------------
     def clock(self) -> int:
@@ -156,7 +168,7 @@ class SimGPU:
         if eng is None or (gate is not None and not gate()):
             return                                    # hardware ignores a doorbell nobody owns (or sees)
         eng.doorbell(value)
-        if self.defer:
+        if self._defer:
             return
         if self.mode == "async":
             self._kick.set()
@@ -167,7 +179,7 @@ class SimGPU:
         """Advance every engine until all are idle or blocked (or the budget is spent), one slice at a time
         under the lock, giving way to host threads between slices; True if any moved."""
         moved = False
-        while budget > 0 and not self._stop:
+        while budget > 0 and not self._stop and not self._defer:
             if self._want:
                 time.sleep(0.0001)                   # let the host thread that waits for the lock take it
                 continue
@@ -217,7 +229,7 @@ class SimGPU:
         while not self._stop:
             moved = self.pump(share_gil=True)
             if not moved:
-                self._kick.wait(0.0005 if self.busy else 0.05)
+                self._kick.wait(0.0005 if self.busy and not self._defer else 0.05)
                 self._kick.clear()
 
     def wait_idle(self, timeout: float = 30.0) -> bool:

@@ -134,6 +134,7 @@ class Doorbells:
     def __init__(self, dev: "SimPCIDevice", size: int):
         self.dev, self.size = dev, size
         self.mv = memoryview(bytearray(size))
+        self._config, self._ring = dev.config, dev.gpu.ring    # the command register and the GPU (the launch path)
 
     def _check(self, off: int, n: int) -> None:
         if not 0 <= off <= self.size - n or off % 4:
@@ -154,8 +155,8 @@ class Doorbells:
             self._check(off, 8)
         value &= 0xFFFFFFFFFFFFFFFF
         _U64.pack_into(self.mv, off, value)
-        if self.dev.config[4] & CMD_MEMORY:
-            self.dev.gpu.ring(off >> 2, value)
+        if self._config[4] & CMD_MEMORY:
+            self._ring(off >> 2, value)
 
 
 class MMIO:

@@ -66,6 +66,8 @@ class SimIH(SimPart):
         self.queues: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._at: tuple | None = None               # the ring registers' addresses and fields (`_places`)
         self._luts: dict[tuple[int, int], int | None] = {}   # (vmid, vmid_src) -> IH_VMID_n_LUT(_MM) address
+        self._by_name: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()   # queue name -> engine
+        self._ring_ids: dict[tuple, int] = {}       # (Bits name, field values) -> ring id
         gpu = getattr(dev, "gpu", None)
         if gpu is not None:
             gpu.irq_handlers.append(self.on_gpu_interrupt)
@@ -140,10 +142,10 @@ class SimIH(SimPart):
                 return False
             if pasid is None:
                 pasid = self._pasid(vmid, vmid_src)
-            entry = H.IVEntry(client_id, src_id, tuple(src_data) + (0,) * (H.SRC_DATA_DWORDS - len(src_data)),
-                              ring_id, vmid, vmid_src, self.dev.clock_ns() // NS_PER_TICK, 0, pasid, node_id)
+            entry = H.pack(client_id, src_id, src_data, ring_id, vmid, vmid_src, self.dev.clock_ns() // NS_PER_TICK,
+                           0, pasid, node_id)
             base = ((peek(base_hi_a) & 0xFF) << 32 | peek(base_a)) << H.RB_BASE_SHIFT
-            self.dev.mc_write(base + self.wptr, entry.encode())
+            self.dev.mc_write(base + self.wptr, entry)
             self.wptr = (self.wptr + H.ENTRY_BYTES) % size
             if full:
                 self.overflow = True
@@ -183,12 +185,29 @@ class SimIH(SimPart):
     def bind_queue(self, engine, **where: int) -> None:
         """Say where `engine` sits: a compute queue's me, pipe, queue (and xcc); an SDMA queue's instance, queue."""
         self.queues[engine] = dict(where)
+        self._by_name.clear()
+
+    def _named(self, name: str | None):
+        """The bound engine called `name` (looked up once per name; an engine gone or rebound is looked up again)."""
+        eng = self._by_name.get(name)
+        if eng is None or eng not in self.queues:
+            eng = next((e for e in list(self.queues) if getattr(e, "name", None) == name), None)
+            if eng is not None:
+                self._by_name[name] = eng
+        return eng
+
+    def _ring_id(self, bits, **fields: int) -> int:
+        key = (bits.name, *fields.values())
+        v = self._ring_ids.get(key)
+        if v is None:
+            v = self._ring_ids[key] = bits.encode(**fields)
+        return v
 
     def on_gpu_interrupt(self, source: str, ctxid: int, vmid: int, info: dict) -> None:
         """One of gpu.irq_handlers: the vector hardware writes for an engine's interrupt (see the module doc)."""
         engine = info.get("engine")
         if engine is None:                          # the engines name themselves ("queue") in an end of pipe
-            engine = next((e for e in list(self.queues) if getattr(e, "name", None) == info.get("queue")), None)
+            engine = self._named(info.get("queue"))
         sdma = getattr(engine, "kind", None) == "sdma" if engine is not None else \
             str(info.get("queue", "")).startswith("SDMA")
         where = self.queues.get(engine, {}) if engine is not None else {}
@@ -197,13 +216,15 @@ class SimIH(SimPart):
             inst, queue = where.get("instance", 0), where.get("queue", 0)
             client, src = fam.sdma_trap(inst)
             if fam.name == "soc21":
-                self.post(client, src, (ctxid,), ring_id=I.SDMA_RING.encode(INSTANCE=inst, QUEUE=queue), vmid=vmid)
+                self.post(client, src, (ctxid,), ring_id=self._ring_id(I.SDMA_RING, INSTANCE=inst, QUEUE=queue),
+                          vmid=vmid)
             else:
                 self.post(client, src, (ctxid,), ring_id=queue, vmid=vmid,
                           node_id=I.AID_NODES[inst // I.SDMA_PER_AID % len(I.AID_NODES)])
         elif source in ("CP_EOP", "CP_BAD_OPCODE", "SQ_INTERRUPT") and not sdma:
             client, src = {"CP_EOP": fam.eop, "CP_BAD_OPCODE": fam.bad_opcode, "SQ_INTERRUPT": fam.sq}[source]
-            ring = I.EOP_RING.encode(ME=where.get("me", 1), PIPE=where.get("pipe", 0), QUEUE=where.get("queue", 0))
+            ring = self._ring_id(I.EOP_RING, ME=where.get("me", 1), PIPE=where.get("pipe", 0),
+                                 QUEUE=where.get("queue", 0))
             node = I.XCD_NODES[where.get("xcc", 0)] if fam.name == "soc15" else 0
             self.post(client, src, (ctxid & 0xFFFFFFFF,), ring_id=ring, vmid=vmid, node_id=node)
         elif not (source == "VM_FAULT" and self._vm_fault(vmid, info, sdma, where)):
