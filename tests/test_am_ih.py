@@ -119,3 +119,35 @@ def test_iv_entry_round_trip():
     raw = e.encode()
     assert len(raw) == 32 and H.IVEntry.decode(raw) == e
     assert raw[0] == 27 and raw[3] == 0x83     # dw0: client 27, vmid 3 at bits 27:24, vmid_src bit 31
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_drain_decodes_only_the_kinds_asked_for_and_acknowledges_the_rest(arch):
+    from amdq.am import irq
+    from amdq.hw import ih_ids as I
+    b, g, ih = booted(arch)
+    fam = I.family(b.am.target.gfx_version)
+    b.interrupt(*fam.eop, (1,))
+    b.gmc.read("MM", g.vm0_start + 0x7000, 4)                  # an unmapped read: the MM hub's fault vector
+    b.interrupt(*fam.sdma_trap(0), (2,))
+    b.interrupt(*fam.bad_opcode, (3,))
+    wptr = b.raw.OSSSYS.regIH_RB_WPTR.read()
+    got = ih.drain(kinds=("vm_fault", "bad_opcode"))
+    assert [i.kind for i in got] == ["vm_fault", "bad_opcode"]
+    assert got[0].where["va"] == g.vm0_start + 0x7000 and got[0].where["hub"] == "MMHUB"
+    assert b.raw.OSSSYS.regIH_RB_RPTR.read() == wptr == 4 * H.ENTRY_BYTES   # the skipped ones acknowledged too
+    assert ih.drain() == [] and ih.read() == []
+    b.interrupt(*fam.eop, (4,))
+    b.interrupt(*fam.sq, (5,))
+    assert [(i.kind, i.context_id) for i in ih.drain()] == [("eop", 4), ("sq", 5)]   # no kinds: every entry
+    assert irq.kind_of(fam, 0xEE, 0xEE) == "other"
+
+
+def test_drain_reads_across_the_end_of_the_ring():
+    b, _, ih = booted(ring_bytes=8 * H.ENTRY_BYTES)
+    for i in range(6):
+        b.interrupt(7, 9, (i,))
+    ih.read()
+    for i in range(5):                         # entries 6, 7 at the end of the ring, then 0, 1, 2 from its start
+        b.interrupt(7, 9, (10 + i,))
+    assert [i.src_data[0] for i in ih.drain()] == [10, 11, 12, 13, 14]

@@ -175,6 +175,35 @@ def test_bound_resubmission(monkeypatch, mode):
     d.close()
 
 
+@pytest.mark.parametrize("interface", ["SIMKFD", "SIMPCI"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_deferred_gpu_runs_nothing_until_released(monkeypatch, tmp_path, interface, mode):
+    """SimGPU.defer (what bench/launch.py times host work under): doorbells only record; no engine runs, not the
+    worker thread, not a sync-mode doorbell; cleared, the GPU runs what was rung."""
+    from sims import open_sim
+    monkeypatch.setenv("AMDQ_SIM_MODE", mode)
+    d = open_sim(monkeypatch, tmp_path, interface)
+    try:
+        k = d.load(co("count.cl"))["count"]
+        c = d.upload(np.zeros(1, np.int32))
+        d.synchronize()
+        d.sim.defer = True
+        first = d.queue.timeline.value + 1
+        for _ in range(5):
+            k(c, 3, grid=1, block=32)
+        last = d.queue.timeline.value
+        time.sleep(0.05)                                   # many worker wake-ups (0.5 ms apart while busy)
+        assert last == first + 4 and d.queue.timeline.completed < first    # (reading c would wait on the GPU)
+        d.sim.defer = False
+        q = d.queue.q
+        q.doorbell.write64(q.doorbell_off, d.queue.wptr)  # a doorbell while released: the recorded work runs
+        d.wait(last)
+        assert c.numpy(np.int32)[0] == 15
+    finally:
+        d.sim.defer = False
+        d.close()
+
+
 def test_out_of_memory_names_the_sizes(dev):
     with pytest.raises(amdq.errors.OutOfMemory, match=r"\d+ bytes"):
         dev.alloc(dev.target.vram_bytes * 4)

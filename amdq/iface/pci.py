@@ -43,7 +43,7 @@ from .os_seam import OSSeam
 SYSFS_PCI = "/sys/bus/pci/devices"
 VENDOR_AMD = 0x1002
 GPU_CLASSES = (0x03, 0x12)                   # PCI base class: display controller, processing accelerator
-CMD_MEMORY, CMD_MASTER = 1 << 1, 1 << 2
+CMD_MEMORY, CMD_MASTER = 1 << 1, 1 << 2          # config-space command register (offset 4)
 GPU_CLOCK_HZ = 100_000_000                   # the reference clock of RLC_GPU_CLOCK_COUNT (amdgpu: 100 MHz)
 STOP_KINDS = ("vm_fault", "bad_opcode", "sq")  # the interrupts that say a queue stopped (amdq.am.irq kinds)
 NOT_YET = "this interface has no queues (a device booted without them); use KFD or SIMKFD to run kernels"

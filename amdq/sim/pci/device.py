@@ -268,6 +268,15 @@ class SimPCIDevice:
             raise AttributeError(name)
         return getattr(self.gpu, name)
 
+    @property
+    def defer(self) -> bool:
+        """The simulated GPU's `defer` (set through the function as through the GPU: __getattr__ only reads)."""
+        return self.gpu.defer
+
+    @defer.setter
+    def defer(self, on: bool) -> None:
+        self.gpu.defer = on
+
     # -- the SimDevice contract ------------------------------------------------------------------------
     def mc_read(self, addr: int, n: int) -> bytes:
         off = self._fb(addr, n)
