@@ -78,7 +78,7 @@ def test_overflow_flag_and_restart_after_the_write_pointer():
 
 def test_full_ring_drops_without_overflow_enable():
     b, _, ih = booted(ring_bytes=4 * H.ENTRY_BYTES)
-    b.raw.OSSSYS.regIH_RB_CNTL.update(WPTR_OVERFLOW_ENABLE=0)
+    b.am.regs.OSSSYS.regIH_RB_CNTL.update(WPTR_OVERFLOW_ENABLE=0)   # the driver's write: the IH latches it
     for i in range(6):
         b.interrupt(7, 9, (i,))
     assert b.ih.dropped == 3 and b.raw.OSSSYS.regIH_RB_STATUS.read_fields()["RB_FULL"] == 1
@@ -89,6 +89,27 @@ def test_disabled_ring_writes_nothing():
     b, _, ih = booted()
     ih.fini_hw()
     b.interrupt(7, 9, (1,))
+    assert b.ih.dropped == 1 and ih.read() == []
+
+
+def test_the_ih_sees_its_ring_reprogrammed_at_the_next_vector():
+    """The block latches base, size, control and write-back address; a write of any of them is seen next."""
+    b, _, ih = booted()
+    o = b.am.regs.OSSSYS                       # the driver's writes (through the register file's handlers)
+    b.interrupt(7, 9, (1,))
+    assert [e.src_data[0] for e in ih.read()] == [1]
+    ih.ring = b.am.boot.reserve("ih_ring_moved", ih.ring_bytes, align=1 << 12)   # base and write-back moved
+    ih.wb = b.am.boot.reserve("ih_wptr_moved", 4096)                              # under a running ring
+    o.regIH_RB_BASE.write((ih.ring.mc >> H.RB_BASE_SHIFT) & 0xFFFFFFFF)
+    o.regIH_RB_BASE_HI.write((ih.ring.mc >> H.RB_BASE_HI_SHIFT) & 0xFF)
+    o.regIH_RB_WPTR_ADDR_LO.write(ih.wb.mc & 0xFFFFFFFC)
+    o.regIH_RB_WPTR_ADDR_HI.write((ih.wb.mc >> 32) & 0xFFFF)
+    b.interrupt(7, 9, (2,))
+    assert H.IVEntry.decode(b.gpu.vram.read(ih.ring.offset + H.ENTRY_BYTES, 32)).src_data[0] == 2
+    assert int.from_bytes(b.gpu.vram.read(ih.wb.offset, 4), "little") == 2 * H.ENTRY_BYTES
+    assert [e.src_data[0] for e in ih.read()] == [2]
+    o.regIH_RB_CNTL.update(RB_ENABLE=0)
+    b.interrupt(7, 9, (3,))
     assert b.ih.dropped == 1 and ih.read() == []
 
 

@@ -65,6 +65,7 @@ class SimIH(SimPart):
         self.family = I.family(dev.target.gfx_version)
         self.queues: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._at: tuple | None = None               # the ring registers' addresses and fields (`_places`)
+        self._cfg: tuple | None = None              # what the block latched of them (`_latch`)
         self._luts: dict[tuple[int, int], int | None] = {}   # (vmid, vmid_src) -> IH_VMID_n_LUT(_MM) address
         self._by_name: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()   # queue name -> engine
         self._ring_ids: dict[tuple, int] = {}       # (Bits name, field values) -> ring id
@@ -92,6 +93,7 @@ class SimIH(SimPart):
                   "IH_RB_WPTR_ADDR_HI"):
             self._r(n).write(0)
         self.wptr, self.overflow, self.dropped, self.posted = 0, False, 0, 0
+        self._cfg = None
 
     # -- registers -----------------------------------------------------------------------------------
     def on_write_regIH_RB_WPTR(self, value: int) -> None:
@@ -100,43 +102,59 @@ class SimIH(SimPart):
             self.overflow = bool(self._r("IH_RB_WPTR").decode(value)["RB_OVERFLOW"])
 
     def on_write_regIH_RB_CNTL(self, value: int) -> None:
+        self._cfg = None
         if self._r("IH_RB_CNTL").decode(value)["WPTR_OVERFLOW_CLEAR"]:
             with self.lock:
                 self.overflow = False
                 self._publish()
 
+    def _relatch(self, value: int) -> None:
+        self._cfg = None
+
+    # the block latches its ring's place and control: a write of one of them is seen at the next vector
+    on_write_regIH_RB_BASE = on_write_regIH_RB_BASE_HI = _relatch
+    on_write_regIH_RB_WPTR_ADDR_LO = on_write_regIH_RB_WPTR_ADDR_HI = _relatch
+
+    def _latch(self) -> tuple:
+        """(enabled, ring bytes, overflow enabled, interrupt enabled, write-back on, ring base, write-back
+        address) from the registers, kept until one of them is written."""
+        (cntl_a, en, rb_size, ovf_en, intr, wb, _, _, _, _, _, base_a, base_hi_a, wb_lo, wb_hi) = self._places()
+        peek = self.dev.regfile.peek
+        cntl = peek(cntl_a)
+        bit = lambda f: bool((cntl >> f[0]) & f[1])         # noqa: E731
+        self._cfg = (bit(en), H.ring_bytes((cntl >> rb_size[0]) & rb_size[1]), bit(ovf_en), bit(intr), bit(wb),
+                     ((peek(base_hi_a) & 0xFF) << 32 | peek(base_a)) << H.RB_BASE_SHIFT,
+                     (peek(wb_hi) & 0xFFFF) << 32 | peek(wb_lo) & ~3)
+        return self._cfg
+
     def _size(self) -> int:
         return H.ring_bytes(self._r("IH_RB_CNTL").read_fields()["RB_SIZE"])
 
     def _publish(self) -> None:
-        (cntl_a, en, _, _, _, wb, _, _, wptr_a, w_off, w_ovf, _, _, wb_lo, wb_hi) = self._places()
-        rf = self.dev.regfile
+        wptr_a, w_off, w_ovf = self._places()[8:11]
+        enabled, _, _, _, wb_on, _, wb_addr = self._cfg or self._latch()
         off = self.wptr >> 2
         if off > w_off[1]:                           # does not fit OFFSET: the register's own error
             self._r("IH_RB_WPTR").write(OFFSET=off, RB_OVERFLOW=int(self.overflow))
         value = off << w_off[0] | int(self.overflow) << w_ovf[0]
-        rf.poke(wptr_a, value)
-        cntl = rf.peek(cntl_a)
-        if (cntl >> wb[0]) & wb[1] and (cntl >> en[0]) & en[1]:
-            addr = (rf.peek(wb_hi) & 0xFFFF) << 32 | rf.peek(wb_lo) & ~3
-            self.dev.mc_write(addr, struct.pack("<I", value))
+        self.dev.regfile.poke(wptr_a, value)
+        if wb_on and enabled:
+            self.dev.mc_write(wb_addr, struct.pack("<I", value))
 
     # -- interrupts ----------------------------------------------------------------------------------
     def post(self, client_id: int, src_id: int, src_data: tuple[int, ...] = (), ring_id: int = 0, vmid: int = 0,
              pasid: int | None = None, node_id: int = 0, vmid_src: int = 0) -> bool:
         """Write one interrupt vector and signal the host; False when the IH dropped it (ring disabled or full)."""
-        (cntl_a, en, rb_size, ovf_en, intr, _, rptr_a, r_off, _, _, _, base_a, base_hi_a, _, _) = self._places()
-        peek = self.dev.regfile.peek
+        rptr_a, r_off = self._places()[6:8]
         with self.lock:
-            cntl = peek(cntl_a)
-            if not (cntl >> en[0]) & en[1]:
+            enabled, size, ovf_on, signal, _, base, _ = self._cfg or self._latch()
+            if not enabled:
                 self.dropped += 1
                 return False
-            size = H.ring_bytes((cntl >> rb_size[0]) & rb_size[1])
-            rptr = (((peek(rptr_a) >> r_off[0]) & r_off[1]) << 2) % size
+            rptr = (((self.dev.regfile.peek(rptr_a) >> r_off[0]) & r_off[1]) << 2) % size
             self.wptr %= size
             full = (self.wptr + H.ENTRY_BYTES) % size == rptr
-            if full and not (cntl >> ovf_en[0]) & ovf_en[1]:
+            if full and not ovf_on:
                 self.dropped += 1
                 self._status(full=True)
                 return False
@@ -144,7 +162,6 @@ class SimIH(SimPart):
                 pasid = self._pasid(vmid, vmid_src)
             entry = H.pack(client_id, src_id, src_data, ring_id, vmid, vmid_src, self.dev.clock_ns() // NS_PER_TICK,
                            0, pasid, node_id)
-            base = ((peek(base_hi_a) & 0xFF) << 32 | peek(base_a)) << H.RB_BASE_SHIFT
             self.dev.mc_write(base + self.wptr, entry)
             self.wptr = (self.wptr + H.ENTRY_BYTES) % size
             if full:
@@ -152,7 +169,6 @@ class SimIH(SimPart):
                 self._status(full=True, overflow=True)
             self.posted += 1
             self._publish()
-            signal = bool((cntl >> intr[0]) & intr[1])
         if signal:
             with self.cond:
                 self.signalled += 1
@@ -260,3 +276,4 @@ class SimIH(SimPart):
 
     def load(self, state: dict) -> None:
         self.wptr, self.overflow = state["wptr"], state["overflow"]
+        self._cfg = None                            # the registers were restored behind the handlers
