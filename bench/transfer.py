@@ -1,4 +1,5 @@
 """Simulated SDMA copy bandwidth against host memcpy of the same size, measured in the same run.
+(Named transfer.py: a bench/copy.py is the standard library's `copy` for every script run from bench/.)
 
 For 1 MiB and 64 MiB: a device-to-device copy on the SDMA queue (COPY_LINEAR through the GPU MMU,
 submission to completion as the host sees it: encode, ring write, doorbell, engine, fence, wait) and
@@ -6,26 +7,21 @@ the host->device / device->host paths through staging buffers; the limit is one 
 same bytes between two warm host arrays. Ratios are bandwidth / memcpy bandwidth (1.0 = as fast as
 memcpy); the target is >= 0.5 for the 64 MiB device-to-device copy. Last line: JSON.
 
-    python bench/copy.py [--quick] [--device SIMPCI+AMD:gfx1100]
+    python bench/transfer.py [--quick] [--device SIMPCI+AMD:gfx1100]
 
 With a SIMPCI device the same copies run on SIMKFD too, round for round (bench/pair.py), and the time ratios
 (goal <= 1.2) are reported.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-# this file's name is the standard library's `copy`: its folder goes behind the library, not in front of it
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
-sys.path.insert(0, str(HERE.parent))
+import numpy as np
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-
-import numpy as np  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import amdq  # noqa: E402
 import pair  # noqa: E402  (bench/pair.py)
 
@@ -42,7 +38,7 @@ class Copies:
     def __init__(self, spec: str):
         self.dev = dev = amdq.open_device(spec)
         if dev.copyq is None:
-            raise SystemExit("bench/copy.py: the device has no SDMA queue (is AMD_DISABLE_SDMA set?)")
+            raise SystemExit("bench/transfer.py: the device has no SDMA queue (is AMD_DISABLE_SDMA set?)")
         self.cases: dict[str, pair.Case] = {}
         self.buffers = {}
         for name, n in SIZES:
