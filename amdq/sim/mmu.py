@@ -108,8 +108,9 @@ class MMU:
         if self.space is None:
             self.space = Flat(self.vram, self.sysmem)
         self.pde_pte = vm.PTE[vm.generation(self.gfx)]["PDE_PTE"].mask
-        self._starts: list[int] = []
-        self._runs: list[Run] = []
+        # the TLB: (run starts, runs), sorted; replaced whole by an invalidation (another thread's) and read once
+        # per lookup, so a lookup in flight finishes on the translations it began with
+        self._tlb: tuple[list[int], list[Run]] = ([], [])
         self._levels = self._shape()
 
     def _shape(self) -> tuple[tuple[int, int], ...]:
@@ -136,10 +137,11 @@ class MMU:
     def invalidate(self, last: int | None = None) -> None:
         """Drop cached translations (those starting at or below address `last`, all when None)."""
         if last is None:
-            self._starts, self._runs = [], []
+            self._tlb = ([], [])
             return
-        keep = [(s, r) for s, r in zip(self._starts, self._runs) if s > last]
-        self._starts, self._runs = [s for s, _ in keep], [r for _, r in keep]
+        starts, runs = self._tlb
+        keep = [(s, r) for s, r in zip(starts, runs) if s > last]
+        self._tlb = ([s for s, _ in keep], [r for _, r in keep])
 
     # -- walking -------------------------------------------------------------------------------
     def walk(self, va: int) -> tuple[Arena, int, int, int] | None:
@@ -184,10 +186,12 @@ class MMU:
         hit = self._target(e, (e & ADDR_MASK) & ~(size - 1), size)
         return None if hit is None else (hit[0], hit[1], size, e)
 
-    def _run_for(self, va: int) -> Run | None:
-        i = bisect.bisect_right(self._starts, va) - 1
-        if i >= 0 and va < self._runs[i].end:
-            return self._runs[i]
+    def _run_for(self, va: int, tlb: tuple[list[int], list[Run]] | None = None) -> Run | None:
+        """The cached run holding `va`, else a walk's (cached in `tlb`, the TLB as the lookup found it)."""
+        starts, runs = tlb or self._tlb
+        i = bisect.bisect_right(starts, va) - 1
+        if i >= 0 and va < runs[i].end:
+            return runs[i]
         hit = self.walk(va)
         if hit is None:
             return None
@@ -200,22 +204,22 @@ class MMU:
             whole = self._target(pte, fphys, frag) if fphys >= 0 else None
             if whole is not None and whole[0] is arena:      # all of it in the one memory
                 start, pa, size = fstart, whole[1], frag
-        i = bisect.bisect_right(self._starts, va)
-        lo = self._runs[i - 1].end if i > 0 else 0          # never over a run already cached
-        hi = self._starts[i] if i < len(self._starts) else 1 << 64
+        i = bisect.bisect_right(starts, va)
+        lo = runs[i - 1].end if i > 0 else 0                # never over a run already cached
+        hi = starts[i] if i < len(starts) else 1 << 64
         if start < lo:
             pa, size, start = pa + (lo - start), size - (lo - start), lo
         size = min(size, hi - start)
         run = Run(start, start + size, arena, pa, bool(pte & WRITEABLE))
         # merge with a physically contiguous neighbour so large buffers become one run
-        i = bisect.bisect_right(self._starts, start)
-        prev = self._runs[i - 1] if i > 0 else None
+        i = bisect.bisect_right(starts, start)
+        prev = runs[i - 1] if i > 0 else None
         if prev and prev.end == start and prev.arena is arena and prev.pa + (prev.end - prev.va) == pa \
                 and prev.writable == run.writable:
             prev.end = run.end
             return prev
-        self._starts.insert(i, start)
-        self._runs.insert(i, run)
+        starts.insert(i, start)
+        runs.insert(i, run)
         return run
 
     def fault(self, va: int, write: bool, client: str, reason: str = "not mapped") -> GPUFault:
@@ -242,29 +246,31 @@ class MMU:
         else:                                   # few lanes, long accesses (rings, indirect buffers)
             pages = np.unique(np.concatenate([np.arange(int(f), int(l) + 1, dtype=np.uint64)
                                               for f, l in zip(first.tolist(), last.tolist())]))
+        tlb = self._tlb
         for p in pages.tolist():
-            r = self._run_for(p << 12)
+            r = self._run_for(p << 12, tlb)
             if r is None:
                 bad = addr[((addr >> np.uint64(12)) == p) | (((addr + np.uint64(nbytes - 1)) >> np.uint64(12)) == p)]
                 raise self.fault(int(bad.min()) if len(bad) else p << 12, write, client)
             if write and not r.writable:
                 raise self.fault(p << 12, write, client, "page is read-only")
-        starts = np.array(self._starts, np.uint64)
-        ends = np.array([r.end for r in self._runs], np.uint64)
+        starts = np.array(tlb[0], np.uint64)
+        ends = np.array([r.end for r in tlb[1]], np.uint64)
         j = np.searchsorted(starts, addr, side="right").astype(np.int64) - 1
         if (addr + np.uint64(nbytes) > ends[j]).any():
             bad = int(addr[np.argmax(addr + np.uint64(nbytes) > ends[j])])
             raise self.fault(bad, write, client, "access crosses into physically discontiguous memory")
         out = []
-        for arena_id in {id(r.arena) for r in self._runs}:
-            runs = [k for k, r in enumerate(self._runs) if id(r.arena) == arena_id]
+        cached = tlb[1]
+        for arena_id in {id(r.arena) for r in cached}:
+            runs = [k for k, r in enumerate(cached) if id(r.arena) == arena_id]
             sel = np.isin(j, runs)
             if not sel.any():
                 continue
-            delta = np.array([r.va - r.pa for r in self._runs], np.int64)
+            delta = np.array([r.va - r.pa for r in cached], np.int64)
             idx = np.flatnonzero(sel)
             off = addr[idx].astype(np.int64) - delta[j[idx]]
-            out.append((self._runs[runs[0]].arena.buf, idx, off))
+            out.append((cached[runs[0]].arena.buf, idx, off))
         if len(out) == 1 and len(out[0][1]) == len(addr):
             out = [(out[0][0], None, out[0][2])]
         return out
