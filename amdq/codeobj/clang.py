@@ -186,8 +186,8 @@ def compile_source(clang: Clang, src: str, lang: str, arch: str, opt: int, optio
                 obj = f.read()
     if r.returncode == 0 and obj.startswith(b"\x7fELF"):
         return obj
-    if re.search(r"unknown target CPU|invalid offload arch|unsupported CUDA gpu architecture", log):
-        raise CompileError(f"{what} does not know {arch}; a newer clang does (set AMDQ_CLANG to it): "
+    if re.search(r"unknown target CPU|invalid offload arch|invalid target ID|unsupported CUDA gpu architecture", log):
+        raise CompileError(f"{what} does not know {arch}; a newer clang does (set AMDQ_CLANG to one): "
                            f"{_short(log)}", log=log)
     if re.search(r'Executable "[^"]*lld" doesn.t exist|unable to execute command.*lld|ld\.lld.*not found', log):
         raise CompileError(f"{what} links HIP device code with lld, which is missing: install lld-"
