@@ -25,7 +25,6 @@ import sys
 import tempfile
 import threading
 import time
-
 from functools import lru_cache
 
 from . import clang as _clang
@@ -239,6 +238,18 @@ def _compile_with_llc(ir: str, arch: str, opt: int) -> bytes:
 
 
 @lru_cache(maxsize=1)
+def _pipeline_digest() -> str:
+    """sha256 of amdq's own compile code (this module, the worker, the clang driver): part of every cache key,
+    so a change to how amdq compiles does not return what the old code made."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in (__file__, _WORKER, _clang.__file__):
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
 def llvm_version() -> str:
     """llvmlite's version and the LLVM it is built on, e.g. "llvmlite 0.50.0, LLVM 22.1.0" (loads llvmlite's
     library into this process, which runs nothing through it)."""
@@ -313,7 +324,7 @@ def compile(src: str, arch: str = "gfx1100", opt: int = 2, lang: str = "llvm",
         def make() -> bytes:
             stats["clang"] += 1
             return _clang.compile_source(cl, src, lang, carch, opt, opts, hint=_hint(src, lang))
-    k = compile_cache.key(**parts)
+    k = compile_cache.key(pipeline=_pipeline_digest(), **parts)
     co = compile_cache.load(k)
     if co is None:
         co = make()
