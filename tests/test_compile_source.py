@@ -113,6 +113,7 @@ def test_opencl_lds_barrier_atomics(clang, dev):
 
 def test_hip_kernels_run(clang, dev):
     co = amdq.compile(HIP_KERNELS, arch=dev.arch, lang="hip", opt=2)
+    assert load_code_object(co, dev.arch).kind == "ET_DYN"         # clang links HIP device code
     prg = dev.load(co)
     assert {"neighbour", "hist"} <= set(prg.kernels)
     assert any(k != "mangled" and "mangled" in k for k in prg.kernels)     # C++ names are mangled
@@ -300,6 +301,32 @@ def test_amdq_clang_env(tmp_path, monkeypatch):
     monkeypatch.setenv("AMDQ_CLANG", str(_fake_clang(tmp_path, "oldclang", "clang version 17.0.0")))
     with pytest.raises(CompileError, match=r"is oldclang 17\.0\.0; amdq needs clang 19 or newer"):
         amdq.compile(CL_SAXPY, "gfx1100", lang="opencl")
+
+
+FAKE_COMPILE = """#!/bin/sh
+case "$1" in --version) echo 'clang version 19.1.0'; exit 0;; esac
+while [ $# -gt 1 ]; do [ "$1" = -o ] && out=$2; shift; done
+%s
+"""
+
+
+@pytest.mark.parametrize("body,lang,match", [
+    ('echo "clang: error: unable to execute command: Executable \\"lld\\" doesn\'t exist!" >&2; exit 1', "hip",
+     r"fake 19\.1\.0 .* links HIP device code with lld, which is missing: install lld-19"),
+    ('printf "MZ not an ELF" > "$out"; exit 0', "opencl",
+     r"succeeded on the OpenCL C source for gfx1100 but wrote no ELF code object \(13 bytes, starting b'MZ not a'\)"),
+    ("exit 0", "opencl", r"wrote no ELF code object \(0 bytes\)"),
+    ("echo 'Segmentation fault' >&2; exit 139", "hip", r"rejected the HIP source for gfx1100 \(exit status 139\):\n"
+                                                      r"Segmentation fault"),
+])
+def test_what_clang_does_wrong_is_a_compile_error(tmp_path, monkeypatch, body, lang, match):
+    fake = tmp_path / "fake"
+    fake.write_text(FAKE_COMPILE % body)
+    fake.chmod(0o755)
+    monkeypatch.setenv("AMDQ_CLANG", str(fake))
+    with pytest.raises(CompileError, match=match):
+        amdq.compile(CL_SAXPY if lang == "opencl" else HIP_KERNELS, "gfx1100", lang=lang)
+    assert not list((tmp_path / "cache").glob("compile/*.co"))          # nothing cached
 
 
 @pytest.mark.parametrize("options,match", [

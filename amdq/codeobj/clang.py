@@ -192,9 +192,13 @@ def compile_source(clang: Clang, src: str, lang: str, arch: str, opt: int, optio
     if re.search(r'Executable "[^"]*lld" doesn.t exist|unable to execute command.*lld|ld\.lld.*not found', log):
         raise CompileError(f"{what} links HIP device code with lld, which is missing: install lld-"
                            f"{clang.version[0]} (apt-get install lld-{clang.version[0]}): {_short(log)}", log=log)
+    if r.returncode == 0:
+        raise CompileError(f"{what} succeeded on the {LANG_NAMES[lang]} source for {arch} but wrote no ELF code "
+                           f"object ({len(obj)} bytes{', starting ' + repr(obj[:8]) if obj else ''})"
+                           + (f": {_short(log)}" if log.strip() else ""), log=log)
     lines = error_lines(log)
     at = f" at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}" if lines else ""
-    status = f"exit status {r.returncode}" if r.returncode else "no code object written"
+    status = f"exit status {r.returncode}"
     raise CompileError(f"{what} rejected the {LANG_NAMES[lang]} source for {arch}{at} ({status}):\n"
                        f"{_short(log) or 'no diagnostic'}{hint}", lines=lines, log=log)
 
