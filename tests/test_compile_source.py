@@ -95,7 +95,8 @@ __global__ void mangled(int *out) { out[threadIdx.x] = warpSize; }
 
 def test_opencl_saxpy_runs_with_options(clang, dev):
     co = amdq.compile(CL_SAXPY, arch=dev.arch, lang="opencl", options=["-DOFFSET=0.5f", "-O3"])
-    assert load_code_object(co, dev.arch).kind == "ET_REL"
+    img = load_code_object(co, dev.arch)
+    assert img.kind == "ET_REL" and img.cov == 5
     x, y = np.arange(1000, dtype=np.float32), np.linspace(-1, 1, 1000, dtype=np.float32)
     bx, by = dev.upload(x), dev.upload(y)
     dev.load(co)["saxpy"](by, bx, 2.0, 1000, grid=(4, 1, 1), block=(256, 1, 1), wait=True)
@@ -113,7 +114,8 @@ def test_opencl_lds_barrier_atomics(clang, dev):
 
 def test_hip_kernels_run(clang, dev):
     co = amdq.compile(HIP_KERNELS, arch=dev.arch, lang="hip", opt=2)
-    assert load_code_object(co, dev.arch).kind == "ET_DYN"         # clang links HIP device code
+    img = load_code_object(co, dev.arch)
+    assert img.kind == "ET_DYN" and img.cov == 5                  # clang links HIP device code
     prg = dev.load(co)
     assert {"neighbour", "hist"} <= set(prg.kernels)
     assert any(k != "mangled" and "mangled" in k for k in prg.kernels)     # C++ names are mangled

@@ -1,10 +1,11 @@
 """OpenCL C and HIP source -> AMDGPU code object, through a clang (19 or newer) found on the machine.
 
 amdq ships no clang: `find_clang` looks for $AMDQ_CLANG, else `clang-NN` and `clang` on PATH, asks each
-`--version` and takes the newest of at least version 19 (the first with code object v5 for every target amdq
-supports but gfx950, which needs clang 20). Neither language gets a device library (-nogpulib): the work-item
-functions, barriers and atomics come from the preludes in amdq/include/, force-included with -include, which
-leaves the user's line numbers as they are.
+`--version` and takes the newest of at least version 19 (the version the project tests with; it knows every
+target amdq supports but gfx950, which came with clang 20). Code object v5 is asked for explicitly
+(-mcode-object-version=5), as amdq's LLVM IR path does. Neither language gets a device library (-nogpulib):
+the work-item functions, barriers and atomics come from the preludes in amdq/include/, force-included with
+-include, which leaves the user's line numbers as they are.
 
 - OpenCL C: `clang -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=ARCH -c` -> a relocatable object (ET_REL).
 - HIP: `clang -x hip -nogpuinc --offload-device-only --no-gpu-bundle-output --offload-arch=ARCH -c` -> the
@@ -133,7 +134,7 @@ def prelude_digest(lang: str) -> str:
 
 def command(clang: Clang, lang: str, arch: str, opt: int, options: list[str], src_path: str, out_path: str) -> list[str]:
     """The clang command line for one compilation."""
-    common = ["-nogpulib", f"-O{opt}", "-include", PRELUDES[lang], "-fno-color-diagnostics",
+    common = ["-nogpulib", "-mcode-object-version=5", f"-O{opt}", "-include", PRELUDES[lang], "-fno-color-diagnostics",
               "-fmessage-length=0"]
     if lang == "opencl":
         return [clang.path, "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}", *common,
