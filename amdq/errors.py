@@ -23,7 +23,14 @@ class FirmwareMissing(FirmwareError, FileNotFoundError):
 
 
 class CompileError(AmdqError):
-    """LLVM refused the input; the message carries LLVM's diagnostic."""
+    """The compiler (LLVM, clang) refused the input; the message carries its diagnostic. `lines` lists the
+    lines of the user's source the errors are at (as the user counts them, 1-based), `log` is the compiler's
+    whole output."""
+
+    def __init__(self, msg: str, lines: list[int] | tuple[int, ...] = (), log: str = ""):
+        super().__init__(msg)
+        self.lines = list(lines)
+        self.log = log
 
 
 class OutOfMemory(AmdqError):

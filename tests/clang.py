@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from amdq.codeobj.clang import PRELUDES
+
 KERNELS = Path(__file__).parent / "kernels"
+PRELUDE = Path(PRELUDES["opencl"])      # the package's OpenCL C prelude, as amdq.compile(lang="opencl") uses it
 CACHE = Path(os.environ.get("AMDQ_TEST_CACHE", Path.home() / ".cache" / "amdq-tests"))
 
 
@@ -42,7 +45,7 @@ def compile_cl(src: str | Path, arch: str = "gfx1100", link: bool = True, flags:
         return compile_cl_llvm22(src, arch, flags)
     if isinstance(src, Path) or (isinstance(src, str) and src.endswith(".cl") and "\n" not in src):
         src = (KERNELS / src).read_text() if not Path(src).is_absolute() else Path(src).read_text()
-    prelude = (KERNELS / "amdq_cl.h").read_text()
+    prelude = PRELUDE.read_text()
     key = hashlib.sha256(f"{arch}|{link}|{flags}|{prelude}|{src}".encode()).hexdigest()[:20]
     CACHE.mkdir(parents=True, exist_ok=True)
     obj = CACHE / f"{key}.o"
@@ -51,7 +54,7 @@ def compile_cl(src: str | Path, arch: str = "gfx1100", link: bool = True, flags:
         cl = CACHE / f"{key}.{os.getpid()}.cl"
         cl.write_text(src)
         run(tool("clang"), "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}",
-            "-nogpulib", "-O2", "-include", str(KERNELS / "amdq_cl.h"), *flags, "-c", str(cl), "-o", str(obj) + f".{os.getpid()}.tmp")
+            "-nogpulib", "-O2", "-include", str(PRELUDE), *flags, "-c", str(cl), "-o", str(obj) + f".{os.getpid()}.tmp")
         os.replace(str(obj) + f".{os.getpid()}.tmp", obj)
         if link:
             run(tool("ld.lld"), "-shared", str(obj), "-o", str(out) + f".{os.getpid()}.tmp")
@@ -71,7 +74,7 @@ def compile_cl_llvm22(src: str | Path, arch: str = "gfx950", flags: tuple[str, .
     import llvmlite
     if isinstance(src, Path) or (isinstance(src, str) and src.endswith(".cl") and "\n" not in src):
         src = (KERNELS / src).read_text() if not Path(src).is_absolute() else Path(src).read_text()
-    prelude = (KERNELS / "amdq_cl.h").read_text()
+    prelude = PRELUDE.read_text()
     key = hashlib.sha256(f"llvm22|{llvmlite.__version__}|{arch}|{flags}|{agpr_alloc}|{prelude}|{src}".encode()).hexdigest()[:20]
     CACHE.mkdir(parents=True, exist_ok=True)
     out = CACHE / f"{key}.l22.o"
@@ -79,7 +82,7 @@ def compile_cl_llvm22(src: str | Path, arch: str = "gfx950", flags: tuple[str, .
         cl = CACHE / f"{key}.{os.getpid()}.cl"
         cl.write_text(src)
         ir = run(tool("clang"), "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx942",
-                 "-nogpulib", "-O2", "-include", str(KERNELS / "amdq_cl.h"), *flags, "-emit-llvm", "-S", "-o", "-",
+                 "-nogpulib", "-O2", "-include", str(PRELUDE), *flags, "-emit-llvm", "-S", "-o", "-",
                  str(cl))
         cl.unlink()
         ir = re.sub(r'"target-features"="[^"]*"', "", ir.replace('"target-cpu"="gfx942"', f'"target-cpu"="{arch}"'))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from clang import CACHE, KERNELS, compile_cl, run, tool
+from clang import CACHE, KERNELS, PRELUDE, compile_cl, run, tool
 
 BASE = 0x7F12_3456_0000      # the GPU address images are relocated to in the tests
 
@@ -70,13 +70,13 @@ def asm_directives(src: str, arch: str, flags: tuple[str, ...] = ()) -> dict[str
     """kernel -> {.amdhsa_* directive: value} from clang's own assembly for the same source."""
     text = src if "\n" in src else (KERNELS / src).read_text() if not os.path.isabs(src) else Path(src).read_text()
     import hashlib
-    key = hashlib.sha256(f"S|{arch}|{flags}|{(KERNELS / 'amdq_cl.h').read_text()}|{text}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"S|{arch}|{flags}|{PRELUDE.read_text()}|{text}".encode()).hexdigest()[:20]
     out = CACHE / f"{key}.s"
     if not out.exists():
         cl = CACHE / f"{key}.{os.getpid()}.cl"
         cl.write_text(text)
         run(tool("clang"), "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}", "-nogpulib",
-            "-O2", "-include", str(KERNELS / "amdq_cl.h"), *flags, "-S", str(cl), "-o", str(out) + f".{os.getpid()}.tmp")
+            "-O2", "-include", str(PRELUDE), *flags, "-S", str(cl), "-o", str(out) + f".{os.getpid()}.tmp")
         os.replace(str(out) + f".{os.getpid()}.tmp", out)
     kernels, cur = {}, None
     for line in out.read_text().splitlines():

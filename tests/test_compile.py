@@ -13,6 +13,13 @@ from amdq.hw.targets import TARGETS
 from clang import CACHE
 from oracle import BASE, link_at, readelf_header, readelf_metadata, readelf_relocs, readelf_sections
 
+
+@pytest.fixture(autouse=True)
+def _no_compile_cache(monkeypatch):
+    """These tests are about what LLVM does: every compile here runs it (no on-disk cache hits)."""
+    monkeypatch.setenv("AMDQ_COMPILE_CACHE", "0")
+
+
 IR = """
 @table = addrspace(1) global [4 x i32] [i32 1, i32 2, i32 3, i32 4], align 4
 @tptr = addrspace(1) global ptr addrspace(1) getelementptr ([4 x i32], ptr addrspace(1) @table, i64 0, i64 2), align 8

@@ -1,4 +1,6 @@
-"""LLVM IR text -> AMDGPU code object (ET_REL, code object v5) through llvmlite's AMDGPU backend.
+"""Source -> AMDGPU code object (code object v5): LLVM IR through llvmlite's AMDGPU backend (ET_REL), OpenCL C
+and HIP through a clang 19 or newer found on the machine (`clang.py`; ET_REL and ET_DYN). Every result goes
+through the on-disk compile cache (`compile_cache.py`).
 
 LLVM runs in a child process (`_llvm_worker.py`, started once and reused): on some inputs it aborts
 the whole process (`LLVM ERROR: Cannot select`, inline assembly, unknown processors), and here that
@@ -23,7 +25,11 @@ import sys
 import tempfile
 import threading
 import time
+from functools import lru_cache
 
+from . import clang as _clang
+from . import compile_cache
+from ._llvm_worker import INLINE_ASM
 from ..errors import CompileError, InvalidArgument
 from ..hw.targets import get_target
 
@@ -32,12 +38,19 @@ _COV_FLAG = '!{i32 1, !"amdhsa_code_object_version", i32 500}'
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_llvm_worker.py")
 TIMEOUT_S = 600.0             # one compilation longer than this is treated as hung
 _lock = threading.Lock()      # one request at a time to the worker
+LANGS = ("llvm", "opencl", "hip")
+LANG_NAMES = {"llvm": "LLVM IR", **_clang.LANG_NAMES}
+
+stats = {"llvmlite": 0, "llc": 0, "clang": 0}    # compilations this process ran, by compiler (cache hits not counted)
 
 
-def _with_defaults(ir: str) -> str:
-    """Add the triple and the code-object-version module flag when the IR lacks them."""
+def _with_defaults(ir: str) -> tuple[str, int]:
+    """Add the triple and the code-object-version module flag when the IR lacks them; returns the IR and
+    how many lines were put before the user's first line (what LLVM's line numbers are off by)."""
+    shift = 0
     if "target triple" not in ir:
         ir = f'target triple = "{TRIPLE}"\n' + ir
+        shift = 1
     if "amdhsa_code_object_version" not in ir:
         m = re.search(r"^!llvm\.module\.flags\s*=\s*!\{([^}]*)\}", ir, re.M)
         ids = [int(x) for x in re.findall(r"^!(\d+)\s*=", ir, re.M)]
@@ -47,7 +60,52 @@ def _with_defaults(ir: str) -> str:
             ir += f"\n!{n} = {_COV_FLAG}\n"
         else:
             ir += f"\n!llvm.module.flags = !{{!{n}}}\n!{n} = {_COV_FLAG}\n"
-    return ir
+    return ir, shift
+
+
+_LLVM_POS = re.compile(r"<string>:(\d+):(\d+):")
+
+
+def _user_lines(msg: str, shift: int, nlines: int) -> tuple[str, list[int]]:
+    """LLVM's diagnostic with its `<string>:LINE:COL:` positions turned into the user's (`<source>:LINE:COL:`),
+    and the user's lines the errors are at; a position in what amdq appended is said to be so."""
+    lines: list[int] = []
+
+    def fix(m: re.Match) -> str:
+        n = int(m[1]) - shift
+        if 1 <= n <= nlines:
+            if n not in lines:
+                lines.append(n)
+            return f"<source>:{n}:{m[2]}:"
+        return f"<line {int(m[1])} of what amdq added to the source (triple, module flags)>:{m[2]}:"
+    return _LLVM_POS.sub(fix, msg), lines
+
+
+# What each language looks like, for the hint when a compile fails: (language, pattern); the first that
+# matches a source that failed in another language is named in the error.
+_LOOKS_LIKE = (
+    ("llvm", re.compile(r"(?m)^\s*(?:define|declare)\b[^\n(]*@|^\s*target\s+(?:triple|datalayout)\s*=|"
+                        r"^; ModuleID|^\s*attributes\s+#\d|^\s*![\w.]+\s*=\s*!")),
+    ("hip", re.compile(r"\b__global__\b|\b(?:threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*[xyz]\b|"
+                       r"\b__syncthreads\s*\(|#\s*include\s*[<\"]hip/|\bextern\s+\"C\"")),
+    ("opencl", re.compile(r"(?m)\b__kernel\b|^\s*kernel\s+void\b|\b__global\b(?!_)|\bget_(?:global|local|group)_id\s*\(|"
+                          r"\b__local\b(?!_)")),
+)
+
+
+def guess_lang(src: str) -> str | None:
+    """The language `src` looks like ("llvm", "hip", "opencl"), or None."""
+    for lang, pat in _LOOKS_LIKE:
+        if pat.search(src):
+            return lang
+    return None
+
+
+def _hint(src: str, lang: str) -> str:
+    seen = guess_lang(src)
+    if seen is None or seen == lang:
+        return ""
+    return f"\nhint: the source looks like {LANG_NAMES[seen]}, not {LANG_NAMES[lang]}: pass lang={seen!r}"
 
 
 class _Worker:
@@ -179,30 +237,126 @@ def _compile_with_llc(ir: str, arch: str, opt: int) -> bytes:
     return r.stdout
 
 
-def compile(llvm_ir: str, arch: str = "gfx1100", opt: int = 2) -> bytes:
-    """Compile LLVM IR for `arch` (opt level 0-3); returns a relocatable AMDGPU ELF code object (load it
-    with Device.load). Whatever LLVM does with the IR, a failure is a CompileError."""
+@lru_cache(maxsize=1)
+def _pipeline_digest() -> str:
+    """sha256 of amdq's own compile code (this module, the worker, the clang driver): part of every cache key,
+    so a change to how amdq compiles does not return what the old code made."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in (__file__, _WORKER, _clang.__file__):
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def llvm_version() -> str:
+    """llvmlite's version and the LLVM it is built on, e.g. "llvmlite 0.50.0, LLVM 22.1.0" (loads llvmlite's
+    library into this process, which runs nothing through it)."""
+    import llvmlite
+    import llvmlite.binding as llvm
+    return f"llvmlite {llvmlite.__version__}, LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
+
+
+@lru_cache(maxsize=8)
+def _llc_version(path: str, mtime_ns: int) -> str:
+    try:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "does not run"
+    m = re.search(r"LLVM version \S+", r.stdout)
+    return m[0] if m else "unknown version"
+
+
+def _llc_identity() -> str | None:
+    llc = find_llc()
+    if llc is None:
+        return None
+    try:
+        mtime = os.stat(shutil.which(llc) or llc).st_mtime_ns
+    except OSError:
+        return f"{llc} (missing)"
+    return f"{llc} {_llc_version(llc, mtime)}"
+
+
+def _llvm_options(options: list[str], opt: int) -> int:
+    """The opt level for LLVM IR: llvmlite takes no clang options, only an -O level (which overrides opt=)."""
+    for o in options:
+        m = re.fullmatch(r"-O([0-3])", o)
+        if not m:
+            raise InvalidArgument(f"option {o!r} is a clang option, which LLVM IR (compiled by llvmlite) does not take: "
+                                  f"options for lang='llvm' may only be -O0 ... -O3 (or pass opt=)")
+        opt = int(m[1])
+    return opt
+
+
+def compile(src: str, arch: str = "gfx1100", opt: int = 2, lang: str = "llvm",
+            options: list[str] | tuple[str, ...] | None = None) -> bytes:
+    """Compile `src` for `arch` and return an AMDGPU code object (bytes; load it with Device.load).
+
+    lang: "llvm" (LLVM IR text, by llvmlite; a relocatable object), "opencl" (OpenCL C 2.0) or "hip" (HIP device
+    code, kernels `__global__`; `extern "C"` keeps their names unmangled), both by clang 19 or newer with
+    amdq's prelude force-included (amdq/include/). opt: the optimisation level 0-3. options: a list of strings
+    passed to clang after amdq's own (`-O3`, `-DN=4`, `-I...`); for LLVM IR only `-O<n>`. Results are cached on
+    disk (see compile_cache). Whatever the compiler does with the source, a failure is a CompileError, with
+    `lines` giving the user's line numbers of the errors."""
     tgt = get_target(arch)
-    if not isinstance(llvm_ir, str):
-        raise InvalidArgument(f"compile takes LLVM IR text, not {type(llvm_ir).__name__}")
+    if lang not in LANGS:
+        raise InvalidArgument(f"lang is one of {', '.join(map(repr, LANGS))}, not {lang!r}")
+    if not isinstance(src, str):
+        raise InvalidArgument(f"compile takes {LANG_NAMES[lang]} text, not {type(src).__name__}"
+                              + (" (decode it first)" if isinstance(src, (bytes, bytearray)) else ""))
     if type(opt) is not int or not 0 <= opt <= 3:
         raise InvalidArgument(f"opt is an optimisation level 0, 1, 2 or 3, not {opt!r}")
-    req = {"ir": _with_defaults(llvm_ir), "arch": tgt.arch, "opt": opt, "triple": TRIPLE}
+    opts = _clang.check_options(options)
+    if lang == "llvm":
+        opt = _llvm_options(opts, opt)
+        parts = dict(lang=lang, src=src, arch=tgt.arch, opt=opt, options=[], compiler=llvm_version())
+        if INLINE_ASM.search(src):
+            parts["llc"] = _llc_identity()
+        make = lambda: _compile_llvm(src, tgt.arch, opt)          # noqa: E731
+    else:
+        cl = _clang.find_clang()
+        carch = arch.strip().lower()
+        parts = dict(lang=lang, src=src, arch=carch, opt=opt, options=opts, compiler=cl.banner,
+                     compiler_path=cl.path, prelude=_clang.prelude_digest(lang))
+
+        def make() -> bytes:
+            stats["clang"] += 1
+            return _clang.compile_source(cl, src, lang, carch, opt, opts, hint=_hint(src, lang))
+    k = compile_cache.key(pipeline=_pipeline_digest(), **parts)
+    co = compile_cache.load(k)
+    if co is None:
+        co = make()
+        compile_cache.store(k, co)
+    return co
+
+
+def _compile_llvm(llvm_ir: str, arch: str, opt: int) -> bytes:
+    """LLVM IR -> ET_REL through the llvmlite worker (or llc, for inline assembly)."""
+    ir, shift = _with_defaults(llvm_ir)
+    nlines = llvm_ir.count("\n") + (0 if llvm_ir.endswith("\n") else 1)
+    req = {"ir": ir, "arch": arch, "opt": opt, "triple": TRIPLE}
+    stats["llvmlite"] += 1
     with _lock:
         reply = _ask(req)
     kind = reply[0]
     if kind == "ok":
         return reply[1]
     if kind == "rejected":
-        raise CompileError(f"LLVM rejected the IR for {tgt.arch}: {reply[1]}")
+        msg, lines = _user_lines(reply[1], shift, nlines)
+        at = f" at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}" if lines else ""
+        raise CompileError(f"LLVM rejected the IR for {arch}{at}: {msg}{_hint(llvm_ir, 'llvm')}", lines=lines,
+                           log=msg)
     if kind == "codegen":
-        raise CompileError(f"LLVM failed to generate code for {tgt.arch}: {reply[1]}")
+        raise CompileError(f"LLVM failed to generate code for {arch}: {reply[1]}", log=reply[1])
     if kind == "inline_asm":
-        return _compile_with_llc(reply[1], tgt.arch, opt)
+        stats["llc"] += 1
+        return _compile_with_llc(reply[1], arch, opt)
     if kind == "died":
         status = reply[1]
         how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
-        raise CompileError(f"LLVM aborted while compiling for {tgt.arch} ({how}; it ran in a child process): "
-                           f"{_llvm_error(reply[2])}")
-    raise CompileError(f"LLVM did not finish compiling for {tgt.arch} within {TIMEOUT_S:.0f} s: "
-                       f"{_llvm_error(reply[1])}")
+        raise CompileError(f"LLVM aborted while compiling for {arch} ({how}; it ran in a child process): "
+                           f"{_llvm_error(reply[2])}", log=reply[2])
+    raise CompileError(f"LLVM did not finish compiling for {arch} within {TIMEOUT_S:.0f} s: "
+                       f"{_llvm_error(reply[1])}", log=reply[1])

@@ -105,6 +105,11 @@ def sread64(op: Operand) -> Callable[[WaveState, object], np.ndarray]:
         return lambda w, sel: c
     if op.kind == "x":
         f = _special(op)
+        if op.reg in (235, 236, 237, 238):
+            # an aperture read as 64 bits is the address itself: the aperture's high half in bits 63:32 (LLVM
+            # reads src_*_base with s_mov_b64 and takes the high dword; AMDGPU's SIRegisterInfo.td aperture registers)
+            low = U64(0 if op.reg in (235, 237) else 0xFFFF_FFFF)
+            return lambda w, sel: f(w, sel).astype(U64) << U64(32) | low
         return lambda w, sel: f(w, sel).astype(U64)
     r = op.reg
     if r == NULL:

@@ -1,4 +1,9 @@
-/* Work-item functions for OpenCL C built with -nogpulib: clang's AMDGPU builtins, no device library. */
+/* amdq's OpenCL C prelude: amdq.compile(src, lang="opencl") force-includes it (clang -include, so the
+   user's line numbers are unchanged). Work-item functions, barrier and atomics for OpenCL C built with
+   -nogpulib: clang's AMDGPU builtins, no device library. The builtins are clang's (clang's
+   BuiltinsAMDGPU.def); the index arithmetic is OpenCL's (OpenCL C 2.0, 6.13.1). */
+#ifndef AMDQ_OPENCL_H
+#define AMDQ_OPENCL_H
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
@@ -32,3 +37,4 @@ static inline uint amdq_gsz(uint d) {
 #define atom_or(p, v) __scoped_atomic_fetch_or((p), (v), __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE)
 #define atom_xor(p, v) __scoped_atomic_fetch_xor((p), (v), __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE)
 #define atom_xchg(p, v) __scoped_atomic_exchange_n((p), (v), __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE)
+#endif
