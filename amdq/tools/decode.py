@@ -51,6 +51,7 @@ class Decoder:
     kernels: dict[int, str] = field(default_factory=dict)
     out: list[str] = field(default_factory=list)
     state: dict[str, int] = field(default_factory=dict)      # registers written so far (PGM_LO/HI -> kernel)
+    nest: int = 0                                               # indirect buffers entered
 
     def __post_init__(self) -> None:
         self.gen = self.target.gfx_version
@@ -110,7 +111,7 @@ class Decoder:
         return " ".join(out)
 
     def _ib(self, depth: int, what: str, va: int, ndw: int, walk: Callable[[np.ndarray, int, int], None]) -> None:
-        if depth >= MAX_DEPTH:
+        if self.nest >= MAX_DEPTH:
             self.emit(depth + 1, f"(not followed: {what} nested deeper than {MAX_DEPTH})")
             return
         if not 0 < ndw <= MAX_IB_DWORDS:
@@ -121,7 +122,11 @@ class Decoder:
             self.emit(depth + 1, f"(not followed: {what} at {va:#x} is not in the dump)")
             return
         self.emit(depth + 1, f"{what} @ {va:#x}, {ndw} dwords:")
-        walk(np.frombuffer(bytes(data), np.uint32), depth + 2, va)
+        self.nest += 1
+        try:
+            walk(np.frombuffer(bytes(data), np.uint32), depth + 2, va)
+        finally:
+            self.nest -= 1
 
     # -- PM4 ------------------------------------------------------------------------------------
     def pm4_stream(self, dws: np.ndarray, depth: int = 0, va: int | None = None, start: int = 0) -> None:
