@@ -229,7 +229,8 @@ def cmd_info(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `amdq` argument parser (every subcommand; every positional argument has help)."""
     from . import __version__
     ap = argparse.ArgumentParser(prog="amdq", description="Userspace driver and runtime for AMD GPUs.")
     ap.add_argument("--version", action="version", version=f"amdq {__version__}")
@@ -273,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="device spec, e.g. SIMPCI+AMD:gfx1201 (default: every reachable one)")
     p.add_argument("--json", action="store_true", help="print a JSON list of objects")
     p.set_defaults(fn=cmd_info)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except BrokenPipeError:            # output piped into a pager or head that quit early
