@@ -78,7 +78,7 @@ def cmd_disasm(args) -> int:
             continue
         if name:
             print(f"{name}:")
-        for label, pc, text in labelled(lines, k):
+        for label, pc, text in (labelled(lines, k) if not args.no_labels else [(None, pc, t) for pc, _, t in lines]):
             if label:
                 print(f"{label}:")
             print(f"  {pc:08x}  {text}")
@@ -246,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help="the file is raw machine code of this target (gfx1100) or ISA family (rdna3)")
     p.add_argument("--base", default="0", help="address of the first instruction of raw code (default 0)")
     p.add_argument("--wave64", action="store_true", help="raw code runs in wave64 (default: the target's wave size)")
+    p.add_argument("--no-labels", action="store_true", help="branch targets as numbers (llvm-objdump's raw form), not labels")
     p.set_defaults(fn=cmd_disasm)
     p = sub.add_parser("decode", help="decode rings and indirect buffers (PM4, SDMA, AQL) of a dump, or raw dwords")
     p.add_argument("file", help="a dump (amdq.tools.decode.dump_queues(dev, path)), or raw packets with --kind")

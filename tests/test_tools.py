@@ -285,6 +285,10 @@ def test_disasm_branch_labels(tmp_path):
     assert br.split()[-1] == "BB0_0"
     k = lines.index("BB0_0:")
     assert "s_endpgm" in lines[k + 1]                         # the label stands before its target
+    raw_lines = run("disasm", "--no-labels", str(f)).stdout.splitlines()
+    pc, _, simm = next(ln for ln in raw_lines if "s_cbranch_execz" in ln).split()
+    assert int(lines[k + 1].split()[0], 16) == int(pc, 16) + 4 + 4 * int(simm)      # the label is the branch's target
+    assert "BB0_0" not in "\n".join(raw_lines)
     # the same code as a raw binary: --arch, the same labels and addresses
     from amdq.tools.disasm import kernels
     addr, code, _ = kernels(co)["vadd"]
