@@ -3,6 +3,7 @@
 
     disassemble(code, arch, base=0, wave64=None) -> [(address, size, text)]   listing of a code region
     disassemble_elf(elf_bytes) -> {kernel: [(address, size, text)]}          listing per function symbol
+    labelled(listing, func) -> [(label or None, address, text)]               branch targets as BB<func>_<n> labels
 """
 from __future__ import annotations
 
@@ -85,9 +86,9 @@ BRANCHES = ("s_branch", "s_cbranch_")       # SOPP branches: target = pc + 4 + s
 CALLS = ("s_call_b64",)                      # SOPK: the same offset form
 
 
-def branch_target(pc: int, size: int, text: str) -> int | None:
+def branch_target(pc: int, size: int, asm: str) -> int | None:
     """The address a branch (s_branch, s_cbranch_*, s_call_b64) jumps to, from its 16-bit signed dword offset."""
-    op, _, rest = text.partition(" ")
+    op, _, rest = asm.partition(" ")
     if not (op.startswith(BRANCHES) or op in CALLS) or not rest:
         return None
     last = rest.split(",")[-1].strip()
@@ -107,17 +108,17 @@ def labelled(listing: list[tuple[int, int, str]], func: int = 0) -> list[tuple[s
     order; the branch names its label): [(label or None, address, text)]. A target outside the listing keeps its
     number."""
     addrs = {pc for pc, _, _ in listing}
-    targets = sorted({t for pc, size, text in listing if (t := branch_target(pc, size, text)) is not None and t in addrs})
+    targets = sorted({t for pc, size, asm in listing if (t := branch_target(pc, size, asm)) is not None and t in addrs})
     names = {t: f"BB{func}_{k}" for k, t in enumerate(targets)}
     out = []
-    for pc, size, text in listing:
-        t = branch_target(pc, size, text)
+    for pc, size, asm in listing:
+        t = branch_target(pc, size, asm)
         if t is not None and t in names:
-            head, _, rest = text.partition(" ")
+            head, _, rest = asm.partition(" ")
             parts = rest.split(",")
             parts[-1] = (" " if len(parts) > 1 else "") + names[t]
-            text = f"{head} {','.join(parts)}"
-        out.append((names.get(pc), pc, text))
+            asm = f"{head} {','.join(parts)}"
+        out.append((names.get(pc), pc, asm))
     return out
 
 
