@@ -164,6 +164,16 @@ def test_decode_follows_aql_vendor_packets_of_a_graph():
     assert "GC[0].regCOMPUTE_PGM_LO" in out and "DISPATCH_DIRECT" in out
 
 
+def test_decode_malformed_dump_is_a_clean_error(tmp_path):
+    import msgpack
+    f = tmp_path / "bad.dump"
+    f.write_bytes(msgpack.packb({"format": "amdq-dump", "version": 1, "arch": "gfx1100", "memory": [],
+                                 "queues": [{"kind": "pm4", "ring": b"\0" * 16}]}))
+    assert "dumped queue 0 is malformed" in one_line_error(run("decode", str(f)), "decode")
+    f.write_bytes(msgpack.packb({"format": "amdq-dump", "version": 7}))
+    assert "dump version 7" in one_line_error(run("decode", str(f)), "decode")
+
+
 def test_decode_raw_pm4_register_writes(tmp_path, capsys):
     from amdq.hw import regs
     gc = regs.load("GC", (11, 0, 0))

@@ -360,6 +360,13 @@ def parse_dump(data: bytes) -> dict | None:
     for key in ("arch", "queues", "memory"):
         if key not in doc:
             raise DecodeError(f"the dump has no {key!r}")
+    for k, q in enumerate(doc["queues"]):
+        if not isinstance(q, dict) or any(x not in q for x in ("kind", "ring", "rptr", "wptr")) \
+                or not isinstance(q["ring"], bytes) or not isinstance(q["wptr"], int):
+            raise DecodeError(f"dumped queue {k} is malformed (needs kind, ring bytes, rptr, wptr)")
+    for r in doc["memory"]:
+        if not (isinstance(r, (list, tuple)) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], bytes)):
+            raise DecodeError("a dumped memory region is not [address, bytes]")
     return doc
 
 
