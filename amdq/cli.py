@@ -88,6 +88,19 @@ def cmd_disasm(args) -> int:
 def cmd_decode(args) -> int:
     """Decode a dump (rings, IBs, addresses) or raw PM4/SDMA dwords or AQL packets."""
     from .tools import decode as D
+    if args.run:
+        if args.kind:
+            raise AmdqError("--run decodes the queues of the devices a script opens; --kind is for raw files")
+        docs = D.run_and_dump(args.run, ([args.file] if args.file else []) + args.script_args)   # all the script's
+        for k, doc in enumerate(docs):
+            if args.save:
+                D.save_dump(doc, args.save if len(docs) == 1 else f"{args.save}.{k}")
+            print("\n".join(D.decode_dump(doc)))
+        if not docs:
+            raise D.DecodeError(f"{args.run} opened no device with queues")
+        return 0
+    if not args.file:
+        raise AmdqError("give a dump or raw file to decode, or --run SCRIPT")
     data = Path(args.file).read_bytes()
     if args.kind is None:
         doc = D.parse_dump(data)
@@ -249,7 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-labels", action="store_true", help="branch targets as numbers (llvm-objdump's raw form), not labels")
     p.set_defaults(fn=cmd_disasm)
     p = sub.add_parser("decode", help="decode rings and indirect buffers (PM4, SDMA, AQL) of a dump, or raw dwords")
-    p.add_argument("file", help="a dump (amdq.tools.decode.dump_queues(dev, path)), or raw packets with --kind")
+    p.add_argument("file", nargs="?", help="a dump (amdq.tools.decode.dump_queues(dev, path)), or raw packets with --kind")
+    p.add_argument("--run", metavar="SCRIPT", help="run a Python script and decode the queues of every device it opens "
+                                                   "(each as it is closed, or at the script's end)")
+    p.add_argument("script_args", nargs="*", help="with --run: the script's arguments (after --)")
+    p.add_argument("--save", metavar="DUMP", help="with --run: also write the dump(s) (DUMP, or DUMP.<n> for several devices)")
     p.add_argument("--kind", choices=("pm4", "sdma", "aql"), help="the file is raw dwords / AQL packets of this kind")
     p.add_argument("--arch", help="target of raw packets (register names, packet forms), e.g. gfx1100")
     p.add_argument("--gen", type=int, help="instead of --arch: GFX major (pm4, aql: 9, 11, 12) or SDMA major (sdma: 4, 6, 7)")

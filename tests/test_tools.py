@@ -164,6 +164,25 @@ def test_decode_follows_aql_vendor_packets_of_a_graph():
     assert "GC[0].regCOMPUTE_PGM_LO" in out and "DISPATCH_DIRECT" in out
 
 
+def test_decode_run_script(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import sys, numpy as np, amdq\n"
+                      "from importlib import resources\n"
+                      "src = resources.files('amdq').joinpath('examples/vadd.ll').read_text()\n"
+                      "dev = amdq.open_device(sys.argv[1])\n"
+                      "k = dev.load(amdq.compile(src, dev.arch))['vadd']\n"
+                      "a, c = dev.upload(np.ones(64, np.float32)), dev.alloc(256)\n"
+                      "k(a, a, c, 2.0, 64, grid=(1, 1, 1), block=(64, 1, 1), wait=True)\n")
+    dump = tmp_path / "run.dump"
+    r = run("decode", "--run", str(script), "--save", str(dump), "--", "SIM:gfx1201", env={"AMD_AQL": "0"})
+    assert r.returncode == 0, r.stderr
+    assert "SIMKFD+AMD:gfx1201" in r.stdout and "DISPATCH_DIRECT" in r.stdout and "kernel vadd" in r.stdout
+    assert "GC.regCOMPUTE_NUM_THREAD_X = 0x00000040" in r.stdout
+    assert dump.stat().st_size < 64 << 10                 # the written part of the rings, not 16 MiB of ring
+    r2 = run("decode", str(dump))
+    assert r2.returncode == 0 and r2.stdout == r.stdout
+
+
 def test_decode_malformed_dump_is_a_clean_error(tmp_path):
     import msgpack
     f = tmp_path / "bad.dump"

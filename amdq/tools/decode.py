@@ -10,7 +10,8 @@ AQL vendor packet) are followed into the memory they point at.
     decode_raw(data, kind, arch) -> [lines]     raw dwords (PM4 or SDMA) or 64-byte AQL packets of a binary file
 
 The dump file is one msgpack map: {"format": "amdq-dump", "version": 1, "arch", "device", "kernels": {address:
-name}, "queues": [{"kind": "pm4"|"aql"|"sdma", "name", "va", "ring": bytes, "rptr", "wptr"}], "memory": [[va,
+name}, "queues": [{"kind": "pm4"|"aql"|"sdma", "name", "va", "size", "ring": bytes (the written part of a ring that has not
+wrapped, else all of it), "rptr", "wptr"}], "memory": [[va,
 bytes], ...]}; rptr/wptr count dwords (PM4), packets (AQL) or bytes (SDMA), as each queue's hardware does.
 """
 from __future__ import annotations
@@ -262,6 +263,10 @@ def _window(n_ring: int, wptr: int) -> tuple[int, int]:
 def decode_queue(dec: Decoder, q: dict) -> None:
     """The listing of one dumped queue into dec.out."""
     ring, kind, va = bytes(q["ring"]), q["kind"], q.get("va")
+    size = int(q.get("size", len(ring)))
+    if size < len(ring) or size > 1 << 30:
+        raise DecodeError(f"dumped queue {q.get('name', kind)}: ring size {size} does not fit its {len(ring)} bytes")
+    ring = ring.ljust(size, b"\0")                  # the part never written (a dump keeps only the written part)
     dec.emit(0, f"{q.get('name', kind)} ({kind}) ring @ {va:#x}, {len(ring)} bytes, rptr {q['rptr']} wptr {q['wptr']}"
              if va is not None else f"{q.get('name', kind)} ({kind})")
     if kind == "aql":
@@ -309,8 +314,11 @@ def _queue_record(q) -> dict | None:
         rptr = int(q.rptr)
     except (AmdqError, OSError, AttributeError):
         rptr = -1
-    return {"kind": kind, "name": q.name, "va": int(ring.va), "ring": bytes(ring.cpu.mv[:ring.size]), "rptr": rptr,
-            "wptr": int(wptr)}
+    unit = {"pm4": 4, "aql": A.PACKET_SIZE, "sdma": 1}[kind]
+    used = int(wptr) * unit
+    keep = used if used <= ring.size else ring.size        # a ring that has not wrapped: only what was written
+    return {"kind": kind, "name": q.name, "va": int(ring.va), "size": int(ring.size),
+            "ring": bytes(ring.cpu.mv[:keep]), "rptr": rptr, "wptr": int(wptr)}
 
 
 def dump_queues(dev, path: str | None = None) -> dict:
@@ -332,9 +340,51 @@ def dump_queues(dev, path: str | None = None) -> dict:
     doc = {"format": FORMAT, "version": VERSION, "arch": dev.arch, "device": dev.name, "kernels": kernels,
            "queues": queues, "memory": [[va, data] for va, data in sorted(mem.regions.items())]}
     if path is not None:
-        with open(path, "wb") as f:
-            f.write(msgpack.packb(doc, use_bin_type=True))
+        save_dump(doc, path)
     return doc
+
+
+def save_dump(doc: dict, path: str) -> None:
+    """Write a dump (as dump_queues returns it) to a file."""
+    with open(path, "wb") as f:
+        f.write(msgpack.packb(doc, use_bin_type=True))
+
+
+def run_and_dump(script: str, argv: list[str] | None = None) -> list[dict]:
+    """Run a Python script in this process and dump the queues of every device it opens: when it closes one, and at
+    the script's end for the ones left open. The script's own exceptions propagate."""
+    import runpy
+    import sys
+    from ..runtime.device import Device
+    docs: list[dict] = []
+    opened: list = []
+    init, close = Device.__init__, Device.close
+
+    def init_(self, *a, **kw):
+        init(self, *a, **kw)
+        opened.append(self)
+
+    def close_(self):
+        if not self.closed and getattr(self, "queue", None) is not None and not getattr(self, "_dumped", False):
+            self._dumped = True
+            try:
+                self.synchronize()
+            except AmdqError:
+                pass
+            docs.append(dump_queues(self))
+        close(self)
+    old_argv = sys.argv
+    Device.__init__, Device.close = init_, close_
+    try:
+        sys.argv = [script, *(argv or [])]
+        runpy.run_path(script, run_name="__main__")
+        for dev in opened:
+            if not dev.closed:
+                dev.close()
+    finally:
+        Device.__init__, Device.close = init, close
+        sys.argv = old_argv
+    return docs
 
 
 def load_dump(path: str) -> dict:
