@@ -1,8 +1,8 @@
 """Supported GPU targets and the per-target facts the runtime and the simulator need.
 
 Sources: LLVM AMDGPUUsage (processor table, EF_AMDGPU_MACH values, wavefront sizes, LDS sizes),
-Linux amdgpu IP discovery (IP versions seen on the reference boards: amdgpu_discovery.c), AMD
-product specifications (CU and shader-engine counts of the reference boards), Linux
+Linux amdgpu IP discovery (IP versions seen on the reference boards: amdgpu_discovery.c), the board
+table amdq.hw.boards (the reference board, its CU and shader-engine counts and VRAM size, with its sources), Linux
 `*_sdma_pkt_open.h` (COPY_LINEAR count width).
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import UnsupportedCodeObjectTarget, UnsupportedTarget
+from .boards import BOARDS
 from .aql_tables import BUF_DATA_FORMAT_32, BUF_FORMAT_32_UINT, BUF_NUM_FORMAT_UINT
 
 IPVersion = tuple[int, int, int]
@@ -109,29 +110,31 @@ class Target:
         return self.gen.vgpr_granule(self.wave_size == 32, self.family)
 
 
-def _t(arch, family, mach, board, wave, lds, cus, ses, simds, waves, vram_gib, ip, xcc=1) -> Target:
+def _t(arch, family, mach, wave, lds, simds, waves, ip, xcc=1) -> Target:
+    """A target; its board, CU and shader-engine counts and VRAM size come from the board table (amdq.hw.boards)."""
     names = ("GC", "SDMA", "NBIO", "MMHUB", "MP0", "MP1", "OSSSYS", "HDP")
-    return Target(arch, family, mach, board, wave, lds, cus, ses, simds, waves, vram_gib << 30,
+    b = BOARDS[arch]
+    return Target(arch, family, mach, b.name, wave, lds, b.cus, b.ses, simds, waves, b.vram_gib << 30,
                   dict(zip(names, ip)), xcc)
 
 
 KiB = 1024
 TARGETS: dict[str, Target] = {t.arch: t for t in (
-    _t("gfx1100", "RDNA3", 0x41, "Radeon RX 7900 XTX", 32, 64 * KiB, 96, 6, 2, 16, 24,
+    _t("gfx1100", "RDNA3", 0x41, 32, 64 * KiB, 2, 16,
        ((11, 0, 0), (6, 0, 0), (4, 3, 0), (3, 0, 0), (13, 0, 0), (13, 0, 0), (6, 0, 0), (6, 0, 0))),
-    _t("gfx1101", "RDNA3", 0x46, "Radeon RX 7800 XT", 32, 64 * KiB, 60, 3, 2, 16, 16,
+    _t("gfx1101", "RDNA3", 0x46, 32, 64 * KiB, 2, 16,
        ((11, 0, 3), (6, 0, 3), (4, 3, 0), (3, 0, 1), (13, 0, 10), (13, 0, 10), (6, 0, 0), (6, 0, 0))),
-    _t("gfx1102", "RDNA3", 0x47, "Radeon RX 7600", 32, 64 * KiB, 32, 2, 2, 16, 8,
+    _t("gfx1102", "RDNA3", 0x47, 32, 64 * KiB, 2, 16,
        ((11, 0, 2), (6, 0, 2), (4, 3, 0), (3, 0, 2), (13, 0, 7), (13, 0, 7), (6, 0, 0), (6, 0, 0))),
-    _t("gfx1151", "RDNA3", 0x4A, "Radeon 8060S (Ryzen AI Max+ 395)", 32, 64 * KiB, 40, 2, 2, 16, 32,
+    _t("gfx1151", "RDNA3", 0x4A, 32, 64 * KiB, 2, 16,
        ((11, 5, 1), (6, 1, 1), (7, 11, 3), (3, 3, 1), (14, 0, 4), (14, 0, 4), (6, 1, 0), (6, 1, 0))),
-    _t("gfx1200", "RDNA4", 0x48, "Radeon RX 9060 XT", 32, 64 * KiB, 32, 2, 2, 16, 16,
+    _t("gfx1200", "RDNA4", 0x48, 32, 64 * KiB, 2, 16,
        ((12, 0, 0), (7, 0, 0), (6, 3, 1), (4, 1, 0), (14, 0, 2), (14, 0, 2), (7, 0, 0), (7, 0, 0))),
-    _t("gfx1201", "RDNA4", 0x4E, "Radeon RX 9070 XT", 32, 64 * KiB, 64, 4, 2, 16, 16,
+    _t("gfx1201", "RDNA4", 0x4E, 32, 64 * KiB, 2, 16,
        ((12, 0, 1), (7, 0, 1), (6, 3, 1), (4, 1, 0), (14, 0, 3), (14, 0, 3), (7, 0, 0), (7, 0, 0))),
-    _t("gfx942", "CDNA3", 0x4C, "Instinct MI300X", 64, 64 * KiB, 304, 32, 4, 8, 192,
+    _t("gfx942", "CDNA3", 0x4C, 64, 64 * KiB, 4, 8,
        ((9, 4, 3), (4, 4, 2), (7, 9, 0), (1, 8, 0), (13, 0, 6), (13, 0, 6), (4, 4, 2), (4, 4, 2)), xcc=8),
-    _t("gfx950", "CDNA4", 0x4F, "Instinct MI355X", 64, 160 * KiB, 256, 32, 4, 8, 288,
+    _t("gfx950", "CDNA4", 0x4F, 64, 160 * KiB, 4, 8,
        ((9, 5, 0), (4, 4, 5), (7, 9, 1), (1, 8, 1), (13, 0, 14), (13, 0, 12), (4, 4, 5), (4, 4, 5)), xcc=8),
 )}
 

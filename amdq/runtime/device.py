@@ -800,7 +800,11 @@ class Device:
 
 def open_device(spec: str | None = None) -> Device:
     """Open a GPU: `[IFACE+]AMD[:ARCH]`, `SIM[:ARCH]`, or the DEV environment variable."""
-    return Device(spec)
+    dev = Device(spec)
+    if os.environ.get("AMDQ_TRACE"):            # trace an unmodified program (amdq.tools.trace)
+        from ..tools.trace import attach
+        attach(dev)
+    return dev
 
 
 __all__ = ["Device", "open_device", "parse_spec", "GPUFault"]

@@ -14,18 +14,23 @@ class Profile:
     def __init__(self, dev: "Device"):
         self.dev = dev
         self.records: list[LaunchRecord] = []
+        self._outer: Profile | None = None       # the AMDQ_TRACE profile this one runs inside (amdq.tools.trace)
 
     def add(self, rec: "LaunchRecord") -> None:
         self.records.append(rec)
+        if self._outer is not None:
+            self._outer.add(rec)
 
     def __enter__(self) -> "Profile":
-        if self.dev.profiler is not None:
+        outer = self.dev.profiler
+        if outer is not None and not getattr(outer, "ambient", False):
             raise RuntimeError("a profile is already active on this device")
+        self._outer = outer
         self.dev.profiler = self
         return self
 
     def __exit__(self, *exc) -> None:
-        self.dev.profiler = None
+        self.dev.profiler = self._outer
         if exc[0] is None:
             self.dev.synchronize()
             for r in self.records:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..hw.boards import BOARDS
 from ..hw import kfd as K
 from ..hw import xcc as XCC
 from ..iface.base import Mapping
@@ -174,7 +175,7 @@ class SimKFD:
             "simd_per_cu": t.simds_per_cu, "max_slots_scratch_cu": 32, "gfx_target_version": GFX_TARGET_VERSION[t.arch],
             "vendor_id": 0x1002, "device_id": 0x744C, "location_id": 0x300, "domain": 0, "drm_render_minor": 128,
             "hive_id": 0, "num_sdma_engines": 2, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": 6,
-            "num_cp_queues": 8, "max_engine_clk_fcompute": 2500, "local_mem_size": gpu.vram.size, "fw_version": 2000,
+            "num_cp_queues": 8, "max_engine_clk_fcompute": BOARDS[t.arch].engine_mhz, "local_mem_size": gpu.vram.size, "fw_version": 2000,
             "capability": 0, "debug_prop": 0, "sdma_fw_version": 20, "unique_id": 0x1234, "num_xcc": t.xcc,
             "max_engine_clk_ccompute": 3000, "cwsr_size": 0x100000, "ctl_stack_size": 0x4000,
         }

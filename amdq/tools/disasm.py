@@ -3,6 +3,7 @@
 
     disassemble(code, arch, base=0, wave64=None) -> [(address, size, text)]   listing of a code region
     disassemble_elf(elf_bytes) -> {kernel: [(address, size, text)]}          listing per function symbol
+    labelled(listing, func) -> [(label or None, address, text)]               branch targets as BB<func>_<n> labels
 """
 from __future__ import annotations
 
@@ -79,6 +80,46 @@ def disassemble_elf(elf: bytes) -> dict[str, list[tuple[int, int, str]]]:
     img = load_code_object(elf)
     return {name: disassemble(code, img.target.arch, addr, wave64)
             for name, (addr, code, wave64) in kernels(elf, img).items()}
+
+
+BRANCHES = ("s_branch", "s_cbranch_")       # SOPP branches: target = pc + 4 + simm16 * 4
+CALLS = ("s_call_b64",)                      # SOPK: the same offset form
+
+
+def branch_target(pc: int, size: int, asm: str) -> int | None:
+    """The address a branch (s_branch, s_cbranch_*, s_call_b64) jumps to, from its 16-bit signed dword offset."""
+    op, _, rest = asm.partition(" ")
+    if not (op.startswith(BRANCHES) or op in CALLS) or not rest:
+        return None
+    last = rest.split(",")[-1].strip()
+    try:
+        v = int(last, 0)
+    except ValueError:
+        return None
+    if 0x8000 <= v <= 0xFFFF:
+        v -= 0x10000
+    if not -0x8000 <= v <= 0x7FFF:
+        return None
+    return pc + 4 + 4 * v
+
+
+def labelled(listing: list[tuple[int, int, str]], func: int = 0) -> list[tuple[str | None, int, str]]:
+    """The listing with branch targets as labels, LLVM's way (`BB<function>_<n>:` before each target, in address
+    order; the branch names its label): [(label or None, address, text)]. A target outside the listing keeps its
+    number."""
+    addrs = {pc for pc, _, _ in listing}
+    targets = sorted({t for pc, size, asm in listing if (t := branch_target(pc, size, asm)) is not None and t in addrs})
+    names = {t: f"BB{func}_{k}" for k, t in enumerate(targets)}
+    out = []
+    for pc, size, asm in listing:
+        t = branch_target(pc, size, asm)
+        if t is not None and t in names:
+            head, _, rest = asm.partition(" ")
+            parts = rest.split(",")
+            parts[-1] = (" " if len(parts) > 1 else "") + names[t]
+            asm = f"{head} {','.join(parts)}"
+        out.append((names.get(pc), pc, asm))
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from ...errors import GPUException, GPUFault, InvalidPacket, UnsupportedInstruction
 from ...hw import kd as KD
 from ...hw.targets import GENERATIONS
+from ..progress import Progress
 from .isa import Isa, for_isa
 from .memory import GPUMemory
 from .wave import BARRIER, DONE, EXEC, POOL, RUN, WaveState, mask_to_bits
@@ -425,6 +426,7 @@ class Run:
         self.next_wg = 0
         self.batch: Batch | None = None
         self._retired = 0
+        self.progress = Progress(f"dispatch of {d.pgm_addr:#x}" + (f" on XCC {d.xcc}" if d.xcc else ""))
 
     @property
     def waves_retired(self) -> int:
@@ -451,6 +453,7 @@ class Run:
             self._retired += self.batch.w.n
             self.batch.w.release()
             self.batch = None
+            self.progress.update(self.next_wg, self.total)
         return True
 
 
