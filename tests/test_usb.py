@@ -1,0 +1,325 @@
+"""The USB interface (amdq/iface/usb.py): the bridge's requests and TLPs byte for byte against the facts
+(shared/facts/usb_asm24.json), the PCIe bring-up, the register/VRAM/doorbell backends, libusb errors and unplug.
+
+`Recorder` is a small fake libusb handle: it records every transfer and answers from a tiny model of the
+PCIe side (config space of the four bridges and the GPU, BAR sizing, memory behind the BARs)."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+import usb1
+
+from amdq.errors import DeviceError, DeviceLost
+from amdq.iface import usb as U
+
+
+class GPUConfig:
+    """Config space of a GPU function: BARs of the given sizes (sizing with all-ones), a Resizable-BAR capability."""
+
+    def __init__(self, bars: dict[int, tuple[int, int]], rebar_sizes: int = 0x3FF0):
+        self.space = bytearray(4096)
+        struct.pack_into("<HH", self.space, 0, 0x1002, 0x744C)
+        self.bars = bars                        # BAR index -> (size, type bits)
+        self.val: dict[int, int] = {i: t for i, (s, t) in bars.items()}
+        self.hi: dict[int, int] = {i: 0 for i in bars}
+        struct.pack_into("<III", self.space, 0x100, 0x00010015, rebar_sizes, 0)     # ReBAR, next 0
+
+    def read(self, off: int) -> int:
+        dw = off & ~3
+        if 0x10 <= dw < 0x28:
+            i = (dw - 0x10) // 4
+            if i in self.bars:
+                return self.val[i]
+            if i - 1 in self.bars and self.bars[i - 1][1] & 4:
+                return self.hi[i - 1]
+            return 0
+        return struct.unpack_from("<I", self.space, dw)[0]
+
+    def write(self, off: int, be: int, v: int) -> None:
+        dw = off & ~3
+        if 0x10 <= dw < 0x28:
+            i = (dw - 0x10) // 4
+            if i in self.bars:
+                size, t = self.bars[i]
+                self.val[i] = (v & ~(size - 1) & 0xFFFFFFF0 | t) & 0xFFFFFFFF
+            elif i - 1 in self.bars and self.bars[i - 1][1] & 4:
+                size = self.bars[i - 1][0]
+                self.hi[i - 1] = v & ~((size - 1) >> 32) & 0xFFFFFFFF
+            return
+        old = struct.unpack_from("<I", self.space, dw)[0]
+        m = sum(0xFF << 8 * k for k in range(4) if be >> k & 1)
+        struct.pack_into("<I", self.space, dw, old & ~m | v & m)
+
+
+class Recorder:
+    """A fake usb1 handle (see the module doc). `calls` lists every transfer as a tuple."""
+
+    def __init__(self, bars=None, link=U.LTSSM_L0, power_up=True):
+        self.calls: list[tuple] = []
+        self.xdata = bytearray(0x10000)
+        self.xdata[U.LTSSM_STATE] = link
+        self.power_up = power_up
+        self.cfg: dict[tuple[int, int, int], object] = {(b, 0, 0): bytearray(4096) for b in range(4)}
+        self.gpu = GPUConfig(bars or {0: (256 << 20, 0xC), 2: (0x200000, 0x0), 5: (0x100000, 0x0)})
+        self.mem: dict[int, int] = {}          # bus address -> byte
+        self.reply = b""
+        self.stream = None
+        self.engine_fail = 0                   # F0 IN answers with byte 7 set this many times
+        self.gone = False
+
+    # config model: a bus is reachable when a bridge routes it (secondary <= bus <= subordinate)
+    def _reachable(self, bus: int) -> bool:
+        if bus == 0:
+            return True
+        for b in range(4):
+            s = self.cfg[(b, 0, 0)]
+            if s[0x19] <= bus <= s[0x1A] and s[0x19] != 0:
+                return True
+        return False
+
+    def controlWrite(self, rt, req, value, index, data, timeout=0):
+        if self.gone:
+            raise usb1.USBErrorNoDevice(-4)
+        self.calls.append(("out", rt, req, value, index, bytes(data), timeout))
+        if req == U.REQ_XDATA_WRITE:
+            self.xdata[value] = index
+        elif req == U.REQ_PCIE_POWER:
+            self.xdata[U.LTSSM_STATE] = U.LTSSM_L0 if value and self.power_up else 0
+        elif req == U.REQ_TLP:
+            fmt, be, mode = value & 0xFF, value >> 8, index & 3
+            lo, hi, word = struct.unpack("<III", data)
+            addr = hi << 32 | lo
+            if mode:
+                self.stream = (mode, addr, word * 4)
+                return len(data)
+            if fmt & 0xBE == 0x04:                         # config
+                bus, dev, fn, off = addr >> 24, (addr >> 19) & 31, (addr >> 16) & 7, addr & 0xFFC
+                shift = (be & -be).bit_length() - 1
+                dst = self.gpu if (bus, dev, fn) == (4, 0, 0) else self.cfg.get((bus, dev, fn))
+                if dst is None or not self._reachable(bus):
+                    self.reply = struct.pack("<I", 0xFFFFFFFF) + bytes([1 << 5, 0, 0, 0])
+                elif fmt & 0x40:
+                    if isinstance(dst, GPUConfig):
+                        dst.write(off, be, word)
+                    else:
+                        old = struct.unpack_from("<I", dst, off)[0]
+                        m = sum(0xFF << 8 * k for k in range(4) if be >> k & 1)
+                        struct.pack_into("<I", dst, off, old & ~m | word & m)
+                    self.reply = bytes(8)
+                else:
+                    v = dst.read(off) if isinstance(dst, GPUConfig) else struct.unpack_from("<I", dst, off)[0]
+                    self.reply = struct.pack("<I", v) + bytes(4)
+                del shift
+        return len(data)
+
+    def controlRead(self, rt, req, value, index, length, timeout=0):
+        if self.gone:
+            raise usb1.USBErrorNoDevice(-4)
+        self.calls.append(("in", rt, req, value, index, length, timeout))
+        if req == U.REQ_XDATA_READ:
+            return bytes(self.xdata[value:value + length])
+        if req == U.REQ_TLP:
+            if self.engine_fail:
+                self.engine_fail -= 1
+                return bytes(7) + b"\x01"
+            return self.reply
+        raise usb1.USBErrorPipe(-9)
+
+    def bulkWrite(self, ep, data, timeout=0):
+        if self.gone:
+            raise usb1.USBErrorNoDevice(-4)
+        self.calls.append(("bulk_out", ep, bytes(data), timeout))
+        if self.stream and self.stream[0] == 1:
+            _, addr, n = self.stream
+            assert len(data) == n
+            for i, b in enumerate(data):
+                self.mem[addr + i] = b
+        self.stream = None
+        return len(data)
+
+    def bulkRead(self, ep, length, timeout=0):
+        if self.gone:
+            raise usb1.USBErrorNoDevice(-4)
+        self.calls.append(("bulk_in", ep, length, timeout))
+        if self.stream and self.stream[0] == 2:
+            _, addr, n = self.stream
+            assert length == n
+            self.stream = None
+            return bytes(self.mem.get(addr + i, 0) for i in range(n))
+        return bytes(length)
+
+    def close(self):
+        pass
+
+
+# -- request and TLP encoding: exact bytes ---------------------------------------------------------------------
+def test_config_read_of_gpu_id_matches_the_facts_example():
+    h = Recorder()
+    c = U.Controller(h)
+    h.reply = struct.pack("<I", 0x744C1002) + bytes(4)
+    h.cfg[(0, 0, 0)][0x19:0x1B] = bytes([1, 4])            # bus 4 routed
+    assert c.config_read(4, 0, 0, 0) == 0x744C1002
+    # facts: "read GPU vendor/device id (bus 4, dev 0, fn 0, offset 0)": wValue 0x0F05, wIndex 0, data 00 00 00 04 ...
+    assert h.calls[0] == ("out", 0x40, 0xF0, 0x0F05, 0x0000, bytes.fromhex("000000040000000000000000"), 5000)
+    assert h.calls[1] == ("in", 0xC0, 0xF0, 0, 0, 8, 5000)
+
+
+def test_config_write_byte_lanes_and_type():
+    h = Recorder()
+    c = U.Controller(h)
+    c.config_write(0, 0, 0, 0x06, 2, 0xBEEF)               # bus 0: type 0 write, bytes 2..3 of the dword at 4
+    out = h.calls[0]
+    assert out[2:5] == (0xF0, 0x0C << 8 | 0x44, 0)
+    assert out[5] == struct.pack("<III", 0x4, 0, 0xBEEF << 16)
+    assert h.calls[1][:3] == ("in", 0xC0, 0xF0)             # non-posted: its completion is collected
+    with pytest.raises(U.TLPError, match="Unsupported Request"):
+        c.config_read(3, 1, 2, 0x101, 1)                    # type 1, extended register, one byte at lane 1 (absent)
+    out = h.calls[2]
+    assert out[3] == 0x02 << 8 | 0x05
+    assert out[5][:4] == struct.pack("<I", 3 << 24 | 1 << 19 | 2 << 16 | 0x100)
+
+
+def test_stream_write_and_read_encoding():
+    h = Recorder()
+    c = U.Controller(h)
+    c.mem_write(0x8_0000_1000, b"\x01\x02\x03\x04\x05\x06\x07\x08")
+    assert h.calls[0] == ("out", 0x40, 0xF0, 0x0F60, 1, struct.pack("<III", 0x1000, 8, 2), 5000)
+    assert h.calls[1] == ("bulk_out", 0x02, b"\x01\x02\x03\x04\x05\x06\x07\x08", 1000)
+    assert c.mem_read(0x8_0000_1004, 4) == b"\x05\x06\x07\x08"
+    assert h.calls[2] == ("out", 0x40, 0xF0, 0x0F20, 2, struct.pack("<III", 0x1004, 8, 1), 5000)
+    assert h.calls[3] == ("bulk_in", 0x81, 4, 30000)
+    with pytest.raises(DeviceError, match="dword-aligned"):
+        c.mem_read(0x1002, 4)
+
+
+def test_xdata_e4_split_and_e5_one_byte_each():
+    h = Recorder()
+    c = U.Controller(h)
+    h.xdata[0x1000:0x1000 + 300] = bytes(range(256)) + bytes(range(44))
+    assert c.xdata_read(0x1000, 300) == bytes(h.xdata[0x1000:0x1000 + 300])
+    assert [x[3:6] for x in h.calls] == [(0x1000, 0, 255), (0x1000 + 255, 0, 45)]
+    assert all(x[1:3] == (0xC0, 0xE4) for x in h.calls)
+    h.calls.clear()
+    c.xdata_write(0xA800, b"\x00\x11")
+    assert h.calls == [("out", 0x40, 0xE5, 0xA800, 0x00, b"", 1000), ("out", 0x40, 0xE5, 0xA801, 0x11, b"", 1000)]
+
+
+def test_f2_and_f3_encoding():
+    h = Recorder()
+    c = U.Controller(h)
+    c.sram_write(0x40000, bytes(1000))                     # slot 16, 2 sectors, 1 slot
+    assert h.calls[0] == ("out", 0x40, 0xF2, 2, 16 | 1 << 8, b"", 1000)
+    assert h.calls[1][:2] == ("bulk_out", 0x02) and len(h.calls[1][2]) == 1024
+    c.sram_write(0, bytes(0x40000))                        # facts: wValue 0x0200, wIndex 0x1000
+    assert h.calls[2][3:5] == (0x0200, 0x1000)
+    assert c.sram_read_arm(0x80000) == 0x80000             # facts: copy-out read arm of 512 KiB: 0x8400 / 0x2000
+    assert h.calls[4][3:5] == (0x8400, 0x2000)
+    c.pcie_power(True)
+    assert h.calls[5] == ("out", 0x40, 0xF3, 1, 0, b"", 10000)
+    with pytest.raises(DeviceError, match="multiple of"):
+        c.sram_write(0x100, b"x")
+
+
+def test_posted_register_writes_are_batched_into_one_stream():
+    h = Recorder()
+    c = U.Controller(h)
+    regs = U.Registers(c, 0x1000_0000, 0x100000)
+    for i in range(4):
+        regs.write32(0x40 + i, i + 1)                       # four consecutive registers
+    regs.write32(0x80, 9)
+    assert h.calls == []                                    # queued
+    assert regs.read32(0x40) == 1                           # a read sends them first, in order
+    kinds = [(x[0], x[3] if x[0] == "out" else None) for x in h.calls]
+    assert kinds == [("out", 0x0F60), ("bulk_out", None), ("out", 0x0F60), ("bulk_out", None), ("out", 0x0F20),
+                     ("bulk_in", None)]
+    assert h.calls[0][5] == struct.pack("<III", 0x1000_0100, 0, 4)
+    assert h.calls[1][2] == struct.pack("<4I", 1, 2, 3, 4)
+    assert h.calls[2][5] == struct.pack("<III", 0x1000_0200, 0, 1)
+    with pytest.raises(DeviceError, match="outside"):
+        regs.read32(0x100000 // 4)
+
+
+def test_completion_status_and_engine_retry():
+    h = Recorder()
+    c = U.Controller(h)
+    with pytest.raises(U.TLPError, match="Unsupported Request") as e:
+        c.config_read(4, 0, 0, 0)                           # bus 4 not routed yet: UR
+    assert e.value.status == 1
+    h.engine_fail = 3
+    assert c.config_read(0, 0, 0, 0) == 0                   # retried until the engine captured a completion
+    assert sum(1 for x in h.calls if x[0] == "in") == 1 + 4
+    h.engine_fail = 100
+    with pytest.raises(U.TLPError, match="11 times"):
+        c.config_read(0, 0, 0, 0)
+
+
+# -- PCIe bring-up ---------------------------------------------------------------------------------------------
+def test_bring_up_programs_bridges_and_places_bars():
+    h = Recorder(link=0)
+    c = U.Controller(h)
+    bars = U.bring_up(c)
+    assert h.calls[0][:4] == ("in", 0xC0, 0xE4, 0xB450)
+    assert ("out", 0x40, 0xF3, 1, 0, b"", 10000) in h.calls     # powered on: the link was down
+    for b in range(4):
+        s = h.cfg[(b, 0, 0)]
+        assert struct.unpack_from("<I", s, 0x18)[0] == (b + 1) << 8 | 4 << 16
+        assert struct.unpack_from("<HHHH", s, 0x20) == (0x1000, 0xFFFF, 0x0000, 0xFFFF)
+        assert struct.unpack_from("<II", s, 0x28) == (8, 0xFFFFFFFF)
+        assert s[4] == 7
+    # ReBAR: the largest size the capability offers (bits 4..13: index 9, 512 MiB), in control bits 12:8
+    assert (struct.unpack_from("<I", h.gpu.space, 0x108)[0] >> 8) & 0x1F == 9
+    assert bars[0] == U.BAR(0, 0x8_0000_0000, 256 << 20, True, True)
+    assert bars[2] == U.BAR(2, 0x1000_0000, 0x200000, False, False)
+    assert bars[5] == U.BAR(5, 0x1020_0000, 0x100000, False, False)
+    assert h.gpu.val[0] & ~0xF == 0 and h.gpu.hi[0] == 8 and h.gpu.val[2] == 0x1000_0000
+    assert h.gpu.val[5] == 0x1020_0000
+    assert h.gpu.space[4] == 7
+
+
+def test_bring_up_without_link_says_so():
+    h = Recorder(link=0, power_up=False)
+    with pytest.raises(DeviceError, match="LTSSM state 0x00"):
+        U.bring_up(U.Controller(h))
+
+
+def test_vram_window_unaligned_and_doorbell():
+    h = Recorder()
+    c = U.Controller(h)
+    w = U.VRAMWindow(c, 0x8_0000_0000, 1 << 20)
+    w.write(0, bytes(range(16)))
+    w.write(5, b"\xAA\xBB\xCC")                              # inside one dword pair: read, merge, write back
+    assert w.read(3, 6) == bytes([3, 4, 0xAA, 0xBB, 0xCC, 8])
+    assert len(w) == 1 << 20
+    with pytest.raises(DeviceError, match="leaves"):
+        w.read((1 << 20) - 2, 4)
+    rang = []
+    d = U.Doorbells(c, 0x1000_0000, 0x2000, before=lambda: rang.append(1))
+    h.calls.clear()
+    d.write64(8 * 3, 0x1234)
+    assert rang == [1]
+    assert h.calls == [("out", 0x40, 0xF0, 0x0F60, 1, struct.pack("<III", 0x1000_0018, 0, 2), 5000),
+                       ("bulk_out", 0x02, struct.pack("<Q", 0x1234), 1000)]
+    with pytest.raises(DeviceError, match="aligned"):
+        d.write64(4, 1)
+
+
+# -- errors -------------------------------------------------------------------------------------------------
+def test_libusb_errors_become_amdq_errors_and_unplug_is_sticky():
+    h = Recorder()
+    c = U.Controller(h)
+
+    def pipe(*a, **k):
+        raise usb1.USBErrorPipe(-9)
+    h.bulkRead = pipe
+    with pytest.raises(DeviceError, match="libusb -9") as e:
+        c.mem_read(0x1000, 4)
+    assert not isinstance(e.value, DeviceLost) and e.value.libusb_code == -9
+    h.gone = True
+    with pytest.raises(DeviceLost, match="memory write of 4 bytes at 0x2000"):
+        c.mem_write(0x2000, b"abcd")
+    n = len(h.calls)
+    h.gone = False                                           # even if it answered again: lost stays lost
+    with pytest.raises(DeviceLost):
+        c.xdata_read(0, 1)
+    assert len(h.calls) == n
