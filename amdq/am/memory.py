@@ -44,7 +44,11 @@ class Memory:
     def __init__(self, gmc: Any, fn: Any):
         self.gmc, self.fn = gmc, fn
         self.pools = gmc.pools
-        self.bar0 = memoryview(fn.bar(0)).cast("B")
+        bar0 = fn.bar(0)
+        window = hasattr(bar0, "read") and hasattr(bar0, "write")       # BAR0 over a bridge (iface/usb.py)
+        self.bar0 = memoryview(bar0).cast("B") if not window else None
+        self.bar0_size = len(bar0) if window else len(self.bar0)
+        self.cpu_view = getattr(fn, "vram_mapping", None)   # the function's own CPU view of VRAM (va, offset, size)
         self.lock = threading.Lock()
         self.live: dict[int, Allocation] = {}
         self.host_memory = True          # False once the function says it cannot pin host memory for the GPU
@@ -92,7 +96,10 @@ class Memory:
         except BaseException:
             self.pools.free(off)
             raise
-        mapping = Mapping(va, size, self.bar0[off:off + size]) if cpu and off + size <= len(self.bar0) else None
+        mapping = None
+        if cpu and off + size <= self.bar0_size:
+            mapping = self.cpu_view(va, off, size) if self.cpu_view is not None else \
+                Mapping(va, size, self.bar0[off:off + size])
         return Allocation(va, size, "vram", ("vram", off), mapping, {"vram_offset": off})
 
     def _host(self, va: int, size: int, uncached: bool, executable: bool) -> Allocation:

@@ -58,11 +58,14 @@ class MMIO:
 
 class VRAMAccess:
     """VRAM as the CPU reaches it: through BAR0 where it is visible, through the MM window elsewhere (a
-    small BAR0 does not show the top of VRAM, where the discovery table and the boot memory are)."""
+    small BAR0 does not show the top of VRAM, where the discovery table and the boot memory are). BAR0 is a
+    mapped buffer, or a window object with `read(off, n)`, `write(off, data)` and `len()` (a BAR reached over a
+    bus bridge, iface/usb.py)."""
 
     def __init__(self, bar0: Any, mmio: Backend, size: int = 0):
-        self.mv = memoryview(bar0).cast("B") if bar0 is not None else memoryview(b"")
-        self.visible = len(self.mv)
+        self.window = bar0 if hasattr(bar0, "read") and hasattr(bar0, "write") else None
+        self.mv = memoryview(bar0).cast("B") if bar0 is not None and self.window is None else memoryview(b"")
+        self.visible = len(self.window) if self.window is not None else len(self.mv)
         self.mmio, self.size = mmio, size
 
     def _mm_read32(self, off: int) -> int:
@@ -82,7 +85,7 @@ class VRAMAccess:
     def read(self, off: int, n: int) -> bytes:
         self._check(off, n)
         if off + n <= self.visible:
-            return bytes(self.mv[off:off + n])
+            return self.window.read(off, n) if self.window is not None else bytes(self.mv[off:off + n])
         lo, hi = off & ~3, (off + n + 3) & ~3
         words = b"".join(struct.pack("<I", self._mm_read32(a)) for a in range(lo, hi, 4))
         return words[off - lo:off - lo + n]
@@ -91,7 +94,10 @@ class VRAMAccess:
         n = len(data)
         self._check(off, n)
         if off + n <= self.visible:
-            self.mv[off:off + n] = data
+            if self.window is not None:
+                self.window.write(off, bytes(data))
+            else:
+                self.mv[off:off + n] = data
             return
         lo, hi = off & ~3, (off + n + 3) & ~3
         buf = bytearray(hi - lo)

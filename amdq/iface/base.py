@@ -9,6 +9,9 @@ from typing import Any
 # Ring sizes by queue kind unless an interface says otherwise (a USB bridge's interface takes 1 MiB compute rings:
 # every ring byte crosses the bridge); AMDQ_RING_BYTES / AMDQ_SDMA_RING_BYTES override them.
 RING_BYTES = {"compute": 16 << 20, "sdma": 1 << 20}
+# The USB bridge's interface (iface/usb.py): a 1 MiB compute ring, the SDMA ring sized for USB (facts:
+# usb_asm24.json amd_over_usb.ring_and_buffer_sizes.sdma_queue_ring, 0x100000).
+USB_RING_BYTES = {"compute": 1 << 20, "sdma": 0x100000}
 
 
 def ring_bytes(iface: Any, kind: str) -> int:

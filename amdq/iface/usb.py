@@ -30,6 +30,7 @@ from typing import Any, Callable, Protocol
 
 from ..errors import DeviceError, DeviceLost
 from ..hw import usb_asm24 as U
+from .pci import PCI
 
 # --- facts: amdq.hw.usb_asm24 (generated from shared/facts/usb_asm24.json) ----------------------------------
 USB_IDS = U.DRIVER_IDS                                  # (vid, pid) searched in this order
@@ -534,3 +535,359 @@ class Doorbells:
 
     def read64(self, off: int) -> int:
         return struct.unpack("<Q", self.ctrl.mem_read(self._check(off, 8), 8))[0]
+
+
+# --- CPU views of VRAM: host shadows kept in step with VRAM -------------------------------------------------
+class Shadows:
+    """The runtime reads and writes its CPU-visible memory (rings, queue pointers, signals, kernel arguments,
+    code) through memoryviews; over the bridge no such view of VRAM exists, so each CPU-visible allocation gets a
+    host copy (its shadow) kept in step with VRAM at the points where the other side looks:
+    - `flush` (before every doorbell): the dwords the host changed since the last sync go to VRAM, runs of them
+      as one stream each (exactly the changed dwords where the GPU writes too, so a GPU-written read pointer
+      beside a host-written write pointer is never overwritten);
+    - `pull` (every interrupt wait): allocations the GPU writes (`pull` set: signals, queue pointers,
+      timestamps) are read back, after their own host changes went out.
+    `window` is BAR0 (VRAMWindow); entries are keyed by GPU address."""
+
+    GAP_DW = 64                  # host-only memory: changed runs this close are sent as one stream
+
+    def __init__(self, window: VRAMWindow):
+        self.window = window
+        self.lock = threading.RLock()
+        self.entries: dict[int, list] = {}          # va -> [vram offset, buffer, clean copy, pull]
+
+    def add(self, va: int, off: int, size: int) -> Any:
+        """A new CPU view of VRAM [off, off + size) (its current contents), for the interface protocol."""
+        import numpy as np
+        from .base import Mapping
+        data = bytearray(self.window.read(off, size))
+        with self.lock:
+            self.entries[va] = [off, data, np.frombuffer(bytes(data), np.uint32).copy(), False]
+        return Mapping(va, size, memoryview(data))
+
+    def set_pull(self, va: int, pull: bool) -> None:
+        with self.lock:
+            if va in self.entries:
+                self.entries[va][3] = pull
+
+    def drop(self, va: int) -> None:
+        with self.lock:
+            self.entries.pop(va, None)
+
+    def _push(self, e: list, gap: int) -> None:
+        import numpy as np
+        off, data, clean, _ = e
+        cur = np.frombuffer(data, np.uint32)
+        idx = np.flatnonzero(cur != clean)
+        if not len(idx):
+            return
+        breaks = np.flatnonzero(np.diff(idx) > gap + 1)
+        starts = np.concatenate(([idx[0]], idx[breaks + 1]))
+        ends = np.concatenate((idx[breaks], [idx[-1]])) + 1
+        for s, t in zip(starts.tolist(), ends.tolist()):
+            self.window.write(off + 4 * s, bytes(data[4 * s:4 * t]))
+            clean[s:t] = cur[s:t]
+
+    def flush(self) -> None:
+        """Host changes of every shadow to VRAM."""
+        with self.lock:
+            for e in self.entries.values():
+                self._push(e, 0 if e[3] else self.GAP_DW)
+
+    def pull(self) -> None:
+        """The GPU-written shadows read back from VRAM (their host changes sent first)."""
+        import numpy as np
+        with self.lock:
+            for e in self.entries.values():
+                if not e[3]:
+                    continue
+                self._push(e, 0)
+                off, data, clean, _ = e
+                fresh = self.window.read(off, len(data))
+                data[:] = fresh
+                clean[:] = np.frombuffer(fresh, np.uint32)
+
+    def write_through(self, va: int, rel: int, raw: bytes) -> bool:
+        """Bytes written to VRAM at `rel` of the allocation at `va`: its shadow takes them too (False: none)."""
+        import numpy as np
+        with self.lock:
+            e = self.entries.get(va)
+            if e is None:
+                return False
+            off, data, clean, _ = e
+            data[rel:rel + len(raw)] = raw
+            lo, hi = rel // 4, (rel + len(raw) + 3) // 4
+            clean[lo:hi] = np.frombuffer(bytes(data[4 * lo:4 * hi]), np.uint32)
+            return True
+
+
+# --- the function: what the PCI interface and the AM driver see ----------------------------------------------
+class USBFunction:
+    """The GPU behind the bridge as a PCI function (the protocol of iface/pci.py `Function`): config space through
+    config TLPs to bus 4, BAR5 registers, BAR0 VRAM (a window object), BAR2 doorbells, CPU views of VRAM as
+    shadows. No host memory is reachable by the GPU (`dma_alloc` says so: the AM memory uses VRAM instead), and
+    the bus addresses behind the bridge are not the host's (`bar_bus_address` is 0: no peer-to-peer)."""
+
+    vfio = False
+    irq = None
+
+    def __init__(self, ctrl: Controller, bars: dict[int, BAR], name: str, on_close: Callable[[], None] | None = None):
+        self.ctrl, self.bars, self.name = ctrl, bars, f"USB {name}"
+        self.bar_sizes = {n: b.size for n, b in bars.items()}
+        self.regs = Registers(ctrl, bars[5].bus_address, bars[5].size)
+        self.vram = VRAMWindow(ctrl, bars[0].bus_address, bars[0].size)
+        self.shadows = Shadows(self.vram)
+        self.doorbells = Doorbells(ctrl, bars[2].bus_address, bars[2].size, before=self.shadows.flush)
+        self._on_close = on_close
+        self.closed = False
+
+    def config_read(self, off: int, size: int = 4) -> int:
+        return self.ctrl.config_read(GPU_BUS, 0, 0, off, size)
+
+    def config_write(self, off: int, size: int, value: int) -> None:
+        self.ctrl.config_write(GPU_BUS, 0, 0, off, size, value)
+
+    def enable(self) -> None:
+        """Memory decoding and bus mastering on (bring-up set them; a reset may have cleared them)."""
+        cmd = self.config_read(4, 2)
+        if cmd & (CMD_MEMORY | CMD_MASTER) != CMD_MEMORY | CMD_MASTER:
+            self.config_write(4, 2, cmd | CMD_MEMORY | CMD_MASTER)
+
+    def bar(self, n: int) -> Any:
+        """BAR5: the register backend; BAR0: the VRAM window; BAR2: the doorbells."""
+        try:
+            return {5: self.regs, 0: self.vram, 2: self.doorbells}[n]
+        except KeyError:
+            raise DeviceError(f"{self.name}: BAR{n} is not one the driver uses (0, 2, 5)") from None
+
+    def vram_mapping(self, va: int, off: int, size: int) -> Any:
+        """The CPU view of VRAM [off, off + size) mapped at `va`: a shadow (see Shadows)."""
+        return self.shadows.add(va, off, size)
+
+    def dma_alloc(self, size: int) -> Any:
+        e = DeviceError(f"{self.name}: the GPU reaches no host memory through the bridge (only its SRAM); "
+                        f"CPU-visible VRAM is used instead")
+        e.unsupported = True
+        raise e
+
+    def dma_free(self, buf: Any) -> None:
+        raise DeviceError(f"{self.name}: no DMA buffers behind the bridge")
+
+    def bar_bus_address(self, n: int) -> int:
+        """0: the BARs sit on the bridge's own bus, which no other device reaches (no peer-to-peer)."""
+        return 0
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.ctrl.lost is None:
+                self.ctrl.flush()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+
+# --- opening the bridge ---------------------------------------------------------------------------------------
+def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """A libusb call outside a controller (opening): its error as an amdq error."""
+    try:
+        return fn(*args)
+    except _usb_errors() as e:
+        code = _libusb_code(e)
+        cls = DeviceLost if code == LIBUSB_ERROR_NO_DEVICE else DeviceError
+        raise cls(f"USB bridge: {what} failed: {e} (libusb {code})") from None
+
+
+def open_handle(context: Any, ids: tuple[tuple[int, int], ...] = USB_IDS) -> tuple[Any, str]:
+    """The first bridge with the custom firmware on `context` (a usb1.USBContext or the simulated bridge's), opened
+    as the facts' open sequence says (usb.open_sequence): product string checked, a kernel driver detached (and
+    the device reset), configuration 1, interface 0 claimed, alternate setting 0. (handle, "usb:BUS-ADDRESS")."""
+    h = None
+    for vid, pid in ids:
+        h = _guard(f"opening {vid:04x}:{pid:04x}", context.openByVendorIDAndProductID, vid, pid)
+        if h is not None:
+            break
+    if h is None:
+        raise DeviceError("no ASM24xx USB bridge with the vendor-request firmware found ("
+                          + ", ".join(f"{v:04x}:{p:04x}" for v, p in ids) + "); check the cable and its power, and "
+                          "that this user may open the device (udev rule)")
+    try:
+        get_product = getattr(h, "getProduct", None)
+        product = (_guard("reading the product string", get_product) if get_product else None) or ""
+        if get_product is not None and not product.startswith(PRODUCT_PREFIXES):
+            raise DeviceError(f"the USB device's product string {product!r} starts with none of "
+                              f"{', '.join(PRODUCT_PREFIXES)}: not the bridge firmware this driver speaks to")
+        active = getattr(h, "kernelDriverActive", None)
+        if active is not None and _guard("asking for a kernel driver", active, INTERFACE):
+            _guard("detaching the kernel driver", h.detachKernelDriver, INTERFACE)
+            _guard("resetting the device", h.resetDevice)
+        if hasattr(h, "setConfiguration"):
+            _guard("setting configuration 1", h.setConfiguration, CONFIGURATION)
+        _guard("claiming interface 0", h.claimInterface, INTERFACE)
+        if hasattr(h, "setInterfaceAltSetting"):
+            _guard("selecting alternate setting 0", h.setInterfaceAltSetting, INTERFACE, ALT_SETTING)
+        d = h.getDevice()
+        name = f"usb:{d.getBusNumber()}-{d.getDeviceAddress()}"
+    except BaseException:
+        try:
+            h.close()
+        except Exception:               # closing a handle that failed to open: its own error says nothing more
+            pass
+        raise
+    return h, name
+
+
+def open_function(context: Any) -> USBFunction:
+    """The bridge opened and the PCIe side brought up: the GPU as a function for the AM driver."""
+    h, name = open_handle(context)
+    ctrl = Controller(h, f"USB bridge {name}")
+
+    def release() -> None:
+        try:
+            if ctrl.lost is None and hasattr(h, "releaseInterface"):
+                _guard("releasing interface 0", h.releaseInterface, INTERFACE)
+        finally:
+            try:
+                h.close()
+            except _usb_errors():       # closing a vanished device: nothing left to release
+                pass
+    try:
+        bars = bring_up(ctrl)
+    except BaseException:
+        release()
+        raise
+    return USBFunction(ctrl, bars, name, release)
+
+
+# --- the interface ----------------------------------------------------------------------------------------------
+PULL_MAX = 64 << 10          # uncached CPU-visible allocations up to this size are GPU-written: read back on waits
+
+
+class USB(PCI):
+    """The AM driver over the bridge: the PCI interface on a USBFunction, with the USB runtime parameters (ring sizes
+    of base.USB_RING_BYTES), shadows of CPU-visible VRAM kept in step (see Shadows) and host copies through BAR0.
+    `standin`: the firmware policy, as for PCI."""
+    name = "USB"
+
+    def __init__(self, fn: USBFunction, arch: str | None = None, standin: bool | None = False):
+        from .base import USB_RING_BYTES
+        self.RING_BYTES = dict(USB_RING_BYTES)
+        self.copier = None
+        super().__init__(fn, arch, standin)
+
+    # memory: every buffer in VRAM; CPU views are shadows
+    def alloc(self, size: int, kind: str = "vram", uncached: bool = False, cpu: bool = True,
+              executable: bool = False) -> Any:
+        self._check_link()
+        a = super().alloc(size, kind, uncached, cpu, executable)
+        if a.cpu is not None:
+            self.fn.shadows.set_pull(a.va, uncached and a.size <= PULL_MAX)
+        return a
+
+    def free(self, a: Any) -> None:
+        self.fn.shadows.drop(a.va)
+        super().free(a)
+
+    def _check_link(self) -> None:
+        if self.fn.ctrl.lost is not None:
+            raise self.fn.ctrl.lost
+
+    def wait_events(self, timeout_ms: int) -> list | None:
+        """The PCI interface's wait (the IH ring in VRAM, polled: no interrupts cross the bridge), then the
+        GPU-written shadows read back."""
+        self._check_link()
+        found = super().wait_events(timeout_ms)
+        self.fn.shadows.pull()
+        return found
+
+    def _vram_range(self, a: Any, off: int, n: int, what: str) -> int:
+        vo = a.meta.get("vram_offset")
+        if vo is None or not 0 <= off <= off + n <= a.size:
+            raise DeviceError(f"{what} of {n} bytes at offset {off} of the allocation at {a.va:#x}: not inside a "
+                              f"VRAM allocation of this device")
+        if vo + off + n > self.fn.vram.size:
+            raise DeviceError(f"{what}: VRAM {vo + off:#x}+{n:#x} lies past the {self.fn.vram.size:#x}-byte BAR0, "
+                              f"which is all the host reaches over the bridge")
+        return vo + off
+
+    def _copier(self) -> Any:
+        if self.copier is None:
+            from ..am import va as VA
+            from .usb_copy import BridgeCopier
+            self.copier = BridgeCopier(self.fn.ctrl, self.driver.blocks["gmc"].vm, VA.shared())
+        return self.copier
+
+    def copy_in(self, a: Any, off: int, raw: Any, queue: Any = None) -> None:
+        """Host bytes into the allocation at offset `off`, the GPU idle (the caller drained it): through the bridge
+        SRAM on the SDMA queue `queue` (the runtime's copy queue; see usb_copy), else through BAR0. A shadow of
+        the allocation takes them too."""
+        self._check_link()
+        data = bytes(memoryview(raw).cast("B"))
+        if not data:
+            return
+        if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + len(data) <= a.size:
+            self._copier().copy_in(queue, a.va + off, data)
+        else:
+            self.fn.vram.write(self._vram_range(a, off, len(data), "copy in"), data)
+        self.fn.shadows.write_through(a.va, off, data)
+
+    def copy_out(self, a: Any, off: int, n: int, queue: Any = None) -> bytes:
+        """n bytes of the allocation from offset `off`, the GPU idle: through the bridge SRAM on `queue`, else
+        through BAR0."""
+        self._check_link()
+        if n <= 0:
+            return b""
+        self.fn.shadows.flush()
+        if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + n <= a.size:
+            return self._copier().copy_out(queue, a.va + off, n)
+        return self.fn.vram.read(self._vram_range(a, off, n, "copy out"), n)
+
+    def close(self) -> None:
+        """The PCI interface's close (queues, memory, fini), the SRAM mappings first; a bridge that is gone is only
+        released (nothing can reach the GPU: its session stays unclean, so the next open boots it fully)."""
+        if self.closed:
+            return
+        if self.fn.ctrl.lost is not None:
+            self.closed = True
+            self.fn.close()
+            return
+        if self.copier is not None:
+            try:
+                self.copier.close()
+            except DeviceError:
+                pass
+            self.copier = None
+        super().close()
+
+    def info(self) -> dict:
+        d = super().info()
+        d["bridge"] = {"name": self.fn.name, "transfers": self.fn.ctrl.transfers,
+                       "bars": {f"BAR{n}": f"{b.bus_address:#x}+{b.size:#x}" for n, b in sorted(self.fn.bars.items())}}
+        return d
+
+
+def open_real(arch: str | None = None) -> USB:
+    """The first bridge on the machine's USB, its GPU booted."""
+    try:
+        import usb1
+    except ImportError:
+        raise DeviceError("the USB interface needs the libusb1 package (pip install libusb1) and libusb-1.0") from None
+    ctx = _guard("initialising libusb", usb1.USBContext)
+    fn = open_function(ctx)
+    try:
+        return USB(fn, arch, standin=False)
+    except BaseException:
+        fn.close()
+        raise
+
+
+def present() -> bool:
+    """Whether a bridge with the vendor-request firmware is on USB (for the default interface order)."""
+    try:
+        import usb1
+        with usb1.USBContext() as ctx:
+            return any(ctx.getByVendorIDAndProductID(v, p) is not None for v, p in USB_IDS)
+    except Exception:                   # no libusb, no permission to enumerate: no bridge to use
+        return False

@@ -1,0 +1,157 @@
+"""Host copies over the USB bridge through its SRAM (facts: shared/facts/usb_asm24.json amd_over_usb.copy_in /
+copy_out, memory_windows; amdq.hw.usb_asm24).
+
+The bridge's SRAM (512 KiB at bus address 0x200000), sys_buf (0x820000) and cq_buf (0x822000) are mapped into the
+GPU's VM context 0 as uncached, unsnooped system pages. The handshake is a protocol of its own, apart from the
+runtime's timeline signals:
+
+- copy-in: two 256 KiB SRAM windows take turns. Chunk `seq` (counted over the bridge's lifetime) carries up to
+  256 KiB - 4 bytes; its wire image (padded to 512-byte sectors) ends with the sentinel 0x51000000 | (seq &
+  0xFFFFFF). One SDMA program is queued first (one doorbell) for a group of chunks: per chunk POLL_REGMEM (equal)
+  on the sentinel, COPY_LINEAR to the destination, a 64-bit WRITE of seq + 1 to the drain fence (sys_buf + 0x800,
+  XDATA 0xA800). Then the host streams the chunks: before reusing a window it reads the fence until the window's
+  previous chunk (seq - 2) is drained, so the next chunk crosses USB while the GPU copies the previous one. At the
+  end the host waits for the fence to reach the last chunk (the drain fence). The GPU never reads a half-written
+  chunk (the sentinel is the wire image's last dword); the host never overwrites a window the GPU still reads.
+- copy-out: per chunk of up to 512 KiB, an F2 read arm, then SDMA: COPY_LINEAR VRAM -> SRAM and a 32-bit write of 0
+  to cq_buf + 12 (bus 0x82200C), which releases the bridge's bulk IN of the SRAM.
+
+Measured apart (`stats`): chunks, bytes, the host's time streaming and the time waiting on the drain fence.
+
+This module's choices (not facts): GROUP_CHUNKS, the chunks one SDMA program covers (the program must fit the ring
+before any data is sent: the polls block the engine until the data arrives); FENCE_POLL_S.
+"""
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DeviceError
+from ..hw import usb_asm24 as U
+
+FUNC_EQUAL = 3                      # POLL_REGMEM function 3: equal (amd_over_usb.copy_in.gpu_program)
+POLL_INTERVAL, POLL_RETRIES = 4, 0xFFF
+FENCE_OFFSET = U.COPYIN_FENCE_BUS - U.SYS_BUF_BUS          # 0x800
+RELEASE_OFFSET = U.BUS_COPYOUT_RELEASE - U.CQ_BUF_BUS      # 12
+GROUP_CHUNKS = 256
+FENCE_POLL_S = 50e-6
+
+
+@dataclass
+class CopyStats:
+    """What the bridge copies did, by stage."""
+    chunks_in: int = 0
+    bytes_in: int = 0
+    chunks_out: int = 0
+    bytes_out: int = 0
+    stream_s: float = 0.0           # host time sending chunk images (F2 arm + bulk OUT)
+    drain_wait_s: float = 0.0       # host time reading the drain fence
+    fence_reads: int = 0
+    history: list = field(default_factory=list)
+
+
+class BridgeCopier:
+    """Copies through the bridge SRAM for one USB interface (`ctrl`: its Controller; `vm`: the AM VM context 0;
+    `va`: the process-wide GPU VA allocator)."""
+
+    def __init__(self, ctrl: Any, vm: Any, va_alloc: Any):
+        from ..am.vm import MapFlags
+        self.ctrl, self.vm, self.va = ctrl, vm, va_alloc
+        flags = MapFlags(system=True, snooped=False, mtype="UC")
+        self.maps: dict[str, tuple[int, int]] = {}
+        for name, (_x, _span, bus, size) in U.WINDOWS.items():
+            size = max(size, 4096)
+            v = va_alloc.alloc(size)
+            try:
+                vm.map(v, bus, size, flags)
+            except BaseException:
+                va_alloc.free(v)
+                raise
+            self.maps[name] = (v, size)
+        self.sram_va = self.maps["sram"][0]
+        self.fence_va = self.maps["sys_buf"][0] + FENCE_OFFSET
+        self.release_va = self.maps["cq_buf"][0] + RELEASE_OFFSET
+        self.seq = 0
+        self.stats = CopyStats()
+        # one-time init: the fence at 0, both windows zeroed so stale bytes cannot match a sentinel
+        ctrl.xdata_write(U.XDATA_COPYIN_FENCE, bytes(U.COPYIN_FENCE_WIDTH))
+        for slot in U.COPYIN_WINDOW_SLOTS:
+            ctrl.sram_write(slot * U.F2_SLOT, bytes(U.COPYIN_WINDOW))
+
+    def close(self) -> None:
+        for v, size in self.maps.values():
+            try:
+                self.vm.unmap(v, size)
+            finally:
+                self.va.free(v)
+        self.maps.clear()
+
+    def fence(self) -> int:
+        self.stats.fence_reads += 1
+        return struct.unpack("<Q", self.ctrl.xdata_read(U.XDATA_COPYIN_FENCE, U.COPYIN_FENCE_WIDTH))[0]
+
+    def _wait_fence(self, value: int, what: str) -> None:
+        t0 = time.perf_counter()
+        limit = U.TIMEOUTS_MS["copyin_drain"] / 1000
+        try:
+            while self.fence() < value:
+                if time.perf_counter() - t0 > limit:
+                    raise DeviceError(f"{self.ctrl.name}: copy-in: the drain fence (XDATA {U.XDATA_COPYIN_FENCE:#06x}) "
+                                      f"stayed at {self.fence()} for {limit:g} s waiting for {value} ({what}): the "
+                                      f"copy engine does not consume the bridge's SRAM")
+                time.sleep(FENCE_POLL_S)
+        finally:
+            self.stats.drain_wait_s += time.perf_counter() - t0
+
+    def copy_in(self, q: Any, dst: int, data: bytes) -> int:
+        """`data` to GPU address `dst` through the SRAM windows on the SDMA queue `q` (the runtime's SDMAQueue:
+        its encoders and `run`); returns once the drain fence says every chunk reached VRAM; the last timeline
+        value `q.run` gave."""
+        step = U.COPYIN_CHUNK
+        chunks = [(o, data[o:o + step]) for o in range(0, len(data), step)]
+        value = q.timeline.value
+        for g in range(0, len(chunks), GROUP_CHUNKS):
+            group = chunks[g:g + GROUP_CHUNKS]
+            base = self.seq
+            packets: list = []
+            for c, (o, piece) in enumerate(group):
+                seq = base + c
+                win = U.COPYIN_WINDOW_BUS[seq & 1] - U.SRAM_BUS
+                wire = (len(piece) + 4 + U.F2_SECTOR - 1) // U.F2_SECTOR * U.F2_SECTOR
+                packets += q.poll(self.sram_va + win + wire - 4, U.COPYIN_SENTINEL | (seq & 0xFFFFFF), 0xFFFFFFFF,
+                                  FUNC_EQUAL)
+                if piece:
+                    packets += q.copy(dst + o, self.sram_va + win, len(piece))
+                packets += q.write(self.fence_va, [(seq + 1) & 0xFFFFFFFF, (seq + 1) >> 32])
+            value = q.run(packets)                       # one doorbell for the group
+            for c, (o, piece) in enumerate(group):
+                seq = base + c
+                slot = U.COPYIN_WINDOW_SLOTS[seq & 1]
+                wire = (len(piece) + 4 + U.F2_SECTOR - 1) // U.F2_SECTOR * U.F2_SECTOR
+                img = bytearray(wire)
+                img[:len(piece)] = piece
+                struct.pack_into("<I", img, wire - 4, U.COPYIN_SENTINEL | (seq & 0xFFFFFF))
+                if seq >= 2:
+                    self._wait_fence(seq - 1, f"window {seq & 1} free of chunk {seq - 2}")
+                t0 = time.perf_counter()
+                self.ctrl.sram_write(slot * U.F2_SLOT, bytes(img))
+                self.stats.stream_s += time.perf_counter() - t0
+                self.stats.chunks_in += 1
+                self.stats.bytes_in += len(piece)
+            self.seq = base + len(group)
+            self._wait_fence(self.seq, "the copy's last chunk")      # the drain fence
+        return value
+
+    def copy_out(self, q: Any, src: int, n: int) -> bytes:
+        """n bytes from GPU address `src` through the SRAM on the SDMA queue `q` (the GPU idle)."""
+        out = []
+        for o in range(0, n, U.COPYOUT_CHUNK):
+            k = min(U.COPYOUT_CHUNK, n - o)
+            self.ctrl.sram_read_arm(k)
+            q.run(q.copy(self.sram_va, src + o, k) + q.write(self.release_va, [U.COPYOUT_RELEASE_VALUE]))
+            out.append(self.ctrl.sram_read_data(k))
+            self.stats.chunks_out += 1
+            self.stats.bytes_out += k
+        return b"".join(out)
