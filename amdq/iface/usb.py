@@ -868,19 +868,23 @@ class USB(PCI):
         return d
 
 
+def open_usb(context: Any, arch: str | None = None, standin: bool | None = False) -> USB:
+    """The first bridge on `context` (usb1.USBContext, or the simulated bridge's), its GPU booted."""
+    fn = open_function(context)
+    try:
+        return USB(fn, arch, standin=standin)
+    except BaseException:
+        fn.close()
+        raise
+
+
 def open_real(arch: str | None = None) -> USB:
     """The first bridge on the machine's USB, its GPU booted."""
     try:
         import usb1
     except ImportError:
         raise DeviceError("the USB interface needs the libusb1 package (pip install libusb1) and libusb-1.0") from None
-    ctx = _guard("initialising libusb", usb1.USBContext)
-    fn = open_function(ctx)
-    try:
-        return USB(fn, arch, standin=False)
-    except BaseException:
-        fn.close()
-        raise
+    return open_usb(_guard("initialising libusb", usb1.USBContext), arch, standin=False)
 
 
 def present() -> bool:

@@ -80,7 +80,14 @@ def _open_iface(iface: str | None, arch: str | None):
             sim.close()
             raise
     if iface == "SIMUSB":
-        raise DeviceError("the simulated USB interface is not available yet; use SIMKFD or SIMPCI")
+        from ..iface import usb
+        from ..sim.usb import SimUSBContext
+        ctx = SimUSBContext(arch=arch or "gfx1100")
+        try:
+            return usb.open_usb(ctx, arch, standin=None), ctx.bridge
+        except BaseException:
+            ctx.close()
+            raise
     if iface is None and not _said_sim:
         print("amdq: no AMD GPU found, using the simulated GPU (DEV=SIM to choose it explicitly)", file=sys.stderr)
         _said_sim = True

@@ -82,6 +82,7 @@ class SimASM24Bridge:
         self.ltssm = U.LTSSM_OFF                 # the custom firmware boots with PCIe off
         self.xdata[U.XDATA_LTSSM_STATE] = self.ltssm
         self.arm: tuple | None = None            # the bulk phase the last arming request set up
+        self.held_f2_read: tuple | None = None   # an F2 read armed before F0 requests that came after it
         self.cpl: tuple[int, int, int, int] | None = None   # (status, data, byte count, engine) for F0 IN
         self.unplugged = False
         self.halted: set[int] = set()            # bulk endpoints that stall until clearHalt
@@ -170,7 +171,7 @@ class SimASM24Bridge:
         with self.lock:
             self.injector.clear("usb_unplug")
             self.unplugged = False
-            self.arm = None
+            self.arm = self.held_f2_read = None
             self.halted.clear()
             self.generation += 1
 
@@ -330,7 +331,7 @@ class SimASM24Bridge:
         elif value == U.PCIE_POWER_OFF:
             self.set_ltssm(U.LTSSM_OFF)
             self.pcie.reset()
-            self.arm = self.cpl = None
+            self.arm = self.cpl = self.held_f2_read = None
         else:
             raise Stall()
 
@@ -350,7 +351,9 @@ class SimASM24Bridge:
         mode, fmt, be = index & U.TLP_MODE_MASK, value & 0xFF, (value >> 8) & 0xFF
         lo, hi, word = struct.unpack("<III", data)
         addr = lo if fmt in (U.MRD32, U.MWR32) else hi << 32 | lo       # a 32-bit format has no upper half
-        self.arm = None
+        if self.arm is not None and self.arm[0] == "f2_read":
+            self.held_f2_read = self.arm        # an armed SRAM read outlives F0 requests (facts: copy_out rings the
+        self.arm = None                         # doorbell between the F2 arm and the bulk IN)
         if mode == U.TLP_MODE_SINGLE:
             self.cpl = None
             self._single(fmt, be, addr, word)
@@ -428,7 +431,7 @@ class SimASM24Bridge:
 
     # -- F2: the SRAM DMA ------------------------------------------------------------------------------------
     def _f2(self, value: int, index: int) -> None:
-        self.arm = None
+        self.arm = self.held_f2_read = None
         sectors, read = value & U.F2_SECTORS_MASK, bool(value & U.F2_READ)
         slot, slots = index & U.F2_SLOT_MASK, (index >> U.F2_SLOTS_SHIFT) & 0xFF
         off, n = slot * U.F2_SLOT, sectors * U.F2_SECTOR
@@ -463,6 +466,8 @@ class SimASM24Bridge:
             self.pcie.gpu.mem_write(hit[0], hit[1], data)
 
     def _bulk_in(self, n: int, timeout: int) -> bytes:
+        if (self.arm is None or self.arm[0] != "tlp_read") and self.held_f2_read is not None:
+            self.arm, self.held_f2_read = self.held_f2_read, None
         arm, self.arm = self.arm, None
         if arm is None or arm[0] not in ("tlp_read", "f2_read"):
             self.arm = arm
