@@ -323,3 +323,125 @@ def test_libusb_errors_become_amdq_errors_and_unplug_is_sticky():
     with pytest.raises(DeviceLost):
         c.xdata_read(0, 1)
     assert len(h.calls) == n
+
+
+# -- on the simulated bridge (amdq/sim/usb) ----------------------------------------------------------------------
+import pathlib                                                           # noqa: E402
+
+import numpy as np                                                       # noqa: E402
+
+import amdq                                                              # noqa: E402
+from amdq.sim.usb import SimUSBContext                                   # noqa: E402
+
+VADD = (pathlib.Path(amdq.__file__).parent / "examples" / "vadd.ll").read_text()
+
+
+def test_bring_up_on_the_simulated_bridge():
+    ctx = SimUSBContext(arch="gfx1100")
+    try:
+        assert ctx.bridge.ltssm == 0                                     # the firmware boots with PCIe off
+        fn = U.open_function(ctx)
+        c = fn.ctrl
+        assert ctx.bridge.ltssm == U.LTSSM_L0
+        for b in range(4):                                               # bus numbers: primary 0, secondary b+1, sub 4
+            assert c.config_read(b, 0, 0, 0x18) & 0xFFFFFF == (b + 1) << 8 | 4 << 16
+            assert c.config_read(b, 0, 0, 0x04, 1) & 7 == 7
+        assert fn.config_read(0) == 0x744C1002
+        assert fn.bars[0].bus_address == 0x8_0000_0000 and fn.bars[0].prefetchable and fn.bars[0].is64
+        assert fn.bars[0].size >= 24 << 30                               # resized: all of VRAM visible
+        assert fn.bars[5].bus_address == 0x1000_0000 and fn.bars[5].size == fn.bar_sizes[5]
+        for n, b in fn.bars.items():                                     # what the GPU's BAR registers hold
+            lo = fn.config_read(0x10 + 4 * n)
+            hi = fn.config_read(0x14 + 4 * n) if b.is64 else 0
+            assert (hi << 32 | lo) & ~0xF == b.bus_address
+            assert b.bus_address % U.BAR_ALIGN == 0
+        spans = sorted((b.bus_address, b.bus_address + b.size) for b in fn.bars.values())
+        assert all(e <= s for (_, e), (s, _) in zip(spans, spans[1:]))   # no overlaps
+        assert fn.config_read(4, 2) & 6 == 6                             # memory decode and bus mastering
+        fn.close()
+    finally:
+        ctx.close()
+
+
+@pytest.fixture(scope="module")
+def dev():
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    yield d
+    d.close()
+
+
+def test_am_boot_and_register_round_trip(dev):
+    assert dev.name == "SIMUSB+AMD:gfx1100" and dev.arch == "gfx1100"
+    it = dev.iface
+    assert isinstance(it, U.USB) and it.report.kind == "full" and it.driver.booted
+    assert it.RING_BYTES == {"compute": 1 << 20, "sdma": 1 << 20}
+    assert dev.queue.ring_bytes == 1 << 20 and dev.copyq.ring_bytes == 1 << 20
+    r = it.driver.regs.GC.regSCRATCH_REG5                                # the TMR size this boot noted: put back
+    keep = r.read()
+    n = it.fn.ctrl.transfers
+    r.write(0x5A5AC3C3)
+    assert it.fn.ctrl.transfers == n                                     # queued ...
+    assert r.read() == 0x5A5AC3C3                                        # ... and sent before the read
+    assert it.fn.ctrl.transfers == n + 4                                 # one write stream, one read stream
+    r.write(keep)
+    assert r.read() == keep
+    info = dev.info()
+    assert info["bridge"]["bars"]["BAR5"].startswith("0x10000000+")
+
+
+def test_kernel_runs_on_simusb(dev):
+    prg = dev.load(amdq.compile(VADD, arch="gfx1100"))
+    n = 1000
+    a = dev.upload(np.arange(n, dtype=np.float32))
+    b = dev.upload(np.full(n, 0.5, np.float32))
+    c = dev.alloc(4 * n)
+    rec = prg["vadd"](a, b, c, 2.0, n, grid=(4, 1, 1), block=(256, 1, 1), wait=True)
+    assert rec.gpu_end >= rec.gpu_start
+    assert np.array_equal(c.numpy(np.float32), np.arange(n, dtype=np.float32) + 1.0)
+    rec = prg["vadd"](c, b, a, -2.0, n, grid=(4, 1, 1), block=(256, 1, 1), wait=True)   # again: ring, kernargs pushed
+    assert np.array_equal(a.numpy(np.float32), np.arange(n, dtype=np.float32))
+
+
+@pytest.mark.parametrize("size,off", [(1, 0), (3, 1), (4097, 7), (0x3FFFC, 0), (0x3FFFD, 2), (0x80001, 3),
+                                      ((3 << 20) + 5, 1)])
+def test_copies_through_the_bridge_sram_are_bit_exact(dev, size, off):
+    rng = np.random.default_rng(size)
+    data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+    buf = dev.alloc(size + off + 9)
+    buf.write(bytes(size + off + 9))
+    st = dev.iface.copier.stats
+    before = (st.chunks_in, st.chunks_out)
+    buf.write(data, off)
+    assert buf.read(size, off) == data
+    assert buf.read(off + 1) == bytes(off) + data[:1]                    # what lies before is untouched
+    assert buf.read(9, off + size) == bytes(9)                           # and after
+    assert st.chunks_in - before[0] == -(-size // U.U.COPYIN_CHUNK)      # through the SRAM windows
+    assert st.chunks_out > before[1]
+
+
+def test_bar0_copy_path_is_bit_exact(dev):
+    data = bytes(range(256)) * 40 + b"xyz"
+    buf = dev.alloc(len(data) + 8)
+    dev.iface.copy_in(buf.alloc, 5, data)                                # no queue: through BAR0 streams
+    assert dev.iface.copy_out(buf.alloc, 5, len(data)) == data
+    assert buf.read(len(data), 5) == data                                # the SRAM path reads the same bytes
+    with pytest.raises(DeviceError, match="not inside"):
+        dev.iface.copy_in(buf.alloc, buf.alloc.size, b"x")
+
+
+def test_unplug_is_device_lost_naming_the_request_then_at_once():
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        buf = d.upload(np.arange(64, dtype=np.uint32))
+        d.sim.inject("usb_unplug")
+        with pytest.raises(DeviceLost, match="gone .* during (SRAM|memory|control|XDATA|TLP)") as e:
+            buf.read()
+        assert e.value.in_flight
+        ctrl = d.iface.fn.ctrl
+        n = ctrl.transfers
+        for op in (lambda: buf.read(), lambda: d.alloc(4096), lambda: d.synchronize(timeout_ms=100)):
+            with pytest.raises(DeviceLost):
+                op()
+        assert ctrl.transfers == n                                       # refused before touching the bus
+    finally:
+        d.close()                                                        # a lost bridge is only released

@@ -127,6 +127,7 @@ class Controller:
         self._errors = _usb_errors()
         self._posted: list[tuple[int, bytearray]] = []  # queued posted writes: (bus address, bytes), in order
         self.transfers = 0                              # control + bulk transfers made (for measurement)
+        self.on_lost: Callable[[DeviceLost], None] | None = None    # told once, when the device vanishes
 
     # -- transfers ------------------------------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -141,6 +142,8 @@ class Controller:
                 self.lost = DeviceLost(f"{self.name} is gone (unplugged?) during {what}: {e}; close the device and "
                                        f"open it again once it is back")
                 self.lost.in_flight = what
+                if self.on_lost is not None:
+                    self.on_lost(self.lost)
                 raise self.lost from None
             err = DeviceError(f"{self.name}: {what} failed: {e} (libusb {code})")
             err.libusb_code = code
@@ -776,6 +779,13 @@ class USB(PCI):
         self.RING_BYTES = dict(USB_RING_BYTES)
         self.copier = None
         super().__init__(fn, arch, standin)
+        fn.ctrl.on_lost = self._lost
+
+    def _lost(self, e: DeviceLost) -> None:
+        """The bridge vanished: the AM driver's GPU is lost (it refuses work, skips fini, leaves the session
+        unclean: the next open boots fully)."""
+        if self.driver.lost is None:
+            self.driver.lost = e
 
     # memory: every buffer in VRAM; CPU views are shadows
     def alloc(self, size: int, kind: str = "vram", uncached: bool = False, cpu: bool = True,
@@ -788,6 +798,11 @@ class USB(PCI):
 
     def free(self, a: Any) -> None:
         self.fn.shadows.drop(a.va)
+        if self.fn.ctrl.lost is not None:               # nothing reaches the page tables: only the address goes
+            from ..am import va as VA
+            if self.memory.live.pop(a.va, None) is not None:
+                VA.shared().free(a.va)
+            return
         super().free(a)
 
     def _check_link(self) -> None:
