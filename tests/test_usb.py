@@ -277,6 +277,14 @@ def test_bring_up_programs_bridges_and_places_bars():
     assert h.gpu.space[4] == 7
 
 
+def test_bars_are_placed_at_their_natural_alignment():
+    h = Recorder(bars={0: (64 << 30, 0xC), 2: (0x200000, 0xC), 5: (0x100000, 0x0)})
+    bars = U.bring_up(U.Controller(h))
+    assert bars[0].bus_address == 64 << 30                               # 0x8_0000_0000 rounded up to 64 GiB
+    assert bars[2].bus_address == (64 << 30) + (64 << 30)                # the next prefetchable address after it
+    assert h.gpu.hi[0] << 32 | h.gpu.val[0] & ~0xF == 64 << 30           # the BAR kept all of it (no masked bits)
+
+
 def test_bring_up_without_link_says_so():
     h = Recorder(link=0, power_up=False)
     with pytest.raises(DeviceError, match="LTSSM state 0x00"):
@@ -336,8 +344,9 @@ from amdq.sim.usb import SimUSBContext                                   # noqa:
 VADD = (pathlib.Path(amdq.__file__).parent / "examples" / "vadd.ll").read_text()
 
 
-def test_bring_up_on_the_simulated_bridge():
-    ctx = SimUSBContext(arch="gfx1100")
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
+def test_bring_up_on_the_simulated_bridge(arch):
+    ctx = SimUSBContext(arch=arch)
     try:
         assert ctx.bridge.ltssm == 0                                     # the firmware boots with PCIe off
         fn = U.open_function(ctx)
@@ -346,10 +355,13 @@ def test_bring_up_on_the_simulated_bridge():
         for b in range(4):                                               # bus numbers: primary 0, secondary b+1, sub 4
             assert c.config_read(b, 0, 0, 0x18) & 0xFFFFFF == (b + 1) << 8 | 4 << 16
             assert c.config_read(b, 0, 0, 0x04, 1) & 7 == 7
-        assert fn.config_read(0) == 0x744C1002
-        assert fn.bars[0].bus_address == 0x8_0000_0000 and fn.bars[0].prefetchable and fn.bars[0].is64
-        assert fn.bars[0].size >= 24 << 30                               # resized: all of VRAM visible
+        assert fn.config_read(0) & 0xFFFF == 0x1002
+        b0 = fn.bars[0]
+        assert b0.prefetchable and b0.is64 and b0.bus_address >= 0x8_0000_0000 and b0.bus_address % b0.size == 0
+        assert b0.size >= ctx.bridge.fn.bar_sizes[0]                     # resized: all of VRAM visible
         assert fn.bars[5].bus_address == 0x1000_0000 and fn.bars[5].size == fn.bar_sizes[5]
+        assert ctx.bridge.pcie.route_memory(b0.bus_address + ctx.bridge.fn.bar_sizes[0] - 16, 16) == \
+            (0, ctx.bridge.fn.bar_sizes[0] - 16)                         # the top of VRAM answers
         for n, b in fn.bars.items():                                     # what the GPU's BAR registers hold
             lo = fn.config_read(0x10 + 4 * n)
             hi = fn.config_read(0x14 + 4 * n) if b.is64 else 0
@@ -445,3 +457,77 @@ def test_unplug_is_device_lost_naming_the_request_then_at_once():
         assert ctrl.transfers == n                                       # refused before touching the bus
     finally:
         d.close()                                                        # a lost bridge is only released
+
+
+def test_copy_in_program_polls_each_sentinel_and_fences_the_drain(dev):
+    q, cop = dev.copyq, dev.iface._copier()
+    data = bytes(range(251)) * 4000                                      # 1,004,000 bytes: 4 chunks, the last short
+    buf = dev.alloc(len(data))
+    dev.synchronize()
+    w0, seq0 = q.wptr, cop.seq
+    cop.copy_in(q, buf.addr, data)
+    ring = q.ring
+    pk = [p for _, p in q.t.walk(ring, (w0 >> 2) % len(ring), (q.wptr >> 2) % len(ring))]
+    polls = [p for p in pk if p.name == "POLL_REGMEM" and p.fields.get("func") == 3]
+    copies = [p for p in pk if p.name == "COPY_LINEAR"]
+    writes = [p for p in pk if p.name == "WRITE_UNTILED" and p.fields["dst_addr"] == cop.fence_va]
+    assert len(polls) == len(copies) == len(writes) == 4
+    for c, (p, cp, wr) in enumerate(zip(polls, copies, writes)):
+        seq = seq0 + c
+        n = min(U.U.COPYIN_CHUNK, len(data) - c * U.U.COPYIN_CHUNK)
+        wire = -(-(n + 4) // 512) * 512
+        win = cop.sram_va + (U.U.COPYIN_WINDOW_BUS[seq & 1] - U.U.SRAM_BUS)
+        assert p.fields["addr"] == win + wire - 4 and p.fields["value"] == 0x51000000 | seq
+        assert cp.fields["src_addr"] == win and cp.fields["dst_addr"] == buf.addr + c * U.U.COPYIN_CHUNK
+        assert cp.fields["count"] == n - 1
+        assert wr.fields["data"][:2] == [seq + 1, 0]
+    assert cop.fence() == cop.seq == seq0 + 4                            # the drain fence reached the last chunk
+    assert buf.read() == data
+    st = dev.info()["bridge"]["copies"]
+    assert st["chunks_in"] >= 4 and st["drain_wait_s"] >= 0 and st["fence_reads"] >= 4
+
+
+def test_a_libusb_error_is_an_amdq_error_and_the_next_call_works(dev):
+    buf = dev.upload(np.arange(256, dtype=np.uint32))
+    dev.sim.inject("usb_error", endpoint=U.EP_BULK_IN, error="io")
+    with pytest.raises(DeviceError, match=r"Input/Output|LIBUSB_ERROR_IO|libusb -1") as e:
+        buf.read()
+    assert not isinstance(e.value, DeviceLost)
+    assert np.array_equal(buf.numpy(np.uint32), np.arange(256, dtype=np.uint32))
+
+
+def test_usb_spec_without_a_bridge_says_so(monkeypatch):
+    class NoBridges:
+        def openByVendorIDAndProductID(self, vid, pid):
+            return None
+    with pytest.raises(DeviceError, match="no ASM24xx USB bridge .* found .*add1:0001"):
+        U.open_usb(NoBridges())
+    from amdq.runtime.device import parse_spec
+    assert parse_spec("SIMUSB+AMD:gfx1201") == ("SIMUSB", "gfx1201") and parse_spec("USB+AMD") == ("USB", None)
+
+
+def test_shadows_push_only_what_the_host_changed():
+    class Window:
+        def __init__(self):
+            self.mem, self.writes = bytearray(8192), []
+
+        def read(self, off, n):
+            return bytes(self.mem[off:off + n])
+
+        def write(self, off, data):
+            self.writes.append((off, len(data)))
+            self.mem[off:off + len(data)] = data
+    w = Window()
+    sh = U.Shadows(w)
+    m = sh.add(0x1000, 4096, 4096)
+    sh.set_pull(0x1000, True)
+    m.write64(0, 7)                                                      # host: a write pointer
+    struct.pack_into("<Q", w.mem, 4096 + 8, 99)                          # GPU: the read pointer beside it
+    sh.flush()
+    assert w.writes == [(4096, 4)]                                       # exactly the changed dword
+    assert struct.unpack_from("<Q", w.mem, 4096 + 8)[0] == 99            # the GPU's word untouched
+    sh.pull()
+    assert m.read64(8) == 99 and m.read64(0) == 7
+    w.writes.clear()
+    sh.flush()
+    assert w.writes == []                                                # nothing changed since

@@ -376,8 +376,10 @@ def _resize_bar(ctrl: Controller, bus: int) -> int | None:
 def size_bars(ctrl: Controller, bus: int = GPU_BUS) -> dict[int, BAR]:
     """Size every memory BAR of the function at bus:00.0 (all-ones written, read back) and place it: non-prefetchable
     from 0x1000_0000, prefetchable 64-bit ones from 0x8_0000_0000, each class in 2 MiB steps (pcie_setup.
-    bar_assignment). A 32-bit prefetchable BAR is placed with the non-prefetchable ones (this module's choice: it
-    cannot sit above 4 GiB)."""
+    bar_assignment), each at an address aligned to its size (a BAR's low address bits are hardwired to zero: the
+    PCI specification's natural alignment; the facts' 2 MiB steps alone would misplace a BAR larger than the
+    distance to the next aligned address). A 32-bit prefetchable BAR is placed with the non-prefetchable ones
+    (this module's choice: it cannot sit above 4 GiB)."""
     nxt = {False: MEM_BASE, True: PREF_BASE}
     bars: dict[int, BAR] = {}
     off = 0x10
@@ -396,8 +398,9 @@ def size_bars(ctrl: Controller, bus: int = GPU_BUS) -> dict[int, BAR]:
         else:
             size = (~mask + 1) & 0xFFFFFFFF
         cls = pref and is64
-        if size:
-            addr = nxt[cls]
+        if size:                                        # a BAR decodes naturally aligned addresses (PCI spec)
+            align = max(size, BAR_ALIGN)
+            addr = (nxt[cls] + align - 1) // align * align
             ctrl.config_write(bus, 0, 0, off, 4, addr & 0xFFFFFFFF)
             if is64:
                 ctrl.config_write(bus, 0, 0, off + 4, 4, addr >> 32)
@@ -598,7 +601,8 @@ class Shadows:
                 self._push(e, 0 if e[3] else self.GAP_DW)
 
     def pull(self) -> None:
-        """The GPU-written shadows read back from VRAM (their host changes sent first)."""
+        """The GPU-written shadows read back from VRAM, after their host changes went out; a dword the host changes
+        while the read is on the wire (another thread's write pointer) is kept and stays to be sent."""
         import numpy as np
         with self.lock:
             for e in self.entries.values():
@@ -606,9 +610,12 @@ class Shadows:
                     continue
                 self._push(e, 0)
                 off, data, clean, _ = e
-                fresh = self.window.read(off, len(data))
-                data[:] = fresh
-                clean[:] = np.frombuffer(fresh, np.uint32)
+                fresh = np.frombuffer(self.window.read(off, len(data)), np.uint32).copy()
+                cur = np.frombuffer(data, np.uint32)
+                late = cur != clean
+                clean[:] = fresh
+                fresh[late] = cur[late]
+                cur[:] = fresh
 
     def write_through(self, va: int, rel: int, raw: bytes) -> bool:
         """Bytes written to VRAM at `rel` of the allocation at `va`: its shadow takes them too (False: none)."""
@@ -878,8 +885,10 @@ class USB(PCI):
 
     def info(self) -> dict:
         d = super().info()
+        st = self.copier.stats if self.copier is not None else None
         d["bridge"] = {"name": self.fn.name, "transfers": self.fn.ctrl.transfers,
-                       "bars": {f"BAR{n}": f"{b.bus_address:#x}+{b.size:#x}" for n, b in sorted(self.fn.bars.items())}}
+                       "bars": {f"BAR{n}": f"{b.bus_address:#x}+{b.size:#x}" for n, b in sorted(self.fn.bars.items())},
+                       "copies": dict(vars(st)) if st is not None else None}
         return d
 
 

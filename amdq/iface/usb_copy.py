@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DeviceError
@@ -49,7 +49,6 @@ class CopyStats:
     stream_s: float = 0.0           # host time sending chunk images (F2 arm + bulk OUT)
     drain_wait_s: float = 0.0       # host time reading the drain fence
     fence_reads: int = 0
-    history: list = field(default_factory=list)
 
 
 class BridgeCopier:
