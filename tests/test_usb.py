@@ -11,6 +11,7 @@ import pytest
 import usb1
 
 from amdq.errors import DeviceError, DeviceLost
+from amdq.hw import usb_asm24 as H
 from amdq.iface import usb as U
 
 
@@ -55,10 +56,10 @@ class GPUConfig:
 class Recorder:
     """A fake usb1 handle (see the module doc). `calls` lists every transfer as a tuple."""
 
-    def __init__(self, bars=None, link=U.LTSSM_L0, power_up=True):
+    def __init__(self, bars=None, link=H.LTSSM_L0, power_up=True):
         self.calls: list[tuple] = []
         self.xdata = bytearray(0x10000)
-        self.xdata[U.LTSSM_STATE] = link
+        self.xdata[H.XDATA_LTSSM_STATE] = link
         self.power_up = power_up
         self.cfg: dict[tuple[int, int, int], object] = {(b, 0, 0): bytearray(4096) for b in range(4)}
         self.gpu = GPUConfig(bars or {0: (256 << 20, 0xC), 2: (0x200000, 0x0), 5: (0x100000, 0x0)})
@@ -82,11 +83,11 @@ class Recorder:
         if self.gone:
             raise usb1.USBErrorNoDevice(-4)
         self.calls.append(("out", rt, req, value, index, bytes(data), timeout))
-        if req == U.REQ_XDATA_WRITE:
+        if req == H.REQ_XDATA_WRITE:
             self.xdata[value] = index
-        elif req == U.REQ_PCIE_POWER:
-            self.xdata[U.LTSSM_STATE] = U.LTSSM_L0 if value and self.power_up else 0
-        elif req == U.REQ_TLP:
+        elif req == H.REQ_PCIE_POWER:
+            self.xdata[H.XDATA_LTSSM_STATE] = H.LTSSM_L0 if value and self.power_up else 0
+        elif req == H.REQ_TLP:
             fmt, be, mode = value & 0xFF, value >> 8, index & 3
             lo, hi, word = struct.unpack("<III", data)
             addr = hi << 32 | lo
@@ -95,7 +96,6 @@ class Recorder:
                 return len(data)
             if fmt & 0xBE == 0x04:                         # config
                 bus, dev, fn, off = addr >> 24, (addr >> 19) & 31, (addr >> 16) & 7, addr & 0xFFC
-                shift = (be & -be).bit_length() - 1
                 dst = self.gpu if (bus, dev, fn) == (4, 0, 0) else self.cfg.get((bus, dev, fn))
                 if dst is None or not self._reachable(bus):
                     self.reply = struct.pack("<I", 0xFFFFFFFF) + bytes([1 << 5, 0, 0, 0])
@@ -110,16 +110,15 @@ class Recorder:
                 else:
                     v = dst.read(off) if isinstance(dst, GPUConfig) else struct.unpack_from("<I", dst, off)[0]
                     self.reply = struct.pack("<I", v) + bytes(4)
-                del shift
         return len(data)
 
     def controlRead(self, rt, req, value, index, length, timeout=0):
         if self.gone:
             raise usb1.USBErrorNoDevice(-4)
         self.calls.append(("in", rt, req, value, index, length, timeout))
-        if req == U.REQ_XDATA_READ:
+        if req == H.REQ_XDATA_READ:
             return bytes(self.xdata[value:value + length])
-        if req == U.REQ_TLP:
+        if req == H.REQ_TLP:
             if self.engine_fail:
                 self.engine_fail -= 1
                 return bytes(7) + b"\x01"
@@ -351,7 +350,7 @@ def test_bring_up_on_the_simulated_bridge(arch):
         assert ctx.bridge.ltssm == 0                                     # the firmware boots with PCIe off
         fn = U.open_function(ctx)
         c = fn.ctrl
-        assert ctx.bridge.ltssm == U.LTSSM_L0
+        assert ctx.bridge.ltssm == H.LTSSM_L0
         for b in range(4):                                               # bus numbers: primary 0, secondary b+1, sub 4
             assert c.config_read(b, 0, 0, 0x18) & 0xFFFFFF == (b + 1) << 8 | 4 << 16
             assert c.config_read(b, 0, 0, 0x04, 1) & 7 == 7
@@ -366,7 +365,7 @@ def test_bring_up_on_the_simulated_bridge(arch):
             lo = fn.config_read(0x10 + 4 * n)
             hi = fn.config_read(0x14 + 4 * n) if b.is64 else 0
             assert (hi << 32 | lo) & ~0xF == b.bus_address
-            assert b.bus_address % U.BAR_ALIGN == 0
+            assert b.bus_address % H.BAR_ALIGN == 0
         spans = sorted((b.bus_address, b.bus_address + b.size) for b in fn.bars.values())
         assert all(e <= s for (_, e), (s, _) in zip(spans, spans[1:]))   # no overlaps
         assert fn.config_read(4, 2) & 6 == 6                             # memory decode and bus mastering
@@ -427,7 +426,7 @@ def test_copies_through_the_bridge_sram_are_bit_exact(dev, size, off):
     assert buf.read(size, off) == data
     assert buf.read(off + 1) == bytes(off) + data[:1]                    # what lies before is untouched
     assert buf.read(9, off + size) == bytes(9)                           # and after
-    assert st.chunks_in - before[0] == -(-size // U.U.COPYIN_CHUNK)      # through the SRAM windows
+    assert st.chunks_in - before[0] == -(-size // H.COPYIN_CHUNK)      # through the SRAM windows
     assert st.chunks_out > before[1]
 
 
@@ -474,11 +473,11 @@ def test_copy_in_program_polls_each_sentinel_and_fences_the_drain(dev):
     assert len(polls) == len(copies) == len(writes) == 4
     for c, (p, cp, wr) in enumerate(zip(polls, copies, writes)):
         seq = seq0 + c
-        n = min(U.U.COPYIN_CHUNK, len(data) - c * U.U.COPYIN_CHUNK)
+        n = min(H.COPYIN_CHUNK, len(data) - c * H.COPYIN_CHUNK)
         wire = -(-(n + 4) // 512) * 512
-        win = cop.sram_va + (U.U.COPYIN_WINDOW_BUS[seq & 1] - U.U.SRAM_BUS)
+        win = cop.sram_va + (H.COPYIN_WINDOW_BUS[seq & 1] - H.SRAM_BUS)
         assert p.fields["addr"] == win + wire - 4 and p.fields["value"] == 0x51000000 | seq
-        assert cp.fields["src_addr"] == win and cp.fields["dst_addr"] == buf.addr + c * U.U.COPYIN_CHUNK
+        assert cp.fields["src_addr"] == win and cp.fields["dst_addr"] == buf.addr + c * H.COPYIN_CHUNK
         assert cp.fields["count"] == n - 1
         assert wr.fields["data"][:2] == [seq + 1, 0]
     assert cop.fence() == cop.seq == seq0 + 4                            # the drain fence reached the last chunk
@@ -489,7 +488,7 @@ def test_copy_in_program_polls_each_sentinel_and_fences_the_drain(dev):
 
 def test_a_libusb_error_is_an_amdq_error_and_the_next_call_works(dev):
     buf = dev.upload(np.arange(256, dtype=np.uint32))
-    dev.sim.inject("usb_error", endpoint=U.EP_BULK_IN, error="io")
+    dev.sim.inject("usb_error", endpoint=H.EP_BULK_IN, error="io")
     with pytest.raises(DeviceError, match=r"Input/Output|LIBUSB_ERROR_IO|libusb -1") as e:
         buf.read()
     assert not isinstance(e.value, DeviceLost)
