@@ -183,8 +183,10 @@ class SimASM24Bridge:
         with self.lock:
             try:
                 self._faults(U.EP_CONTROL, n, request)
-            except usb1.USBError:
+            except usb1.USBError as e:
                 self.model.counters.failed += 1
+                if isinstance(e, usb1.USBErrorTimeout):         # the host waited its timeout out
+                    self.model.advance(int((timeout or U.TIMEOUTS_MS["control"]) * 1e6))
                 raise
             try:
                 if is_in:
@@ -211,8 +213,10 @@ class SimASM24Bridge:
         with self.lock:
             try:
                 self._faults(endpoint, n, None)
-            except usb1.USBError:
+            except usb1.USBError as e:
                 self.model.counters.failed += 1
+                if isinstance(e, usb1.USBErrorTimeout):         # the host waited its timeout out
+                    self.model.advance(int((timeout or U.TIMEOUTS_MS["control"]) * 1e6))
                 raise
             try:
                 if endpoint not in (U.EP_BULK_IN, U.EP_BULK_OUT):
