@@ -11,6 +11,7 @@ import usb1
 
 from amdq.hw import discovery as D
 from amdq.hw import usb_asm24 as U
+from amdq.sim.mmu import MMU, READABLE, SYSTEM, VALID, WRITEABLE
 from amdq.sim.usb import LinkTiming, SimASM24Bridge, SimUSBContext
 
 OUT, IN = U.REQTYPE_VENDOR_OUT, U.REQTYPE_VENDOR_IN
@@ -80,9 +81,25 @@ class Host:
         self.cfg(U.GPU_BUS, U.CFG_COMMAND, 1, U.COMMAND_IO_MEM_MASTER)
         return bars
 
-    def bring_up(self) -> dict[int, tuple[int, int]]:
+    def resize_bar(self) -> int:
+        """The facts' Resizable BAR step: the largest size of the first capability with id 0x15; its index."""
+        off = U.EXT_CAP_START
+        while off:
+            head = self.cfg(U.GPU_BUS, off)[1]
+            if head & 0xFFFF == U.EXT_CAP_REBAR:
+                cap = self.cfg(U.GPU_BUS, off + U.REBAR_CAP)[1]
+                ctrl = self.cfg(U.GPU_BUS, off + U.REBAR_CTRL)[1]
+                index = (cap >> 4).bit_length() - 1
+                self.cfg(U.GPU_BUS, off + U.REBAR_CTRL, 4, ctrl & ~0x1F00 | index << 8)
+                return index
+            off = (head >> 20) & 0xFFC
+        return -1
+
+    def bring_up(self, resize: bool = True) -> dict[int, tuple[int, int]]:
         self.power()
         self.program_bridges()
+        if resize:
+            self.resize_bar()
         return self.assign_bars()
 
     def stream_write(self, addr: int, data: bytes) -> None:
@@ -191,6 +208,23 @@ def test_config_through_the_switch_ports_after_bus_numbers(usb):
     assert host.cfg(U.GPU_BUS, 0)[0] == U.CPL_UR and host.cfg(0, U.CFG_BUS_NUMBERS)[1] == 0
 
 
+def test_resizable_bar(usb):
+    bridge, host = usb
+    fn = bridge.fn
+    bars = host.bring_up(resize=False)
+    assert bars[0] == (U.BAR_PREF_BASE, 256 << 20)                          # the boot size
+    data = host.stream_read(bars[0][0] + (256 << 20) - 8, 8)
+    assert data == bytes(fn.vram[(256 << 20) - 8:256 << 20])
+    assert bars[2][0] == bars[0][0] + (256 << 20)                           # the doorbells follow it
+    host.cfg(U.GPU_BUS, U.CFG_COMMAND, 1, 0)
+    index = host.resize_bar()
+    assert 1 << (20 + index) == 1 << (fn.vram_size - 1).bit_length()
+    bars = host.assign_bars()
+    assert bars[0][1] == 1 << (20 + index)
+    fn.vram[fn.vram_size - 4:fn.vram_size] = b"\x01\x02\x03\x04"
+    assert host.stream_read(bars[0][0] + fn.vram_size - 4, 4) == b"\x01\x02\x03\x04"
+
+
 def test_bar_sizing_and_register_tlps(usb):
     bridge, host = usb
     bars = host.bring_up()
@@ -236,6 +270,18 @@ def test_sram_by_f2_and_the_gpus_dma(usb):
     host.bring_up()
     arena, off = space.system(U.SRAM_BUS + 16 * U.F2_SLOT, len(payload))
     assert arena.read(off, len(payload)) == payload                         # the GPU reads what F2 wrote
+    # through the GPU's MMU: a SYSTEM PTE naming the SRAM's bus address, as the driver maps it
+    gpu = bridge.fn.gpu
+    mmu = MMU(gpu.vram, gpu.sysmem, gpu.target.gfx_version, vmid=15, space=space)
+    mmu.configure(root=0x100000, depth=0, block_size=0, start=0, end=None)
+    pte = (U.SRAM_BUS + 16 * U.F2_SLOT) | VALID | SYSTEM | READABLE | WRITEABLE
+    gpu.vram.write(0x100000 + 8 * 1, struct.pack("<Q", pte))
+    arena, pa, size, _ = mmu.walk(0x1000)
+    assert arena is bridge.mem["sram"] and arena.read(pa, 64) == payload[:64]
+    host.cfg(3, U.CFG_COMMAND, 1, 0x03)                                    # a switch port stops mastering
+    mmu.invalidate()
+    assert mmu.walk(0x1000) is None                                         # the GPU's read would fault
+    host.cfg(3, U.CFG_COMMAND, 1, U.COMMAND_IO_MEM_MASTER)
     assert space.system(U.SRAM_BUS + U.SRAM_SIZE - 4, 8) is None             # past the SRAM
     assert space.system(0x1000, 4) is None                                  # no host RAM behind the bridge
     host.f2_write(0, b"\xab" * 16)
