@@ -381,6 +381,9 @@ def test_timing_model():
         ctx.handleEvents()
         assert done == [t] and t.getStatus() == usb1.TRANSFER_COMPLETED and t.getActualLength() == 0x80000
         assert m.clock_ns - t0 == 2_000_000                                 # the 0.6 ms hid under the GPU's work
+        t0 = m.clock_ns
+        host.power()                                                        # F3 returns once the link trained
+        assert m.clock_ns - t0 == m.cost_ns("control", 0) + int(timing.pcie_train_us * 1e3)
         # sleeping: wall time follows the modelled time
         m.timing.sleep = True
         w0 = time.perf_counter()

@@ -86,6 +86,14 @@ class SimASM24Bridge:
         self.unplugged = False
         self.halted: set[int] = set()            # bulk endpoints that stall until clearHalt
         self.generation = 0                      # a replug makes old handles stale
+        self._extra_ns = 0                       # time the current request takes beyond the link's (F3 training)
+
+    def __getattr__(self, name: str) -> Any:
+        """What the bridge does not have is the simulated GPU function's behind it (its inject/clear aside:
+        the bridge's own take the USB kinds too), so tools reach the GPU through the bridge as through SIMPCI."""
+        if name.startswith("_") or name == "fn":
+            raise AttributeError(name)
+        return getattr(self.fn, name)
 
     # -- identity and info ---------------------------------------------------------------------------------
     @property
@@ -202,7 +210,8 @@ class SimASM24Bridge:
                 self._fail("control", "in" if is_in else "out", 0, request, timeout)
                 raise _timeout(is_in) from None
             self.model.count("control", "in" if is_in else "out", got, request)
-            self.model.transfer("control", got)
+            extra, self._extra_ns = self._extra_ns, 0
+            self.model.transfer("control", got, extra)
         self._give_gpu()
         return out
 
@@ -331,6 +340,7 @@ class SimASM24Bridge:
                 self.fn.power_on()                                  # the GPU powers up cold
                 self.pcie.reset()
                 self.set_ltssm(U.LTSSM_L0)
+                self._extra_ns = int(self.timing.pcie_train_us * 1e3)
         elif value == U.PCIE_POWER_OFF:
             self.set_ltssm(U.LTSSM_OFF)
             self.pcie.reset()

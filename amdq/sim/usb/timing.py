@@ -14,6 +14,8 @@ The defaults, near a USB 3.2 Gen 2 (10 Gbit/s) link, and why:
 * `bulk_bytes_per_s` 900e6: 10 Gbit/s signalling with 128b/132b encoding leaves ~1.2 GB/s; protocol overhead
   and host-controller scheduling give ~900 MB/s in practice for large bulk transfers on this class of bridge.
 * `bulk_latency_us` 30: the fixed cost of one bulk transfer (submission, first packet, completion event).
+* `pcie_train_us` 20000: F3 returns once the link is trained; power ramp, detect and training to L0 take
+  milliseconds to tens of milliseconds (PCIe allows up to 100 ms before the first configuration request).
 * `high_speed` (USB 2.0 fallback, 480 Mbit/s): 250 us round trips, 40 MB/s bulk.
 These are choices of the simulator, not facts of the sources; they are configurable per bridge.
 
@@ -37,6 +39,7 @@ class LinkTiming:
     control_bytes_per_s: float = 40e6
     bulk_bytes_per_s: float = 900e6
     bulk_latency_us: float = 30.0
+    pcie_train_us: float = 20_000.0        # F3 on: power-up and link training before the request completes
     sleep: bool = False                    # also sleep the modelled time
 
     @classmethod
