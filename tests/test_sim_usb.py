@@ -300,7 +300,13 @@ def test_f2_read_waits_for_the_gpus_release_write(usb):
     h.controlWrite(OUT, U.REQ_SRAM_DMA, U.f2_value(1024, True), U.f2_index(0, 1024), b"", 1000)
     with pytest.raises(usb1.USBErrorTimeout):
         h.bulkRead(U.EP_BULK_IN, 1024, 50)                                  # no release: the stream never starts
+    bars = {i: (bridge.fn.bar_bus_address(i),) for i in (0, 5)}
     h.controlWrite(OUT, U.REQ_SRAM_DMA, U.f2_value(1024, True), U.f2_index(0, 1024), b"", 1000)
+    # the copy-out sends its ring and doorbell writes (F0 streams with their own bulk OUTs) and reads back a
+    # signal (an F0 read stream) between the F2 arm and the bulk IN: the F2 read stays armed through them
+    host.stream_write(bars[0][0] + 0x2000, b"\x11" * 64)
+    assert host.stream_read(bars[0][0] + 0x2000, 8) == b"\x11" * 8
+    assert host.cfg(U.GPU_BUS, 0)[0] == U.CPL_SC
     arena, off = bridge.fn.gpu.space.system(U.BUS_COPYOUT_RELEASE, 4)
     arena.write(off, struct.pack("<I", U.COPYOUT_RELEASE_VALUE))            # the GPU's SDMA WRITE of 0
     assert h.bulkRead(U.EP_BULK_IN, 1024, 1000) == b"\x5c" * 1024

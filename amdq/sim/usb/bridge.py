@@ -10,7 +10,10 @@ Simulator choices (the sources leave them open; `not_determined` in the facts):
 * A request the firmware does not take (an unknown bRequest, a bad wLength, an F0 mode 3, a stream whose
   address is not dword aligned or whose byte enables are not 0x0F, an F2 outside the SRAM or whose slot count
   does not cover it, a bulk transfer whose length differs from the armed one) is refused with a STALL
-  (USBErrorPipe), as USB devices refuse requests; the arm is dropped. An E4 over 255 bytes stalls; on a USB 2.0
+  (USBErrorPipe), as USB devices refuse requests; the arm is dropped.
+* The TLP engine and the F2 DMA keep their arms apart (an F0 request replaces only the TLP engine's stream, an
+  F2 only the DMA's); a bulk transfer takes the latest arm of its direction and spends it. So the copy-out's F2
+  read stays armed across the ring and doorbell writes sent before its bulk IN. An E4 over 255 bytes stalls; on a USB 2.0
   High-Speed link an E4 over 64 bytes times out (the public report in the facts).
 * A bulk transfer with nothing armed is never accepted: it times out (the endpoint NAKs).
 * F0 IN with no completion pending, and any non-posted TLP while the link is down, answer engine status 1
@@ -81,7 +84,10 @@ class SimASM24Bridge:
         self.xdata = bytearray(U.XDATA_SIZE)
         self.ltssm = U.LTSSM_OFF                 # the custom firmware boots with PCIe off
         self.xdata[U.XDATA_LTSSM_STATE] = self.ltssm
-        self.arm: tuple | None = None            # the bulk phase the last arming request set up
+        # the bulk phases armed, per engine: the TLP engine's stream (F0 mode 1/2) and the F2 DMA's; a bulk transfer
+        # takes the latest arm of its direction, so an F2 read outlives the F0 requests sent before its bulk IN
+        self.arms: dict[str, tuple[str, int, int, int]] = {}      # engine -> (kind, address, bytes, sequence)
+        self._seq = 0
         self.cpl: tuple[int, int, int, int] | None = None   # (status, data, byte count, engine) for F0 IN
         self.unplugged = False
         self.halted: set[int] = set()            # bulk endpoints that stall until clearHalt
@@ -145,7 +151,7 @@ class SimASM24Bridge:
                 gone = True
             if gone:
                 self.unplugged = True
-                self.arm = None
+                self.arms.clear()
                 raise usb1.USBErrorNoDevice()
         p = armed.get("usb_stall")
         if p is not None and int(p.get("endpoint", U.EP_BULK_IN)) == endpoint:
@@ -178,7 +184,7 @@ class SimASM24Bridge:
         with self.lock:
             self.injector.clear("usb_unplug")
             self.unplugged = False
-            self.arm = None
+            self.arms.clear()
             self.halted.clear()
             self.generation += 1
 
@@ -250,7 +256,6 @@ class SimASM24Bridge:
         return out
 
     def _fail(self, kind: str, direction: str, n: int, request: int | None, timeout_ms: int | None = None) -> None:
-        self.arm = None if timeout_ms is None else self.arm
         self.model.count(kind, direction, n, request)
         self.model.counters.failed += 1
         if timeout_ms is None:
@@ -344,7 +349,8 @@ class SimASM24Bridge:
         elif value == U.PCIE_POWER_OFF:
             self.set_ltssm(U.LTSSM_OFF)
             self.pcie.reset()
-            self.arm = self.cpl = None
+            self.arms.pop("tlp", None)
+            self.cpl = None
         else:
             raise Stall()
 
@@ -364,7 +370,7 @@ class SimASM24Bridge:
         mode, fmt, be = index & U.TLP_MODE_MASK, value & 0xFF, (value >> 8) & 0xFF
         lo, hi, word = struct.unpack("<III", data)
         addr = lo if fmt in (U.MRD32, U.MWR32) else hi << 32 | lo       # a 32-bit format has no upper half
-        self.arm = None
+        self.arms.pop("tlp", None)
         if mode == U.TLP_MODE_SINGLE:
             self.cpl = None
             self._single(fmt, be, addr, word)
@@ -373,7 +379,7 @@ class SimASM24Bridge:
             if fmt not in want or be != U.STREAM_BYTE_ENABLES or addr & 3 or word == 0:
                 raise Stall()
             kind = "tlp_write" if mode == U.TLP_MODE_STREAM_WRITE else "tlp_read"
-            self.arm = (kind, addr, 4 * word)
+            self._arm("tlp", kind, addr, 4 * word)
         else:
             raise Stall()
 
@@ -442,7 +448,7 @@ class SimASM24Bridge:
 
     # -- F2: the SRAM DMA ------------------------------------------------------------------------------------
     def _f2(self, value: int, index: int) -> None:
-        self.arm = None
+        self.arms.pop("f2", None)
         sectors, read = value & U.F2_SECTORS_MASK, bool(value & U.F2_READ)
         slot, slots = index & U.F2_SLOT_MASK, (index >> U.F2_SLOTS_SHIFT) & 0xFF
         off, n = slot * U.F2_SLOT, sectors * U.F2_SECTOR
@@ -450,18 +456,29 @@ class SimASM24Bridge:
             raise Stall()
         if read:
             self.mem["cq_buf"].write(U.BUS_COPYOUT_RELEASE - U.CQ_BUF_BUS, struct.pack("<I", _RELEASE_MARK))
-            self.arm = ("f2_read", off, n)
+            self._arm("f2", "f2_read", off, n)
         else:
-            self.arm = ("f2_write", off, n)
+            self._arm("f2", "f2_write", off, n)
 
     def _released(self) -> bool:
         return self.mem["cq_buf"].u32(U.BUS_COPYOUT_RELEASE - U.CQ_BUF_BUS) != _RELEASE_MARK
 
     # -- bulk data phases ------------------------------------------------------------------------------------
+    def _arm(self, engine: str, kind: str, addr: int, n: int) -> None:
+        self._seq += 1
+        self.arms[engine] = (kind, addr, n, self._seq)
+
+    def _take(self, direction: str) -> tuple[str, int, int] | None:
+        """The latest armed phase of `direction` ("write": bulk OUT, "read": bulk IN), spent by this transfer."""
+        mine = [(a[3], e) for e, a in self.arms.items() if a[0].endswith(direction)]
+        if not mine:
+            return None
+        kind, addr, n, _ = self.arms.pop(max(mine)[1])
+        return kind, addr, n
+
     def _bulk_out(self, data: bytes) -> None:
-        arm, self.arm = self.arm, None
-        if arm is None or arm[0] not in ("tlp_write", "f2_write"):
-            self.arm = arm
+        arm = self._take("write")
+        if arm is None:
             raise NoAnswer()
         kind, addr, n = arm
         if len(data) != n:
@@ -477,9 +494,8 @@ class SimASM24Bridge:
             self.pcie.gpu.mem_write(hit[0], hit[1], data)
 
     def _bulk_in(self, n: int, timeout: int) -> bytes:
-        arm, self.arm = self.arm, None
-        if arm is None or arm[0] not in ("tlp_read", "f2_read"):
-            self.arm = arm
+        arm = self._take("read")
+        if arm is None:
             raise NoAnswer()
         kind, addr, want = arm
         if n != want:
@@ -501,8 +517,7 @@ class SimASM24Bridge:
         t0 = time.perf_counter_ns()
         while not self._released():
             if time.monotonic() >= end:
-                self.arm = None
-                raise NoAnswer()
+                raise NoAnswer()                    # the arm is spent
             self.lock.release()                     # other host threads (and the GPU's DMA) may go on
             try:
                 if gpu.mode != "async" and not gpu.defer:

@@ -172,7 +172,7 @@ class SimUSBDeviceHandle:
         """A USB port reset: the bridge's USB side re-initialises (no replug of the PCIe side)."""
         b = self._live()
         with b.lock:
-            b.arm = None
+            b.arms.clear()
             b.halted.clear()
 
     def clearHalt(self, endpoint: int) -> None:
