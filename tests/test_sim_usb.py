@@ -9,6 +9,7 @@ import time
 import pytest
 import usb1
 
+from amdq.errors import InvalidArgument
 from amdq.hw import discovery as D
 from amdq.hw import usb_asm24 as U
 from amdq.sim.mmu import MMU, READABLE, SYSTEM, VALID, WRITEABLE
@@ -475,3 +476,21 @@ def test_inject_error_io_and_timeout(usb):
         host.e4(0x100, 1, timeout=250)
     assert e.value.value == U.LIBUSB_ERROR_TIMEOUT and bridge.model.clock_ns - t0 >= 250 * 10**6
     assert host.e4(0x100, 1) == b"\x01"
+
+
+def test_timing_from_the_environment(monkeypatch):
+    t = LinkTiming.from_env("speed=high,sleep=1,bulk_bytes_per_s=2e7")
+    assert (t.speed, t.sleep, t.bulk_bytes_per_s, t.control_rtt_us) == ("high", True, 2e7, 250.0)
+    assert LinkTiming.from_env("") == LinkTiming()
+    with pytest.raises(InvalidArgument):
+        LinkTiming.from_env("bulk=fast")
+    monkeypatch.setenv("AMDQ_SIM_USB_TIMING", "control_rtt_us=100")
+    ctx = SimUSBContext(arch="gfx1100", mode="sync")
+    try:
+        h = ctx.openByVendorIDAndProductID(*U.DRIVER_IDS[0])
+        t0 = ctx.bridge.model.clock_ns
+        h.controlRead(IN, U.REQ_XDATA_READ, 0, 0, 1, 1000)
+        assert ctx.bridge.model.clock_ns - t0 == 100_000 + int(1e9 / 40e6)
+        assert ctx.bridge.info()["link"]["control_rtt_us"] == 100
+    finally:
+        ctx.close()

@@ -66,7 +66,7 @@ class SimASM24Bridge:
     def __init__(self, arch: str = "gfx1100", speed: str = "super_plus", timing: LinkTiming | None = None,
                  mode: str | None = None, fn: Any = None, bus_number: int = 1, address: int = 2,
                  vid_pid: tuple[int, int] = U.DRIVER_IDS[0], product: str = PRODUCT, pump: bool = True):
-        self.timing = timing or LinkTiming.for_speed(speed)
+        self.timing = timing or (LinkTiming.for_speed(speed) if speed != "super_plus" else LinkTiming.from_env())
         self.speed = self.timing.speed
         self.model = LinkModel(self.timing)
         self.bus_number, self.address, self.vid_pid, self.product = bus_number, address, vid_pid, product
