@@ -142,6 +142,9 @@ def test_found_and_opened_as_libusb_finds_it(usb):
     h.setInterfaceAltSetting(U.INTERFACE, U.ALT_SETTING)
     with pytest.raises(usb1.USBErrorNotFound):
         h.claimInterface(1)
+    d = h.controlRead(0x80, 6, 1 << 8, 0, 18, 1000)                         # GET_DESCRIPTOR(device)
+    assert len(d) == 18 and struct.unpack_from("<HH", d, 8) == U.DRIVER_IDS[0] and d[7] == 9   # 512-byte EP0
+    assert h.getASCIIStringDescriptor(7) is None
     info = bridge.info()
     assert info["chip"] == "ASM2464PD" and info["speed"] == "super_plus" and info["firmware"] == "1.00"
     assert info["name"] == "usb:1-2" and not info["pcie_up"]

@@ -270,7 +270,33 @@ class SimASM24Bridge:
             gpu.pump(1 << 12)
 
     # -- control requests ------------------------------------------------------------------------------------
+    def descriptor(self, kind: int, index: int) -> bytes:
+        """A standard descriptor (USB 2.0/3.x specification, chapter 9): device (1) or string (3: 0 the language
+        list, 1 manufacturer, 2 product, 3 serial); empty for others."""
+        if kind == 1:
+            ep0 = U.MAX_PACKET_INFERRED["high" if self.speed == "high" else "super"]["ep0"]
+            mps0 = ep0 if self.speed == "high" else ep0.bit_length() - 1   # SuperSpeed gives the exponent
+            return struct.pack("<BBHBBBBHHHBBBB", 18, 1, self.bcd_usb, 0, 0, 0, mps0, self.vid_pid[0],
+                               self.vid_pid[1], BCD_DEVICE, 1, 2, 3, 1)
+        if kind == 3:
+            if index == 0:
+                return bytes([4, 3]) + struct.pack("<H", 0x0409)
+            text = {1: MANUFACTURER, 2: self.product, 3: self.serial}.get(index)
+            if text is not None:
+                raw = text.encode("utf-16-le")
+                return bytes([2 + len(raw), 3]) + raw
+        return b""
+
+    @property
+    def serial(self) -> str:
+        return f"SIM{self.bus_number:02d}{self.address:03d}"
+
     def _control_in(self, request_type: int, request: int, value: int, index: int, n: int) -> bytes:
+        if request_type & 0x60 == 0x00 and request == 6:          # standard GET_DESCRIPTOR
+            d = self.descriptor(value >> 8, value & 0xFF)
+            if not d:
+                raise Stall()
+            return d[:n]
         if request_type & 0x60 != 0x40:
             raise Stall()                                         # only vendor requests on this interface
         if request == U.REQ_XDATA_READ:

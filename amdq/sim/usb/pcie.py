@@ -103,7 +103,7 @@ class Type1:
         """Power-on: bus numbers 0, windows closed, command 0."""
         vid, did = BRIDGE_IDS[self.index]
         c = self.config = bytearray(4096)
-        struct.pack_into("<HHHH", c, 0, vid, did, 0, 0x0010)
+        struct.pack_into("<HHHH", c, 0, vid, did, 0, 0)    # no capability list
         c[9:12] = CLASS_PCI_BRIDGE.to_bytes(3, "little")
         c[0x0E] = 0x01                                      # header type 1
         struct.pack_into("<HH", c, 0x24, 0x0001, 0x0001)     # 64-bit prefetchable window, closed
@@ -236,8 +236,11 @@ class Endpoint:
         dw = off & ~3
         if U.CFG_BAR0 <= dw < U.CFG_BAR_END:
             hit = self._bar_of(dw)
-            if hit is None or size != 4 or off & 3:
+            if hit is None:
                 return                                     # unimplemented BARs are hardwired to 0
+            if size != 4:                                  # a partial write: the other bytes as they read
+                sh, m = 8 * (off & 3), (1 << 8 * size) - 1
+                value = self._bar_dword(dw) & ~(m << sh) | (value & m) << sh
             n, upper = hit
             if value & 0xFFFFFFFF == 0xFFFFFFFF:
                 self.sizing.add(dw)
