@@ -497,3 +497,14 @@ def test_timing_from_the_environment(monkeypatch):
         assert ctx.bridge.info()["link"]["control_rtt_us"] == 100
     finally:
         ctx.close()
+
+
+def test_inject_pcie_link_fail(usb):
+    bridge, host = usb
+    bridge.inject("pcie_link_fail")
+    host.power()
+    assert host.e4(U.XDATA_LTSSM_STATE, 1) == bytes([U.LTSSM_CONFIGURATION])
+    assert host.cfg(0, 0)[2] != 0                                           # no completion from anybody
+    bridge.clear("pcie_link_fail")
+    host.power()
+    assert host.e4(U.XDATA_LTSSM_STATE, 1) == bytes([U.LTSSM_L0]) and host.cfg(0, 0)[0] == U.CPL_SC

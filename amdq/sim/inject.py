@@ -26,6 +26,8 @@ Kinds:
 - `usb_error` (simulated USB bridge): one transfer fails, not carried out: `error=io` (default, LIBUSB_ERROR_IO)
   or `error=timeout` (LIBUSB_ERROR_TIMEOUT, after the transfer's timeout); `endpoint=`, `request=` (bRequest)
   choose which, `after_transfers=N` delays it.
+- `pcie_link_fail` (simulated USB bridge): F3 powers the PCIe side on but link training stays in Configuration
+  (LTSSM 0x4C), so nothing behind the bridge answers, until `clear` and the next F3.
 """
 from __future__ import annotations
 

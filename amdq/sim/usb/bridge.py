@@ -40,7 +40,7 @@ from ..memory import Arena
 from .pcie import BridgeBus, Topology, Window
 from .timing import LinkModel, LinkTiming
 
-INJECT_KINDS = {"usb_unplug": "usb", "usb_stall": "usb", "usb_error": "usb"}
+INJECT_KINDS = {"usb_unplug": "usb", "usb_stall": "usb", "usb_error": "usb", "pcie_link_fail": "usb"}
 add_kinds(INJECT_KINDS)                     # known before any AMDQ_SIM_INJECT is parsed
 
 CHIP = "ASM2464PD"
@@ -370,6 +370,10 @@ class SimASM24Bridge:
             if self.ltssm != U.LTSSM_L0:
                 self.fn.power_on()                                  # the GPU powers up cold
                 self.pcie.reset()
+                if "pcie_link_fail" in self.injector:             # training never leaves Configuration
+                    self.set_ltssm(U.LTSSM_CONFIGURATION)
+                    self._extra_ns = int(self.timing.pcie_train_us * 1e3)
+                    return
                 self.set_ltssm(U.LTSSM_L0)
                 self._extra_ns = int(self.timing.pcie_train_us * 1e3)
         elif value == U.PCIE_POWER_OFF:
