@@ -10,11 +10,12 @@ Simulator choices (the sources leave them open; `not_determined` in the facts):
 * A request the firmware does not take (an unknown bRequest, a bad wLength, an F0 mode 3, a stream whose
   address is not dword aligned or whose byte enables are not 0x0F, an F2 outside the SRAM or whose slot count
   does not cover it, a bulk transfer whose length differs from the armed one) is refused with a STALL
-  (USBErrorPipe), as USB devices refuse requests; the arm is dropped.
+  (USBErrorPipe), as USB devices refuse requests; the arm is dropped. An E4 over 255 bytes stalls; on a USB 2.0
+  High-Speed link an E4 over 64 bytes times out (the public report in the facts). Endpoint 0 also answers the
+  standard GET_DESCRIPTOR (device, strings) as any USB device does.
 * The TLP engine and the F2 DMA keep their arms apart (an F0 request replaces only the TLP engine's stream, an
   F2 only the DMA's); a bulk transfer takes the latest arm of its direction and spends it. So the copy-out's F2
-  read stays armed across the ring and doorbell writes sent before its bulk IN. An E4 over 255 bytes stalls; on a USB 2.0
-  High-Speed link an E4 over 64 bytes times out (the public report in the facts).
+  read stays armed across the ring and doorbell writes sent before its bulk IN.
 * A bulk transfer with nothing armed is never accepted: it times out (the endpoint NAKs).
 * F0 IN with no completion pending, and any non-posted TLP while the link is down, answer engine status 1
   (byte 7 non-zero: the driver's retry path). A memory read stream while the link is down times out; a write
@@ -24,6 +25,8 @@ Simulator choices (the sources leave them open; `not_determined` in the facts):
   that dword when the read is armed and sees the GPU's write as the mark being replaced.
 * F3 on trains the link at once (LTSSM 0x78) and powers the GPU on cold; F3 off resets every PCIe function.
 * E5 stores the low byte of wIndex; the LTSSM register is read-only.
+* A transfer an injected fault fails (usb_error, usb_stall) is not carried out; it counts as failed, not as a
+  transfer of its kind. A deterministic-mode GPU (AMDQ_SIM_MODE=sync) is given a slice after every transfer.
 """
 from __future__ import annotations
 
