@@ -11,7 +11,11 @@ Simulator choices (the sources leave them open; `not_determined` in the facts):
   address is not dword aligned or whose byte enables are not 0x0F, an F2 outside the SRAM or whose slot count
   does not cover it, a bulk transfer whose length differs from the armed one) is refused with a STALL
   (USBErrorPipe), as USB devices refuse requests; the arm is dropped. An E4 over 255 bytes stalls; on a USB 2.0
-  High-Speed link an E4 over 64 bytes times out (the public report in the facts).
+  High-Speed link an E4 over 64 bytes times out (the public report in the facts). Endpoint 0 also answers the
+  standard GET_DESCRIPTOR (device, strings) as any USB device does.
+* The TLP engine and the F2 DMA keep their arms apart (an F0 request replaces only the TLP engine's stream, an
+  F2 only the DMA's); a bulk transfer takes the latest arm of its direction and spends it. So the copy-out's F2
+  read stays armed across the ring and doorbell writes sent before its bulk IN.
 * A bulk transfer with nothing armed is never accepted: it times out (the endpoint NAKs).
 * F0 IN with no completion pending, and any non-posted TLP while the link is down, answer engine status 1
   (byte 7 non-zero: the driver's retry path). A memory read stream while the link is down times out; a write
@@ -21,6 +25,8 @@ Simulator choices (the sources leave them open; `not_determined` in the facts):
   that dword when the read is armed and sees the GPU's write as the mark being replaced.
 * F3 on trains the link at once (LTSSM 0x78) and powers the GPU on cold; F3 off resets every PCIe function.
 * E5 stores the low byte of wIndex; the LTSSM register is read-only.
+* A transfer an injected fault fails (usb_error, usb_stall) is not carried out; it counts as failed, not as a
+  transfer of its kind. A deterministic-mode GPU (AMDQ_SIM_MODE=sync) is given a slice after every transfer.
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ from ..memory import Arena
 from .pcie import BridgeBus, Topology, Window
 from .timing import LinkModel, LinkTiming
 
-INJECT_KINDS = {"usb_unplug": "usb", "usb_stall": "usb", "usb_error": "usb"}
+INJECT_KINDS = {"usb_unplug": "usb", "usb_stall": "usb", "usb_error": "usb", "pcie_link_fail": "usb"}
 add_kinds(INJECT_KINDS)                     # known before any AMDQ_SIM_INJECT is parsed
 
 CHIP = "ASM2464PD"
@@ -63,7 +69,7 @@ class SimASM24Bridge:
     def __init__(self, arch: str = "gfx1100", speed: str = "super_plus", timing: LinkTiming | None = None,
                  mode: str | None = None, fn: Any = None, bus_number: int = 1, address: int = 2,
                  vid_pid: tuple[int, int] = U.DRIVER_IDS[0], product: str = PRODUCT, pump: bool = True):
-        self.timing = timing or LinkTiming.for_speed(speed)
+        self.timing = timing or (LinkTiming.for_speed(speed) if speed != "super_plus" else LinkTiming.from_env())
         self.speed = self.timing.speed
         self.model = LinkModel(self.timing)
         self.bus_number, self.address, self.vid_pid, self.product = bus_number, address, vid_pid, product
@@ -81,12 +87,22 @@ class SimASM24Bridge:
         self.xdata = bytearray(U.XDATA_SIZE)
         self.ltssm = U.LTSSM_OFF                 # the custom firmware boots with PCIe off
         self.xdata[U.XDATA_LTSSM_STATE] = self.ltssm
-        self.arm: tuple | None = None            # the bulk phase the last arming request set up
-        self.held_f2_read: tuple | None = None   # an F2 read armed before F0 requests that came after it
+        # the bulk phases armed, per engine: the TLP engine's stream (F0 mode 1/2) and the F2 DMA's; a bulk transfer
+        # takes the latest arm of its direction, so an F2 read outlives the F0 requests sent before its bulk IN
+        self.arms: dict[str, tuple[str, int, int, int]] = {}      # engine -> (kind, address, bytes, sequence)
+        self._seq = 0
         self.cpl: tuple[int, int, int, int] | None = None   # (status, data, byte count, engine) for F0 IN
         self.unplugged = False
         self.halted: set[int] = set()            # bulk endpoints that stall until clearHalt
         self.generation = 0                      # a replug makes old handles stale
+        self._extra_ns = 0                       # time the current request takes beyond the link's (F3 training)
+
+    def __getattr__(self, name: str) -> Any:
+        """What the bridge does not have is the simulated GPU function's behind it (its inject/clear aside:
+        the bridge's own take the USB kinds too), so tools reach the GPU through the bridge as through SIMPCI."""
+        if name.startswith("_") or name == "fn":
+            raise AttributeError(name)
+        return getattr(self.fn, name)
 
     # -- identity and info ---------------------------------------------------------------------------------
     @property
@@ -138,7 +154,7 @@ class SimASM24Bridge:
                 gone = True
             if gone:
                 self.unplugged = True
-                self.arm = None
+                self.arms.clear()
                 raise usb1.USBErrorNoDevice()
         p = armed.get("usb_stall")
         if p is not None and int(p.get("endpoint", U.EP_BULK_IN)) == endpoint:
@@ -171,7 +187,7 @@ class SimASM24Bridge:
         with self.lock:
             self.injector.clear("usb_unplug")
             self.unplugged = False
-            self.arm = self.held_f2_read = None
+            self.arms.clear()
             self.halted.clear()
             self.generation += 1
 
@@ -184,8 +200,10 @@ class SimASM24Bridge:
         with self.lock:
             try:
                 self._faults(U.EP_CONTROL, n, request)
-            except usb1.USBError:
+            except usb1.USBError as e:
                 self.model.counters.failed += 1
+                if isinstance(e, usb1.USBErrorTimeout):         # the host waited its timeout out
+                    self.model.advance(int((timeout or U.TIMEOUTS_MS["control"]) * 1e6))
                 raise
             try:
                 if is_in:
@@ -201,7 +219,8 @@ class SimASM24Bridge:
                 self._fail("control", "in" if is_in else "out", 0, request, timeout)
                 raise _timeout(is_in) from None
             self.model.count("control", "in" if is_in else "out", got, request)
-            self.model.transfer("control", got)
+            extra, self._extra_ns = self._extra_ns, 0
+            self.model.transfer("control", got, extra)
         self._give_gpu()
         return out
 
@@ -212,8 +231,10 @@ class SimASM24Bridge:
         with self.lock:
             try:
                 self._faults(endpoint, n, None)
-            except usb1.USBError:
+            except usb1.USBError as e:
                 self.model.counters.failed += 1
+                if isinstance(e, usb1.USBErrorTimeout):         # the host waited its timeout out
+                    self.model.advance(int((timeout or U.TIMEOUTS_MS["control"]) * 1e6))
                 raise
             try:
                 if endpoint not in (U.EP_BULK_IN, U.EP_BULK_OUT):
@@ -238,7 +259,6 @@ class SimASM24Bridge:
         return out
 
     def _fail(self, kind: str, direction: str, n: int, request: int | None, timeout_ms: int | None = None) -> None:
-        self.arm = None if timeout_ms is None else self.arm
         self.model.count(kind, direction, n, request)
         self.model.counters.failed += 1
         if timeout_ms is None:
@@ -253,7 +273,33 @@ class SimASM24Bridge:
             gpu.pump(1 << 12)
 
     # -- control requests ------------------------------------------------------------------------------------
+    def descriptor(self, kind: int, index: int) -> bytes:
+        """A standard descriptor (USB 2.0/3.x specification, chapter 9): device (1) or string (3: 0 the language
+        list, 1 manufacturer, 2 product, 3 serial); empty for others."""
+        if kind == 1:
+            ep0 = U.MAX_PACKET_INFERRED["high" if self.speed == "high" else "super"]["ep0"]
+            mps0 = ep0 if self.speed == "high" else ep0.bit_length() - 1   # SuperSpeed gives the exponent
+            return struct.pack("<BBHBBBBHHHBBBB", 18, 1, self.bcd_usb, 0, 0, 0, mps0, self.vid_pid[0],
+                               self.vid_pid[1], BCD_DEVICE, 1, 2, 3, 1)
+        if kind == 3:
+            if index == 0:
+                return bytes([4, 3]) + struct.pack("<H", 0x0409)
+            text = {1: MANUFACTURER, 2: self.product, 3: self.serial}.get(index)
+            if text is not None:
+                raw = text.encode("utf-16-le")
+                return bytes([2 + len(raw), 3]) + raw
+        return b""
+
+    @property
+    def serial(self) -> str:
+        return f"SIM{self.bus_number:02d}{self.address:03d}"
+
     def _control_in(self, request_type: int, request: int, value: int, index: int, n: int) -> bytes:
+        if request_type & 0x60 == 0x00 and request == 6:          # standard GET_DESCRIPTOR
+            d = self.descriptor(value >> 8, value & 0xFF)
+            if not d:
+                raise Stall()
+            return d[:n]
         if request_type & 0x60 != 0x40:
             raise Stall()                                         # only vendor requests on this interface
         if request == U.REQ_XDATA_READ:
@@ -327,11 +373,17 @@ class SimASM24Bridge:
             if self.ltssm != U.LTSSM_L0:
                 self.fn.power_on()                                  # the GPU powers up cold
                 self.pcie.reset()
+                if "pcie_link_fail" in self.injector:             # training never leaves Configuration
+                    self.set_ltssm(U.LTSSM_CONFIGURATION)
+                    self._extra_ns = int(self.timing.pcie_train_us * 1e3)
+                    return
                 self.set_ltssm(U.LTSSM_L0)
+                self._extra_ns = int(self.timing.pcie_train_us * 1e3)
         elif value == U.PCIE_POWER_OFF:
             self.set_ltssm(U.LTSSM_OFF)
             self.pcie.reset()
-            self.arm = self.cpl = self.held_f2_read = None
+            self.arms.pop("tlp", None)
+            self.cpl = None
         else:
             raise Stall()
 
@@ -351,9 +403,7 @@ class SimASM24Bridge:
         mode, fmt, be = index & U.TLP_MODE_MASK, value & 0xFF, (value >> 8) & 0xFF
         lo, hi, word = struct.unpack("<III", data)
         addr = lo if fmt in (U.MRD32, U.MWR32) else hi << 32 | lo       # a 32-bit format has no upper half
-        if self.arm is not None and self.arm[0] == "f2_read":
-            self.held_f2_read = self.arm        # an armed SRAM read outlives F0 requests (facts: copy_out rings the
-        self.arm = None                         # doorbell between the F2 arm and the bulk IN)
+        self.arms.pop("tlp", None)
         if mode == U.TLP_MODE_SINGLE:
             self.cpl = None
             self._single(fmt, be, addr, word)
@@ -362,7 +412,7 @@ class SimASM24Bridge:
             if fmt not in want or be != U.STREAM_BYTE_ENABLES or addr & 3 or word == 0:
                 raise Stall()
             kind = "tlp_write" if mode == U.TLP_MODE_STREAM_WRITE else "tlp_read"
-            self.arm = (kind, addr, 4 * word)
+            self._arm("tlp", kind, addr, 4 * word)
         else:
             raise Stall()
 
@@ -431,7 +481,7 @@ class SimASM24Bridge:
 
     # -- F2: the SRAM DMA ------------------------------------------------------------------------------------
     def _f2(self, value: int, index: int) -> None:
-        self.arm = self.held_f2_read = None
+        self.arms.pop("f2", None)
         sectors, read = value & U.F2_SECTORS_MASK, bool(value & U.F2_READ)
         slot, slots = index & U.F2_SLOT_MASK, (index >> U.F2_SLOTS_SHIFT) & 0xFF
         off, n = slot * U.F2_SLOT, sectors * U.F2_SECTOR
@@ -439,18 +489,29 @@ class SimASM24Bridge:
             raise Stall()
         if read:
             self.mem["cq_buf"].write(U.BUS_COPYOUT_RELEASE - U.CQ_BUF_BUS, struct.pack("<I", _RELEASE_MARK))
-            self.arm = ("f2_read", off, n)
+            self._arm("f2", "f2_read", off, n)
         else:
-            self.arm = ("f2_write", off, n)
+            self._arm("f2", "f2_write", off, n)
 
     def _released(self) -> bool:
         return self.mem["cq_buf"].u32(U.BUS_COPYOUT_RELEASE - U.CQ_BUF_BUS) != _RELEASE_MARK
 
     # -- bulk data phases ------------------------------------------------------------------------------------
+    def _arm(self, engine: str, kind: str, addr: int, n: int) -> None:
+        self._seq += 1
+        self.arms[engine] = (kind, addr, n, self._seq)
+
+    def _take(self, direction: str) -> tuple[str, int, int] | None:
+        """The latest armed phase of `direction` ("write": bulk OUT, "read": bulk IN), spent by this transfer."""
+        mine = [(a[3], e) for e, a in self.arms.items() if a[0].endswith(direction)]
+        if not mine:
+            return None
+        kind, addr, n, _ = self.arms.pop(max(mine)[1])
+        return kind, addr, n
+
     def _bulk_out(self, data: bytes) -> None:
-        arm, self.arm = self.arm, None
-        if arm is None or arm[0] not in ("tlp_write", "f2_write"):
-            self.arm = arm
+        arm = self._take("write")
+        if arm is None:
             raise NoAnswer()
         kind, addr, n = arm
         if len(data) != n:
@@ -466,11 +527,8 @@ class SimASM24Bridge:
             self.pcie.gpu.mem_write(hit[0], hit[1], data)
 
     def _bulk_in(self, n: int, timeout: int) -> bytes:
-        if (self.arm is None or self.arm[0] != "tlp_read") and self.held_f2_read is not None:
-            self.arm, self.held_f2_read = self.held_f2_read, None
-        arm, self.arm = self.arm, None
-        if arm is None or arm[0] not in ("tlp_read", "f2_read"):
-            self.arm = arm
+        arm = self._take("read")
+        if arm is None:
             raise NoAnswer()
         kind, addr, want = arm
         if n != want:
@@ -492,8 +550,7 @@ class SimASM24Bridge:
         t0 = time.perf_counter_ns()
         while not self._released():
             if time.monotonic() >= end:
-                self.arm = None
-                raise NoAnswer()
+                raise NoAnswer()                    # the arm is spent
             self.lock.release()                     # other host threads (and the GPU's DMA) may go on
             try:
                 if gpu.mode != "async" and not gpu.defer:

@@ -63,7 +63,7 @@ class SimUSBDevice:
         return MANUFACTURER
 
     def getSerialNumber(self) -> str:
-        return f"SIM{self.bridge.bus_number:02d}{self.bridge.address:03d}"
+        return self.bridge.serial
 
     def open(self) -> "SimUSBDeviceHandle":
         if self.bridge.unplugged:
@@ -172,29 +172,29 @@ class SimUSBDeviceHandle:
         """A USB port reset: the bridge's USB side re-initialises (no replug of the PCIe side)."""
         b = self._live()
         with b.lock:
-            b.arm = None
+            b.arms.clear()
             b.halted.clear()
 
     def clearHalt(self, endpoint: int) -> None:
         self._live().clear_halt(endpoint)
 
-    def getProduct(self) -> str:
-        self._live()
-        return self.device.getProduct()
+    def getProduct(self) -> str | None:
+        """iProduct (string descriptor 2), read from the device as libusb does."""
+        return self.getASCIIStringDescriptor(2)
 
-    def getManufacturer(self) -> str:
-        self._live()
-        return self.device.getManufacturer()
+    def getManufacturer(self) -> str | None:
+        return self.getASCIIStringDescriptor(1)
 
-    def getSerialNumber(self) -> str:
-        self._live()
-        return self.device.getSerialNumber()
+    def getSerialNumber(self) -> str | None:
+        return self.getASCIIStringDescriptor(3)
 
     def getASCIIStringDescriptor(self, descriptor: int) -> str | None:
-        """String descriptors 1 (manufacturer), 2 (product), 3 (serial); None for others."""
-        self._live()
-        return {1: self.device.getManufacturer(), 2: self.device.getProduct(),
-                3: self.device.getSerialNumber()}.get(descriptor)
+        """String descriptor `descriptor` read over endpoint 0 (a GET_DESCRIPTOR, counted), None if absent."""
+        try:
+            raw = self.controlRead(0x80, 6, 3 << 8 | descriptor, 0x0409, 255, 1000)
+        except usb1.USBErrorPipe:
+            return None
+        return raw[2:raw[0]].decode("utf-16-le").encode("ascii", "replace").decode()
 
     def getTransfer(self, iso_packets: int = 0) -> "SimUSBTransfer":
         self._live()

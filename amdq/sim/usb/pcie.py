@@ -17,7 +17,9 @@ PCI Express Base specifications.
 Simulator choices (the sources do not say; see `not_determined` in the facts): which silicon the four bridges
 are (ids below: the bridge chip's two ports, then the GPU board's switch upstream and downstream ports); a BAR
 decodes its size rounded up to a power of two, VRAM answers for the first bar_sizes[0] bytes of BAR0 and an
-access past it is Unsupported Request; a partial-dword register write is a read-modify-write of the register.
+access past it is Unsupported Request; the GPU function (when it has no extended capabilities of its own) shows
+a Resizable BAR capability for BAR0 at 0x100 (sizes 1 MiB up to all of VRAM, 256 MiB at power-on, as boards
+ship), whose size the host may change while memory decoding is off or on alike; a partial-dword register write is a read-modify-write of the register.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ class Type1:
         """Power-on: bus numbers 0, windows closed, command 0."""
         vid, did = BRIDGE_IDS[self.index]
         c = self.config = bytearray(4096)
-        struct.pack_into("<HHHH", c, 0, vid, did, 0, 0x0010)
+        struct.pack_into("<HHHH", c, 0, vid, did, 0, 0)    # no capability list
         c[9:12] = CLASS_PCI_BRIDGE.to_bytes(3, "little")
         c[0x0E] = 0x01                                      # header type 1
         struct.pack_into("<HH", c, 0x24, 0x0001, 0x0001)     # 64-bit prefetchable window, closed
@@ -160,13 +162,18 @@ class Endpoint:
     config access is the function's own."""
 
     BARS = {0: U.CFG_BAR0, 2: U.CFG_BAR0 + 8, 5: U.CFG_BAR0 + 20}
+    REBAR_BOOT_INDEX = 8                                    # BAR0 decodes 256 MiB at power-on
 
     def __init__(self, fn: Any):
         self.fn = fn
+        self.rebar = not any(fn.config[U.EXT_CAP_START:U.EXT_CAP_START + 4])   # the function has no caps of its own
+        full = (self.fn.bar_sizes[0] - 1).bit_length()
+        self.rebar_max = max(0, full - 20)                  # the largest size index: all of VRAM
         self.reset()
 
     def reset(self) -> None:
-        """Power-on: the BARs unassigned, the command register cleared."""
+        """Power-on: the BARs unassigned, the command register cleared, BAR0 at its boot size."""
+        self.rebar_index = min(self.REBAR_BOOT_INDEX, self.rebar_max)
         self.sizing: set[int] = set()                       # BAR dwords that hold all ones (the size probe)
         for n, off in self.BARS.items():
             flags = self.fn.config_read(off) & 0xF
@@ -176,8 +183,25 @@ class Endpoint:
         self.fn.config[4] = 0
 
     def decode_size(self, n: int) -> int:
-        """The range BAR `n` decodes: its size rounded up to a power of two."""
+        """The range BAR `n` decodes: its size rounded up to a power of two (BAR0: the Resizable BAR size)."""
+        if n == 0 and self.rebar:
+            return 1 << (20 + self.rebar_index)
         return 1 << (self.fn.bar_sizes[n] - 1).bit_length()
+
+    def bar_bytes(self, n: int) -> int:
+        """The bytes with something behind them in BAR `n`."""
+        return min(self.decode_size(n), self.fn.bar_sizes[n])
+
+    # -- the Resizable BAR extended capability (PCI Express Base specification) at 0x100, for BAR0 -----------
+    def _rebar_dword(self, off: int) -> int | None:
+        rel = off - U.EXT_CAP_START
+        if not self.rebar or not 0 <= rel < 12:
+            return None
+        if rel == 0:
+            return U.EXT_CAP_REBAR | 1 << 16                # id, version 1, no next capability
+        if rel == U.REBAR_CAP:
+            return sum(1 << (4 + i) for i in range(self.rebar_max + 1))   # 1 MiB .. all of VRAM
+        return self.rebar_index << U.REBAR_CTRL_SIZE[0] | 1 << 5   # one resizable BAR, BAR index 0
 
     def _bar_of(self, off: int) -> tuple[int, bool] | None:
         """(BAR index, upper half?) of the BAR dword at `off`, None for an unimplemented one."""
@@ -190,8 +214,10 @@ class Endpoint:
 
     def config_read(self, off: int, size: int) -> int:
         dw = off & ~3
+        v = self._rebar_dword(dw)
         if U.CFG_BAR0 <= dw < U.CFG_BAR_END:
             v = self._bar_dword(dw)
+        if v is not None:
             return (v >> 8 * (off & 3)) & ((1 << 8 * size) - 1)
         return self.fn.config_read(off, size)
 
@@ -210,8 +236,11 @@ class Endpoint:
         dw = off & ~3
         if U.CFG_BAR0 <= dw < U.CFG_BAR_END:
             hit = self._bar_of(dw)
-            if hit is None or size != 4 or off & 3:
+            if hit is None:
                 return                                     # unimplemented BARs are hardwired to 0
+            if size != 4:                                  # a partial write: the other bytes as they read
+                sh, m = 8 * (off & 3), (1 << 8 * size) - 1
+                value = self._bar_dword(dw) & ~(m << sh) | (value & m) << sh
             n, upper = hit
             if value & 0xFFFFFFFF == 0xFFFFFFFF:
                 self.sizing.add(dw)
@@ -223,6 +252,17 @@ class Endpoint:
             else:
                 v = value & mask & 0xFFFFFFF0 | self.fn.config_read(dw) & 0xF
             struct.pack_into("<I", self.fn.config, dw, v)
+            return
+        if self._rebar_dword(dw) is not None:
+            if dw == U.EXT_CAP_START + U.REBAR_CTRL and off & 3 <= 1 < (off & 3) + size:
+                lo, hi = U.REBAR_CTRL_SIZE
+                index = ((value << 8 * (off & 3)) >> lo) & ((1 << (hi - lo + 1)) - 1)
+                if index <= self.rebar_max:             # an unsupported size is not taken
+                    self.rebar_index = index
+                    b0 = self.BARS[0]               # the BAR's address bits below the new size read 0
+                    old = self.fn.config_read(b0 + 4) << 32 | self.fn.config_read(b0)
+                    new = old & ~(self.decode_size(0) - 1) | old & 0xF
+                    struct.pack_into("<II", self.fn.config, b0, new & 0xFFFFFFFF, new >> 32)
             return
         self.fn.config_write(off, size, value)
 
@@ -243,12 +283,10 @@ class Endpoint:
     def mem_read(self, bar: int, off: int, n: int) -> bytes | None:
         """`n` bytes (a multiple of 4 at a dword offset for registers and doorbells), None: unsupported."""
         fn = self.fn
-        if bar == 0:
-            if off + n > fn.bar_sizes[0]:
-                return None
-            return bytes(fn.vram[off:off + n])
-        if off + n > fn.bar_sizes[bar]:
+        if off + n > self.bar_bytes(bar):
             return None
+        if bar == 0:
+            return bytes(fn.vram[off:off + n])
         if bar == 2:
             db = fn.doorbells
             return b"".join(struct.pack("<I", db.read32(off + i)) for i in range(0, n, 4))
@@ -257,7 +295,7 @@ class Endpoint:
     def mem_write(self, bar: int, off: int, data: bytes, be: int = 0xF) -> bool:
         """Write `data` (whole dwords; `be` the byte enables of a single-dword write); False: unsupported."""
         fn, n = self.fn, len(data)
-        if off + n > fn.bar_sizes[bar]:
+        if off + n > self.bar_bytes(bar):
             return False
         if bar == 0:
             if be == 0xF:

@@ -14,8 +14,11 @@ The defaults, near a USB 3.2 Gen 2 (10 Gbit/s) link, and why:
 * `bulk_bytes_per_s` 900e6: 10 Gbit/s signalling with 128b/132b encoding leaves ~1.2 GB/s; protocol overhead
   and host-controller scheduling give ~900 MB/s in practice for large bulk transfers on this class of bridge.
 * `bulk_latency_us` 30: the fixed cost of one bulk transfer (submission, first packet, completion event).
+* `pcie_train_us` 20000: F3 returns once the link is trained; power ramp, detect and training to L0 take
+  milliseconds to tens of milliseconds (PCIe allows up to 100 ms before the first configuration request).
 * `high_speed` (USB 2.0 fallback, 480 Mbit/s): 250 us round trips, 40 MB/s bulk.
-These are choices of the simulator, not facts of the sources; they are configurable per bridge.
+These are choices of the simulator, not facts of the sources; they are configurable per bridge (`timing=`) and
+from the environment (`AMDQ_SIM_USB_TIMING="speed=high,sleep=1,bulk_bytes_per_s=4e8"`, see LinkTiming.from_env).
 
 Overlap: the link is one resource. `transfer` (a synchronous call) starts when both the host and the link are
 free and returns when it is done; `submit` starts a transfer on the link without waiting for it and `wait`
@@ -24,9 +27,12 @@ time reached by other work (the GPU's, for instance) without adding the link's t
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
+
+from ...errors import InvalidArgument
 
 
 @dataclass
@@ -37,6 +43,7 @@ class LinkTiming:
     control_bytes_per_s: float = 40e6
     bulk_bytes_per_s: float = 900e6
     bulk_latency_us: float = 30.0
+    pcie_train_us: float = 20_000.0        # F3 on: power-up and link training before the request completes
     sleep: bool = False                    # also sleep the modelled time
 
     @classmethod
@@ -48,6 +55,25 @@ class LinkTiming:
         if speed not in base:
             raise ValueError(f"link speed {speed!r}: super_plus, super or high")
         return cls(speed=speed, **{**base[speed], **kw})
+
+    @classmethod
+    def from_env(cls, text: str | None = None) -> "LinkTiming":
+        """AMDQ_SIM_USB_TIMING="key=value,...": the speed first (its defaults), then any field over it
+        (e.g. "speed=high", "sleep=1,bulk_bytes_per_s=4e8"); unset: the USB 3.2 Gen 2 defaults."""
+        text = os.environ.get("AMDQ_SIM_USB_TIMING", "") if text is None else text
+        kv: dict[str, str] = {}
+        for item in filter(None, (x.strip() for x in text.split(","))):
+            k, sep, v = item.partition("=")
+            if not sep or k.strip() not in cls.__dataclass_fields__:
+                raise InvalidArgument(f"AMDQ_SIM_USB_TIMING: {item!r}: use key=value with keys "
+                                      f"{', '.join(cls.__dataclass_fields__)}")
+            kv[k.strip()] = v.strip()
+        speed = kv.pop("speed", "super_plus")
+        try:
+            fields = {k: (v not in ("0", "false", "no", "")) if k == "sleep" else float(v) for k, v in kv.items()}
+            return cls.for_speed(speed, **fields)
+        except ValueError as e:
+            raise InvalidArgument(f"AMDQ_SIM_USB_TIMING={text!r}: {e}") from None
 
     @property
     def signalling_gbps(self) -> float:
