@@ -323,7 +323,8 @@ def test_libusb_errors_become_amdq_errors_and_unplug_is_sticky():
         c.mem_read(0x1000, 4)
     assert not isinstance(e.value, DeviceLost) and e.value.libusb_code == -9
     h.gone = True
-    with pytest.raises(DeviceLost, match="memory write of 4 bytes at 0x2000"):
+    c.post(0x3000, b"wxyz")
+    with pytest.raises(DeviceLost, match="memory write of 4 bytes at 0x3000.*1 queued register writes not sent"):
         c.mem_write(0x2000, b"abcd")
     n = len(h.calls)
     h.gone = False                                           # even if it answered again: lost stays lost
@@ -501,6 +502,9 @@ def test_usb_spec_without_a_bridge_says_so(monkeypatch):
             return None
     with pytest.raises(DeviceError, match="no ASM24xx USB bridge .* found .*add1:0001"):
         U.open_usb(NoBridges())
+    if not U.present():                                                  # no bridge here: a clear amdq error
+        with pytest.raises(DeviceError, match="libusb|no ASM24xx USB bridge"):
+            amdq.open_device("USB+AMD")
     from amdq.runtime.device import parse_spec
     assert parse_spec("SIMUSB+AMD:gfx1201") == ("SIMUSB", "gfx1201") and parse_spec("USB+AMD") == ("USB", None)
 

@@ -490,7 +490,12 @@ def open_real(arch: str | None = None) -> USB:
         import usb1
     except ImportError:
         raise DeviceError("the USB interface needs the libusb1 package (pip install libusb1) and libusb-1.0") from None
-    return open_usb(_guard("initialising libusb", usb1.USBContext), arch, standin=False)
+    try:
+        ctx = _guard("initialising libusb", lambda: usb1.USBContext().open())
+    except OSError as e:                        # the package is there, the C library is not
+        raise DeviceError(f"the USB interface needs the libusb-1.0 library (Debian: apt install libusb-1.0-0): "
+                          f"{e}") from None
+    return open_usb(ctx, arch, standin=False)
 
 
 def present() -> bool:

@@ -128,8 +128,11 @@ class Controller:
         except self._errors as e:
             code = _libusb_code(e)
             if code == LIBUSB_ERROR_NO_DEVICE or type(e).__name__ == "USBErrorNoDevice":
-                self.lost = DeviceLost(f"{self.name} is gone (unplugged?) during {what}: {e}; close the device and "
-                                       f"open it again once it is back")
+                unsent = sum(len(d) for _, d in self._posted) // 4
+                self.lost = DeviceLost(f"{self.name} is gone (unplugged?) during {what}: {e}"
+                                       f"{f' ({unsent} queued register writes not sent)' if unsent else ''}; close the "
+                                       f"device and open it again once it is back")
+                self._posted = []
                 self.lost.in_flight = what
                 if self.on_lost is not None:
                     self.on_lost(self.lost)
@@ -267,9 +270,13 @@ class Controller:
             self._posted.append((addr, bytearray(data)))
 
     def _flush(self) -> None:
-        posted, self._posted = self._posted, []
-        for addr, data in posted:
-            self._write_now(addr, bytes(data))
+        done = 0
+        try:
+            for addr, data in self._posted:             # a write leaves the queue once it went out
+                self._write_now(addr, bytes(data))
+                done += 1
+        finally:
+            del self._posted[:done]
 
     def flush(self) -> None:
         """Send the queued posted writes."""
