@@ -534,3 +534,20 @@ def test_shadows_push_only_what_the_host_changed():
     w.writes.clear()
     sh.flush()
     assert w.writes == []                                                # nothing changed since
+
+
+@pytest.mark.parametrize("after", [1, 6, 9])                           # in the doorbell's pushes, in the stream
+def test_a_copy_in_failing_part_way_releases_the_copy_engine(dev, after):
+    data = bytes(range(256)) * 3000                                      # 768,000 bytes: 3 chunks
+    buf = dev.alloc(len(data))
+    dev.synchronize()
+    cop = dev.iface._copier()
+    seq0 = cop.seq
+    dev.sim.inject("usb_error", endpoint=H.EP_BULK_OUT, after_transfers=after, error="io")
+    with pytest.raises(DeviceError, match="libusb -1"):
+        buf.write(data)
+    assert cop.seq == seq0 + 3
+    cop._wait_fence(cop.seq, "the released chunks")                     # the queued program ran to its end
+    dev.synchronize(timeout_ms=5000)                                     # nothing blocks the copy queue
+    buf.write(data)
+    assert buf.read() == data

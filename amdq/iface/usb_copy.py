@@ -124,24 +124,47 @@ class BridgeCopier:
                 if piece:
                     packets += q.copy(dst + o, self.sram_va + win, len(piece))
                 packets += q.write(self.fence_va, [(seq + 1) & 0xFFFFFFFF, (seq + 1) >> 32])
-            value = q.run(packets)                       # one doorbell for the group
-            for c, (o, piece) in enumerate(group):
-                seq = base + c
-                slot = U.COPYIN_WINDOW_SLOTS[seq & 1]
-                wire = (len(piece) + 4 + U.F2_SECTOR - 1) // U.F2_SECTOR * U.F2_SECTOR
-                img = bytearray(wire)
-                img[:len(piece)] = piece
-                struct.pack_into("<I", img, wire - 4, U.COPYIN_SENTINEL | (seq & 0xFFFFFF))
-                if seq >= 2:
-                    self._wait_fence(seq - 1, f"window {seq & 1} free of chunk {seq - 2}")
-                t0 = time.perf_counter()
-                self.ctrl.sram_write(slot * U.F2_SLOT, bytes(img))
-                self.stats.stream_s += time.perf_counter() - t0
-                self.stats.chunks_in += 1
-                self.stats.bytes_in += len(piece)
+            sent = 0
+            try:
+                value = q.run(packets)                   # one doorbell for the group
+                for c, (o, piece) in enumerate(group):
+                    self._send(base + c, piece)
+                    sent += 1
+                    self.stats.chunks_in += 1
+                    self.stats.bytes_in += len(piece)
+            except BaseException:
+                self._release(q, base, group, sent)
+                raise
             self.seq = base + len(group)
             self._wait_fence(self.seq, "the copy's last chunk")      # the drain fence
         return value
+
+    def _send(self, seq: int, piece: bytes) -> None:
+        """Chunk `seq`'s wire image into its window, once the window's previous chunk (seq - 2) is drained."""
+        wire = (len(piece) + 4 + U.F2_SECTOR - 1) // U.F2_SECTOR * U.F2_SECTOR
+        img = bytearray(wire)
+        img[:len(piece)] = piece
+        struct.pack_into("<I", img, wire - 4, U.COPYIN_SENTINEL | (seq & 0xFFFFFF))
+        if seq >= 2:
+            self._wait_fence(seq - 1, f"window {seq & 1} free of chunk {seq - 2}")
+        t0 = time.perf_counter()
+        self.ctrl.sram_write(U.COPYIN_WINDOW_SLOTS[seq & 1] * U.F2_SLOT, bytes(img))
+        self.stats.stream_s += time.perf_counter() - t0
+
+    def _release(self, q: Any, base: int, group: list, sent: int) -> None:
+        """A copy-in that failed part-way: the program is rung again (its ring push or doorbell may be what
+        failed) and the chunks not sent get their sentinels (zero payload), so it runs to its end now instead of
+        blocking the copy engine, then or later; the sequence moves past the group. Best effort: with the link
+        gone nothing can be released (the queue's reset recovers it)."""
+        self.seq = base + len(group)
+        if self.ctrl.lost is not None:
+            return
+        try:
+            q.submit([])
+            for c in range(sent, len(group)):
+                self._send(base + c, bytes(len(group[c][1])))
+        except Exception:                   # the link fails again: the original error is the one to report
+            pass
 
     def copy_out(self, q: Any, src: int, n: int) -> bytes:
         """n bytes from GPU address `src` through the SRAM on the SDMA queue `q` (the GPU idle)."""
