@@ -551,3 +551,22 @@ def test_a_copy_in_failing_part_way_releases_the_copy_engine(dev, after):
     dev.synchronize(timeout_ms=5000)                                     # nothing blocks the copy queue
     buf.write(data)
     assert buf.read() == data
+
+
+@pytest.mark.parametrize("arch,aql", [("gfx1100", "1"), ("gfx1201", "0")])
+def test_kernel_runs_on_simusb_other_queue_and_target(monkeypatch, arch, aql):
+    monkeypatch.setenv("AMD_AQL", aql)
+    d = amdq.open_device(f"SIMUSB+AMD:{arch}")
+    try:
+        assert d.queue.kind == ("aql" if aql == "1" else "compute")
+        prg = d.load(amdq.compile(VADD, arch=arch))
+        n = 777
+        a = d.upload(np.arange(n, dtype=np.float32))
+        b = d.upload(np.full(n, 3.0, np.float32))
+        c = d.alloc(4 * n)
+        for _ in range(3):
+            prg["vadd"](a, b, c, -1.0, n, grid=(4, 1, 1), block=(256, 1, 1))
+        d.synchronize(timeout_ms=20000)
+        assert np.array_equal(c.numpy(np.float32), np.arange(n, dtype=np.float32) - 3.0)
+    finally:
+        d.close()
