@@ -570,3 +570,19 @@ def test_kernel_runs_on_simusb_other_queue_and_target(monkeypatch, arch, aql):
         assert np.array_equal(c.numpy(np.float32), np.arange(n, dtype=np.float32) - 3.0)
     finally:
         d.close()
+
+
+def test_a_cpu_view_is_copied_only_once_the_cpu_touches_it(dev):
+    it = dev.iface
+    a = it.alloc(8 << 20, "vram")                                        # CPU-visible, as scratch is
+    try:
+        assert a.cpu is not None and a.va not in it.fn.shadows.entries   # nothing read over the bridge yet
+        it.copy_in(a, 100, b"seen")                                      # through BAR0: no shadow to keep
+        assert a.va not in it.fn.shadows.entries
+        assert bytes(a.cpu.mv[100:104]) == b"seen"                       # first touch: made from VRAM
+        a.cpu.write32(0, 0xABCD)
+        it.fn.shadows.flush()
+        assert it.fn.vram.read(a.meta["vram_offset"], 4) == struct.pack("<I", 0xABCD)
+    finally:
+        it.free(a)
+    assert a.va not in it.fn.shadows.entries

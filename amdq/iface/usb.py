@@ -19,6 +19,7 @@ import threading
 from typing import Any, Callable
 
 from ..errors import DeviceError, DeviceLost
+from .base import Mapping
 from .pci import PCI
 from .usb_bridge import (ALT_SETTING, CMD_MASTER, CMD_MEMORY, CONFIGURATION, GPU_BUS, INTERFACE,
                          LIBUSB_ERROR_NO_DEVICE, PRODUCT_PREFIXES, USB_IDS, Controller, TLPError, _libusb_code,
@@ -142,25 +143,37 @@ class Shadows:
     def __init__(self, window: VRAMWindow):
         self.window = window
         self.lock = threading.RLock()
-        self.entries: dict[int, list] = {}          # va -> [vram offset, buffer, clean copy, pull]
+        self.entries: dict[int, list] = {}          # va -> [vram offset, buffer, clean copy, pull] once touched
+        self.pulls: dict[int, bool] = {}
 
-    def add(self, va: int, off: int, size: int) -> Any:
-        """A new CPU view of VRAM [off, off + size) (its current contents), for the interface protocol."""
+    def add(self, va: int, off: int, size: int) -> "ShadowMapping":
+        """A new CPU view of VRAM [off, off + size), for the interface protocol. Its shadow is made (VRAM's current
+        contents read) when the CPU first touches it: memory the runtime never touches from the CPU (scratch) is
+        neither copied nor compared."""
+        return ShadowMapping(self, va, off, size)
+
+    def materialize(self, va: int, off: int, size: int) -> memoryview:
+        """The shadow of the view at `va`, made now if it was not."""
         import numpy as np
-        from .base import Mapping
-        data = bytearray(self.window.read(off, size))
         with self.lock:
-            self.entries[va] = [off, data, np.frombuffer(bytes(data), np.uint32).copy(), False]
-        return Mapping(va, size, memoryview(data))
+            e = self.entries.get(va)
+            if e is None:
+                data = bytearray(self.window.read(off, size))
+                e = self.entries[va] = [off, data, np.frombuffer(bytes(data), np.uint32).copy(),
+                                        self.pulls.get(va, False)]
+            return memoryview(e[1])
 
     def set_pull(self, va: int, pull: bool) -> None:
+        """Whether the GPU writes the view at `va` (then `pull` reads it back)."""
         with self.lock:
+            self.pulls[va] = pull
             if va in self.entries:
                 self.entries[va][3] = pull
 
     def drop(self, va: int) -> None:
         with self.lock:
             self.entries.pop(va, None)
+            self.pulls.pop(va, None)
 
     def _push(self, e: list, gap: int) -> None:
         import numpy as np
@@ -211,6 +224,20 @@ class Shadows:
             lo, hi = rel // 4, (rel + len(raw) + 3) // 4
             clean[lo:hi] = np.frombuffer(bytes(data[4 * lo:4 * hi]), np.uint32)
             return True
+
+
+class ShadowMapping(Mapping):
+    """A CPU view of VRAM over the bridge (the base.Mapping protocol): `mv` is its shadow, made on first use."""
+
+    def __init__(self, shadows: Shadows, va: int, off: int, size: int):
+        self.addr, self.size = va, size
+        self._shadows, self._off, self._mv = shadows, off, None
+
+    @property
+    def mv(self) -> memoryview:
+        if self._mv is None:
+            self._mv = self._shadows.materialize(self.addr, self._off, self.size)
+        return self._mv
 
 
 # --- the function: what the PCI interface and the AM driver see ----------------------------------------------
