@@ -197,7 +197,9 @@ class Shadows:
 
     def pull(self) -> None:
         """The GPU-written shadows read back from VRAM, after their host changes went out; a dword the host changes
-        while the read is on the wire (another thread's write pointer) is kept and stays to be sent."""
+        while the read is on the wire (another thread's write pointer) is kept and stays to be sent. They are read
+        in the order the CPU first touched them: the device's signal page (touched when its queues are made) before
+        the timestamps a completed signal vouches for, so a completion seen comes with its timestamps."""
         import numpy as np
         with self.lock:
             for e in self.entries.values():
