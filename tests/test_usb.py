@@ -586,3 +586,23 @@ def test_a_cpu_view_is_copied_only_once_the_cpu_touches_it(dev):
     finally:
         it.free(a)
     assert a.va not in it.fn.shadows.entries
+
+
+def test_a_hung_copy_engine_fails_the_copy_out_and_recovers(monkeypatch):
+    from amdq.errors import GPUTimeout
+    from amdq.iface import usb_bridge
+    monkeypatch.setattr(usb_bridge, "TIMEOUT_SRAM_IN", 500)
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        buf = d.upload(np.arange(64, dtype=np.uint32))
+        d.synchronize()
+        d.sim.inject("hang_sdma")
+        with pytest.raises(DeviceError, match="release dword .* stuck at ring byte .*COPY_LINEAR"):
+            buf.read()
+        with pytest.raises(GPUTimeout, match="sdma queue"):
+            d.synchronize(timeout_ms=500)                                # the copy queue is reset
+        d.sim.clear("hang_sdma")
+        buf.write(np.arange(64, dtype=np.uint32)[::-1].copy())
+        assert np.array_equal(buf.numpy(np.uint32), np.arange(64, dtype=np.uint32)[::-1])
+    finally:
+        d.close()

@@ -173,7 +173,14 @@ class BridgeCopier:
             k = min(U.COPYOUT_CHUNK, n - o)
             self.ctrl.sram_read_arm(k)
             q.run(q.copy(self.sram_va, src + o, k) + q.write(self.release_va, [U.COPYOUT_RELEASE_VALUE]))
-            out.append(self.ctrl.sram_read_data(k))
+            try:
+                out.append(self.ctrl.sram_read_data(k))
+            except DeviceError as e:
+                if getattr(e, "libusb_code", None) != U.LIBUSB_ERROR_TIMEOUT:
+                    raise
+                raise DeviceError(f"{self.ctrl.name}: copy-out of {k} bytes from {src + o:#x}: the bridge never streamed "
+                                  f"the SRAM, so the copy engine did not write the release dword (cq_buf + "
+                                  f"{RELEASE_OFFSET}); {q.describe().get('stuck', '')}") from None
             self.stats.chunks_out += 1
             self.stats.bytes_out += k
         return b"".join(out)
