@@ -62,6 +62,9 @@ class Recorder:
         self.xdata[H.XDATA_LTSSM_STATE] = link
         self.power_up = power_up
         self.cfg: dict[tuple[int, int, int], object] = {(b, 0, 0): bytearray(4096) for b in range(4)}
+        for b in range(4):                                  # PCI-to-PCI bridges: an id, header type 1
+            struct.pack_into("<HH", self.cfg[(b, 0, 0)], 0, 0x1B21, 0x2400 + b)
+            self.cfg[(b, 0, 0)][0x0E] = 1
         self.gpu = GPUConfig(bars or {0: (256 << 20, 0xC), 2: (0x200000, 0x0), 5: (0x100000, 0x0)})
         self.mem: dict[int, int] = {}          # bus address -> byte
         self.reply = b""
@@ -246,7 +249,7 @@ def test_completion_status_and_engine_retry():
         c.config_read(4, 0, 0, 0)                           # bus 4 not routed yet: UR
     assert e.value.status == 1
     h.engine_fail = 3
-    assert c.config_read(0, 0, 0, 0) == 0                   # retried until the engine captured a completion
+    assert c.config_read(0, 0, 0, 0) == 0x24001B21          # retried until the engine captured a completion
     assert sum(1 for x in h.calls if x[0] == "in") == 1 + 4
     h.engine_fail = 100
     with pytest.raises(U.TLPError, match="11 times"):
@@ -257,7 +260,9 @@ def test_completion_status_and_engine_retry():
 def test_bring_up_programs_bridges_and_places_bars():
     h = Recorder(link=0)
     c = U.Controller(h)
-    bars = U.bring_up(c)
+    top = U.bring_up(c)
+    bars = top.bars
+    assert top.ports == tuple(U.Port(b, 0x1B21, 0x2400 + b) for b in range(4)) and top.gpu == (0x1002, 0x744C)
     assert h.calls[0][:4] == ("in", 0xC0, 0xE4, 0xB450)
     assert ("out", 0x40, 0xF3, 1, 0, b"", 10000) in h.calls     # powered on: the link was down
     for b in range(4):
@@ -278,10 +283,17 @@ def test_bring_up_programs_bridges_and_places_bars():
 
 def test_bars_are_placed_at_their_natural_alignment():
     h = Recorder(bars={0: (64 << 30, 0xC), 2: (0x200000, 0xC), 5: (0x100000, 0x0)})
-    bars = U.bring_up(U.Controller(h))
+    bars = U.bring_up(U.Controller(h)).bars
     assert bars[0].bus_address == 64 << 30                               # 0x8_0000_0000 rounded up to 64 GiB
     assert bars[2].bus_address == (64 << 30) + (64 << 30)                # the next prefetchable address after it
     assert h.gpu.hi[0] << 32 | h.gpu.val[0] & ~0xF == 64 << 30           # the BAR kept all of it (no masked bits)
+
+
+def test_bring_up_names_a_missing_bridge():
+    h = Recorder()
+    del h.cfg[(2, 0, 0)]
+    with pytest.raises(DeviceError, match="no PCIe bridge answers at bus 2"):
+        U.bring_up(U.Controller(h))
 
 
 def test_bring_up_without_link_says_so():

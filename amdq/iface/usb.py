@@ -24,10 +24,10 @@ from .pci import PCI
 from .usb_bridge import (ALT_SETTING, CMD_MASTER, CMD_MEMORY, CONFIGURATION, GPU_BUS, INTERFACE,
                          LIBUSB_ERROR_NO_DEVICE, PRODUCT_PREFIXES, USB_IDS, Controller, TLPError, _libusb_code,
                          _usb_errors)
-from .usb_pcie import BAR, bring_up, size_bars
+from .usb_pcie import BAR, Port, Topology, bring_up, size_bars
 
 __all__ = ["USB", "USBFunction", "Registers", "VRAMWindow", "Doorbells", "Shadows", "Controller", "TLPError", "BAR",
-           "bring_up", "size_bars", "open_handle", "open_function", "open_usb", "open_real", "present"]
+           "Port", "Topology", "bring_up", "size_bars", "open_handle", "open_function", "open_usb", "open_real", "present"]
 
 
 # --- backends: BAR5 registers, BAR0 VRAM, BAR2 doorbells -----------------------------------------------------
@@ -252,8 +252,9 @@ class USBFunction:
     vfio = False
     irq = None
 
-    def __init__(self, ctrl: Controller, bars: dict[int, BAR], name: str, on_close: Callable[[], None] | None = None):
-        self.ctrl, self.bars, self.name = ctrl, bars, f"USB {name}"
+    def __init__(self, ctrl: Controller, topology: Topology, name: str, on_close: Callable[[], None] | None = None):
+        self.ctrl, self.topology, self.name = ctrl, topology, f"USB {name}"
+        self.bars = bars = topology.bars
         self.bar_sizes = {n: b.size for n, b in bars.items()}
         self.regs = Registers(ctrl, bars[5].bus_address, bars[5].size)
         self.vram = VRAMWindow(ctrl, bars[0].bus_address, bars[0].size)
@@ -375,11 +376,11 @@ def open_function(context: Any) -> USBFunction:
             except _usb_errors():       # closing a vanished device: nothing left to release
                 pass
     try:
-        bars = bring_up(ctrl)
+        topology = bring_up(ctrl)
     except BaseException:
         release()
         raise
-    return USBFunction(ctrl, bars, name, release)
+    return USBFunction(ctrl, topology, name, release)
 
 
 # --- the interface ----------------------------------------------------------------------------------------------
@@ -499,6 +500,7 @@ class USB(PCI):
         st = self.copier.stats if self.copier is not None else None
         d["bridge"] = {"name": self.fn.name, "transfers": self.fn.ctrl.transfers,
                        "bars": {f"BAR{n}": f"{b.bus_address:#x}+{b.size:#x}" for n, b in sorted(self.fn.bars.items())},
+                       "ports": [f"bus {p.bus}: {p.vendor:04x}:{p.device:04x}" for p in self.fn.topology.ports],
                        "copies": dict(vars(st)) if st is not None else None}
         return d
 

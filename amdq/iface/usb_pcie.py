@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from ..errors import DeviceError
 from ..hw import usb_asm24 as U
 from .usb_bridge import (BAR_ALIGN, BRIDGE_BUSES, CMD_IO, CMD_MASTER, CMD_MEMORY, CONFIG_OFFSET_MAX, EXT_CAP_REBAR,
-                         EXT_CAP_START, GPU_BUS, LTSSM_L0, LTSSM_STATE, MEM_BASE, PREF_BASE, Controller)
+                         EXT_CAP_START, GPU_BUS, LTSSM_L0, LTSSM_STATE, MEM_BASE, PREF_BASE, Controller,
+                         TLPError)
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,39 @@ def size_bars(ctrl: Controller, bus: int = GPU_BUS) -> dict[int, BAR]:
     return bars
 
 
-def bring_up(ctrl: Controller) -> dict[int, BAR]:
-    """Power and link, the bridges on buses 0..3, the GPU's BARs on bus 4 (see the module doc); the BARs placed."""
+@dataclass(frozen=True)
+class Port:
+    """A PCI-to-PCI bridge found behind the bridge chip (a switch or root port)."""
+    bus: int
+    vendor: int
+    device: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What bring-up found and placed: the bridges in bus order, the GPU's id, its BARs by index."""
+    ports: tuple[Port, ...]
+    gpu: tuple[int, int]
+    bars: dict[int, BAR]
+
+
+def _port(ctrl: Controller, bus: int) -> Port:
+    """The type-1 function at bus:00.0, or a DeviceError naming the bus."""
+    try:
+        ident = ctrl.config_read(bus, 0, 0, 0)
+        header = ctrl.config_read(bus, 0, 0, 0x0E, 1) & 0x7F
+    except TLPError as e:
+        raise DeviceError(f"{ctrl.name}: no PCIe bridge answers at bus {bus} device 0 ({e}); the board behind the "
+                          f"USB bridge is not the expected chain of {len(BRIDGE_BUSES)} bridges") from None
+    if header != 1:
+        raise DeviceError(f"{ctrl.name}: the function at bus {bus} device 0 ({ident & 0xFFFF:#06x}:{ident >> 16:#06x}) "
+                          f"has header type {header}, not a PCI-to-PCI bridge (type 1)")
+    return Port(bus, ident & 0xFFFF, ident >> 16)
+
+
+def bring_up(ctrl: Controller) -> Topology:
+    """Power and link, the bridges on buses 0..3 (each identified, then programmed), the GPU's BARs on bus 4 (see
+    the module doc): what was found and placed."""
     state = ctrl.link_state()
     if state != LTSSM_L0:
         ctrl.pcie_power(True)
@@ -96,7 +128,9 @@ def bring_up(ctrl: Controller) -> dict[int, BAR]:
     if state != LTSSM_L0:
         raise DeviceError(f"{ctrl.name}: the PCIe link did not come up after power-on (LTSSM state {state:#04x} at "
                           f"XDATA {LTSSM_STATE:#06x}, {LTSSM_L0:#04x} is L0): check the GPU's power and seating")
+    ports = []
     for bus in BRIDGE_BUSES:                            # in order: each bus is reachable once the one before routes
+        ports.append(_port(ctrl, bus))
         cw = lambda off, size, v, b=bus: ctrl.config_write(b, 0, 0, off, size, v)   # noqa: E731
         cw(0x18, 4, U.bus_numbers(bus))     # primary 0, secondary bus+1, subordinate 4: one dword
         cw(0x20, 2, MEM_BASE >> 16)                     # memory window from 0x1000_0000 ...
@@ -106,7 +140,10 @@ def bring_up(ctrl: Controller) -> dict[int, BAR]:
         cw(0x28, 4, PREF_BASE >> 32)                    # ... and 63:32
         cw(0x2C, 4, 0xFFFFFFFF)
         cw(0x04, 1, CMD_IO | CMD_MEMORY | CMD_MASTER)
-    ident = ctrl.config_read(GPU_BUS, 0, 0, 0)
+    try:
+        ident = ctrl.config_read(GPU_BUS, 0, 0, 0)
+    except TLPError as e:
+        raise DeviceError(f"{ctrl.name}: no GPU answers at bus {GPU_BUS} ({e}): check the GPU's power") from None
     if ident & 0xFFFF != 0x1002:
         raise DeviceError(f"{ctrl.name}: the function on bus {GPU_BUS} is {ident & 0xFFFF:#06x}:{ident >> 16:#06x}, "
                           f"not an AMD GPU (vendor 0x1002)")
@@ -117,4 +154,4 @@ def bring_up(ctrl: Controller) -> dict[int, BAR]:
             raise DeviceError(f"{ctrl.name}: the GPU's BAR{n} reads back no size; the AM driver needs BAR0 (VRAM), "
                               f"BAR2 (doorbells) and BAR5 (registers)")
     ctrl.config_write(GPU_BUS, 0, 0, 0x04, 1, CMD_IO | CMD_MEMORY | CMD_MASTER)
-    return bars
+    return Topology(tuple(ports), (ident & 0xFFFF, ident >> 16), bars)
