@@ -618,3 +618,21 @@ def test_a_hung_copy_engine_fails_the_copy_out_and_recovers(monkeypatch):
         assert np.array_equal(buf.numpy(np.uint32), np.arange(64, dtype=np.uint32)[::-1])
     finally:
         d.close()
+
+
+def test_without_a_copy_queue_cpu_copies_see_what_kernels_wrote(monkeypatch):
+    monkeypatch.setenv("AMD_DISABLE_SDMA", "1")
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        assert d.copyq is None
+        prg = d.load(amdq.compile(VADD, arch="gfx1100"))
+        n = 300
+        a = d.upload(np.arange(n, dtype=np.float32))
+        b = d.upload(np.ones(n, np.float32))
+        c, e = d.alloc(4 * n), d.alloc(4 * n)
+        for k in (1.0, 5.0):                                             # the second time the CPU view exists
+            prg["vadd"](a, b, c, k, n, grid=(2, 1, 1), block=(256, 1, 1), wait=True)
+            d.copy(e, c, 4 * n, wait=True)                               # through the CPU views
+            assert np.array_equal(e.numpy(np.float32), np.arange(n, dtype=np.float32) + k)
+    finally:
+        d.close()

@@ -384,7 +384,10 @@ def open_function(context: Any) -> USBFunction:
 
 
 # --- the interface ----------------------------------------------------------------------------------------------
-PULL_MAX = 64 << 10          # uncached CPU-visible allocations up to this size are GPU-written: read back on waits
+# Which CPU views the GPU writes (read back on every wait, once the CPU has touched them): uncached allocations up
+# to PULL_MAX (signals, queue pointers, timestamps) and CPU-visible device buffers (without a copy queue the
+# runtime copies between them through their CPU views; scratch is never touched, so never read).
+PULL_MAX = 64 << 10
 
 
 class USB(PCI):
@@ -411,8 +414,8 @@ class USB(PCI):
               executable: bool = False) -> Any:
         self._check_link()
         a = super().alloc(size, kind, uncached, cpu, executable)
-        if a.cpu is not None:
-            self.fn.shadows.set_pull(a.va, uncached and a.size <= PULL_MAX)
+        if a.cpu is not None:                           # GPU-written: signals, queue pointers, timestamps; buffers
+            self.fn.shadows.set_pull(a.va, uncached and a.size <= PULL_MAX or kind == "vram" and not executable)
         return a
 
     def free(self, a: Any) -> None:
