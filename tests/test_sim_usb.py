@@ -394,6 +394,11 @@ def test_timing_model():
         t0 = m.clock_ns
         host.power()                                                        # F3 returns once the link trained
         assert m.clock_ns - t0 == m.cost_ns("control", 0) + int(timing.pcie_train_us * 1e3)
+        m.record()
+        host.e4(0x100, 2)
+        (start, end, kind, what), = m.events
+        assert kind == "control" and what.startswith("E4 XDATA read 0x0100") and end - start == m.cost_ns("control", 2)
+        m.record(False)
         # sleeping: wall time follows the modelled time
         m.timing.sleep = True
         w0 = time.perf_counter()
