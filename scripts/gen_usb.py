@@ -381,6 +381,13 @@ def cpl_status(reply: bytes) -> int:
 '''
 
 
+def render(f: dict) -> str:
+    """The text of amdq/hw/usb_asm24.py for the facts `f` (checked against their worked examples)."""
+    text = HEAD % {"source": f["source"], "gen": GEN} + gen(f) + "\n" + TAIL
+    check(f, text)
+    return text.rstrip("\n") + "\n"
+
+
 def check(f: dict, text: str) -> None:
     """The generated encoders reproduce the JSON's worked examples."""
     ns: dict = {}
@@ -403,10 +410,8 @@ def main() -> None:
     path = a.facts / "usb_asm24.json"
     if not path.exists():
         sys.exit(f"facts file {path} not found")
-    f = json.loads(path.read_text())
-    text = HEAD % {"source": f["source"], "gen": GEN} + gen(f) + "\n" + TAIL
-    check(f, text)
-    OUT.write_text(text.rstrip("\n") + "\n")
+    text = render(json.loads(path.read_text()))
+    OUT.write_text(text)
     print(f"wrote {OUT.relative_to(ROOT)} ({len(text)} bytes)")
 
 

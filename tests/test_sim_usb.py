@@ -394,6 +394,11 @@ def test_timing_model():
         t0 = m.clock_ns
         host.power()                                                        # F3 returns once the link trained
         assert m.clock_ns - t0 == m.cost_ns("control", 0) + int(timing.pcie_train_us * 1e3)
+        m.record()
+        host.e4(0x100, 2)
+        (start, end, kind, what), = m.events
+        assert kind == "control" and what.startswith("E4 XDATA read 0x0100") and end - start == m.cost_ns("control", 2)
+        m.record(False)
         # sleeping: wall time follows the modelled time
         m.timing.sleep = True
         w0 = time.perf_counter()
@@ -508,3 +513,18 @@ def test_inject_pcie_link_fail(usb):
     bridge.clear("pcie_link_fail")
     host.power()
     assert host.e4(U.XDATA_LTSSM_STATE, 1) == bytes([U.LTSSM_L0]) and host.cfg(0, 0)[0] == U.CPL_SC
+
+
+def test_facts_module_is_what_the_generator_makes():
+    import importlib.util
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("gen_usb", root / "scripts" / "gen_usb.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    facts = gen.FACTS / "usb_asm24.json"
+    if not facts.exists():
+        pytest.skip(f"no facts at {facts}")
+    text = gen.render(json.loads(facts.read_text()))                      # checks the facts' worked examples
+    assert (root / "amdq" / "hw" / "usb_asm24.py").read_text() == text

@@ -87,6 +87,7 @@ class SimASM24Bridge:
         self.xdata = bytearray(U.XDATA_SIZE)
         self.ltssm = U.LTSSM_OFF                 # the custom firmware boots with PCIe off
         self.xdata[U.XDATA_LTSSM_STATE] = self.ltssm
+        self.xdata[0xC8FF] = 0x07               # silicon revision byte of newer date codes (facts: firmware_internal)
         # the bulk phases armed, per engine: the TLP engine's stream (F0 mode 1/2) and the F2 DMA's; a bulk transfer
         # takes the latest arm of its direction, so an F2 read outlives the F0 requests sent before its bulk IN
         self.arms: dict[str, tuple[str, int, int, int]] = {}      # engine -> (kind, address, bytes, sequence)
@@ -220,7 +221,8 @@ class SimASM24Bridge:
                 raise _timeout(is_in) from None
             self.model.count("control", "in" if is_in else "out", got, request)
             extra, self._extra_ns = self._extra_ns, 0
-            self.model.transfer("control", got, extra)
+            what = f"{U.REQUEST_NAMES.get(request, hex(request))} {value:#06x}/{index:#06x} {got} bytes"
+            self.model.transfer("control", got, extra, what)
         self._give_gpu()
         return out
 
@@ -254,7 +256,7 @@ class SimASM24Bridge:
                 self._fail("bulk", "in" if is_in else "out", 0, None, timeout)
                 raise _timeout(is_in) from None
             self.model.count("bulk", "in" if is_in else "out", n)
-            self.model.transfer("bulk", n)
+            self.model.transfer("bulk", n, 0, f"bulk {'IN' if is_in else 'OUT'} {endpoint:#04x} {n} bytes")
         self._give_gpu()
         return out
 

@@ -304,8 +304,13 @@ class SimUSBTransfer:
         h.device.ctx._pending.append(self)
 
     def cancel(self) -> None:
-        if not self.submitted:
-            raise usb1.USBErrorNotFound()
+        """Too late, always: a simulated transfer is carried out when submitted (libusb: LIBUSB_ERROR_NOT_FOUND
+        for a transfer that is not in flight); its callback still runs."""
+        raise usb1.USBErrorNotFound()
+
+    def close(self) -> None:
+        if self.submitted:
+            raise ValueError("cannot close a submitted transfer")
 
 
 class SimUSBContext:

@@ -23,7 +23,8 @@ from the environment (`AMDQ_SIM_USB_TIMING="speed=high,sleep=1,bulk_bytes_per_s=
 Overlap: the link is one resource. `transfer` (a synchronous call) starts when both the host and the link are
 free and returns when it is done; `submit` starts a transfer on the link without waiting for it and `wait`
 waits for a submitted one, so a pipelined copy shows its overlap; `idle_until(t)` moves the host clock to a
-time reached by other work (the GPU's, for instance) without adding the link's time to it twice.
+time reached by other work (the GPU's, for instance) without adding the link's time to it twice. `record()`
+keeps each transfer's span on the link (start, end, kind, what) for a profile's USB track.
 """
 from __future__ import annotations
 
@@ -110,7 +111,13 @@ class LinkModel:
         self.clock_ns = 0                   # the host's simulated time
         self.link_free_ns = 0               # when the link finishes what is on it
         self.busy_ns = 0                    # total time the link carried transfers
+        self.events: list[tuple[int, int, str, str]] | None = None   # (start ns, end ns, kind, what) when recording
+        self.max_events = 1 << 20
         self._lock = threading.Lock()
+
+    def record(self, on: bool = True) -> None:
+        """Keep every transfer's span on the link (for a profile's USB track); off drops the log."""
+        self.events = [] if on else None
 
     def cost_ns(self, kind: str, nbytes: int) -> int:
         """Modelled duration of one transfer: kind 'control' or 'bulk', `nbytes` of data."""
@@ -135,13 +142,16 @@ class LinkModel:
         with self._lock:
             self.counters.tlps[name] = self.counters.tlps.get(name, 0) + 1
 
-    def submit(self, kind: str, nbytes: int, extra_ns: int = 0) -> int:
+    def submit(self, kind: str, nbytes: int, extra_ns: int = 0, what: str = "") -> int:
         """Put a transfer on the link without waiting for it: when it completes (simulated ns)."""
         d = self.cost_ns(kind, nbytes) + extra_ns
         with self._lock:
             start = max(self.clock_ns, self.link_free_ns)
             self.link_free_ns = start + d
             self.busy_ns += d
+            ev = self.events
+            if ev is not None and len(ev) < self.max_events:
+                ev.append((start, start + d, kind, what or f"{nbytes} bytes"))
             return self.link_free_ns
 
     def wait(self, done_ns: int) -> None:
@@ -150,10 +160,10 @@ class LinkModel:
             self.counters.round_trips += 1
         self.idle_until(done_ns)
 
-    def transfer(self, kind: str, nbytes: int, extra_ns: int = 0) -> int:
+    def transfer(self, kind: str, nbytes: int, extra_ns: int = 0, what: str = "") -> int:
         """A synchronous transfer: submitted and waited for; its duration as the host saw it."""
         t0 = self.clock_ns
-        self.wait(self.submit(kind, nbytes, extra_ns))
+        self.wait(self.submit(kind, nbytes, extra_ns, what))
         return self.clock_ns - t0
 
     def idle_until(self, t_ns: int) -> None:
