@@ -636,3 +636,25 @@ def test_without_a_copy_queue_cpu_copies_see_what_kernels_wrote(monkeypatch):
             assert np.array_equal(e.numpy(np.float32), np.arange(n, dtype=np.float32) + k)
     finally:
         d.close()
+
+
+@pytest.mark.parametrize("when", ["wait", "upload"])
+def test_unplug_during_a_wait_or_an_upload(when):
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        prg = d.load(amdq.compile(VADD, arch="gfx1100"))
+        n = 256
+        a, b, c = (d.upload(np.ones(n, np.float32)) for _ in range(3))
+        if when == "wait":
+            prg["vadd"](a, b, c, 1.0, n, grid=(1, 1, 1), block=(256, 1, 1))
+            d.sim.inject("usb_unplug")
+            with pytest.raises(DeviceLost, match="gone"):
+                d.synchronize(timeout_ms=5000)
+        else:
+            d.sim.inject("usb_unplug", after_bytes=600_000)             # in the middle of a 2 MiB upload
+            with pytest.raises(DeviceLost, match="gone .* during (SRAM write|XDATA read|memory)"):
+                d.upload(np.zeros(1 << 19, np.float32))
+        with pytest.raises(DeviceLost):
+            prg["vadd"](a, b, c, 1.0, n, grid=(1, 1, 1), block=(256, 1, 1), wait=True)
+    finally:
+        d.close()
