@@ -364,7 +364,7 @@ def open_handle(context: Any, ids: tuple[tuple[int, int], ...] = USB_IDS) -> tup
 def open_function(context: Any) -> USBFunction:
     """The bridge opened and the PCIe side brought up: the GPU as a function for the AM driver."""
     h, name = open_handle(context)
-    ctrl = Controller(h, f"USB bridge {name}")
+    ctrl = Controller(h, f"USB bridge {name}", context)
 
     def release() -> None:
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from ..errors import DeviceError, DeviceLost
@@ -109,11 +110,15 @@ class Controller:
     """The bridge's vendor requests on one handle (see the module doc). Thread-safe: a request and its data phase
     go out together under `lock`. `name` is what errors call the device."""
 
-    def __init__(self, handle: Handle, name: str = "USB bridge"):
+    def __init__(self, handle: Handle, name: str = "USB bridge", context: Any = None):
         self.h, self.name = handle, name
+        # asynchronous transfers need the handle's getTransfer and the context's event loop (usb1, or the simulated
+        # bridge's); without them every transfer is synchronous
+        self.ctx = context if context is not None and hasattr(handle, "getTransfer") and \
+            hasattr(context, "handleEventsTimeout") else None
         self.lock = threading.RLock()
         self.lost: DeviceLost | None = None
-        self._errors = _usb_errors()
+        self._errors = _usb_errors() + (_NoDevice,)
         self._posted: list[tuple[int, bytearray]] = []  # queued posted writes: (bus address, bytes), in order
         self.transfers = 0                              # control + bulk transfers made (for measurement)
         self.on_lost: Callable[[DeviceLost], None] | None = None    # told once, when the device vanishes
@@ -296,6 +301,73 @@ class Controller:
                 out.append(self._bulk_in(k, TIMEOUT_STREAM_IN, what))
             return b"".join(out)
 
+    # -- asynchronous transfers ---------------------------------------------------------------------------------
+    @property
+    def can_async(self) -> bool:
+        return self.ctx is not None
+
+    def submit(self, kind: str, what: str, timeout: int, *args: Any) -> "Pending":
+        """Start a transfer without waiting for it: kind "control_out" (request, value, index, data), "control_in"
+        (request, value, index, length) or "bulk_out" (data). Transfers on one endpoint complete in submission
+        order (facts: usb.async_model). `wait` collects it."""
+        if self.lost is not None:
+            raise self.lost
+        if self.ctx is None:
+            raise DeviceError(f"{self.name}: asynchronous transfers need a libusb context (none was given)")
+        with self.lock:
+            self._flush()                       # queued register writes go first, in order
+        p = Pending(what, kind)
+        try:
+            t = self.h.getTransfer()
+        except self._errors as e:
+            self._call(what, _raise, e)
+        p.transfer = t
+
+        def done(tr: Any) -> None:
+            p.status, p.actual = tr.getStatus(), tr.getActualLength()
+            if kind == "control_in":
+                p.data = bytes(tr.getBuffer()[:p.actual])
+            p.done = True
+        if kind == "bulk_out":
+            (data,) = args
+            p.length = len(data)
+            t.setBulk(EP_BULK_OUT, bytes(data), callback=done, timeout=timeout)
+        elif kind == "control_out":
+            req, value, index, data = args
+            p.length = len(data)
+            t.setControl(RT_VENDOR_OUT, req, value, index, bytes(data), callback=done, timeout=timeout)
+        elif kind == "control_in":
+            req, value, index, length = args
+            p.length = length
+            t.setControl(RT_VENDOR_IN, req, value, index, length, callback=done, timeout=timeout)
+        else:
+            raise DeviceError(f"unknown transfer kind {kind!r}")
+        self._call(what, t.submit)
+        p.deadline = time.monotonic() + (timeout or TIMEOUT_STREAM_IN) / 1000 + 1.0
+        return p
+
+    def wait(self, p: "Pending") -> bytes | None:
+        """Wait for a submitted transfer (the context's events handled meanwhile); its IN data. A failed transfer
+        raises as a synchronous one would: LIBUSB_TRANSFER_NO_DEVICE is DeviceLost, any other status DeviceError."""
+        while not p.done:
+            if time.monotonic() > p.deadline:
+                raise DeviceError(f"{self.name}: {p.what}: the asynchronous transfer did not complete")
+            self._call(f"{p.what} (events)", self.ctx.handleEventsTimeout, 0.05)
+        try:
+            p.transfer.close()
+        except Exception:                       # an already released transfer: nothing to give back
+            pass
+        if p.status == U.LIBUSB_TRANSFER_NO_DEVICE:
+            self._call(p.what, _raise, _NoDevice("LIBUSB_TRANSFER_NO_DEVICE"))
+        if p.status != U.LIBUSB_TRANSFER_COMPLETED:
+            names = {v: k for k, v in vars(U).items() if k.startswith("LIBUSB_TRANSFER_")}
+            err = DeviceError(f"{self.name}: {p.what} failed: {names.get(p.status, p.status)}")
+            err.transfer_status = p.status
+            raise err
+        if p.actual != p.length:
+            raise DeviceError(f"{self.name}: {p.what}: {p.actual} of {p.length} bytes")
+        return p.data
+
     # -- SRAM DMA (F2) and PCIe power (F3) ----------------------------------------------------------------
     def sram_write(self, offset: int, data: bytes) -> None:
         """Bytes into the bridge SRAM at offset (a multiple of the 16 KiB slot), padded to 512-byte sectors."""
@@ -335,3 +407,26 @@ class Controller:
     def link_state(self) -> int:
         """The downstream port's LTSSM state (XDATA 0xB450; 0x78: link up in L0)."""
         return self.xdata_read(LTSSM_STATE, 1)[0]
+
+
+@dataclass
+class Pending:
+    """A submitted asynchronous transfer (Controller.submit / wait)."""
+    what: str
+    kind: str
+    transfer: Any = None
+    done: bool = False
+    status: int = -1
+    actual: int = 0
+    length: int = 0
+    data: bytes | None = None
+    deadline: float = 0.0
+
+
+class _NoDevice(Exception):
+    """A transfer that ended with LIBUSB_TRANSFER_NO_DEVICE, as the synchronous calls' error."""
+    value = LIBUSB_ERROR_NO_DEVICE
+
+
+def _raise(e: BaseException) -> None:
+    raise e

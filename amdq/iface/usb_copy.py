@@ -125,31 +125,72 @@ class BridgeCopier:
                     packets += q.copy(dst + o, self.sram_va + win, len(piece))
                 packets += q.write(self.fence_va, [(seq + 1) & 0xFFFFFFFF, (seq + 1) >> 32])
             sent = 0
+            inflight: dict[int, tuple[int, Any]] = {}   # window -> (seq, its bulk OUT still on the wire)
             try:
                 value = q.run(packets)                   # one doorbell for the group
-                for c, (o, piece) in enumerate(group):
-                    self._send(base + c, piece)
-                    sent += 1
-                    self.stats.chunks_in += 1
-                    self.stats.bytes_in += len(piece)
+                with self.ctrl.lock:                     # the group's arms and bulk transfers go out in order
+                    for c, (o, piece) in enumerate(group):
+                        self._send(base + c, piece, inflight)
+                        sent += 1
+                        self.stats.chunks_in += 1
+                        self.stats.bytes_in += len(piece)
+                    for w in sorted(inflight, key=lambda w: inflight[w][0]):
+                        self.ctrl.wait(inflight[w][1])
+                        del inflight[w]
             except BaseException:
-                self._release(q, base, group, sent)
+                first = base + sent                      # the first chunk not known to have landed
+                for seq, p in sorted(inflight.values(), key=lambda x: x[0]):
+                    try:
+                        self.ctrl.wait(p)                # what is on the wire lands (or fails) first
+                    except Exception:                    # its error is the same link's: the first one is raised
+                        first = min(first, seq)
+                self._release(q, base, group, first - base)
                 raise
             self.seq = base + len(group)
             self._wait_fence(self.seq, "the copy's last chunk")      # the drain fence
         return value
 
-    def _send(self, seq: int, piece: bytes) -> None:
-        """Chunk `seq`'s wire image into its window, once the window's previous chunk (seq - 2) is drained."""
+    def _send(self, seq: int, piece: bytes, inflight: dict | None = None) -> None:
+        """Chunk `seq`'s wire image into its window, once the window's previous chunk (seq - 2) is drained. With
+        `inflight` (and a controller that can) the bulk OUT is left on the wire (facts: amd_over_usb.copy_in.
+        host_stream_per_chunk): the window's previous transfer is waited for, the F2 arm and the fence read go
+        out together, and the next chunk is prepared while this one crosses USB."""
         wire = (len(piece) + 4 + U.F2_SECTOR - 1) // U.F2_SECTOR * U.F2_SECTOR
         img = bytearray(wire)
         img[:len(piece)] = piece
         struct.pack_into("<I", img, wire - 4, U.COPYIN_SENTINEL | (seq & 0xFFFFFF))
-        if seq >= 2:
-            self._wait_fence(seq - 1, f"window {seq & 1} free of chunk {seq - 2}")
+        win = seq & 1
         t0 = time.perf_counter()
-        self.ctrl.sram_write(U.COPYIN_WINDOW_SLOTS[seq & 1] * U.F2_SLOT, bytes(img))
+        if inflight is None or not self.ctrl.can_async:
+            if seq >= 2:
+                self._wait_fence(seq - 1, f"window {win} free of chunk {seq - 2}")
+            self.ctrl.sram_write(U.COPYIN_WINDOW_SLOTS[win] * U.F2_SLOT, bytes(img))
+        else:
+            if win in inflight:
+                self.ctrl.wait(inflight[win][1])        # (stays listed until it landed: a failure is resent)
+                del inflight[win]
+            fence_read = (U.REQ_XDATA_READ, U.XDATA_COPYIN_FENCE, 0, U.COPYIN_FENCE_WIDTH) if seq >= 2 else None
+            # the arm moves no data, so it may go before the window is known to be drained (facts: copy_in.why);
+            # the bulk OUT waits for the fence
+            arm_reply = self._arm_async(win, img, fence_read)
+            if seq >= 2:
+                self.stats.fence_reads += 1
+                if struct.unpack("<Q", arm_reply)[0] < seq - 1:
+                    self._wait_fence(seq - 1, f"window {win} free of chunk {seq - 2}")
+            inflight[win] = (seq, self.ctrl.submit("bulk_out", f"copy-in chunk {seq}", U.TIMEOUTS_MS["bulk_out_async"],
+                                                   bytes(img)))
         self.stats.stream_s += time.perf_counter() - t0
+
+    def _arm_async(self, win: int, img: bytearray, also: tuple | None) -> bytes | None:
+        """The F2 arm of a window (and the control IN `also`, sent with it), both waited for; also's reply."""
+        wire = len(img)
+        slot = U.COPYIN_WINDOW_SLOTS[win]
+        c = self.ctrl
+        arm = c.submit("control_out", f"F2 arm of window {win}", U.TIMEOUTS_MS["control_async"], U.REQ_SRAM_DMA,
+                       wire // U.F2_SECTOR, slot | (-(-wire // U.F2_SLOT)) << U.F2_SLOTS_SHIFT, b"")
+        extra = c.submit("control_in", "drain fence read", U.TIMEOUTS_MS["control_async"], *also) if also else None
+        c.wait(arm)
+        return c.wait(extra) if extra is not None else None
 
     def _release(self, q: Any, base: int, group: list, sent: int) -> None:
         """A copy-in that failed part-way: the program is rung again (its ring push or doorbell may be what
