@@ -10,7 +10,9 @@ runtime's timeline signals:
   0xFFFFFF). One SDMA program is queued first (one doorbell) for a group of chunks: per chunk POLL_REGMEM (equal)
   on the sentinel, COPY_LINEAR to the destination, a 64-bit WRITE of seq + 1 to the drain fence (sys_buf + 0x800,
   XDATA 0xA800). Then the host streams the chunks: before reusing a window it reads the fence until the window's
-  previous chunk (seq - 2) is drained, so the next chunk crosses USB while the GPU copies the previous one. At the
+  previous chunk (seq - 2) is drained, so the next chunk crosses USB while the GPU copies the previous one (with
+  asynchronous transfers, as on libusb: the F2 arm and the fence read go out together and a chunk's bulk OUT stays
+  on the wire while the host prepares the next; at most one transfer per window). At the
   end the host waits for the fence to reach the last chunk (the drain fence). The GPU never reads a half-written
   chunk (the sentinel is the wire image's last dword); the host never overwrites a window the GPU still reads.
 - copy-out: per chunk of up to 512 KiB, an F2 read arm, then SDMA: COPY_LINEAR VRAM -> SRAM and a 32-bit write of 0
@@ -46,7 +48,7 @@ class CopyStats:
     bytes_in: int = 0
     chunks_out: int = 0
     bytes_out: int = 0
-    stream_s: float = 0.0           # host time sending chunk images (F2 arm + bulk OUT)
+    stream_s: float = 0.0           # host time sending chunk images (F2 arm + bulk OUT), fence waits apart
     drain_wait_s: float = 0.0       # host time reading the drain fence
     fence_reads: int = 0
 
@@ -160,7 +162,7 @@ class BridgeCopier:
         img[:len(piece)] = piece
         struct.pack_into("<I", img, wire - 4, U.COPYIN_SENTINEL | (seq & 0xFFFFFF))
         win = seq & 1
-        t0 = time.perf_counter()
+        t0, d0 = time.perf_counter(), self.stats.drain_wait_s
         if inflight is None or not self.ctrl.can_async:
             if seq >= 2:
                 self._wait_fence(seq - 1, f"window {win} free of chunk {seq - 2}")
@@ -179,7 +181,7 @@ class BridgeCopier:
                     self._wait_fence(seq - 1, f"window {win} free of chunk {seq - 2}")
             inflight[win] = (seq, self.ctrl.submit("bulk_out", f"copy-in chunk {seq}", U.TIMEOUTS_MS["bulk_out_async"],
                                                    bytes(img)))
-        self.stats.stream_s += time.perf_counter() - t0
+        self.stats.stream_s += time.perf_counter() - t0 - (self.stats.drain_wait_s - d0)   # fence waits apart
 
     def _arm_async(self, win: int, img: bytearray, also: tuple | None) -> bytes | None:
         """The F2 arm of a window (and the control IN `also`, sent with it), both waited for; also's reply."""
