@@ -392,8 +392,9 @@ PULL_MAX = 64 << 10
 
 class USB(PCI):
     """The AM driver over the bridge: the PCI interface on a USBFunction, with the USB runtime parameters (ring sizes
-    of base.USB_RING_BYTES), shadows of CPU-visible VRAM kept in step (see Shadows) and host copies through BAR0.
-    `standin`: the firmware policy, as for PCI."""
+    of base.USB_RING_BYTES), shadows of CPU-visible VRAM kept in step (see Shadows), host copies through the bridge
+    SRAM on the runtime's copy queue (usb_copy.py) or, without one, through BAR0, and an unplugged bridge as the
+    AM driver's lost GPU. `standin`: the firmware policy, as for PCI."""
     name = "USB"
 
     def __init__(self, fn: USBFunction, arch: str | None = None, standin: bool | None = False):
