@@ -668,3 +668,15 @@ def test_copy_in_without_asynchronous_transfers(dev, monkeypatch):
     buf = dev.alloc(len(data) + 1)
     buf.write(data, 1)
     assert buf.read(len(data), 1) == data
+
+
+def test_xdata_reads_on_a_high_speed_link_take_64_bytes_each():
+    ctx = SimUSBContext(arch="gfx1100", speed="high")
+    try:
+        fn = U.open_function(ctx)
+        assert fn.ctrl.xdata_read_max == 64
+        fn.ctrl.xdata_write(0xA800, bytes(range(1, 9)))
+        assert fn.ctrl.xdata_read(0xA800, 200)[:8] == bytes(range(1, 9))   # 4 requests, none over 64 bytes
+        fn.close()
+    finally:
+        ctx.close()

@@ -22,8 +22,8 @@ from ..errors import DeviceError, DeviceLost
 from .base import Mapping
 from .pci import PCI
 from .usb_bridge import (ALT_SETTING, CMD_MASTER, CMD_MEMORY, CONFIGURATION, GPU_BUS, INTERFACE,
-                         LIBUSB_ERROR_NO_DEVICE, PRODUCT_PREFIXES, USB_IDS, Controller, TLPError, _libusb_code,
-                         _usb_errors)
+                         LIBUSB_ERROR_NO_DEVICE, PRODUCT_PREFIXES, SPEED_HIGH, USB_IDS, XDATA_READ_MAX_HIGH_SPEED, Controller,
+                         TLPError, _libusb_code, _usb_errors)
 from .usb_pcie import BAR, Port, Topology, bring_up, size_bars
 
 __all__ = ["USB", "USBFunction", "Registers", "VRAMWindow", "Doorbells", "Shadows", "Controller", "TLPError", "BAR",
@@ -365,6 +365,9 @@ def open_function(context: Any) -> USBFunction:
     """The bridge opened and the PCIe side brought up: the GPU as a function for the AM driver."""
     h, name = open_handle(context)
     ctrl = Controller(h, f"USB bridge {name}", context)
+    speed = getattr(h.getDevice(), "getDeviceSpeed", None)
+    if speed is not None and _guard("asking for the link speed", speed) == SPEED_HIGH:
+        ctrl.xdata_read_max = XDATA_READ_MAX_HIGH_SPEED  # the firmware manages one EP0 packet per E4 there
 
     def release() -> None:
         try:

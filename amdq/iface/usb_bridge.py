@@ -32,6 +32,8 @@ REQ_XDATA_READ, REQ_XDATA_WRITE = U.REQ_XDATA_READ, U.REQ_XDATA_WRITE
 REQ_TLP, REQ_SRAM_DMA, REQ_PCIE_POWER = U.REQ_TLP, U.REQ_SRAM_DMA, U.REQ_PCIE_POWER
 MODE_SINGLE, MODE_STREAM_WRITE, MODE_STREAM_READ = U.TLP_MODE_SINGLE, U.TLP_MODE_STREAM_WRITE, U.TLP_MODE_STREAM_READ
 XDATA_READ_MAX = U.E4_MAX                                # bytes per E4 request
+XDATA_READ_MAX_HIGH_SPEED = U.E4_MAX_HIGH_SPEED          # ... on USB 2.0 High-Speed (one 64-byte EP0 packet)
+SPEED_HIGH = 3                                          # libusb_speed LIBUSB_SPEED_HIGH (libusb 1.0 API documentation)
 _T = U.TIMEOUTS_MS
 TIMEOUT_CONTROL, TIMEOUT_TLP, TIMEOUT_POWER = _T["control"], _T["f0"], _T["f3"]
 TIMEOUT_BULK_OUT, TIMEOUT_BULK_IN, TIMEOUT_STREAM_IN, TIMEOUT_SRAM_IN = (_T["bulk_out"], _T["bulk_in"],
@@ -121,6 +123,7 @@ class Controller:
         self._errors = _usb_errors() + (_NoDevice,)
         self._posted: list[tuple[int, bytearray]] = []  # queued posted writes: (bus address, bytes), in order
         self.transfers = 0                              # control + bulk transfers made (for measurement)
+        self.xdata_read_max = XDATA_READ_MAX            # bytes per E4 (64 on a USB 2.0 High-Speed link)
         self.on_lost: Callable[[DeviceLost], None] | None = None    # told once, when the device vanishes
 
     # -- transfers ------------------------------------------------------------------------------------------
@@ -177,8 +180,9 @@ class Controller:
             raise DeviceError(f"XDATA read of {n} bytes at {addr:#x} leaves the 64 KiB XDATA space")
         with self.lock:
             out = b""
-            for a in range(addr, addr + n, XDATA_READ_MAX):
-                k = min(XDATA_READ_MAX, addr + n - a)
+            step = self.xdata_read_max
+            for a in range(addr, addr + n, step):
+                k = min(step, addr + n - a)
                 out += self._in(REQ_XDATA_READ, a, 0, k, TIMEOUT_CONTROL, f"XDATA read of {k} bytes at {a:#06x}")
             return out
 
