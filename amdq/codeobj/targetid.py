@@ -150,7 +150,10 @@ def parse_bundle_id(text: str) -> BundleId:
         return BundleId(text, kind, None, f"not an AMDGPU entry ({arch})")
     if kind not in F.DEVICE_KINDS:
         return BundleId(text, kind, None, f"offload kind {kind!r} is not one amdq loads ({', '.join(F.DEVICE_KINDS)})")
-    return BundleId(text, kind, parse_isa_name(rest))
+    try:
+        return BundleId(text, kind, parse_isa_name(rest))
+    except CodeObjectError as e:         # an entry for a target this table does not know: listed, not loaded
+        return BundleId(text, kind, None, str(e))
 
 
 def device_target(arch: str) -> TargetId:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codeobj import bundle as cobundle
 from ..codeobj import cache as cocache
 from ..errors import (AmdqError, DeviceClosed, DeviceError, GPUFault, GPUTimeout, InvalidArgument, OutOfMemory,
                       UnsupportedTarget)
@@ -559,15 +560,20 @@ class Device:
         return self.scratch
 
     # -- programs and launches -----------------------------------------------------------------
-    def load(self, code_object: bytes) -> Program:
+    def load(self, code_object: "bytes | str | os.PathLike") -> Program:
         """A new Program handle on the code object's memory, uploaded once per device while the program
-        cache keeps it (amdq.runtime.codemem says who owns it); `prg.free()` lets go of it."""
-        if not isinstance(code_object, (bytes, bytearray)):
-            raise TypeError(f"load takes code-object bytes, not {type(code_object).__name__}")
+        cache keeps it (amdq.runtime.codemem says who owns it); `prg.free()` lets go of it. Takes an AMDGPU
+        code object, an offload bundle (plain or compressed) or a host ELF embedding one (bytes or a path):
+        the bundle's entry for this device is loaded (amdq.codeobj.bundle)."""
+        if isinstance(code_object, (str, os.PathLike)):
+            with open(code_object, "rb") as f:
+                code_object = f.read()
+        if not isinstance(code_object, (bytes, bytearray, memoryview)):
+            raise TypeError(f"load takes code-object bytes or a path, not {type(code_object).__name__}")
         if self.queue is None:
             self._queues("load")
         self._check()
-        co = bytes(code_object)
+        co = cobundle.code_object_for(code_object, self.arch)
         key = cocache.program_key(co, [self.uid])
         self._reclaim()
         while True:                        # an entry evicted between lookup and acquire is loaded again
