@@ -51,8 +51,16 @@ def print_inspect(img, out=sys.stdout) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from .codeobj import load_code_object
-    img = load_code_object(Path(args.file).read_bytes())
+    from .codeobj import bundle, load_code_object
+    data = Path(args.file).read_bytes()
+    if bundle.is_bundle(data) or bundle.is_host_elf(data):      # a fat binary: list its entries
+        entries = bundle.unpack(data)
+        if args.json:
+            print(json.dumps({"bundle": [bundle.entry_summary(e) for e in entries]}))
+        else:
+            bundle.print_entries(entries)
+        return 0
+    img = load_code_object(data)
     if args.json:
         print(json.dumps(inspect_json(img)))
     else:
@@ -249,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"amdq {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("inspect", help="list the kernels of a code object with descriptor fields and arguments")
-    p.add_argument("file", help="code object (.o, .hsaco)")
+    p.add_argument("file", help="code object (.o, .hsaco), or an offload bundle or HIP library (lists its entries)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_inspect)
     p = sub.add_parser("disasm", help="disassemble the kernels of a code object (or raw code with --arch); branch "

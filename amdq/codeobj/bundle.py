@@ -233,3 +233,31 @@ def code_object_for(data: bytes, arch: str) -> bytes:
     if is_bundle(data) or is_host_elf(data):
         return select(unpack(data), arch).data
     return bytes(data)             # not a bundle: the ELF loader says what is wrong with it
+
+
+def entry_summary(e: BundleEntry) -> dict:
+    """One `amdq inspect` record of a bundle entry: id, kind, target, what it holds, its kernels."""
+    out = {"id": e.id.text, "kind": e.id.kind, "target": str(e.id.target) if e.id.target else None,
+           "format": e.format, "size": len(e.data), "offset": e.offset, "container": e.container}
+    if e.id.note:
+        out["note"] = e.id.note
+    if out["format"] == "elf":
+        from .image import ProgramImage
+        try:
+            img = ProgramImage(e.data)
+            out["kernels"] = list(img.kernels)
+            out["code_object_version"] = img.cov
+        except CodeObjectError as err:
+            out["note"] = str(err)
+    return out
+
+
+def print_entries(entries: list[BundleEntry], out=None) -> None:
+    """The entries of a bundle, one line each (and their kernels)."""
+    import sys
+    out = out or sys.stdout
+    print(f"offload bundle, {len(entries)} entries", file=out)
+    for s in map(entry_summary, entries):
+        kern = f"  kernels: {', '.join(s['kernels'])}" if s.get("kernels") else ""
+        note = f"  ({s['note']})" if s.get("note") else ""
+        print(f"  {s['id']:48s} {s['format']:8s} {s['size']:8d} B  {s['container']}{kern}{note}", file=out)
