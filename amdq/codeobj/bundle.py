@@ -42,8 +42,9 @@ class BundleEntry:
 
 
 def is_bundle(data: bytes) -> bool:
-    """True for a plain or compressed offload bundle."""
-    return bytes(data[:24]) == B.BUNDLE_MAGIC or bytes(data[:4]) == B.CCOB_MAGIC
+    """True for a plain or compressed offload bundle (or the first bytes of one: a truncated bundle)."""
+    head = bytes(data[:24])
+    return (len(head) >= 4 and B.BUNDLE_MAGIC.startswith(head)) or head[:4] == B.CCOB_MAGIC
 
 
 def is_host_elf(data: bytes) -> bool:
@@ -142,7 +143,7 @@ def _bundles(data: bytes, where: str) -> list[BundleEntry]:
             inner, desc, size = decompress(data[pos:])
             entries, _ = _plain(inner, 0, f"{desc}{where}")
             end = pos + size
-        elif data[pos:pos + 24] == B.BUNDLE_MAGIC:
+        elif is_bundle(data[pos:pos + 24]) and data[pos:pos + 4] != B.CCOB_MAGIC:
             entries, end = _plain(data, pos, f"bundle{where}")
         else:
             raise CodeObjectError(f"not an offload bundle{where}: it starts with neither {B.BUNDLE_MAGIC.decode()} "
