@@ -138,6 +138,25 @@ def test_host_object_and_rdc_object(build, kfd):
         kfd.load(rdc)
 
 
+def test_library_of_two_translation_units(build, kfd):
+    """A shared library linked from two HIP files holds two bundles in .hip_fatbin (one per translation unit):
+    each has its own code object for the device; dev.load of the whole file says to load them one by one."""
+    second = build.dir / "second.hip"
+    second.write_text(HIP.replace("axpb", "scale2").replace("a * x[i] + y[i]", "2.0f * x[i]"))
+    lib = build.dir / "libtwo.so"
+    run(tool("clang"), "-x", "hip", "-nogpulib", "-nogpuinc", "-O2", "--offload-arch=gfx1100", "-fPIC", "-shared",
+        "-no-hip-rt", str(build.dir / "axpb.hip"), str(second), "-o", str(lib))
+    data = lib.read_bytes()
+    assert sorted({e.bundle for e in B.unpack(data)}) == [0, 1]
+    prgs = [kfd.load(co) for co in B.code_objects_for(data, kfd.arch)]
+    assert [p.kernels for p in prgs] == [["axpb"], ["scale2"]]
+    check_runs(kfd, prgs[0])
+    with pytest.raises(CodeObjectError, match="2 offload bundles.*code_objects_for"):
+        kfd.load(data)
+    with pytest.raises(TargetMismatch, match="gfx1201.*hipv4-amdgcn-amd-amdhsa--gfx1100"):
+        B.code_objects_for(data, "gfx1201")
+
+
 def ccob(plain: bytes, version: int, method: int, payload: bytes | None = None) -> bytes:
     """A compressed bundle built from the documented header layout (amdq.hw.bundle): clang-19 writes only v2 with
     zstd, so versions 1 and 3 and zlib are made here."""
@@ -318,3 +337,47 @@ def test_inspect_lists_entries(build):
     r = subprocess.run([sys.executable, "-m", "amdq.cli", "inspect", str(path)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and "hipv4-amdgcn-amd-amdhsa--gfx1100" in r.stdout and "CCOB v2 (zstd)" in r.stdout
+
+
+# -- structure-aware damage: any truncation or bit flip of a real bundle is a CodeObjectError or loads ----------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+DAMAGE = settings(max_examples=150, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def code_object_or_error(data: bytes, arch: str = "gfx1100") -> None:
+    try:
+        load_code_object(B.code_object_for(data, arch), arch)
+    except CodeObjectError as e:            # TargetMismatch included
+        assert str(e)
+
+
+@pytest.fixture(scope="module")
+def damaged_corpus(build):
+    plain = device_bundle(build)
+    return [plain, build("comp.fatbin", *ARCHS, "--offload-device-only", "--offload-compress"), ccob(plain, 3, 0),
+            build("lib1.so", *ARCHS, "-fPIC", "-shared", "-no-hip-rt", "--offload-compress")]
+
+
+@pytest.mark.timeout(300)
+@DAMAGE
+@given(which=st.integers(0, 3), cut=st.floats(0, 1, exclude_max=True))
+def test_truncated_anywhere(damaged_corpus, which, cut):
+    data = damaged_corpus[which]
+    code_object_or_error(data[:int(len(data) * cut)])
+
+
+@pytest.mark.timeout(300)
+@DAMAGE
+@given(which=st.integers(0, 3),
+       flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 7), st.booleans()),
+                      min_size=1, max_size=6))
+def test_bit_flips_anywhere(damaged_corpus, which, flips):
+    data = bytearray(damaged_corpus[which])
+    for where, bit, header in flips:         # half of the flips land in the first 96 bytes: the headers
+        pos = int(where * min(96, len(data))) if header else int(where * len(data))
+        data[pos] ^= 1 << bit
+    code_object_or_error(bytes(data))

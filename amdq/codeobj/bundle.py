@@ -27,6 +27,7 @@ class BundleEntry:
     data: bytes
     offset: int                # offset of the entry's bytes in its (uncompressed) bundle
     container: str             # where it came from, e.g. "CCOB v2 (zstd)" or ".hip_fatbin of a host ELF"
+    bundle: int = 0            # which bundle of the file (a linked .hip_fatbin holds one per translation unit)
 
     @property
     def format(self) -> str:
@@ -137,7 +138,7 @@ def decompress(data: bytes) -> tuple[bytes, str, int]:
 def _bundles(data: bytes, where: str) -> list[BundleEntry]:
     """The entries of one or more bundles (plain or compressed) laid one after another, zero-padded between."""
     out: list[BundleEntry] = []
-    pos = 0
+    pos = count = 0
     while True:
         if data[pos:pos + 4] == B.CCOB_MAGIC:
             inner, desc, size = decompress(data[pos:])
@@ -148,7 +149,8 @@ def _bundles(data: bytes, where: str) -> list[BundleEntry]:
         else:
             raise CodeObjectError(f"not an offload bundle{where}: it starts with neither {B.BUNDLE_MAGIC.decode()} "
                                   f"nor CCOB")
-        out.extend(entries)
+        out.extend(BundleEntry(e.id, e.data, e.offset, e.container, count) for e in entries)
+        count += 1
         nxt = [i for i in (data.find(B.BUNDLE_MAGIC, end), data.find(B.CCOB_MAGIC, end)) if i >= 0]
         if not nxt:
             if data[end:].strip(b"\0"):
@@ -208,8 +210,9 @@ def listing(entries: list[BundleEntry]) -> str:
 
 
 def select(entries: list[BundleEntry], arch: str) -> BundleEntry:
-    """The entry a device of `arch` runs: compatible by processor (or a covering generic target) and features,
-    a specific processor preferred over a generic one, then the more features pinned to the device's mode."""
+    """The entry a device of `arch` runs among the entries of one bundle: compatible by processor (or a covering
+    generic target) and features, a specific processor preferred over a generic one, then the more features
+    pinned to the device's mode."""
     dev = device_target(arch)
     ok = [e for e in entries if e.id.target is not None and incompatibility(e.id.target, dev) is None]
     if not ok:
@@ -225,20 +228,35 @@ def select(entries: list[BundleEntry], arch: str) -> BundleEntry:
     return best
 
 
+def code_objects_for(data: bytes, arch: str) -> list[bytes]:
+    """The AMDGPU code objects in `data` for a device of `arch`, one per bundle it holds (a shared library linked
+    from several HIP translation units has one bundle each); `data` itself if it is a code object."""
+    if bytes(data[:4]) == ELF_MAGIC and not is_host_elf(data):
+        return [bytes(data)]
+    if not (is_bundle(data) or is_host_elf(data)):
+        return [bytes(data)]       # not a bundle: the ELF loader says what is wrong with it
+    entries = unpack(data)
+    groups: dict[int, list[BundleEntry]] = {}
+    for e in entries:
+        groups.setdefault(e.bundle, []).append(e)
+    return [select(g, arch).data for g in groups.values() if any(e.id.kind != "host" for e in g)] or \
+        [select(entries, arch).data]
+
+
 def code_object_for(data: bytes, arch: str) -> bytes:
     """The AMDGPU code object in `data` for a device of `arch`: `data` itself if it is one, else the best entry
     of the bundle (plain, compressed, or embedded in a host ELF) it holds."""
-    b = bytes(data[:24])
-    if b[:4] == ELF_MAGIC and not is_host_elf(data):
-        return bytes(data)
-    if is_bundle(data) or is_host_elf(data):
-        return select(unpack(data), arch).data
-    return bytes(data)             # not a bundle: the ELF loader says what is wrong with it
+    cos = code_objects_for(data, arch)
+    if len(cos) > 1:
+        raise CodeObjectError(f"the file holds {len(cos)} offload bundles with code for {arch} (one per translation "
+                              f"unit): load each, [dev.load(co) for co in amdq.codeobj.bundle.code_objects_for(data, "
+                              f"dev.arch)]")
+    return cos[0]
 
 
 def entry_summary(e: BundleEntry) -> dict:
     """One `amdq inspect` record of a bundle entry: id, kind, target, what it holds, its kernels."""
-    out = {"id": e.id.text, "kind": e.id.kind, "target": str(e.id.target) if e.id.target else None,
+    out = {"id": e.id.text, "bundle": e.bundle, "kind": e.id.kind, "target": str(e.id.target) if e.id.target else None,
            "format": e.format, "size": len(e.data), "offset": e.offset, "container": e.container}
     if e.id.note:
         out["note"] = e.id.note
@@ -261,4 +279,4 @@ def print_entries(entries: list[BundleEntry], out=None) -> None:
     for s in map(entry_summary, entries):
         kern = f"  kernels: {', '.join(s['kernels'])}" if s.get("kernels") else ""
         note = f"  ({s['note']})" if s.get("note") else ""
-        print(f"  {s['id']:48s} {s['format']:8s} {s['size']:8d} B  {s['container']}{kern}{note}", file=out)
+        print(f"  {s['bundle']:2d} {s['id']:48s} {s['format']:8s} {s['size']:8d} B  {s['container']}{kern}{note}", file=out)
