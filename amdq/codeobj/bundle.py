@@ -1,7 +1,8 @@
 """Clang offload bundles (fat binaries): the plain `__CLANG_OFFLOAD_BUNDLE__` container, the compressed
 `CCOB` wrapper (versions 1-3, zlib or zstd) and host ELF files (shared libraries, objects) that embed them in
 `.hip_fatbin` or in `__CLANG_OFFLOAD_BUNDLE__<id>` sections. `code_object_for(data, arch)` turns any of them
-(or a plain AMDGPU ELF) into the one code object a device of `arch` runs. Layouts: amdq.hw.bundle.
+(or a plain AMDGPU ELF) into the one code object a device of `arch` runs (`code_objects_for`: one per bundle, for
+a library linked from several translation units). Layouts: amdq.hw.bundle; target ids: amdq.codeobj.targetid.
 """
 from __future__ import annotations
 
@@ -206,6 +207,7 @@ def unpack(data: bytes) -> list[BundleEntry]:
 
 
 def listing(entries: list[BundleEntry]) -> str:
+    """The entries' ids and sizes, for error messages."""
     return ", ".join(f"{e.id.text} ({len(e.data)} bytes)" for e in entries) or "no entries"
 
 
