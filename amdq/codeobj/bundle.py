@@ -127,8 +127,9 @@ def decompress(data: bytes) -> tuple[bytes, str, int]:
         raise CodeObjectError(f"compressed offload bundle v{version} ({how}) does not decompress: "
                               f"{type(e).__name__}: {e}") from None
     if len(out) != usize:
-        raise CodeObjectError(f"compressed offload bundle v{version} ({how}) holds {len(out)}{'+' if len(out) > usize else ''} "
-                              f"bytes, its header says {usize}: truncated or corrupt")
+        more = "+" if len(out) > usize else ""
+        raise CodeObjectError(f"compressed offload bundle v{version} ({how}) holds {len(out)}{more} bytes, its header "
+                              f"says {usize}: truncated or corrupt")
     digest = int.from_bytes(hashlib.md5(out).digest()[:8], "little")
     if digest != h["hash"]:
         raise CodeObjectError(f"compressed offload bundle v{version} ({how}): the MD5 of its contents "
@@ -226,7 +227,8 @@ def select(entries: list[BundleEntry], arch: str) -> BundleEntry:
         raise CodeObjectError(f"bundle entry {best.id.text} holds LLVM bitcode (an -fgpu-rdc object): link it into a "
                               f"code object first (clang -fgpu-rdc --hip-link, or -shared)")
     if fmt != "elf":
-        raise CodeObjectError(f"bundle entry {best.id.text} holds no AMDGPU code object ({fmt}, {len(best.data)} bytes)")
+        raise CodeObjectError(f"bundle entry {best.id.text} holds no AMDGPU code object ({fmt}, "
+                              f"{len(best.data)} bytes)")
     return best
 
 
@@ -281,4 +283,5 @@ def print_entries(entries: list[BundleEntry], out=None) -> None:
     for s in map(entry_summary, entries):
         kern = f"  kernels: {', '.join(s['kernels'])}" if s.get("kernels") else ""
         note = f"  ({s['note']})" if s.get("note") else ""
-        print(f"  {s['bundle']:2d} {s['id']:48s} {s['format']:8s} {s['size']:8d} B  {s['container']}{kern}{note}", file=out)
+        print(f"  {s['bundle']:2d} {s['id']:48s} {s['format']:8s} {s['size']:8d} B  {s['container']}{kern}{note}",
+              file=out)

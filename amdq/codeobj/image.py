@@ -5,7 +5,7 @@ import hashlib
 from dataclasses import dataclass
 
 from ..errors import CodeObjectError, KernelLDSTooLarge, TargetMismatch
-from ..hw.targets import Target
+from ..hw.targets import Target, get_target
 from . import reloc
 from .targetid import TargetId, device_target, elf_target, incompatibility, parse_isa_name, representative
 from .descriptor import KernelDescriptor
@@ -48,7 +48,8 @@ class ProgramImage:
                 meta_t = parse_isa_name(tgt).target
             except CodeObjectError as e:
                 raise CodeObjectError(f"metadata amdhsa.target {tgt!r} is not an ISA name: {e}") from None
-            if meta_t.processor != self.target_id.processor or (elf.cov >= 4 and meta_t.features != self.target_id.features):
+            features_differ = elf.cov >= 4 and meta_t.features != self.target_id.features
+            if meta_t.processor != self.target_id.processor or features_differ:
                 raise CodeObjectError(f"metadata target {tgt!r} disagrees with the ELF header ({self.target_id})")
         self.section_offsets: dict[int, int] = {}
         self.link_base = 0
@@ -195,6 +196,7 @@ class ProgramImage:
 
     def check_runs_on(self, arch: str) -> None:
         """Raise TargetMismatch unless the code object runs on a device of `arch` (e.g. "gfx942:xnack-")."""
+        get_target(arch)                   # an arch amdq does not support is UnsupportedTarget
         dev = device_target(arch)
         why = incompatibility(self.target_id, dev, self.generic_version)
         if why:

@@ -71,8 +71,9 @@ def subarch_processors(subarch: str) -> tuple[str | None, frozenset[str]]:
     for g in F.GENERIC_TARGETS.values():
         if g.subarch == subarch:
             return None, frozenset((g.name, *g.members))
+    families = ", ".join(g.subarch for g in F.GENERIC_TARGETS.values())
     raise CodeObjectError(f"unknown AMDGPU triple architecture {subarch!r}: expected amdgcn or amdgpu<major>.<minor>"
-                          f"<stepping> (amdgpu11.00) or a family ({', '.join(g.subarch for g in F.GENERIC_TARGETS.values())})")
+                          f"<stepping> (amdgpu11.00) or a family ({families})")
 
 
 @dataclass(frozen=True)
