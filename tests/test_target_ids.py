@@ -156,3 +156,13 @@ def test_triton_spelling_in_metadata_is_accepted():
     img = load_code_object(hsaco.read_bytes(), "gfx1100")
     assert img.metadata.target == "amdgpu11.00-amd-amdhsa-unknown-gfx1100"
     assert list(img.kernels) == ["add_kernel"]
+
+
+def test_loader_checks_the_device_arch():
+    from pathlib import Path
+    from amdq.errors import UnsupportedTarget
+    code = (Path(__file__).parent / "fixtures" / "triton" / "add_kernel.gfx1201.hsaco").read_bytes()
+    with pytest.raises(UnsupportedTarget, match="gfx906"):
+        load_code_object(code, "gfx906")
+    with pytest.raises(TargetMismatch, match="code object is for gfx1201, the device is gfx1200: it is for gfx1201"):
+        load_code_object(code, "gfx1200")
