@@ -223,6 +223,11 @@ def test_generic_targets_run_on_members(build, kfd, pci):
     assert {"hipv4-amdgcn-amd-amdhsa--gfx11-generic", "hipv4-amdgcn-amd-amdhsa--gfx12-generic"} <= ids
     check_runs(kfd, kfd.load(data))
     check_runs(pci, pci.load(data))
+    apu = amdq.open_device("SIMKFD+AMD:gfx1151")       # another member, another gfx11 ISA variant
+    try:
+        check_runs(apu, apu.load(data))
+    finally:
+        apu.close()
     g11 = B.code_object_for(data, "gfx1151")
     img = load_code_object(g11)
     assert img.processor == "gfx11-generic" and img.generic_version >= 1 and img.arch == "gfx1100"
