@@ -386,3 +386,17 @@ def test_bit_flips_anywhere(damaged_corpus, which, flips):
         pos = int(where * min(96, len(data))) if header else int(where * len(data))
         data[pos] ^= 1 << bit
     code_object_or_error(bytes(data))
+
+
+def test_disasm_lists_every_entry_of_a_bundle_or_the_targets(build, capsys):
+    from amdq.cli import main
+    data = build("comp.fatbin", *ARCHS, "--offload-device-only", "--offload-compress")
+    path = build.dir / "comp.fatbin"
+    assert path.read_bytes() == data
+    assert main(["disasm", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "[hipv4-amdgcn-amd-amdhsa--gfx1100] axpb:" in out and "[hipv4-amdgcn-amd-amdhsa--gfx1201] axpb:" in out
+    assert "s_endpgm" in out
+    assert main(["disasm", str(path), "--target", "gfx1201", "--kernel", "axpb"]) == 0
+    one = capsys.readouterr().out
+    assert one.startswith("[gfx1201] axpb:") and "gfx1100" not in one
