@@ -807,8 +807,8 @@ class Device:
 def open_device(spec: str | None = None) -> Device:
     """Open a GPU: `[IFACE+]AMD[:ARCH]`, `SIM[:ARCH]`, or the DEV environment variable."""
     dev = Device(spec)
-    if os.environ.get("AMDQ_TRACE"):            # trace an unmodified program (amdq.tools.trace)
-        from ..tools.trace import attach
+    if os.environ.get("AMDQ_TRACE"):            # trace an unmodified program (amdq.runtime.trace)
+        from .trace import attach
         attach(dev)
     return dev
 

@@ -14,7 +14,7 @@ class Profile:
     def __init__(self, dev: "Device"):
         self.dev = dev
         self.records: list[LaunchRecord] = []
-        self._outer: Profile | None = None       # the AMDQ_TRACE profile this one runs inside (amdq.tools.trace)
+        self._outer: Profile | None = None       # the AMDQ_TRACE profile this one runs inside (amdq.runtime.trace)
 
     def add(self, rec: "LaunchRecord") -> None:
         self.records.append(rec)
