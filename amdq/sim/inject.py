@@ -17,6 +17,17 @@ Kinds:
   the SMU's ResetSDMA does nothing), so a driver's recovery finds the engine not back.
 - `smu_timeout`: the simulated SMU (sim/pci/smu.py) takes messages but never answers them, as a hung PMFW
   does; `msg=NAME`: only that message (e.g. `smu_timeout:msg=SetPptLimit`).
+- `usb_unplug` (simulated USB bridge, sim/usb/bridge.py): the cable is pulled; every USB call from then on raises
+  usb1.USBErrorNoDevice (LIBUSB_ERROR_NO_DEVICE), submitted transfers end LIBUSB_TRANSFER_NO_DEVICE.
+  `after_bytes=N`: the transfer that would carry the link past N more bytes fails; `after_transfers=N`: after N
+  more transfers; neither: at once (e.g. `AMDQ_SIM_INJECT="usb_unplug:after_bytes=2000000"`).
+- `usb_stall` (simulated USB bridge): an endpoint stalls (usb1.USBErrorPipe): a bulk endpoint (`endpoint=`, default
+  0x81) stays halted until clearHalt, endpoint 0 fails one request; `after_transfers=N` delays it.
+- `usb_error` (simulated USB bridge): one transfer fails, not carried out: `error=io` (default, LIBUSB_ERROR_IO)
+  or `error=timeout` (LIBUSB_ERROR_TIMEOUT, after the transfer's timeout); `endpoint=`, `request=` (bRequest)
+  choose which, `after_transfers=N` delays it.
+- `pcie_link_fail` (simulated USB bridge): F3 powers the PCIe side on but link training stays in Configuration
+  (LTSSM 0x4C), so nothing behind the bridge answers, until `clear` and the next F3.
 """
 from __future__ import annotations
 

@@ -23,6 +23,9 @@ Simulator choices (not hardware facts; the driver reads them from the device, ne
 the FB base (FB_BASE), BAR2 and BAR5 sizes, the small-BAR size, and which part of VRAM the state file
 keeps (STATE_VRAM_BYTES at the top: the boot region lives there; VRAM below does not survive a process).
 
+`bus=`: the function sits on another bus than the host's (behind the simulated USB bridge: sim/usb/pcie.py, whose
+bus gives the BARs no address until the host assigns them through config space there).
+
 A register access beyond BAR5 is not decoded (as a BAR decodes only its size): the driver reaches such
 registers through the NBIO's PCIE_INDEX2/DATA2 pair, as on hardware.
 """
@@ -187,7 +190,7 @@ class SimPCIDevice:
     simulated blocks, and the function's side (config space, BARs) for the interface."""
 
     def __init__(self, arch: str = "gfx1100", small_bar: bool = False, state: str | None = None,
-                 persist: bool = True, mode: str | None = None, xgmi: str | None = None):
+                 persist: bool = True, mode: str | None = None, xgmi: str | None = None, bus: Any = None):
         from ..gpu import SimGPU
         self.target: Target = get_target(arch)
         self.arch = arch
@@ -198,7 +201,8 @@ class SimPCIDevice:
         parts = {n: _part_class(n) for n in PART_MODULES}           # before the injector reads AMDQ_SIM_INJECT
         from ..inject import add_kinds
         add_kinds(simgfx.INJECT_KINDS)
-        self.gpu = SimGPU(arch, mode=mode, bus=host_bus())        # the host's RAM and bus, shared by every function
+        self.gpu = SimGPU(arch, mode=mode, bus=host_bus() if bus is None else bus)   # the host's RAM and bus, shared by
+        # every function; or another bus (behind a USB bridge, sim/usb/pcie.py), which places the BARs itself
         self.hive, self.node = (simxgmi.hive(xgmi), None) if xgmi else (None, None)
         self.inject = self.gpu.inject
         self.clear = self.gpu.clear                 # disarm an injection (as on the simulated GPU behind SIMKFD)
