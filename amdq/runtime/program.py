@@ -20,7 +20,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class LaunchRecord:
-    """Where one launch spent its time (seconds; GPU times converted to the host clock)."""
+    """Where one launch (or copy) spent its time, in seconds on the host clock: `encode` (building its
+    commands and kernel arguments), `submit` (ring write and doorbell), `gpu` (start to end on the GPU, from
+    its timestamps converted to the host clock; None when the launch was not timed), `wait` (the host blocked
+    waiting for it). On the simulated GPU `simulated` is True: "gpu" is then the simulated GPU's clock, not a
+    real device's time. A launch that grew the queue's scratch says so: `alloc_bytes` allocated, `alloc`
+    seconds spent allocating and `sync` seconds waiting for the GPU to give memory back (both are part of
+    `encode`)."""
     kernel: str
     encode: float = 0.0
     submit: float = 0.0
@@ -29,10 +35,105 @@ class LaunchRecord:
     gpu_end: float | None = None
     value: int = 0
     extra: dict = field(default_factory=dict)
+    simulated: bool = False
+    alloc_bytes: int = 0
+    alloc: float = 0.0
+    sync: float = 0.0
 
     @property
     def gpu(self) -> float | None:
         return None if self.gpu_start is None else self.gpu_end - self.gpu_start
+
+    def stages(self) -> dict[str, float | None]:
+        """The four stages by name: encode, submit, gpu, wait."""
+        return {"encode": self.encode, "submit": self.submit, "gpu": self.gpu, "wait": self.wait}
+
+
+class Launch:
+    """The handle of one kernel launch, returned by every call (and by a bound launch's `submit()`).
+
+    `done` says whether the GPU has finished it (or lost it to a fault); `wait(timeout_ms)` blocks until it
+    finished and returns its stage record, or raises the error that stopped it (again on every call);
+    `record` is the stage record (`LaunchRecord`) once it is done, else None. The GPU stage is measured
+    for timed launches (`wait=True`, `timed=True`, or inside `dev.profile()`); otherwise `record.gpu` is
+    None. The record is built when first asked for, so a launch pays only for this small object.
+    """
+
+    __slots__ = ("dev", "queue", "value", "kernel", "t0", "t1", "t2", "ts", "grid", "block", "grew", "waited",
+                 "_rec")
+
+    def __init__(self, dev: "Device", queue, value: int, kernel: str, t0: float, t1: float, t2: float,
+                 ts: int | None, grid: tuple, block: tuple, grew: tuple | None = None,
+                 rec: LaunchRecord | None = None):
+        self.dev, self.queue, self.value, self.kernel = dev, queue, value, kernel
+        self.t0, self.t1, self.t2, self.ts, self.grid, self.block, self.grew = t0, t1, t2, ts, grid, block, grew
+        self.waited = 0.0
+        self._rec = rec
+
+    def __repr__(self) -> str:
+        state = "done" if self._finished() else "running"
+        return f"<Launch {self.kernel} #{self.value} on {self.queue.name} ({state})>"
+
+    def _finished(self) -> bool:
+        q = self.queue
+        return q.timeline.completed >= self.value or (bool(q.failed) and q.error_for(self.value) is not None)
+
+    @property
+    def done(self) -> bool:
+        """True once the GPU has finished this launch, or lost it to a fault or timeout (then `wait()` raises)."""
+        if self._finished():
+            return True
+        dev = self.dev
+        if not dev.closed:
+            exc = dev.iface.wait_events(0)              # let a synchronous simulated GPU move; collect faults
+            if exc:
+                dev._exceptions(exc)
+        return self._finished()
+
+    @property
+    def error(self):
+        """The error that stopped this launch (an amdq.errors exception), or None."""
+        q = self.queue
+        return q.error_for(self.value) if q.failed else None
+
+    def wait(self, timeout_ms: int | None = None) -> LaunchRecord:
+        """Block until the launch has finished; returns its stage record. Raises the GPU error that stopped it
+        (GPUFault, GPUTimeout, ...) or GPUTimeout when it does not finish in time."""
+        t = time.perf_counter()
+        try:
+            self.dev.wait(self.value, timeout_ms, self.queue)
+        finally:
+            self.waited += time.perf_counter() - t
+            if self._rec is not None:
+                self._rec.wait = self.waited
+        return self.record
+
+    @property
+    def record(self) -> LaunchRecord | None:
+        """The stage record once the launch is done (None before)."""
+        rec = self._rec
+        if rec is None:
+            if not self._finished():
+                return None
+            rec = self._rec = self._make()
+        elif rec.gpu_start is None and self.ts is not None and self._finished():
+            self._resolve(rec)
+        return rec
+
+    def _make(self) -> LaunchRecord:
+        rec = LaunchRecord(self.kernel, encode=self.t1 - self.t0, submit=self.t2 - self.t1, wait=self.waited,
+                           value=self.value, simulated=self.dev.sim is not None,
+                           extra={"queue": self.queue.name, "ts": self.ts, "host_start": self.t0,
+                                  "grid": self.grid, "block": self.block})
+        if self.grew is not None:
+            rec.alloc_bytes, rec.alloc, rec.sync = self.grew
+        if self._finished():
+            self._resolve(rec)
+        return rec
+
+    def _resolve(self, rec: LaunchRecord) -> None:
+        if self.error is None:
+            self.dev.resolve(rec)
 
 
 def _dims(v, name: str) -> tuple[int, int, int]:
@@ -52,7 +153,25 @@ def _dims(v, name: str) -> tuple[int, int, int]:
     return t + (1,) * (3 - len(t))
 
 
+def _block(v, kernel: str) -> tuple[int, int, int]:
+    if v is None:
+        raise InvalidArgument(f"kernel {kernel}: block= is required, the work-items per workgroup (an int or 1 to 3 "
+                              f"ints, e.g. block=256); grid= counts workgroups")
+    return _dims(v, "block")
+
+
+def _shared(v, kernel: str) -> int:
+    if type(v) is int and v >= 0:
+        return v
+    if isinstance(v, np.integer) and v >= 0:
+        return int(v)
+    raise InvalidArgument(f"kernel {kernel}: shared_mem must be a non-negative number of bytes of dynamic LDS, "
+                          f"not {v!r}")
+
+
 class Kernel:
+    """A kernel of a loaded program, called like a function: `k(*args, grid=..., block=...)` (see __call__)."""
+
     def __init__(self, prg: "Program", info: KernelInfo):
         self.prg, self.info, self.name = prg, info, info.name
         self.label = f"kernel {info.name}"
@@ -63,28 +182,48 @@ class Kernel:
         self._has_lds = any(a.value_kind == "dynamic_shared_pointer" for a in self.meta.args)
         self._untyped = [i for i, a in enumerate(self.meta.explicit_args)
                          if a.value_kind == "by_value" and not a.type_name.strip()]
+        self._pointee = {i: f for i, a in enumerate(self.meta.explicit_args)
+                         if (f := kernargs.pointee_check(a)) is not None}     # typed pointers: dtype checks
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} of {self.prg}>"
 
-    def __call__(self, *args, grid=(1, 1, 1), block=(1, 1, 1), wait: bool = False, timeout_ms: int | None = None):
-        return self.prg.dev.launch(self, args, _dims(grid, "grid"), _dims(block, "block"), wait, timeout_ms)
+    def __call__(self, *args, grid=1, block=None, shared_mem: int = 0, wait: bool = False,
+                 timeout_ms: int | None = None, timed: bool = False) -> "Launch | object":
+        """Launch the kernel on `grid` workgroups of `block` work-items each; returns its `Launch` handle.
 
-    def bind(self, *args, grid=(1, 1, 1), block=(1, 1, 1)):
+        `grid` counts workgroups, not work-items (as in CUDA, HIP and CuPy; OpenCL's global size is
+        grid * block): 4096 elements with 256 work-items per workgroup is `grid=16, block=256`. Both take an
+        int or 1 to 3 ints; `block` is required. `shared_mem` adds that many bytes of dynamic LDS to the
+        workgroup (HIP's sharedMemBytes: what an `extern __shared__` / external addrspace(3) array uses),
+        placed right after the kernel's static LDS; `amdq.LDS` arguments follow it. `wait=True` returns once
+        the kernel finished (and raises its GPU error); `timed=True` (implied by wait=True and by
+        `dev.profile()`) records GPU timestamps for the handle's record. Inside `dev.capture()` the launch is
+        recorded, not run, and the graph's node is returned.
+
+            h = k(out, x, 2.0, n, grid=(n + 255) // 256, block=256)
+            h.wait()        # -> LaunchRecord: encode, submit, gpu, wait
+        """
+        return self.prg.dev.launch(self, args, _dims(grid, "grid"), _block(block, self.name),
+                                   _shared(shared_mem, self.name), wait, timeout_ms, timed)
+
+    def bind(self, *args, grid=1, block=None, shared_mem: int = 0):
         """This launch recorded once (PM4: an indirect buffer; AQL: a ready dispatch packet) with its own
-        kernel arguments; `.submit()` resubmits it and returns its timeline value."""
+        kernel arguments; `.submit()` resubmits it and returns its `Launch` handle. Arguments as for a call."""
         dev = self.prg.dev
+        g, b, sm = _dims(grid, "grid"), _block(block, self.name), _shared(shared_mem, self.name)
         with dev.lock:
-            return dev.queue.bind(self, args, _dims(grid, "grid"), _dims(block, "block"))
+            dev._check()
+            return dev.queue.bind(self, args, g, b, sm)
 
-    def kernargs(self, args: tuple, grid, block) -> tuple[bytes, int]:
+    def kernargs(self, args: tuple, grid, block, shared_mem: int = 0) -> tuple[bytes, int]:
         """(kernel-argument bytes, dynamic LDS bytes) of one launch shape, after checking the block size."""
         threads = block[0] * block[1] * block[2]
         if threads > self.meta.max_flat_workgroup_size:
             raise InvalidArgument(f"kernel {self.name}: block of {threads} work-items exceeds its maximum of "
                                   f"{self.meta.max_flat_workgroup_size}")
         return kernargs.pack(self.meta, args, grid, block, self.address_of, self.desc.group_segment_fixed_size,
-                             self.prg.dev.target.lds_bytes)
+                             self.prg.dev.target.lds_bytes, shared_mem=shared_mem)
 
     def address_of(self, buf) -> int:
         """The device address a buffer argument passes (a buffer of this device, not freed)."""
@@ -104,13 +243,15 @@ class Kernel:
                 for i in p.ptr:
                     v = vals[i]
                     if not isinstance(v, int):
+                        if v.dtype is not None and i in self._pointee and not self._pointee[i](v.dtype):
+                            raise TypeError                     # the slow path names the argument and the types
                         vals[i] = v.addr if v.dev is dev else None     # another device's: the slow path says so
                 p.fmt.pack_into(mv, off, *vals)
                 return
             except (struct.error, AttributeError, TypeError):
                 pass                                        # the slow path packs it or says what is wrong
         blob, _ = kernargs.pack(self.meta, args, p.grid, p.block, self.address_of, self.desc.group_segment_fixed_size,
-                                self.prg.dev.target.lds_bytes)
+                                self.prg.dev.target.lds_bytes, shared_mem=p.shared_mem)
         mv[off:off + len(blob)] = blob
 
 
