@@ -20,7 +20,7 @@ from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
 from .pm4_queue import Commands, PM4Queue, SHRegs
-from .program import Launch
+from .program import Launch, _clock
 
 SLOT = A.PACKET_SIZE
 IB_DW = SLOT // 4                       # PM4 dwords that fit a slot's own indirect buffer
@@ -70,7 +70,7 @@ class AQLBound:
             raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
         if self.kalloc is None:
             raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
-        t0 = time.perf_counter()
+        t0 = _clock()
         with dev.submitting(q):
             if self.scratch:
                 q.scratch_for(self.kernel)
@@ -80,8 +80,9 @@ class AQLBound:
             q.write(i, self.pkt, self.hdr)
             q.release(i + 1, value)
             q.ring_doorbell(i + 1)
-            grew = dev.take_growth() if dev._grew is not None else None
-        return Launch(dev, q, value, self.kernel.name, t0, t0, time.perf_counter(), None, self.grid, self.block, grew)
+            if dev._grew is not None:
+                return Launch(q, value, (self, t0, _clock(), dev.take_growth()))
+        return Launch(q, value, (self, t0, _clock()))
 
     def free(self) -> None:
         """Give the bound launch's memory back (after the GPU finished with it); idempotent."""

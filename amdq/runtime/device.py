@@ -375,7 +375,10 @@ class Device:
             return {}
         with self.lock:
             self._reclaim()
-            return self.allocator.stats()
+            out = self.allocator.stats()
+        for k in MEMORY_KINDS:
+            out.setdefault(k, {"live": 0, "cached": 0, "peak": 0})
+        return out
 
     def reset_peak_memory(self) -> None:
         """Start the `peak` of memory_stats() over at what is live now (to measure one phase, e.g. a model
@@ -588,21 +591,25 @@ class Device:
         size = wave_bytes * waves * n
         t0 = time.perf_counter()
         sync = 0.0
+        old = self.scratch
         try:
             a = self.allocator.alloc(size, "vram")
         except OutOfMemory:
-            if not self._pending_free:
+            if not self._pending_free and old is None:
                 raise
-            t1 = time.perf_counter()            # memory freed while the GPU still uses it comes back once it is done
+            # memory the GPU still uses comes back once it is done: the old scratch and deferred frees
+            t1 = time.perf_counter()
             self.drain()
             self._reclaim()
+            if old is not None:
+                self.allocator.free(old.alloc)
+                self.scratch = old = None
             sync = time.perf_counter() - t1
             a = self.allocator.alloc(size, "vram")
         spent = time.perf_counter() - t0 - sync
         g = self._grew
         self._grew = (size, spent, sync) if g is None else (g[0] + size, g[1] + spent, g[2] + sync)
         a.meta["what"] = "scratch"
-        old = self.scratch
         self.scratch = Scratch(a, a.va, lane_bytes, wave_bytes, waves, tm.encode(WAVES=waves, WAVESIZE=wave_bytes // unit),
                                n)
         if old is not None:
@@ -678,8 +685,8 @@ class Device:
                 raise
             q.note(value, kernel.label)
             t2 = time.perf_counter()
-            h = Launch(self, q, value, kernel.name, t0, t1, t2, ts, grid, block,
-                       self.take_growth() if self._grew is not None else None)
+            h = Launch(q, value, (kernel.name, t0, t1, t2, ts, grid, block,
+                                  self.take_growth() if self._grew is not None else None))
             if self.profiler is not None:
                 h._rec = h._make()
                 self.profiler.add(h._rec)

@@ -18,7 +18,7 @@ from ..hw.kd import LDS_GRANULE
 from ..hw.targets import GENERATIONS
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
-from .program import Launch
+from .program import Launch, _clock
 
 _RM, _WRM = pm4.ENUMS["RELEASE_MEM"], pm4.ENUMS["WAIT_REG_MEM"]
 EOP_EVENT, BOTTOM_OF_PIPE_TS = pm4.CACHE_FLUSH_AND_INV_TS_EVENT, pm4.BOTTOM_OF_PIPE_TS
@@ -322,7 +322,7 @@ class PM4Bound:
             raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
         if self.ib_alloc is None:
             raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
-        t0 = time.perf_counter()
+        t0 = _clock()
         with q.dev.submitting(q):
             w = q.wptr
             q.room(len(self.tail))
@@ -332,8 +332,10 @@ class PM4Bound:
             t = self.tail
             t[self.vi], t[self.vi + 1] = value & 0xFFFFFFFF, value >> 32
             q._write(t)
+        if self.grew is None:
+            return Launch(q, value, (self, t0, _clock()))
         grew, self.grew = self.grew, None               # the first submission carries the bind's growth
-        return Launch(q.dev, q, value, self.kernel.name, t0, t0, time.perf_counter(), None, self.grid, self.block, grew)
+        return Launch(q, value, (self, t0, _clock(), grew))
 
     def free(self) -> None:
         """Give the bound launch's memory back (after the GPU finished with it); idempotent."""

@@ -49,6 +49,9 @@ class LaunchRecord:
         return {"encode": self.encode, "submit": self.submit, "gpu": self.gpu, "wait": self.wait}
 
 
+_clock = time.perf_counter
+
+
 class Launch:
     """The handle of one kernel launch, returned by every call (and by a bound launch's `submit()`).
 
@@ -59,16 +62,30 @@ class Launch:
     None. The record is built when first asked for, so a launch pays only for this small object.
     """
 
-    __slots__ = ("dev", "queue", "value", "kernel", "t0", "t1", "t2", "ts", "grid", "block", "grew", "waited",
-                 "_rec")
+    __slots__ = ("queue", "value", "_info", "_rec")
 
-    def __init__(self, dev: "Device", queue, value: int, kernel: str, t0: float, t1: float, t2: float,
-                 ts: int | None, grid: tuple, block: tuple, grew: tuple | None = None,
-                 rec: LaunchRecord | None = None):
-        self.dev, self.queue, self.value, self.kernel = dev, queue, value, kernel
-        self.t0, self.t1, self.t2, self.ts, self.grid, self.block, self.grew = t0, t1, t2, ts, grid, block, grew
-        self.waited = 0.0
-        self._rec = rec
+    def __init__(self, queue, value: int, info: tuple):
+        # info of a launch: (kernel name, host start, end of encoding, end of submission, timestamp slot or None,
+        # grid, block, memory growth (bytes, alloc s, sync s) or None); of a bound launch's submission: (the
+        # bound launch, host start, end of submission[, memory growth])
+        self.queue, self.value, self._info, self._rec = queue, value, info, None
+
+    def _details(self) -> tuple:
+        i = self._info
+        if type(i[0]) is str:
+            return i
+        b = i[0]
+        return (b.kernel.name, i[1], i[1], i[2], None, b.grid, b.block, i[3] if len(i) > 3 else None)
+
+    @property
+    def kernel(self) -> str:
+        """The kernel's name."""
+        i = self._info[0]
+        return i if type(i) is str else i.kernel.name
+
+    @property
+    def dev(self) -> "Device":
+        return self.queue.dev
 
     def __repr__(self) -> str:
         state = "done" if self._finished() else "running"
@@ -83,7 +100,7 @@ class Launch:
         """True once the GPU has finished this launch, or lost it to a fault or timeout (then `wait()` raises)."""
         if self._finished():
             return True
-        dev = self.dev
+        dev = self.queue.dev
         if not dev.closed:
             exc = dev.iface.wait_events(0)              # let a synchronous simulated GPU move; collect faults
             if exc:
@@ -99,14 +116,15 @@ class Launch:
     def wait(self, timeout_ms: int | None = None) -> LaunchRecord:
         """Block until the launch has finished; returns its stage record. Raises the GPU error that stopped it
         (GPUFault, GPUTimeout, ...) or GPUTimeout when it does not finish in time."""
-        t = time.perf_counter()
+        t = _clock()
         try:
-            self.dev.wait(self.value, timeout_ms, self.queue)
+            self.queue.dev.wait(self.value, timeout_ms, self.queue)
         finally:
-            self.waited += time.perf_counter() - t
-            if self._rec is not None:
-                self._rec.wait = self.waited
-        return self.record
+            spent = _clock() - t
+            rec = self.record
+            if rec is not None:
+                rec.wait += spent
+        return rec
 
     @property
     def record(self) -> LaunchRecord | None:
@@ -116,24 +134,24 @@ class Launch:
             if not self._finished():
                 return None
             rec = self._rec = self._make()
-        elif rec.gpu_start is None and self.ts is not None and self._finished():
+        elif rec.gpu_start is None and rec.extra.get("ts") is not None and self._finished():
             self._resolve(rec)
         return rec
 
     def _make(self) -> LaunchRecord:
-        rec = LaunchRecord(self.kernel, encode=self.t1 - self.t0, submit=self.t2 - self.t1, wait=self.waited,
-                           value=self.value, simulated=self.dev.sim is not None,
-                           extra={"queue": self.queue.name, "ts": self.ts, "host_start": self.t0,
-                                  "grid": self.grid, "block": self.block})
-        if self.grew is not None:
-            rec.alloc_bytes, rec.alloc, rec.sync = self.grew
+        name, t0, t1, t2, ts, grid, block, grew = self._details()
+        q = self.queue
+        rec = LaunchRecord(name, encode=t1 - t0, submit=t2 - t1, value=self.value, simulated=q.dev.sim is not None,
+                           extra={"queue": q.name, "ts": ts, "host_start": t0, "grid": grid, "block": block})
+        if grew is not None:
+            rec.alloc_bytes, rec.alloc, rec.sync = grew
         if self._finished():
             self._resolve(rec)
         return rec
 
     def _resolve(self, rec: LaunchRecord) -> None:
         if self.error is None:
-            self.dev.resolve(rec)
+            self.queue.dev.resolve(rec)
 
 
 def _dims(v, name: str) -> tuple[int, int, int]:
