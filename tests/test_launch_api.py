@@ -494,3 +494,18 @@ def test_use_after_free_names_the_buffer(dev):
         with dev.capture():
             k(c, 1, grid=1, block=32)
     b.free()
+
+
+def test_handles_after_close():
+    d = amdq.open_device("SIMKFD+AMD:gfx1100")
+    k = d.load(co("count.cl"))["count"]
+    c = d.upload(np.zeros(1, np.int32))
+    done = k(c, 1, grid=1, block=32)
+    rec = done.wait()
+    other = k(c, 1, grid=1, block=32)
+    d.close()
+    assert done.wait() is rec and done.record is rec and "device closed" in repr(done)
+    with pytest.raises(amdq.errors.DeviceClosed):
+        other.wait()
+    with pytest.raises(amdq.errors.DeviceClosed):
+        other.done

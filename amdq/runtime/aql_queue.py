@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import GPUTimeout, InvalidArgument
 from ..hw import aql as A
 from ..hw import pm4
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
@@ -71,7 +71,12 @@ class AQLBound:
         if self.kalloc is None:
             raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
         t0 = _clock()
-        with dev.submitting(q):
+        lock = dev.lock                         # what Device.submitting does, inline: a hot path
+        lock.acquire()
+        try:
+            if dev.closed:
+                dev._check()
+            mark = q.timeline.value
             if self.scratch:
                 q.scratch_for(self.kernel)
             q.room(2)
@@ -82,6 +87,11 @@ class AQLBound:
             q.ring_doorbell(i + 1)
             if dev._grew is not None:
                 return Launch(q, value, (self, t0, _clock(), dev.take_growth()))
+        except GPUTimeout as e:
+            dev._submit_failed(q, mark, e)
+            raise
+        finally:
+            lock.release()
         return Launch(q, value, (self, t0, _clock()))
 
     def free(self) -> None:

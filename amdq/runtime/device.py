@@ -653,6 +653,10 @@ class Device:
         """`with dev.submitting(q):` around one submission to q (see Submitting)."""
         return Submitting(self, q)
 
+    def _submit_failed(self, q: HWQueue, mark: int, e: GPUTimeout) -> None:
+        """What Submitting does when a submission made inline (under the lock) timed out."""
+        Submitting.failed(self, q, mark, e)
+
     def launch(self, kernel, args, grid, block, shared_mem: int = 0, wait: bool = False,
                timeout_ms: int | None = None, timed: bool = False) -> Launch:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked); its handle."""

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import GPUTimeout, InvalidArgument
 from ..hw import aql as A
 from ..hw import pm4, regs
 from ..hw.kd import LDS_GRANULE
@@ -323,7 +323,13 @@ class PM4Bound:
         if self.ib_alloc is None:
             raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
         t0 = _clock()
-        with q.dev.submitting(q):
+        dev = q.dev
+        lock = dev.lock                         # what Device.submitting does, inline: a hot path
+        lock.acquire()
+        try:
+            if dev.closed:
+                dev._check()
+            mark = q.timeline.value
             w = q.wptr
             q.room(len(self.tail))
             value = q.timeline.next()
@@ -332,6 +338,11 @@ class PM4Bound:
             t = self.tail
             t[self.vi], t[self.vi + 1] = value & 0xFFFFFFFF, value >> 32
             q._write(t)
+        except GPUTimeout as e:
+            dev._submit_failed(q, mark, e)
+            raise
+        finally:
+            lock.release()
         if self.grew is None:
             return Launch(q, value, (self, t0, _clock()))
         grew, self.grew = self.grew, None               # the first submission carries the bind's growth

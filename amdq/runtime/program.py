@@ -88,11 +88,13 @@ class Launch:
         return self.queue.dev
 
     def __repr__(self) -> str:
-        state = "done" if self._finished() else "running"
+        state = "device closed" if self.queue.dev.closed else "done" if self._finished() else "running"
         return f"<Launch {self.kernel} #{self.value} on {self.queue.name} ({state})>"
 
     def _finished(self) -> bool:
         q = self.queue
+        if q.dev.closed:
+            q.dev._check()                              # DeviceClosed: its timeline memory is gone
         return q.timeline.completed >= self.value or (bool(q.failed) and q.error_for(self.value) is not None)
 
     @property
@@ -116,6 +118,9 @@ class Launch:
     def wait(self, timeout_ms: int | None = None) -> LaunchRecord:
         """Block until the launch has finished; returns its stage record. Raises the GPU error that stopped it
         (GPUFault, GPUTimeout, ...) or GPUTimeout when it does not finish in time."""
+        if self.queue.dev.closed and self._rec is not None:
+            return self._rec
+        self._finished()                                # a closed device says so
         t = _clock()
         try:
             self.queue.dev.wait(self.value, timeout_ms, self.queue)
@@ -130,11 +135,13 @@ class Launch:
     def record(self) -> LaunchRecord | None:
         """The stage record once the launch is done (None before)."""
         rec = self._rec
+        if rec is not None and (rec.gpu_start is not None or rec.extra.get("ts") is None):
+            return rec                                  # complete: made once the launch was done
+        if not self._finished():
+            return None
         if rec is None:
-            if not self._finished():
-                return None
             rec = self._rec = self._make()
-        elif rec.gpu_start is None and rec.extra.get("ts") is not None and self._finished():
+        elif rec.extra.get("ts") is not None:
             self._resolve(rec)
         return rec
 
