@@ -110,6 +110,9 @@ def test_array_as_a_kernel_argument(dev, vadd):
     raw = dev.upload(np.zeros(n, np.float32))                 # a Buffer is raw bytes: any pointer takes it
     vadd(A, B, raw, 0.5, n, grid=n // 256, block=256, wait=True)
     assert np.array_equal(raw.numpy(np.float32), a + 0.5 * b)
+    C2 = dev.empty(n, np.float32)                             # an address as a numpy integer is an address
+    vadd(A, B, np.uint64(C2.addr), 0.5, n, grid=n // 256, block=256, wait=True)
+    assert np.array_equal(C2.numpy(), a + 0.5 * b)
     k = dev.load(amdq.compile(AXPY, dev.arch))["axpy"]        # LLVM IR records no pointee types: no check
     Y, X = dev.zeros(64, np.int32), dev.array(np.ones(64, np.float64))
     k(Y, X, 1.0, grid=1, block=64, wait=True)

@@ -670,7 +670,10 @@ class Device:
         if self.capturing is not None:
             if wait:
                 raise RuntimeError("wait=True inside a capture: nothing runs until the graph is replayed")
-            return self.capturing.add_launch(kernel, args, grid, block, shared_mem)
+            node = self.capturing.add_launch(kernel, args, grid, block, shared_mem)
+            if self._grew is not None:
+                node.grew = self.take_growth()  # scratch grown while capturing: the node says so
+            return node
         q = self.queue
         lock = self.lock                         # what Submitting does, inline: this is the hottest path
         lock.acquire()

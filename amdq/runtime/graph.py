@@ -25,6 +25,7 @@ class Node:
 
     def __init__(self, graph: "Graph", kernel: "Kernel", plan: "Plan", args: tuple, mv, off: int):
         self.graph, self.kernel, self.plan, self.args, self._mv, self._off = graph, kernel, plan, args, mv, off
+        self.grew: tuple[int, float, float] | None = None   # (bytes, alloc s, sync s) of scratch grown for it
 
     def update(self, *args: Any) -> None:
         if pm4_plan(self.graph.dev.queue, self.kernel, args, self.plan.grid, self.plan.block, False,

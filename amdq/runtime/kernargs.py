@@ -154,7 +154,7 @@ def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple
                                           f"a device address, not {type(v).__name__}") from None
             if not 0 <= addr < 1 << 64:
                 raise InvalidArgument(f"argument {name}: address {addr:#x} is not a 64-bit address")
-            dt = getattr(v, "dtype", None)
+            dt = None if isinstance(v, (int, np.integer)) else getattr(v, "dtype", None)   # a typed array's
             if dt is not None:
                 check = pointee_check(a)
                 if check is not None and not check(dt):
