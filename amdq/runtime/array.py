@@ -1,5 +1,5 @@
-"""Typed device arrays: device memory with a numpy dtype and shape, the small core a CuPy user reaches for
-first (shape, dtype, size, nbytes, host copies). An Array passes to a kernel as a pointer argument and is
+"""Typed device arrays: device memory with a numpy dtype and shape, the small core of an array (shape, dtype,
+size, nbytes, host copies). An Array passes to a kernel as a pointer argument and is
 checked against the element type the code object's metadata records for it (`.type_name`, e.g. "float*").
 
 Arrays are C-contiguous: `strides` are those of a C-ordered numpy array of the same shape and dtype.
@@ -128,7 +128,7 @@ class Array:
             out.reshape(-1).view(np.uint8)[:] = np.frombuffer(self.buffer.read(self.nbytes), np.uint8)
         return out
 
-    get = numpy                                      # CuPy's name
+    get = numpy                                      # the short name
 
     def set(self, host: Any) -> None:
         """Copy a host array (of this shape; its dtype cast to this one if numpy can do so safely within

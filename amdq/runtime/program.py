@@ -14,8 +14,11 @@ from ..errors import InvalidArgument
 from . import kernargs
 
 if TYPE_CHECKING:
+    from .aql_queue import AQLBound
     from .codemem import LoadedCode
     from .device import Device
+    from .graph import Node
+    from .pm4_queue import PM4Bound
 
 
 @dataclass
@@ -214,13 +217,12 @@ class Kernel:
         return f"<Kernel {self.name} of {self.prg}>"
 
     def __call__(self, *args, grid=1, block=None, shared_mem: int = 0, wait: bool = False,
-                 timeout_ms: int | None = None, timed: bool = False) -> "Launch | object":
+                 timeout_ms: int | None = None, timed: bool = False) -> "Launch | Node":
         """Launch the kernel on `grid` workgroups of `block` work-items each; returns its `Launch` handle.
 
-        `grid` counts workgroups, not work-items (as in CUDA, HIP and CuPy; OpenCL's global size is
-        grid * block): 4096 elements with 256 work-items per workgroup is `grid=16, block=256`. Both take an
+        `grid` counts workgroups, not work-items (an OpenCL global size is grid * block): 4096 elements with 256 work-items per workgroup is `grid=16, block=256`. Both take an
         int or 1 to 3 ints; `block` is required. `shared_mem` adds that many bytes of dynamic LDS to the
-        workgroup (HIP's sharedMemBytes: what an `extern __shared__` / external addrspace(3) array uses),
+        workgroup (what an `extern __shared__` array, an external addrspace(3) array in LLVM IR, uses),
         placed right after the kernel's static LDS; `amdq.LDS` arguments follow it. `wait=True` returns once
         the kernel finished (and raises its GPU error); `timed=True` (implied by wait=True and by
         `dev.profile()`) records GPU timestamps for the handle's record. Inside `dev.capture()` the launch is
@@ -232,7 +234,7 @@ class Kernel:
         return self.prg.dev.launch(self, args, _dims(grid, "grid"), _block(block, self.name),
                                    _shared(shared_mem, self.name), wait, timeout_ms, timed)
 
-    def bind(self, *args, grid=1, block=None, shared_mem: int = 0):
+    def bind(self, *args, grid=1, block=None, shared_mem: int = 0) -> "PM4Bound | AQLBound":
         """This launch recorded once (PM4: an indirect buffer; AQL: a ready dispatch packet) with its own
         kernel arguments; `.submit()` resubmits it and returns its `Launch` handle. Arguments as for a call."""
         dev = self.prg.dev
