@@ -443,6 +443,19 @@ def test_scratch_growth_in_the_record_and_profile(monkeypatch, aql):
         d.close()
 
 
+def test_scratch_growth_while_capturing_is_the_nodes(dev):
+    k = dev.load(co("private.cl", flags=("-DN=8",)))["priv"]
+    n = 64
+    idx, out = dev.upload(np.arange(n, dtype=np.int32)), dev.alloc(4 * n)
+    with dev.capture() as g:
+        node = k(idx, out, grid=1, block=n)
+    assert node.grew is not None and node.grew[0] == dev.scratch.alloc.size
+    g.replay()
+    g.wait()
+    assert k(idx, out, grid=1, block=n).wait().alloc_bytes == 0        # not reported twice
+    g.free()
+
+
 def test_scratch_growth_that_waits_for_freed_memory(dev):
     """Scratch that does not fit until memory the GPU still uses is given back: the launch waits for it and its
     record says how long (sync)."""
