@@ -121,8 +121,8 @@ def test_array_as_a_kernel_argument(dev, vadd):
 def test_dtype_mismatch_names_the_argument(dev, vadd):
     n = 256
     A, B = dev.array(np.ones(n, np.float32)), dev.array(np.ones(n, np.float32))
-    vadd(A, B, dev.empty(n, np.float32), 1.0, n, grid=1, block=256, wait=True)      # the fast path has a plan
-    before = dev.timeline.value
+    vadd(A, B, dev.empty(n, np.float32), 1.0, n, grid=1, block=256).wait()      # the fast path has a plan
+    before, plans = dev.timeline.value, dict(vadd._plans)
     for bad, dt in ((dev.zeros(n, np.float64), "float64"), (dev.zeros(n, np.int32), "int32"),
                     (dev.zeros(n, np.float16), "float16")):
         with pytest.raises(DTypeMismatch, match=rf"argument c of vadd is a float\* pointer: an array of {dt} ") as e:
@@ -138,6 +138,7 @@ def test_dtype_mismatch_names_the_argument(dev, vadd):
         with dev.capture():
             vadd(A, B, wrong, 1.0, n, grid=1, block=256)
     assert dev.timeline.value == before
+    assert vadd._plans == plans                                # the checks ran on the cached plan's path
 
 
 def test_typed_pointers_of_many_kinds(dev):
@@ -166,7 +167,7 @@ def test_typed_pointers_of_many_kinds(dev):
 def test_array_use_after_free(dev, vadd):
     n = 256
     A, B, C = dev.array(np.ones(n, np.float32)), dev.array(np.ones(n, np.float32)), dev.empty(n, np.float32)
-    vadd(A, B, C, 1.0, n, grid=1, block=256, wait=True)
+    vadd(A, B, C, 1.0, n, grid=1, block=256).wait()                 # the fast path has a plan
     view = C.reshape(16, 16)
     addr = C.addr
     C.free()

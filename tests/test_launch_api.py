@@ -492,7 +492,7 @@ def test_use_after_free_names_the_buffer(dev):
     k = dev.load(co("count.cl"))["count"]
     c = dev.upload(np.zeros(1, np.int32))
     other = dev.alloc(64)
-    k(c, 1, grid=1, block=32, wait=True)                               # the fast path has a plan for it
+    k(c, 1, grid=1, block=32).wait()                                   # the fast path has a plan for it
     addr = c.addr
     b = k.bind(c, 1, grid=1, block=32)
     c.free()
