@@ -20,7 +20,6 @@ from amdq.codeobj import load_code_object
 from sims import am_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "triton"
-NEEDS_SHARED_MEM = pytest.mark.skip(reason="needs shared_mem= (issue 12, launching)")
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +94,6 @@ def test_committed_add_kernel(devices, arch):
     run_add(devices[arch], code, meta, arch)
 
 
-@NEEDS_SHARED_MEM
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
 def test_committed_matmul(devices, arch):
     code, meta = fixture("matmul_kernel", arch)
@@ -128,7 +126,6 @@ def test_live_add_kernel(devices, tk, arch):
     run_add(devices[arch], k.asm["hsaco"], meta, arch)
 
 
-@NEEDS_SHARED_MEM
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
 def test_live_matmul(devices, tk, arch):
     k, meta = tk.compile_for("matmul_kernel", arch)
