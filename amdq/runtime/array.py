@@ -82,14 +82,17 @@ class Array:
     # -- shape ------------------------------------------------------------------------------------
     @property
     def ndim(self) -> int:
+        """Number of dimensions."""
         return len(self.shape)
 
     @property
     def itemsize(self) -> int:
+        """Bytes of one element."""
         return self.dtype.itemsize
 
     @property
     def freed(self) -> bool:
+        """Whether the array's memory was freed."""
         return self.buffer.alloc is None
 
     def __len__(self) -> int:

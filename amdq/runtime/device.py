@@ -315,6 +315,7 @@ class Device:
 
     @property
     def idle(self) -> bool:
+        """Whether every queue has completed everything submitted to it."""
         return all(q.timeline.completed >= q.timeline.value for q in self.queues)
 
     # -- clocks --------------------------------------------------------------------------------
@@ -331,6 +332,7 @@ class Device:
         return best[1], best[2], freq
 
     def gpu_to_host(self, ticks: int) -> float:
+        """Host seconds (perf_counter) of a GPU clock value."""
         g0, h0, f = self._clock
         return (h0 + (ticks - g0) * 1e9 / f) / 1e9
 
@@ -853,6 +855,7 @@ class Device:
             self._waited = {k: v for k, v in self._waited.items() if id(q) not in k}
 
     def close(self) -> None:
+        """Release the queues, the memory and the interface (idempotent); a closed device raises DeviceClosed."""
         with self.lock:
             if self.closed:
                 return

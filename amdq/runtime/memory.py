@@ -133,6 +133,7 @@ class Buffer:
 
     @property
     def addr(self) -> int:
+        """The buffer's GPU virtual address (InvalidArgument once freed)."""
         a = self.alloc
         if a is None:
             raise self._freed()
@@ -140,6 +141,7 @@ class Buffer:
 
     @property
     def freed(self) -> bool:
+        """Whether the buffer was freed."""
         return self.alloc is None
 
     def _freed(self, what: str = "use") -> InvalidArgument:

@@ -45,6 +45,7 @@ class LaunchRecord:
 
     @property
     def gpu(self) -> float | None:
+        """GPU seconds from start to end (None unless the launch was timed); simulated time on the simulated GPU."""
         return None if self.gpu_start is None else self.gpu_end - self.gpu_start
 
     def stages(self) -> dict[str, float | None]:
@@ -88,6 +89,7 @@ class Launch:
 
     @property
     def dev(self) -> "Device":
+        """The device the launch ran on."""
         return self.queue.dev
 
     def __repr__(self) -> str:
@@ -312,6 +314,7 @@ class Program:
 
     @property
     def freed(self) -> bool:
+        """Whether the code memory was given back (by this handle or its owner)."""
         return self._freed or self.code.freed
 
     def free(self) -> None:
@@ -324,9 +327,18 @@ class Program:
             self.dev._reclaim()
 
     def __getitem__(self, name: str) -> Kernel:
-        if name not in self._k:
-            raise KeyError(f"no kernel {name!r} in the program (kernels: {', '.join(self.kernels)})")
-        return self._k[name]
+        """The kernel `name`: its symbol, or the plain name of a C++ (HIP) kernel compiled without extern "C"
+        (`prg["axpy"]` for `_Z4axpyPffi`) when one kernel has that name."""
+        k = self._k.get(name)
+        if k is not None:
+            return k
+        mangled = [n for n in self._k if n.startswith(f"_Z{len(name)}{name}")] if name.isidentifier() else []
+        if len(mangled) == 1:
+            return self._k[mangled[0]]
+        if mangled:
+            raise KeyError(f"{name!r} names {len(mangled)} overloads in the program: {', '.join(mangled)}; "
+                           f"take one by its symbol")
+        raise KeyError(f"no kernel {name!r} in the program (kernels: {', '.join(self.kernels)})")
 
     def __repr__(self) -> str:
         state = " (freed)" if self.freed else ""
