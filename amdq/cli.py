@@ -51,8 +51,16 @@ def print_inspect(img, out=sys.stdout) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from .codeobj import load_code_object
-    img = load_code_object(Path(args.file).read_bytes())
+    from .codeobj import bundle, load_code_object
+    data = Path(args.file).read_bytes()
+    if bundle.is_bundle(data) or bundle.is_host_elf(data):      # a fat binary: list its entries
+        entries = bundle.unpack(data)
+        if args.json:
+            print(json.dumps({"bundle": [bundle.entry_summary(e) for e in entries]}))
+        else:
+            bundle.print_entries(entries)
+        return 0
+    img = load_code_object(data)
     if args.json:
         print(json.dumps(inspect_json(img)))
     else:
@@ -70,11 +78,14 @@ def cmd_disasm(args) -> int:
             raise AmdqError(f"{args.file}: {len(data)} bytes are not whole instruction dwords")
         listing = {"": disassemble(data, args.arch, int(args.base, 0), True if args.wave64 else None)}
     else:
-        listing = disassemble_elf(data)
-    if args.kernel and args.kernel not in listing:
+        listing = {}
+        for name, co in _code_objects(data, args.target):
+            for fn, lines in disassemble_elf(co).items():
+                listing[f"{name}{fn}"] = lines
+    if args.kernel and not any(k.rpartition(" ")[2] == args.kernel for k in listing):
         raise AmdqError(f"no function {args.kernel!r} in the code object (have: {', '.join(listing)})")
     for k, (name, lines) in enumerate(listing.items()):
-        if args.kernel and name != args.kernel:
+        if args.kernel and name.rpartition(" ")[2] != args.kernel:
             continue
         if name:
             print(f"{name}:")
@@ -83,6 +94,20 @@ def cmd_disasm(args) -> int:
                 print(f"{label}:")
             print(f"  {pc:08x}  {text}")
     return 0
+
+
+def _code_objects(data: bytes, target: str | None) -> list[tuple[str, bytes]]:
+    """(label prefix, code object) of a file: itself when it is one; of an offload bundle the entry for `target`,
+    else every entry holding an AMDGPU code object (labelled with its bundle id)."""
+    from .codeobj import bundle
+    if not (bundle.is_bundle(data) or bundle.is_host_elf(data)):
+        return [("", data)]
+    if target:
+        return [(f"[{target}] ", bundle.code_object_for(data, target))]
+    entries = [e for e in bundle.unpack(data) if e.format == "elf"]
+    if not entries:
+        raise AmdqError(f"the bundle holds no AMDGPU code object ({bundle.listing(bundle.unpack(data))})")
+    return [(f"[{e.id.text}] ", e.data) for e in entries]
 
 
 def cmd_decode(args) -> int:
@@ -249,13 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"amdq {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("inspect", help="list the kernels of a code object with descriptor fields and arguments")
-    p.add_argument("file", help="code object (.o, .hsaco)")
+    p.add_argument("file", help="code object (.o, .hsaco), or an offload bundle or HIP library (lists its entries)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_inspect)
     p = sub.add_parser("disasm", help="disassemble the kernels of a code object (or raw code with --arch); branch "
                                       "targets as labels")
-    p.add_argument("file", help="code object (.o, .hsaco), or a raw binary of instructions with --arch")
+    p.add_argument("file", help="code object (.o, .hsaco), offload bundle or HIP fat binary, or a raw binary of "
+                                "instructions with --arch")
     p.add_argument("--kernel", help="only this kernel")
+    p.add_argument("--target", help="of a bundle, only the entry a device of this target runs (default: every entry)")
     p.add_argument("--arch", help="the file is raw machine code of this target (gfx1100) or ISA family (rdna3)")
     p.add_argument("--base", default="0", help="address of the first instruction of raw code (default 0)")
     p.add_argument("--wave64", action="store_true", help="raw code runs in wave64 (default: the target's wave size)")

@@ -33,7 +33,8 @@ class Stages:
                 s.add(stage, time.perf_counter() - self.t0)
         return _T()
 
-    def launch(self, rec) -> None:
+    def launch(self, handle) -> None:
+        rec = handle.record
         self.add("encode", rec.encode)
         self.add("submit", rec.submit)
         self.add("wait", rec.wait)

@@ -118,6 +118,11 @@ class InvalidArgument(AmdqError, TypeError):
     """A kernel argument that does not fit its declared kind (also a TypeError)."""
 
 
+class DTypeMismatch(InvalidArgument):
+    """A typed device array passed for a pointer argument whose element type (the kernel metadata's `.type_name`,
+    e.g. "float*") is another one (also a TypeError)."""
+
+
 class TargetMismatch(CodeObjectError):
     """A code object built for another target than the device's."""
 

@@ -119,6 +119,9 @@ def test_hip_kernels_run(clang, dev):
     prg = dev.load(co)
     assert {"neighbour", "hist"} <= set(prg.kernels)
     assert any(k != "mangled" and "mangled" in k for k in prg.kernels)     # C++ names are mangled
+    assert prg["mangled"] is prg[next(k for k in prg.kernels if "mangled" in k)]   # and found by their name
+    with pytest.raises(KeyError, match="no kernel 'mangle'"):
+        prg["mangle"]
     n = 512
     a, b = np.arange(n, dtype=np.float32), np.arange(n, dtype=np.float32) * 3
     ba, bb = dev.upload(a), dev.upload(b)

@@ -168,7 +168,7 @@ def test_bound_resubmission(monkeypatch, mode):
     k = d.load(co("count.cl"))["count"]
     c = d.upload(np.zeros(1, np.int32))
     b = k.bind(c, 3, grid=1, block=32)
-    values = [b.submit() for _ in range(50)]
+    values = [b.submit().value for _ in range(50)]
     assert values == list(range(values[0], values[0] + 50))
     d.wait(values[-1])
     assert c.numpy(np.int32)[0] == 150

@@ -26,7 +26,7 @@ def test_wait_returns_stage_record(dev):
     k = dev.load(compile_cl("vadd.cl", dev.arch).read_bytes())["vadd"]
     n = 4096
     A, B, C = dev.upload(np.ones(n, np.float32)), dev.upload(np.ones(n, np.float32)), dev.alloc(4 * n)
-    rec = k(A, B, C, 2.0, n, grid=n // 256, block=256, wait=True)
+    rec = k(A, B, C, 2.0, n, grid=n // 256, block=256, wait=True).record
     assert rec.kernel == "vadd" and rec.encode > 0 and rec.submit > 0 and rec.wait >= 0
     assert rec.gpu_start is not None and rec.gpu_end >= rec.gpu_start
     host0 = rec.extra["host_start"]

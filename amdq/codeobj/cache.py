@@ -75,9 +75,5 @@ def image_for(code_object: bytes, arch: str | None = None):
     from .image import ProgramImage
     img = images.get_or_create(hashlib.sha256(code_object).hexdigest(), lambda: ProgramImage(code_object))
     if arch is not None:
-        from ..errors import TargetMismatch
-        from ..hw.targets import get_target
-        want = get_target(arch).arch
-        if img.target.arch != want:
-            raise TargetMismatch(f"code object is for {img.target.arch}, the device is {want}: recompile with -mcpu={want}")
+        img.check_runs_on(arch)
     return img

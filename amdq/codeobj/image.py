@@ -5,8 +5,9 @@ import hashlib
 from dataclasses import dataclass
 
 from ..errors import CodeObjectError, KernelLDSTooLarge, TargetMismatch
-from ..hw.targets import Target, get_target, target_from_mach
+from ..hw.targets import Target, get_target
 from . import reloc
+from .targetid import TargetId, device_target, elf_target, incompatibility, parse_isa_name, representative
 from .descriptor import KernelDescriptor
 from .elf import SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, SHT_NOBITS, SHT_RELA, ElfImage
 from .metadata import KernelMeta, Metadata, find_metadata
@@ -31,16 +32,25 @@ class ProgramImage:
     def __init__(self, data: bytes, arch: str | None = None, placement: dict[str, int] | None = None):
         self.elf = elf = ElfImage(data)
         self.sha256 = hashlib.sha256(elf.data).hexdigest()
-        self.target: Target = target_from_mach(elf.mach)
-        if arch is not None and get_target(arch).arch != self.target.arch:
-            raise TargetMismatch(f"code object is for {self.target.arch}, the device is {get_target(arch).arch}: "
-                                 f"recompile with -mcpu={get_target(arch).arch}")
+        # target_id: what the ELF header says (processor, possibly generic, and xnack/sramecc settings);
+        # target: the supported Target its descriptors are read with (a generic target's first member)
+        self.target_id: TargetId
+        self.target_id, self.generic_version = elf_target(elf.flags, elf.cov)
+        self.target: Target = representative(self.target_id)
+        if arch is not None:
+            self.check_runs_on(arch)
         self.cov = elf.cov
         self.kind = elf.type
         self.metadata: Metadata = find_metadata(elf.notes)
         tgt = self.metadata.target
-        if tgt and tgt.split("--")[-1].split(":")[0] != self.target.arch:
-            raise CodeObjectError(f"metadata target {tgt!r} disagrees with the ELF machine ({self.target.arch})")
+        if tgt:
+            try:
+                meta_t = parse_isa_name(tgt).target
+            except CodeObjectError as e:
+                raise CodeObjectError(f"metadata amdhsa.target {tgt!r} is not an ISA name: {e}") from None
+            features_differ = elf.cov >= 4 and meta_t.features != self.target_id.features
+            if meta_t.processor != self.target_id.processor or features_differ:
+                raise CodeObjectError(f"metadata target {tgt!r} disagrees with the ELF header ({self.target_id})")
         self.section_offsets: dict[int, int] = {}
         self.link_base = 0
         if self.kind == "ET_REL":
@@ -178,6 +188,20 @@ class ProgramImage:
     @property
     def arch(self) -> str:
         return self.target.arch
+
+    @property
+    def processor(self) -> str:
+        """The processor the code object is built for: an arch, or a generic target such as gfx11-generic."""
+        return self.target_id.processor
+
+    def check_runs_on(self, arch: str) -> None:
+        """Raise TargetMismatch unless the code object runs on a device of `arch` (e.g. "gfx942:xnack-")."""
+        get_target(arch)                   # an arch amdq does not support is UnsupportedTarget
+        dev = device_target(arch)
+        why = incompatibility(self.target_id, dev, self.generic_version)
+        if why:
+            raise TargetMismatch(f"code object is for {self.target_id}, the device is {dev}: {why}; recompile with "
+                                 f"-mcpu={dev} (or --offload-arch={dev})")
 
 
 def load_code_object(data: bytes, arch: str | None = None, placement: dict[str, int] | None = None) -> ProgramImage:

@@ -13,13 +13,14 @@ import time
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import GPUTimeout, InvalidArgument
 from ..hw import aql as A
 from ..hw import pm4
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
 from .pm4_queue import Commands, PM4Queue, SHRegs
+from .program import Launch, _clock
 
 SLOT = A.PACKET_SIZE
 IB_DW = SLOT // 4                       # PM4 dwords that fit a slot's own indirect buffer
@@ -37,10 +38,10 @@ class AQLPlan:
     """One kernel's dispatch packet for one grid/block/dynamic-LDS shape, built once; per call only the
     kernel arguments and the kernarg address are written."""
 
-    def __init__(self, kernel, args: tuple, grid, block):
+    def __init__(self, kernel, args: tuple, grid, block, shared_mem: int = 0):
         d = kernel.desc
-        blob, dyn = kernel.kernargs(args, grid, block)
-        self.grid, self.block, self.blob = grid, block, bytearray(blob)
+        blob, dyn = kernel.kernargs(args, grid, block, shared_mem)
+        self.grid, self.block, self.blob, self.shared_mem = grid, block, bytearray(blob), shared_mem
         self.size = max(64, (len(blob) + 63) & ~63)
         self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)
         self.scratch = d.uses_scratch
@@ -53,20 +54,29 @@ class AQLBound:
     """A launch bound to its own kernel-argument memory: `submit()` writes its ready dispatch packet and the
     timeline signal packet."""
 
-    def __init__(self, queue: "AQLQueue", kernel, args: tuple, grid, block):
-        self.queue = queue
-        p = queue.plan(kernel, args, grid, block)
+    def __init__(self, queue: "AQLQueue", kernel, args: tuple, grid, block, shared_mem: int = 0):
+        self.queue, self.grid, self.block = queue, grid, block
+        p = queue.plan(kernel, args, grid, block, shared_mem)
         self.kalloc = queue.dev.allocator.alloc(p.size, "gtt")
         kernel.pack_into(p, args, self.kalloc.cpu.mv, 0)
         self.pkt, self.hdr, self.scratch, self.kernel = bytearray(p.pkt), p.hdr, p.scratch, kernel
         U64.pack_into(self.pkt, A.KERNARG_ADDRESS, self.kalloc.va)
 
-    def submit(self) -> int:
-        """Run it again; returns the timeline value that marks its completion."""
+    def submit(self) -> "Launch":
+        """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion)."""
         q = self.queue
+        dev = q.dev
         if self.kernel.prg.freed:
             raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
-        with q.dev.submitting(q):
+        if self.kalloc is None:
+            raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
+        t0 = _clock()
+        lock = dev.lock                         # what Device.submitting does, inline: a hot path
+        lock.acquire()
+        try:
+            if dev.closed:
+                dev._check()
+            mark = q.timeline.value
             if self.scratch:
                 q.scratch_for(self.kernel)
             q.room(2)
@@ -75,11 +85,22 @@ class AQLBound:
             q.write(i, self.pkt, self.hdr)
             q.release(i + 1, value)
             q.ring_doorbell(i + 1)
-        return value
+            if dev._grew is not None:
+                return Launch(q, value, (self, t0, _clock(), dev.take_growth()))
+        except GPUTimeout as e:
+            dev._submit_failed(q, mark, e)
+            raise
+        finally:
+            lock.release()
+        return Launch(q, value, (self, t0, _clock()))
 
     def free(self) -> None:
+        """Give the bound launch's memory back (after the GPU finished with it); idempotent."""
+        if self.kalloc is None:
+            return
         self.queue.dev.wait(self.queue.timeline.value, queue=self.queue, errors=False)
         self.queue.dev.allocator.free(self.kalloc)
+        self.kalloc = None
 
 
 class AQLQueue(HWQueue):
@@ -139,21 +160,21 @@ class AQLQueue(HWQueue):
         """A PM4 command list for this queue (it runs inside vendor packets)."""
         return Commands(self.gen, self.sh)
 
-    def plan(self, kernel, args: tuple, grid, block) -> AQLPlan:
+    def plan(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> AQLPlan:
         """The cached dispatch packet of this launch shape."""
         dyn = tuple(a.nbytes for a in args if isinstance(a, kernargs.LDS)) if kernel._has_lds else ()
-        key = ("aql", grid, block, dyn, len(args),
+        key = ("aql", grid, block, dyn, shared_mem, len(args),
                tuple(type(args[i]) for i in kernel._untyped if i < len(args)) if kernel._untyped else ())
         p = kernel._plans.get(key)
         if p is None:
-            p = kernel._plans[key] = AQLPlan(kernel, args, grid, block)
+            p = kernel._plans[key] = AQLPlan(kernel, args, grid, block, shared_mem)
             self._kd[kernel.kd_addr] = kernel.name
         return p
 
-    def launch(self, kernel, args: tuple, grid, block, ts: int | None) -> tuple[int, float]:
+    def launch(self, kernel, args: tuple, grid, block, ts: int | None, shared_mem: int = 0) -> tuple[int, float]:
         """Write the dispatch packet (and timestamp/signal vendor packets) and ring the doorbell; `ts` (if
         given) receives the GPU clock before and after. Returns (timeline value, time encoding finished)."""
-        p = self.plan(kernel, args, grid, block)
+        p = self.plan(kernel, args, grid, block, shared_mem)
         kv = self.dev.kernargs
         ka, off = kv.take(p.size)
         kernel.pack_into(p, args, kv.mv, off)
@@ -177,9 +198,9 @@ class AQLQueue(HWQueue):
             self.ring_doorbell(i + 2)
         return value, t1
 
-    def bind(self, kernel, args: tuple, grid, block) -> AQLBound:
+    def bind(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> AQLBound:
         """A launch with its own kernel arguments and a ready dispatch packet (Kernel.bind on this queue)."""
-        return AQLBound(self, kernel, args, grid, block)
+        return AQLBound(self, kernel, args, grid, block, shared_mem)
 
     wait_on = PM4Queue.wait_on          # the same PM4 polls, run from a vendor packet by submit()
 

@@ -14,18 +14,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codeobj import bundle as cobundle
 from ..codeobj import cache as cocache
 from ..errors import (AmdqError, DeviceClosed, DeviceError, GPUFault, GPUTimeout, InvalidArgument, OutOfMemory,
                       UnsupportedTarget)
 from ..hw.targets import TARGETS, Target, get_target
 from ..iface.base import ring_bytes
 from ..iface.exceptions import to_error
+from . import array as arrays
 from .aql_queue import AQLQueue
 from .hwqueue import HWQueue
 from .memory import Allocator, Buffer
 from .codemem import LoadedCode
 from .pm4_queue import PM4Queue
-from .program import LaunchRecord, Program
+from .program import Launch, LaunchRecord, Program
 from .sdma_queue import SDMAQueue
 from .signal import Timeline, default_timeout_ms
 
@@ -189,6 +191,7 @@ class Submitting:
 
 
 MEMORY_KINDS = ("vram", "gtt")
+TS_SLOTS = 16384                # timestamp slots of timed launches and copies, reused round robin
 NEAR = 1 << 20                  # a faulting address this close to an allocation is named relative to it
 
 
@@ -216,8 +219,9 @@ class Device:
         self.allocator = Allocator(self.iface)
         self.signals = self.allocator.alloc(4096, "gtt", uncached=True)   # 16-byte timeline slots, one per queue
         self._slots = 0
-        self.ts_alloc = self.allocator.alloc(1 << 16, "gtt", uncached=True)
-        self._ts_next = 0
+        self.ts_alloc = self.allocator.alloc(16 * TS_SLOTS, "gtt", uncached=True)   # GPU timestamps of timed work
+        self._ts_next = 0                                # timestamp slots taken so far
+        self._grew: tuple[int, float, float] | None = None     # memory growth not yet reported in a record
         self.queues: list = []
         self._queue_of: dict[int, object] = {}
         self.queue: HWQueue = (AQLQueue if use_aql(self.target) else PM4Queue)(
@@ -320,6 +324,7 @@ class Device:
 
     @property
     def idle(self) -> bool:
+        """Whether every queue has completed everything submitted to it."""
         return all(q.timeline.completed >= q.timeline.value for q in self.queues)
 
     # -- clocks --------------------------------------------------------------------------------
@@ -336,6 +341,7 @@ class Device:
         return best[1], best[2], freq
 
     def gpu_to_host(self, ticks: int) -> float:
+        """Host seconds (perf_counter) of a GPU clock value."""
         g0, h0, f = self._clock
         return (h0 + (ticks - g0) * 1e9 / f) / 1e9
 
@@ -371,6 +377,40 @@ class Device:
         b = self.alloc(max(arr.nbytes, 1))
         b.write(arr)
         return b
+
+    def memory_stats(self) -> dict[str, dict[str, int]]:
+        """Bytes of device memory per kind ("vram", "gtt", ...) as the allocator sees them: `live` (handed out:
+        buffers, arrays, programs, scratch, the runtime's rings and arguments), `cached` (freed, kept for
+        reuse), `peak` (the most live at once since the device opened or `reset_peak_memory()`)."""
+        self._check()
+        if self.queue is None:
+            return {}
+        with self.lock:
+            self._reclaim()
+            out = self.allocator.stats()
+        for k in MEMORY_KINDS:
+            out.setdefault(k, {"live": 0, "cached": 0, "peak": 0})
+        return out
+
+    def reset_peak_memory(self) -> None:
+        """Start the `peak` of memory_stats() over at what is live now (to measure one phase, e.g. a model
+        switch or the first large kernel, on its own)."""
+        self._check()
+        if self.queue is not None:
+            with self.lock:
+                self.allocator.reset_peak()
+
+    def array(self, host, dtype=None) -> "arrays.Array":
+        """A typed device array (amdq.Array) holding a copy of a host array: dtype and shape kept."""
+        return arrays.from_host(self, host, dtype)
+
+    def empty(self, shape, dtype=np.float32) -> "arrays.Array":
+        """A typed device array of `shape` and `dtype`, contents undefined."""
+        return arrays.empty(self, shape, dtype)
+
+    def zeros(self, shape, dtype=np.float32) -> "arrays.Array":
+        """A typed device array of `shape` and `dtype`, filled with zeros."""
+        return arrays.zeros(self, shape, dtype)
 
     def _copy_in(self, buf: Buffer, off: int, raw: memoryview) -> None:
         if self.capturing is not None:
@@ -414,12 +454,14 @@ class Device:
         """Device-to-device copy of nbytes, ordered after all work submitted so far. On the SDMA queue it
         returns at once (with wait=True: after it finished, with a record of its stages); without one
         (AMD_DISABLE_SDMA=1, or no queue) the CPU copies through the mappings once the GPU is idle."""
+        dst, src = (b.buffer if isinstance(b, arrays.Array) else b for b in (dst, src))
         for b, o, what in ((dst, dst_offset, "destination"), (src, src_offset, "source")):
             if not isinstance(b, Buffer):
-                raise InvalidArgument(f"copy {what} must be a Buffer, not {type(b).__name__}")
+                raise InvalidArgument(f"copy {what} must be a Buffer or an Array, not {type(b).__name__}")
             if b.dev is not self:
                 raise InvalidArgument(f"copy {what} {b!r} belongs to {b.dev.name}, not {self.name}")
-            b.addr                                              # a freed buffer says so
+            if b.alloc is None:
+                raise b._freed(f"copy {'to' if what == 'destination' else 'from'}")
             if nbytes < 0 or o < 0 or o + nbytes > b.size:
                 raise ValueError(f"copy of {nbytes} bytes at {what} offset {o} exceeds the {b.size}-byte buffer")
         if nbytes == 0:
@@ -440,7 +482,7 @@ class Device:
                 ts = self._ts_slot() if timed else None
                 packets = q.copy(d_addr, s_addr, nbytes)
                 if ts is not None:
-                    packets = q.timestamp(ts) + packets + q.timestamp(ts + 8)
+                    packets = q.timestamp(self.ts_addr(ts)) + packets + q.timestamp(self.ts_addr(ts) + 8)
                     rec.extra["ts"] = ts
                 t1 = time.perf_counter()
                 with self.submitting(q):
@@ -569,9 +611,28 @@ class Device:
         ses = max(1, t.ses // n)
         fw = tm.fields["WAVES"]
         waves = min(t.cus // n * t.max_waves_per_cu, (1 << (fw.hi - fw.lo + 1)) - 1) // ses * ses
-        a = self.allocator.alloc(wave_bytes * waves * n, "vram")
-        a.meta["what"] = "scratch"
+        size = wave_bytes * waves * n
+        t0 = time.perf_counter()
+        sync = 0.0
         old = self.scratch
+        try:
+            a = self.allocator.alloc(size, "vram")
+        except OutOfMemory:
+            if not self._pending_free and old is None:
+                raise
+            # memory the GPU still uses comes back once it is done: the old scratch and deferred frees
+            t1 = time.perf_counter()
+            self.drain()
+            self._reclaim()
+            if old is not None:
+                self.allocator.free(old.alloc)
+                self.scratch = old = None
+            sync = time.perf_counter() - t1
+            a = self.allocator.alloc(size, "vram")
+        spent = time.perf_counter() - t0 - sync
+        g = self._grew
+        self._grew = (size, spent, sync) if g is None else (g[0] + size, g[1] + spent, g[2] + sync)
+        a.meta["what"] = "scratch"
         self.scratch = Scratch(a, a.va, lane_bytes, wave_bytes, waves, tm.encode(WAVES=waves, WAVESIZE=wave_bytes // unit),
                                n)
         if old is not None:
@@ -579,15 +640,20 @@ class Device:
         return self.scratch
 
     # -- programs and launches -----------------------------------------------------------------
-    def load(self, code_object: bytes) -> Program:
+    def load(self, code_object: "bytes | str | os.PathLike") -> Program:
         """A new Program handle on the code object's memory, uploaded once per device while the program
-        cache keeps it (amdq.runtime.codemem says who owns it); `prg.free()` lets go of it."""
-        if not isinstance(code_object, (bytes, bytearray)):
-            raise TypeError(f"load takes code-object bytes, not {type(code_object).__name__}")
+        cache keeps it (amdq.runtime.codemem says who owns it); `prg.free()` lets go of it. Takes an AMDGPU
+        code object, an offload bundle (plain or compressed) or a host ELF embedding one (bytes or a path):
+        the bundle's entry for this device is loaded (amdq.codeobj.bundle)."""
+        if isinstance(code_object, (str, os.PathLike)):
+            with open(code_object, "rb") as f:
+                code_object = f.read()
+        if not isinstance(code_object, (bytes, bytearray, memoryview)):
+            raise TypeError(f"load takes code-object bytes or a path, not {type(code_object).__name__}")
         if self.queue is None:
             self._queues("load")
         self._check()
-        co = bytes(code_object)
+        co = cobundle.code_object_for(code_object, self.arch)
         key = cocache.program_key(co, [self.uid])
         self._reclaim()
         while True:                        # an entry evicted between lookup and acquire is loaded again
@@ -615,8 +681,13 @@ class Device:
         """`with dev.submitting(q):` around one submission to q (see Submitting)."""
         return Submitting(self, q)
 
-    def launch(self, kernel, args, grid, block, wait: bool, timeout_ms: int | None) -> LaunchRecord | None:
-        """Encode and submit one kernel launch on the compute queue (and wait for it if asked)."""
+    def _submit_failed(self, q: HWQueue, mark: int, e: GPUTimeout) -> None:
+        """What Submitting does when a submission made inline (under the lock) timed out."""
+        Submitting.failed(self, q, mark, e)
+
+    def launch(self, kernel, args, grid, block, shared_mem: int = 0, wait: bool = False,
+               timeout_ms: int | None = None, timed: bool = False) -> Launch:
+        """Encode and submit one kernel launch on the compute queue (and wait for it if asked); its handle."""
         if self.queue is None:
             self._queues("launch")
         self._check()
@@ -627,35 +698,38 @@ class Device:
         if self.capturing is not None:
             if wait:
                 raise RuntimeError("wait=True inside a capture: nothing runs until the graph is replayed")
-            return self.capturing.add_launch(kernel, args, grid, block)
+            node = self.capturing.add_launch(kernel, args, grid, block, shared_mem)
+            if self._grew is not None:
+                node.grew = self.take_growth()  # scratch grown while capturing: the node says so
+            return node
         q = self.queue
         lock = self.lock                         # what Submitting does, inline: this is the hottest path
         lock.acquire()
         try:
             self._check()
             mark = q.timeline.value
-            timed = wait or self.profiler is not None
-            ts = self._ts_slot() if timed else None
+            ts = self._ts_slot() if wait or timed or self.profiler is not None else None
             t0 = time.perf_counter()
             try:
-                value, t1 = q.launch(kernel, args, grid, block, ts)
+                value, t1 = q.launch(kernel, args, grid, block, None if ts is None else self.ts_addr(ts), shared_mem)
             except GPUTimeout as e:
                 Submitting.failed(self, q, mark, e)
                 raise
+            except BaseException:
+                self._grew = None                # a growth of a launch that failed to encode stays unreported
+                raise
             q.note(value, kernel.label)
             t2 = time.perf_counter()
-            rec = LaunchRecord(kernel.name, encode=t1 - t0, submit=t2 - t1, value=value,
-                               extra={"queue": q.name, "ts": ts, "host_start": t0, "grid": grid, "block": block})
+            h = Launch(q, value, (kernel.name, t0, t1, t2, ts, grid, block,
+                                  self.take_growth() if self._grew is not None else None))
             if self.profiler is not None:
-                self.profiler.add(rec)
+                h._rec = h._make()
+                self.profiler.add(h._rec)
         finally:
             lock.release()
-        if not wait:
-            return None
-        self.wait(value, timeout_ms)
-        rec.wait = time.perf_counter() - t2
-        self.resolve(rec)
-        return rec
+        if wait:
+            h.wait(timeout_ms)
+        return h
 
     def capture(self):
         """`with dev.capture() as g:` records launches without running them; `g.replay()` runs them all."""
@@ -670,26 +744,45 @@ class Device:
         return Profile(self)
 
     def resolve(self, rec: LaunchRecord) -> None:
-        """Fill in a record's GPU start/end from its timestamp slot (once its work has completed)."""
+        """Fill in a record's GPU start/end from its timestamp slot (once its work has completed). A slot that
+        later launches have taken again since (more than TS_SLOTS timed launches ago) leaves `gpu` None."""
         ts = rec.extra.get("ts")
         if ts is not None and rec.gpu_start is None:
-            a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, ts - self.ts_alloc.va)
+            if self._ts_next - ts > TS_SLOTS:
+                rec.extra["ts_lost"] = True
+                return
+            off = (ts % TS_SLOTS) * 16
+            a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, off)
             rec.gpu_start, rec.gpu_end = self.gpu_to_host(a), self.gpu_to_host(b)
 
     def _ts_slot(self) -> int:
-        off = self._ts_next
-        self._ts_next = (self._ts_next + 16) % self.ts_alloc.size
-        return self.ts_alloc.va + off
+        """A fresh timestamp slot's number (its address: ts_addr)."""
+        n = self._ts_next
+        self._ts_next = n + 1
+        return n
+
+    def ts_addr(self, n: int) -> int:
+        """GPU address of timestamp slot `n` (two 64-bit GPU clock values: start, end)."""
+        return self.ts_alloc.va + (n % TS_SLOTS) * 16
+
+    def take_growth(self) -> tuple[int, float, float] | None:
+        """(bytes allocated, seconds allocating, seconds synchronising) of the memory growth since the last call
+        (scratch grown for a launch), for that launch's record; None if nothing grew."""
+        g, self._grew = self._grew, None
+        return g
 
     # -- waits, faults and recovery --------------------------------------------------------------
-    def wait(self, value: int, timeout_ms: int | None = None, queue: HWQueue | None = None,
+    def wait(self, value: "int | Launch", timeout_ms: int | None = None, queue: HWQueue | None = None,
              errors: bool = True) -> None:
-        """Wait until `queue` (the compute queue by default) has completed submission `value`.
+        """Wait until `queue` (the compute queue by default) has completed submission `value` (a timeline value,
+        or a launch's handle: its queue and value).
 
         The timeout (AMDQ_WAIT_TIMEOUT_MS, 30 s) restarts while the queue makes progress (its timeline,
         read pointer, or the waves a running dispatch retires); then the queue is recovered and GPUTimeout
         names where it was stuck. A GPU exception that stopped this work raises its error (every wait on
         lost work does); `errors=False` waits only until the work is done or lost (to recycle memory)."""
+        if type(value) is Launch:
+            queue, value = queue or value.queue, value.value
         q = queue or self.queue
         t = q.timeline
         if t.completed >= value and not q.failed:
@@ -782,6 +875,7 @@ class Device:
             self._waited = {k: v for k, v in self._waited.items() if id(q) not in k}
 
     def close(self) -> None:
+        """Release the queues, the memory and the interface (idempotent); a closed device raises DeviceClosed."""
         with self.lock:
             if self.closed:
                 return
@@ -821,8 +915,8 @@ class Device:
 def open_device(spec: str | None = None) -> Device:
     """Open a GPU: `[IFACE+]AMD[:ARCH]`, `SIM[:ARCH]`, or the DEV environment variable."""
     dev = Device(spec)
-    if os.environ.get("AMDQ_TRACE"):            # trace an unmodified program (amdq.tools.trace)
-        from ..tools.trace import attach
+    if os.environ.get("AMDQ_TRACE"):            # trace an unmodified program (amdq.runtime.trace)
+        from .trace import attach
         attach(dev)
     return dev
 

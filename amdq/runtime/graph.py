@@ -25,9 +25,11 @@ class Node:
 
     def __init__(self, graph: "Graph", kernel: "Kernel", plan: "Plan", args: tuple, mv, off: int):
         self.graph, self.kernel, self.plan, self.args, self._mv, self._off = graph, kernel, plan, args, mv, off
+        self.grew: tuple[int, float, float] | None = None   # (bytes, alloc s, sync s) of scratch grown for it
 
     def update(self, *args: Any) -> None:
-        if pm4_plan(self.graph.dev.queue, self.kernel, args, self.plan.grid, self.plan.block) is not self.plan:
+        if pm4_plan(self.graph.dev.queue, self.kernel, args, self.plan.grid, self.plan.block, False,
+                    self.plan.shared_mem) is not self.plan:
             raise InvalidArgument(f"kernel {self.kernel.name}: the new arguments change the launch shape "
                                   f"(dynamic LDS or scratch); capture the graph again")
         self.graph.wait()                                   # the last replay may still read the old bytes
@@ -83,8 +85,8 @@ class Graph:
         self._head += n
         return a.va + off, a.cpu.mv, off
 
-    def add_launch(self, kernel: "Kernel", args: tuple, grid, block) -> Node:
-        p = pm4_plan(self.dev.queue, kernel, args, grid, block)   # PM4 in an IB (AQL: in vendor packets)
+    def add_launch(self, kernel: "Kernel", args: tuple, grid, block, shared_mem: int = 0) -> Node:
+        p = pm4_plan(self.dev.queue, kernel, args, grid, block, False, shared_mem)   # PM4 in an IB (AQL: vendor packets)
         ka, mv, off = self._space(p.size)
         dw = p.dwords_at(ka, mv, off, kernel, args)[:p.work]
         self._append("compute", dw.tolist())

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..codeobj.metadata import ArgMeta, KernelMeta
-from ..errors import InvalidArgument, LDSLimitExceeded
+from ..errors import DTypeMismatch, InvalidArgument, LDSLimitExceeded
 
 SHARED_APERTURE_HI = 0x0001_0000       # what src_shared_base reads: high half of the LDS aperture
 PRIVATE_APERTURE_HI = 0x0002_0000
@@ -22,6 +22,67 @@ PRIVATE_APERTURE_HI = 0x0002_0000
 class LDS:
     """A `__local` pointer argument: `nbytes` of LDS added to the dispatch's group segment."""
     nbytes: int
+
+
+# the element types a pointer's `.type_name` (OpenCL and HIP metadata, e.g. "float*", "const uint*") names:
+# (kind, bytes per scalar); kind "f" float, "i" integer of either signedness. Vector types (float4) take
+# arrays of their scalar. Byte pointers (char, uchar, void) and unknown names take any array.
+_POINTEE = {"float": ("f", 4), "double": ("f", 8), "half": ("f", 2), "_Float16": ("f", 2), "__fp16": ("f", 2),
+            "__half": ("f", 2), "__bf16": ("f", 2), "bfloat16": ("f", 2), "__hip_bfloat16": ("f", 2),
+            "short": ("i", 2), "ushort": ("i", 2), "int": ("i", 4), "uint": ("i", 4), "long": ("i", 8),
+            "ulong": ("i", 8), "unsigned": ("i", 4), "unsigned short": ("i", 2), "unsigned int": ("i", 4),
+            "unsigned long": ("i", 8), "long long": ("i", 8), "unsigned long long": ("i", 8),
+            "int16_t": ("i", 2), "uint16_t": ("i", 2), "int32_t": ("i", 4), "uint32_t": ("i", 4),
+            "int64_t": ("i", 8), "uint64_t": ("i", 8), "size_t": ("i", 8), "ptrdiff_t": ("i", 8)}
+_VECTOR = ("16", "8", "4", "3", "2")
+_QUALIFIERS = ("const", "volatile", "restrict", "__restrict__", "__restrict", "struct", "__global", "global")
+
+
+def _pointee(type_name: str) -> tuple[str, int] | None:
+    tn = type_name.strip()
+    if not tn.endswith("*") or tn.count("*") != 1:
+        return None                                      # not a plain pointer (or a pointer to pointers)
+    words = [w for w in tn[:-1].replace("*", " ").split() if w not in _QUALIFIERS]
+    base = " ".join(words)
+    if base in _POINTEE:
+        return _POINTEE[base]
+    for n in _VECTOR:                                    # float4, uint2, double16 ...
+        if base.endswith(n) and base[:-len(n)] in _POINTEE:
+            return _POINTEE[base[:-len(n)]]
+    return None
+
+
+def pointee_check(a: ArgMeta) -> Callable[[np.dtype], bool] | None:
+    """For a global pointer argument whose metadata names its element type: a test of whether an array of a
+    dtype fits it (same kind, float or integer, and scalar size; complex fits pairs of its float); else None."""
+    if a.value_kind != "global_buffer" or not a.type_name:
+        return None
+    p = _pointee(a.type_name)
+    if p is None:
+        return None
+    kind, size = p
+
+    def fits(dt) -> bool:
+        k = dt.kind
+        if k == "f":
+            return kind == "f" and dt.itemsize == size
+        if k in "iu":
+            return kind == "i" and dt.itemsize == size
+        if k == "b":
+            return kind == "i" and size == 1
+        if k == "c":
+            return kind == "f" and dt.itemsize == 2 * size
+        return False
+    return fits
+
+
+def pointee_dtype(a: ArgMeta) -> str:
+    """The numpy dtype(s) a typed pointer argument takes, in words."""
+    p = _pointee(a.type_name)
+    if p is None:
+        return "any dtype"
+    kind, size = p
+    return {"f": f"float{8 * size}", "i": f"int{8 * size} or uint{8 * size}"}[kind]
 
 
 _FLOAT_TYPES = {"float": "f", "double": "d", "half": "e", "_Float16": "e", "__fp16": "e"}
@@ -62,18 +123,22 @@ def _scalar_bytes(a: ArgMeta, v: Any, name: str) -> bytes:
 
 def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple[int, int, int],
          address_of: Callable[[Any], int], static_lds: int, lds_limit: int | None = None,
-         extra: dict[str, int] | None = None) -> tuple[bytes, int]:
+         extra: dict[str, int] | None = None, shared_mem: int = 0) -> tuple[bytes, int]:
     """(kernarg bytes, dynamic LDS bytes) for a dispatch of `grid` workgroups of `block` work-items.
 
-    `address_of(obj)` gives the device address of a buffer argument (ints pass through).
+    `address_of(obj)` gives the device address of a buffer argument (ints pass through). Dynamic LDS is
+    laid out after the kernel's static LDS (`static_lds`, where the compiler places an external
+    addrspace(3) array): first the launch's `shared_mem` bytes, then each `LDS(nbytes)` argument at its
+    pointee alignment. The dynamic LDS bytes (both together) are what hidden_dynamic_lds_size receives and
+    what the dispatch adds to its group segment.
     """
     explicit = meta.explicit_args
     if len(args) != len(explicit):
         names = ", ".join(a.name or f"#{i}" for i, a in enumerate(explicit))
         raise InvalidArgument(f"kernel {meta.name} takes {len(explicit)} arguments ({names}), {len(args)} given")
     buf = bytearray(max(meta.kernarg_segment_size, 8))
-    dyn_lds = 0
-    lds_offset = static_lds
+    dyn_lds = shared_mem
+    lds_offset = static_lds + shared_mem
     for i, (a, v) in enumerate(zip(explicit, args)):
         name = a.name or f"#{i}" + (f" ({a.type_name})" if a.type_name else "")
         if a.value_kind == "global_buffer" or (a.value_kind == "by_value" and a.address_space == "global"):
@@ -89,6 +154,13 @@ def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple
                                           f"a device address, not {type(v).__name__}") from None
             if not 0 <= addr < 1 << 64:
                 raise InvalidArgument(f"argument {name}: address {addr:#x} is not a 64-bit address")
+            dt = None if isinstance(v, (int, np.integer)) else getattr(v, "dtype", None)   # a typed array's
+            if dt is not None:
+                check = pointee_check(a)
+                if check is not None and not check(dt):
+                    raise DTypeMismatch(f"argument {name} of {meta.name} is a {a.type_name.strip()} pointer: an array of "
+                                        f"{np.dtype(dt)} does not fit it (pass an array of {pointee_dtype(a)}, or a "
+                                        f"Buffer for raw bytes)")
             buf[a.offset:a.offset + 8] = addr.to_bytes(8, "little")
         elif a.value_kind == "dynamic_shared_pointer":
             if not isinstance(v, LDS):
@@ -113,8 +185,9 @@ def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple
         else:
             raise InvalidArgument(f"argument {name} of {meta.name}: value kind {a.value_kind} is not supported")
     if lds_limit is not None and static_lds + dyn_lds > lds_limit:
-        raise LDSLimitExceeded(f"kernel {meta.name}: {static_lds} bytes of static LDS + {dyn_lds} dynamic exceed "
-                               f"the {lds_limit} bytes a workgroup may use")
+        parts = f" (shared_mem={shared_mem}, {dyn_lds - shared_mem} in LDS arguments)" if shared_mem else ""
+        raise LDSLimitExceeded(f"kernel {meta.name}: {static_lds} bytes of static LDS + {dyn_lds} dynamic{parts} "
+                               f"exceed the {lds_limit} bytes a workgroup may use")
     hidden = {
         "hidden_block_count_x": grid[0], "hidden_block_count_y": grid[1], "hidden_block_count_z": grid[2],
         "hidden_group_size_x": block[0], "hidden_group_size_y": block[1], "hidden_group_size_z": block[2],

@@ -31,6 +31,8 @@ class Allocator:
         self.cached = 0
         self.live = 0
         self.live_allocs: dict[int, Allocation] = {}          # by GPU address: to name a faulting address
+        self.live_by: dict[str, int] = {}                     # live bytes per memory kind
+        self.peak_by: dict[str, int] = {}                     # the most live bytes per kind at once
 
     def alloc(self, size: int, kind: str = "vram", **kw) -> Allocation:
         size = max(PAGE, (size + PAGE - 1) & -PAGE)
@@ -39,6 +41,7 @@ class Allocator:
             a = self.cache[key].pop()
             self.cached -= size
             self.live += size
+            self._grow(kind, size)
             a.meta.pop("nbytes", None)
             a.meta.pop("what", None)
             self.live_allocs[a.va] = a
@@ -56,9 +59,26 @@ class Allocator:
             except (OutOfMemory, OSError) as e2:
                 raise self._oom(size, kind, self._available(kind), e2) from None
         self.live += size
+        self._grow(kind, size)
         a.meta["cache_key"] = key
         self.live_allocs[a.va] = a
         return a
+
+    def _grow(self, kind: str, size: int) -> None:
+        n = self.live_by.get(kind, 0) + size
+        self.live_by[kind] = n
+        if n > self.peak_by.get(kind, 0):
+            self.peak_by[kind] = n
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per memory kind: live, cached and peak bytes."""
+        kinds = set(self.live_by) | set(self.peak_by) | {k[1] for k, lst in self.cache.items() if lst}
+        return {k: {"live": self.live_by.get(k, 0), "cached": self.cached_bytes(k), "peak": self.peak_by.get(k, 0)}
+                for k in sorted(kinds)}
+
+    def reset_peak(self) -> None:
+        """Peaks start over at the live bytes."""
+        self.peak_by = dict(self.live_by)
 
     def _available(self, kind: str) -> int | None:
         f = getattr(self.iface, "available", None)
@@ -77,6 +97,8 @@ class Allocator:
 
     def free(self, a: Allocation) -> None:
         self.live -= a.size
+        k = a.meta.get("cache_key", (a.size, a.kind, ()))[1]
+        self.live_by[k] = self.live_by.get(k, 0) - a.size
         self.live_allocs.pop(a.va, None)
         if a.meta.get("shared"):                        # mapped by a peer: given back now, which takes those down
             self.iface.free(a)
@@ -100,48 +122,68 @@ class Allocator:
 
 
 class Buffer:
-    """A range of device memory. `addr` is its GPU virtual address."""
+    """A range of device memory (raw bytes; `dev.array` makes typed arrays). `addr` is its GPU virtual address.
+    Once freed, every use (as a kernel argument, read, write, copy, a second free) raises InvalidArgument."""
+
+    dtype = None                                      # raw bytes: a typed pointer argument takes any Buffer
 
     def __init__(self, dev: "Device", alloc: Allocation, size: int, owned: bool = True):
         self.dev, self.alloc, self.size, self._owned = dev, alloc, size, owned
+        self._va = alloc.va
 
     @property
     def addr(self) -> int:
+        """The buffer's GPU virtual address (InvalidArgument once freed)."""
         a = self.alloc
         if a is None:
-            raise InvalidArgument(f"use of a freed buffer ({self.size} bytes on {self.dev.name})")
+            raise self._freed()
         return a.va
 
+    @property
+    def freed(self) -> bool:
+        """Whether the buffer was freed."""
+        return self.alloc is None
+
+    def _freed(self, what: str = "use") -> InvalidArgument:
+        return InvalidArgument(f"{what} of a freed buffer: the {self.size}-byte buffer that was at {self._va:#x} on "
+                               f"{self.dev.name}; allocate a new one")
+
     def __repr__(self) -> str:
-        where = f"at {self.alloc.va:#x}" if self.alloc is not None else "(freed)"
+        where = f"at {self.alloc.va:#x}" if self.alloc is not None else f"(freed, was at {self._va:#x})"
         return f"<Buffer {self.size} bytes {where} on {self.dev.name}>"
 
     def write(self, data, offset: int = 0) -> None:
         """Copy bytes or an array into the buffer (after the GPU finished work submitted so far)."""
+        if self.alloc is None:
+            raise self._freed("write")
         if isinstance(data, np.ndarray) and data.dtype.hasobject:
             raise InvalidArgument(f"cannot write an array of dtype {data.dtype}: it holds Python object pointers")
         raw = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
         if offset < 0 or offset + raw.nbytes > self.size:
             raise ValueError(f"write of {raw.nbytes} bytes at offset {offset} exceeds the {self.size}-byte buffer")
-        self.addr                                      # a freed buffer says so
         self.dev._copy_in(self, offset, raw)
 
     def read(self, size: int | None = None, offset: int = 0) -> bytes:
         """The buffer's bytes, once the GPU finished the work submitted so far."""
+        if self.alloc is None:
+            raise self._freed("read")
         size = self.size - offset if size is None else size
         if offset < 0 or offset + size > self.size:
             raise ValueError(f"read of {size} bytes at offset {offset} exceeds the {self.size}-byte buffer")
-        self.addr                                      # a freed buffer says so
         return self.dev._copy_out(self, offset, size)
 
     def numpy(self, dtype=np.float32, shape=None) -> np.ndarray:
+        """The buffer's bytes as a new (writable) array of `dtype`, reshaped to `shape` if given."""
         dtype = np.dtype(dtype)
         n = self.size // dtype.itemsize
-        arr = np.frombuffer(self.read(n * dtype.itemsize), dtype)
-        return arr.reshape(shape) if shape is not None else arr.copy()
+        arr = np.frombuffer(self.read(n * dtype.itemsize), dtype).copy()
+        return arr.reshape(shape) if shape is not None else arr
 
     def free(self) -> None:
-        if self._owned and self.alloc is not None:
+        """Give the memory back (once the GPU finished the work submitted so far). A second free raises."""
+        if self.alloc is None:
+            raise self._freed("free")
+        if self._owned:
             self.dev._release(self)
             self.alloc = None
 

@@ -11,13 +11,14 @@ import time
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import GPUTimeout, InvalidArgument
 from ..hw import aql as A
 from ..hw import pm4, regs
 from ..hw.kd import LDS_GRANULE
 from ..hw.targets import GENERATIONS
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
+from .program import Launch, _clock
 
 _RM, _WRM = pm4.ENUMS["RELEASE_MEM"], pm4.ENUMS["WAIT_REG_MEM"]
 EOP_EVENT, BOTTOM_OF_PIPE_TS = pm4.CACHE_FLUSH_AND_INV_TS_EVENT, pm4.BOTTOM_OF_PIPE_TS
@@ -101,14 +102,14 @@ class PM4Queue(HWQueue):
     def commands(self) -> Commands:
         return Commands(self.gen, self.sh)
 
-    def plan(self, kernel, args: tuple, grid, block, timed: bool = False) -> "Plan":
+    def plan(self, kernel, args: tuple, grid, block, timed: bool = False, shared_mem: int = 0) -> "Plan":
         """The cached launch plan for this shape (grid, block, dynamic LDS sizes, scratch buffer)."""
-        return pm4_plan(self, kernel, args, grid, block, timed)
+        return pm4_plan(self, kernel, args, grid, block, timed, shared_mem)
 
-    def launch(self, kernel, args: tuple, grid, block, ts: int | None) -> tuple[int, float]:
+    def launch(self, kernel, args: tuple, grid, block, ts: int | None, shared_mem: int = 0) -> tuple[int, float]:
         """Encode a dispatch from the kernel's launch plan and submit it; `ts` (if given) receives the GPU
         clock before and after. Returns (timeline value, time when encoding finished)."""
-        p = self.plan(kernel, args, grid, block, ts is not None)
+        p = self.plan(kernel, args, grid, block, ts is not None, shared_mem)
         ka, off = self.dev.kernargs.take(p.size)
         kernel.pack_into(p, args, self.dev.kernargs.mv, off)
         dw = p.dw
@@ -131,9 +132,9 @@ class PM4Queue(HWQueue):
         self._write(dw)
         return value, t1
 
-    def bind(self, kernel, args: tuple, grid, block) -> "PM4Bound":
+    def bind(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> "PM4Bound":
         """This launch recorded into an indirect buffer; `.submit()` resubmits it."""
-        return PM4Bound(self, kernel, args, grid, block)
+        return PM4Bound(self, kernel, args, grid, block, shared_mem)
 
     def wait_on(self, timeline, value: int) -> None:
         """Make the queue wait on the GPU until `timeline` reaches value (two 32-bit polls, see sdma_queue)."""
@@ -189,26 +190,26 @@ class PM4Queue(HWQueue):
         return stuck_report(self.name, rp, self.wptr, f"ring dword {i}", packet, "the queue")
 
 
-def pm4_plan(queue, kernel, args: tuple, grid, block, timed: bool = False) -> "Plan":
+def pm4_plan(queue, kernel, args: tuple, grid, block, timed: bool = False, shared_mem: int = 0) -> "Plan":
     """The cached PM4 launch plan of a kernel for one shape on a queue that runs PM4 (a PM4 queue, or an
     AQL queue's vendor packets, as graphs use it)."""
     dyn = tuple(a.nbytes for a in args if isinstance(a, kernargs.LDS)) if kernel._has_lds else ()
     d = kernel.desc
     scratch = queue.dev.scratch_for(d.private_segment_fixed_size, d.wave_size).base if d.uses_scratch else 0
-    key = ("pm4", grid, block, timed, dyn, scratch, len(args),
+    key = ("pm4", grid, block, timed, dyn, shared_mem, scratch, len(args),
            tuple(type(args[i]) for i in kernel._untyped if i < len(args)) if kernel._untyped else ())
     p = kernel._plans.get(key)
     if p is None:
-        p = kernel._plans[key] = Plan(queue, kernel, args, grid, block, timed)
+        p = kernel._plans[key] = Plan(queue, kernel, args, grid, block, timed, shared_mem)
     return p
 
 
-def encode_dispatch(cmds: Commands, kernel, args: tuple, grid, block) -> dict:
+def encode_dispatch(cmds: Commands, kernel, args: tuple, grid, block, shared_mem: int = 0) -> dict:
     """Append the PM4 dispatch of `kernel` to `cmds`: SET_SH_REG of the COMPUTE_* state, DISPATCH_DIRECT.
     Returns what the plan needs (kernarg blob and address, the dispatch packet's offset)."""
     dev = kernel.prg.dev
     d = kernel.desc
-    blob, dyn = kernel.kernargs(args, grid, block)
+    blob, dyn = kernel.kernargs(args, grid, block, shared_mem)
     lds = d.group_segment_fixed_size + dyn
     ka = dev.kernargs.push(blob, 64 + A.PACKET_SIZE)
     user, pkt_addr = [], ka + ((len(blob) + 63) & ~63)
@@ -253,7 +254,7 @@ class Plan:
     """A launch of one kernel with one grid/block/LDS/scratch shape, encoded once: per call only the
     kernel arguments, the kernarg address and the signal value are written."""
 
-    def __init__(self, queue, kernel, args: tuple, grid, block, timed: bool):
+    def __init__(self, queue, kernel, args: tuple, grid, block, timed: bool, shared_mem: int = 0):
         dev = queue.dev
         cmds = queue.commands()
         cmds.acquire()
@@ -261,7 +262,7 @@ class Plan:
         if timed:
             self.ts = len(cmds.dw) + 3                       # ADDR_LO of the first timestamp RELEASE_MEM
             cmds.timestamp(0)
-        out = encode_dispatch(cmds, kernel, args, grid, block)
+        out = encode_dispatch(cmds, kernel, args, grid, block, shared_mem)
         if timed:
             self.ts2 = len(cmds.dw) + 3
             cmds.timestamp(0)
@@ -269,7 +270,7 @@ class Plan:
         self.value = len(cmds.dw) + 5                        # DATA_LO of the timeline RELEASE_MEM
         cmds.release(queue.timeline.addr, 0, interrupt=dev.iface.signal_event)
         self.dw = np.array(cmds.dw, np.uint32)
-        self.grid, self.block = grid, block
+        self.grid, self.block, self.shared_mem = grid, block, shared_mem
         self.ka_idx = cmds.patches.get("kernarg_segment_ptr")
         self.pkt_idx = cmds.patches.get("dispatch_ptr")
         self.blob = bytearray(out["blob"])
@@ -298,10 +299,11 @@ class PM4Bound:
     """A kernel launch (arguments included) bound into an indirect buffer: resubmitting writes one 4-dword
     INDIRECT_BUFFER packet and the 8-dword completion signal to the ring."""
 
-    def __init__(self, queue: PM4Queue, kernel, args: tuple, grid, block):
+    def __init__(self, queue: PM4Queue, kernel, args: tuple, grid, block, shared_mem: int = 0):
         dev = queue.dev
-        self.queue, self.kernel = queue, kernel
-        p = queue.plan(kernel, args, grid, block)
+        self.queue, self.kernel, self.grid, self.block = queue, kernel, grid, block
+        p = queue.plan(kernel, args, grid, block, False, shared_mem)
+        self.grew = dev.take_growth()
         self.kalloc = dev.allocator.alloc(p.size, "gtt")         # its own kernargs: the ring moves on
         dw = p.dwords_at(self.kalloc.va, self.kalloc.cpu.mv, 0, kernel, args)
         # the work lives in the IB; the completion signal goes to the ring with each submission, because a
@@ -313,12 +315,21 @@ class PM4Bound:
         self.tail = np.concatenate([np.array(ib, np.uint32), dw[p.work:]])
         self.vi = len(ib) + (p.value - p.work)
 
-    def submit(self) -> int:
-        """Run it again; returns the timeline value that marks its completion."""
+    def submit(self) -> "Launch":
+        """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion)."""
         q = self.queue
         if self.kernel.prg.freed:
             raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
-        with q.dev.submitting(q):
+        if self.ib_alloc is None:
+            raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
+        t0 = _clock()
+        dev = q.dev
+        lock = dev.lock                         # what Device.submitting does, inline: a hot path
+        lock.acquire()
+        try:
+            if dev.closed:
+                dev._check()
+            mark = q.timeline.value
             w = q.wptr
             q.room(len(self.tail))
             value = q.timeline.next()
@@ -327,10 +338,22 @@ class PM4Bound:
             t = self.tail
             t[self.vi], t[self.vi + 1] = value & 0xFFFFFFFF, value >> 32
             q._write(t)
-        return value
+        except GPUTimeout as e:
+            dev._submit_failed(q, mark, e)
+            raise
+        finally:
+            lock.release()
+        if self.grew is None:
+            return Launch(q, value, (self, t0, _clock()))
+        grew, self.grew = self.grew, None               # the first submission carries the bind's growth
+        return Launch(q, value, (self, t0, _clock(), grew))
 
     def free(self) -> None:
+        """Give the bound launch's memory back (after the GPU finished with it); idempotent."""
+        if self.ib_alloc is None:
+            return
         q = self.queue
         q.dev.wait(q.timeline.value, queue=q, errors=False)
         q.dev.allocator.free(self.ib_alloc)
         q.dev.allocator.free(self.kalloc)
+        self.ib_alloc = self.kalloc = None

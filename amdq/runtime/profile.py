@@ -14,7 +14,7 @@ class Profile:
     def __init__(self, dev: "Device"):
         self.dev = dev
         self.records: list[LaunchRecord] = []
-        self._outer: Profile | None = None       # the AMDQ_TRACE profile this one runs inside (amdq.tools.trace)
+        self._outer: Profile | None = None       # the AMDQ_TRACE profile this one runs inside (amdq.runtime.trace)
 
     def add(self, rec: "LaunchRecord") -> None:
         self.records.append(rec)
@@ -37,15 +37,25 @@ class Profile:
                 self.dev.resolve(r)
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per kernel (or copy): calls and total seconds per stage."""
+        """Per kernel (or copy): calls and total seconds per stage, and memory growth (`alloc_bytes`, seconds in
+        `alloc` and `sync`) of the launches that grew the scratch."""
         out: dict[str, dict[str, float]] = {}
         for r in self.records:
-            s = out.setdefault(r.kernel, {"calls": 0, "encode": 0.0, "submit": 0.0, "gpu": 0.0})
+            s = out.setdefault(r.kernel, {"calls": 0, "encode": 0.0, "submit": 0.0, "gpu": 0.0, "wait": 0.0,
+                                          "alloc_bytes": 0, "alloc": 0.0, "sync": 0.0})
             s["calls"] += 1
             s["encode"] += r.encode
             s["submit"] += r.submit
             s["gpu"] += r.gpu or 0.0
+            s["wait"] += r.wait
+            s["alloc_bytes"] += r.alloc_bytes
+            s["alloc"] += r.alloc
+            s["sync"] += r.sync
         return out
+
+    def memory(self) -> list["LaunchRecord"]:
+        """The records of the launches that grew device memory (scratch), in order."""
+        return [r for r in self.records if r.alloc_bytes]
 
     def trace(self) -> dict:
         """The profile as a Chrome trace-event object (open it in ui.perfetto.dev)."""
@@ -65,6 +75,14 @@ class Profile:
             hs = r.extra.get("host_start")
             args = {k: str(v) for k, v in r.extra.items() if k in ("grid", "block", "bytes", "src", "dst")}
             args["value"] = r.value
+            if r.simulated:
+                args["gpu_clock"] = "simulated"
+            if r.alloc_bytes:
+                args.update(alloc_bytes=r.alloc_bytes, alloc_us=round(r.alloc * 1e6, 3), sync_us=round(r.sync * 1e6, 3))
+            if hs is not None and r.alloc_bytes:
+                ev.append({"ph": "X", "pid": pid, "tid": 1, "name": f"grow scratch ({r.alloc_bytes} bytes)",
+                           "ts": us(hs), "dur": (r.alloc + r.sync) * 1e6, "cat": "memory",
+                           "args": {"bytes": r.alloc_bytes, "sync_us": round(r.sync * 1e6, 3)}})
             if hs is not None:
                 ev.append({"ph": "X", "pid": pid, "tid": 1, "name": f"encode {r.kernel}", "ts": us(hs),
                            "dur": r.encode * 1e6, "cat": "host", "args": args})

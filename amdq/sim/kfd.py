@@ -413,13 +413,15 @@ class SimKFD:
         if any(e is None for e in evs):
             raise OSError(errno.EINVAL, "WAIT_EVENTS: unknown event id")
         deadline = time.monotonic() + a["timeout"] / 1000
+        polled = self.gpu.mode == "async"        # a synchronous GPU runs a slice even for a zero-timeout poll
         while True:
             done = [e.signaled for e in evs]
             if (all(done) if a["wait_for_all"] else any(done)):
                 break
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline and polled:
                 return {"wait_result": K.KFD_IOC_WAIT_RESULT_TIMEOUT}
-            if not (self.gpu.mode != "async" and self.gpu.pump(64)):
+            polled = True
+            if not (self.gpu.mode != "async" and self.gpu.pump(64)) and time.monotonic() < deadline:
                 time.sleep(0.0002)
         for i, e in enumerate(evs):
             if e.signaled and e.data:            # kfd_event_data: memory or hardware exception data

@@ -315,9 +315,12 @@ class SimPCIDevice:
             end = None if timeout_ms is None else time.monotonic() + max(0, timeout_ms) / 1000
             while True:
                 n = wait(0) if wait is not None else 0
-                if n or end is not None and time.monotonic() >= end:
+                if n:
                     return n
-                if not self.gpu.pump(64):
+                pumped = self.gpu.pump(64)          # at least one slice, even for a zero timeout
+                if end is not None and time.monotonic() >= end:
+                    return wait(0) if wait is not None else 0
+                if not pumped:
                     time.sleep(0.0002)
         if wait is None:
             time.sleep(max(0, timeout_ms or 0) / 1000)

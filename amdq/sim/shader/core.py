@@ -227,9 +227,11 @@ class Batch:
             if r2[flag]:
                 w.s[n] = np.repeat(vals, wpg)
                 n += 1
-        if gen >= 12:     # architected SGPRs (AMDGPUUsage, GFX12): TTMP9 = workgroup id X, TTMP7 = Y | Z << 16
+        if gen >= 12:     # architected SGPRs (AMDGPUUsage, GFX12): TTMP9 = workgroup id X, TTMP7 = Y | Z << 16,
+            # TTMP8[29:25] = the wave's id within its workgroup (what LLVM's llvm.amdgcn.wave.id reads)
             w.s[TTMP0 + 9] = np.repeat(wgx, wpg).astype(np.uint32)
             w.s[TTMP0 + 7] = np.repeat((wgy & 0xFFFF) | (wgz & 0xFFFF) << 16, wpg).astype(np.uint32)
+            w.s[TTMP0 + 8] = (np.tile(np.arange(wpg, dtype=np.uint32), nwg) & 0x1F) << 25
         if r2["ENABLE_SGPR_WORKGROUP_INFO"]:
             w.s[n] = np.uint32(threads)
             n += 1

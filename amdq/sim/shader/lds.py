@@ -82,8 +82,14 @@ def lds_addr(st: "V.Lanes", r: int, off: int) -> tuple[np.ndarray, np.ndarray]:
     w, sel = st.w, st.sel
     a = w.v[r][sel].astype(np.int64)
     if off:
-        a += off
+        a = (a + off) & 0xFFFFFFFF          # a 32-bit sum: LLVM folds `C - x` into (0 - x) with OFFSET C
     return st.pick(a), st.pick(a + w.lds_base[sel][:, None])
+
+
+def _plus(a: np.ndarray, p: np.ndarray, off: int) -> tuple[np.ndarray, np.ndarray]:
+    """(address, offset in w.lds) of lds_addr's lanes moved by a 2ADDR offset (a 32-bit sum, as lds_addr's)."""
+    b = (a + off) & 0xFFFFFFFF
+    return b, p + (b - a)
 
 
 # ---------------------------------------------------------------- dword-aligned, in-range steps
@@ -238,7 +244,7 @@ def _load2(inst: Inst):
         if st.n == 0:
             return
         a, p = lds_addr(st, inst.addr.reg, 0)
-        V.write_regs(st, r, np.concatenate([lds_read(w, a + o0, p + o0, size), lds_read(w, a + o1, p + o1, size)], 1))
+        V.write_regs(st, r, np.concatenate([lds_read(w, *_plus(a, p, o0), size), lds_read(w, *_plus(a, p, o1), size)], 1))
     return step
 
 
@@ -261,8 +267,8 @@ def _store2(inst: Inst):
         if st.n == 0:
             return
         a, p = lds_addr(st, inst.addr.reg, 0)
-        lds_write(w, a + o0, p + o0, V.read_regs(st, r0, nw), size)
-        lds_write(w, a + o1, p + o1, V.read_regs(st, r1, nw), size)
+        lds_write(w, *_plus(a, p, o0), V.read_regs(st, r0, nw), size)
+        lds_write(w, *_plus(a, p, o1), V.read_regs(st, r1, nw), size)
     return step
 
 

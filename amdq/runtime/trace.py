@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..errors import AmdqError
-from ..runtime.profile import Profile
+from .profile import Profile
 
 _profiles: list[Profile] = []
 _registered = False
