@@ -97,7 +97,11 @@ class Recorder:
             if mode:
                 self.stream = (mode, addr, word * 4)
                 return len(data)
-            if fmt & 0xBE == 0x04:                         # config
+            if fmt in (H.MWR32, H.MWR64):                   # a single posted memory write
+                for k in range(4):
+                    if be >> k & 1:
+                        self.mem[(addr & ~3) + k] = word >> 8 * k & 0xFF
+            elif fmt & 0xBE == 0x04:                       # config
                 bus, dev, fn, off = addr >> 24, (addr >> 19) & 31, (addr >> 16) & 7, addr & 0xFFC
                 dst = self.gpu if (bus, dev, fn) == (4, 0, 0) else self.cfg.get((bus, dev, fn))
                 if dst is None or not self._reachable(bus):
@@ -232,12 +236,12 @@ def test_posted_register_writes_are_batched_into_one_stream():
     regs.write32(0x80, 9)
     assert h.calls == []                                    # queued
     assert regs.read32(0x40) == 1                           # a read sends them first, in order
-    kinds = [(x[0], x[3] if x[0] == "out" else None) for x in h.calls]
-    assert kinds == [("out", 0x0F60), ("bulk_out", None), ("out", 0x0F60), ("bulk_out", None), ("out", 0x0F20),
+    kinds = [(x[0], x[3:5] if x[0] == "out" else None) for x in h.calls]
+    assert kinds == [("out", (0x0F60, 1)), ("bulk_out", None), ("out", (0x0F60, 0)), ("out", (0x0F20, 2)),
                      ("bulk_in", None)]
     assert h.calls[0][5] == struct.pack("<III", 0x1000_0100, 0, 4)
     assert h.calls[1][2] == struct.pack("<4I", 1, 2, 3, 4)
-    assert h.calls[2][5] == struct.pack("<III", 0x1000_0200, 0, 1)
+    assert h.calls[2][5] == struct.pack("<III", 0x1000_0200, 0, 9)   # a lone dword: one single posted TLP
     with pytest.raises(DeviceError, match="outside"):
         regs.read32(0x100000 // 4)
 
@@ -319,6 +323,12 @@ def test_vram_window_unaligned_and_doorbell():
     assert rang == [1]
     assert h.calls == [("out", 0x40, 0xF0, 0x0F60, 1, struct.pack("<III", 0x1000_0018, 0, 2), 5000),
                        ("bulk_out", 0x02, struct.pack("<Q", 0x1234), 1000)]
+    h.calls.clear()
+    d.write64(8 * 3, 0x5678)                                 # the upper half unchanged: only the lower dword, one TLP
+    assert h.calls == [("out", 0x40, 0xF0, 0x0F60, 0, struct.pack("<III", 0x1000_0018, 0, 0x5678), 5000)]
+    h.calls.clear()
+    d.write64(8 * 3, 1 << 32 | 7)                            # it changed: all 64 bits again
+    assert [x[0] for x in h.calls] == ["out", "bulk_out"] and h.calls[1][2] == struct.pack("<Q", 1 << 32 | 7)
     with pytest.raises(DeviceError, match="aligned"):
         d.write64(4, 1)
 
@@ -406,7 +416,7 @@ def test_am_boot_and_register_round_trip(dev):
     r.write(0x5A5AC3C3)
     assert it.fn.ctrl.transfers == n                                     # queued ...
     assert r.read() == 0x5A5AC3C3                                        # ... and sent before the read
-    assert it.fn.ctrl.transfers == n + 4                                 # one write stream, one read stream
+    assert it.fn.ctrl.transfers == n + 3                                 # one single TLP, one read stream
     r.write(keep)
     assert r.read() == keep
     info = dev.info()
@@ -536,16 +546,33 @@ def test_shadows_push_only_what_the_host_changed():
     sh = U.Shadows(w)
     m = sh.add(0x1000, 4096, 4096)
     sh.set_pull(0x1000, True)
-    m.write64(0, 7)                                                      # host: a write pointer
-    struct.pack_into("<Q", w.mem, 4096 + 8, 99)                          # GPU: the read pointer beside it
+    m.write64(0, 7)                                                      # host: a write pointer (reported)
+    m.watch(8, 8)                                                        # GPU: the read pointer beside it
+    struct.pack_into("<Q", w.mem, 4096 + 8, 99)
     sh.flush()
     assert w.writes == [(4096, 4)]                                       # exactly the changed dword
     assert struct.unpack_from("<Q", w.mem, 4096 + 8)[0] == 99            # the GPU's word untouched
-    sh.pull()
+    assert sh.pull() and not sh.pull()                                   # it changed once
     assert m.read64(8) == 99 and m.read64(0) == 7
     w.writes.clear()
     sh.flush()
     assert w.writes == []                                                # nothing changed since
+    m.mv[100:108] = b"unseen!!"                                          # a write the runtime did not report ...
+    sh.flush()
+    assert w.writes == []                                                # ... is not sent: the view is tracked
+    m2 = sh.add(0x3000, 0, 4096)                                         # host-only memory, never hinted: compared
+    m2.mv[0:4] = b"abcd"
+    m2.mv[40:44] = b"efgh"
+    sh.flush()
+    assert w.writes == [(0, 44)]                                         # changed runs close together: one stream
+    w.writes.clear()
+    m2.mv[8:12] = b"ijkl"
+    m2.wrote(8, 4)                                                       # the first hint: tracked from now on
+    m2.mv[2000:2004] = b"uvwx"                                           # (not reported: not sent)
+    m2.mv[1000:1008] = b"mnopqrst"
+    m2.wrote(1000, 8)
+    sh.flush()
+    assert w.writes == [(8, 4), (1000, 8)]                               # the reported ranges, nothing else
 
 
 @pytest.mark.parametrize("after", [1, 6, 9])                           # in the doorbell's pushes, in the stream

@@ -20,16 +20,33 @@ def ring_bytes(iface: Any, kind: str) -> int:
 
 
 class Mapping:
-    """A CPU view of mapped memory (host memory, BAR-visible VRAM or a doorbell page)."""
+    """A CPU view of mapped memory (host memory, BAR-visible VRAM or a doorbell page).
+
+    Coherence hints (the one seam for interfaces whose CPU view is a copy of the memory, as over a USB bridge,
+    where no CPU mapping of VRAM exists; here, where the view is the memory, they do nothing):
+    `wrote(off, n)` the CPU wrote [off, off + n) through `mv` (sent before the next doorbell); `watch(off, n)` the
+    GPU writes [off, off + n) and the CPU polls it after every wait (a signal word); `refresh(off, n)` the CPU is
+    about to read [off, off + n), which the GPU wrote (a queue's read pointer, a timestamp)."""
 
     def __init__(self, addr: int, size: int, mv: memoryview | None):
         self.addr, self.size, self.mv = addr, size, mv
 
+    def wrote(self, off: int, n: int) -> None:
+        """The CPU wrote [off, off + n) of the view (nothing to do: the view is the memory)."""
+
+    def watch(self, off: int, n: int) -> None:
+        """The GPU writes [off, off + n) and the CPU reads it after each wait (nothing to do here)."""
+
+    def refresh(self, off: int, n: int) -> None:
+        """Make [off, off + n) current before the CPU reads what the GPU wrote there (nothing to do here)."""
+
     def write32(self, off: int, v: int) -> None:
         struct.pack_into("<I", self.mv, off, v & 0xFFFFFFFF)
+        self.wrote(off, 4)
 
     def write64(self, off: int, v: int) -> None:
         struct.pack_into("<Q", self.mv, off, v & 0xFFFFFFFFFFFFFFFF)
+        self.wrote(off, 8)
 
     def read32(self, off: int) -> int:
         return struct.unpack_from("<I", self.mv, off)[0]

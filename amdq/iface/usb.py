@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from typing import Any, Callable
 
 from ..errors import DeviceError, DeviceLost
@@ -91,13 +92,21 @@ class VRAMWindow:
 
 
 class Doorbells:
-    """BAR2 as the interface protocol's doorbell Mapping: a 64-bit doorbell write is one 8-byte stream write
-    (facts: amd_over_usb.doorbell_path), after `before()` (the interface pushes what the GPU is to read)."""
+    """BAR2 as the interface protocol's doorbell Mapping, after `before()` (the interface pushes what the GPU is to
+    read). A 64-bit doorbell is an 8-byte stream write (facts: amd_over_usb.doorbell_path: an F0 arm and a bulk OUT)
+    the first time and whenever its upper half changes; otherwise only its lower dword is written, as one single
+    posted TLP: one control transfer. (This module's choice: the upper half the doorbell holds is the one written
+    last; a queue made anew at a doorbell starts with the full write, `forget`.)"""
 
     def __init__(self, ctrl: Controller, base: int, size: int, before: Callable[[], None] | None = None):
         self.ctrl, self.base, self.size, self.before = ctrl, base, size, before
         self.addr, self.mv = 0, None
         self.rings = 0
+        self.high: dict[int, int] = {}          # doorbell offset -> the upper half it holds (written by us)
+
+    def forget(self, off: int) -> None:
+        """The next write to the doorbell at `off` writes all 64 bits (a new queue there)."""
+        self.high.pop(off, None)
 
     def _check(self, off: int, n: int) -> int:
         if off & (n - 1) or not 0 <= off <= self.size - n:
@@ -109,7 +118,12 @@ class Doorbells:
         a = self._check(off, 8)
         if self.before is not None:
             self.before()
-        self.ctrl.mem_write(a, struct.pack("<Q", v & 0xFFFFFFFFFFFFFFFF))
+        v &= 0xFFFFFFFFFFFFFFFF
+        if self.high.get(off) == v >> 32:
+            self.ctrl.mem_write(a, struct.pack("<I", v & 0xFFFFFFFF))      # one single TLP
+        else:
+            self.ctrl.mem_write(a, struct.pack("<Q", v))
+            self.high[off] = v >> 32
         self.rings += 1
 
     def write32(self, off: int, v: int) -> None:
@@ -130,20 +144,30 @@ class Doorbells:
 class Shadows:
     """The runtime reads and writes its CPU-visible memory (rings, queue pointers, signals, kernel arguments,
     code) through memoryviews; over the bridge no such view of VRAM exists, so each CPU-visible allocation gets a
-    host copy (its shadow) kept in step with VRAM at the points where the other side looks:
-    - `flush` (before every doorbell): the dwords the host changed since the last sync go to VRAM, runs of them
-      as one stream each (exactly the changed dwords where the GPU writes too, so a GPU-written read pointer
-      beside a host-written write pointer is never overwritten);
-    - `pull` (every interrupt wait): allocations the GPU writes (`pull` set: signals, queue pointers,
-      timestamps) are read back, after their own host changes went out.
+    host copy (its shadow), made when the CPU first touches it, and kept in step with VRAM where the other side
+    looks. A shadow is *tracked* once the runtime gives its coherence hints for it (base.Mapping `wrote`, `watch`,
+    `refresh`: the runtime's hot memory, the fast path) and *compared* until then:
+    - `flush` (before every doorbell): tracked shadows send the ranges the runtime said it wrote, nothing else,
+      merged into as few TLP streams as the memory allows (host-only memory: ranges up to GAP_DW dwords apart go
+      as one stream, the gap's bytes being the host's; GPU-written memory: exactly the changed dwords, so a
+      GPU-written read pointer beside a host-written write pointer is never overwritten); a run of one dword is
+      one single TLP. Compared shadows send the dwords that differ from their last synced copy (a numpy compare
+      of the whole shadow: the slow path, for memory written rarely, e.g. code and bound launches).
+    - `pull` (every wait): the watched words of tracked shadows are read back (the runtime's signal words: one
+      stream for the device's signal page); compared shadows the GPU writes (`pull` set) are read back whole.
+    - `refresh`: a range read back now, for a read the runtime is about to make (a read pointer, a timestamp).
     `window` is BAR0 (VRAMWindow); entries are keyed by GPU address."""
 
     GAP_DW = 64                  # host-only memory: changed runs this close are sent as one stream
+    WATCH_GAP = 64               # watched ranges this many bytes apart are read as one stream
+
+    # an entry: [vram offset, shadow, clean copy (u32), pull, tracked, dirty ranges, watched ranges]
+    OFF, DATA, CLEAN, PULL, TRACKED, DIRTY, WATCHED = range(7)
 
     def __init__(self, window: VRAMWindow):
         self.window = window
         self.lock = threading.RLock()
-        self.entries: dict[int, list] = {}          # va -> [vram offset, buffer, clean copy, pull] once touched
+        self.entries: dict[int, list] = {}          # va -> entry once touched
         self.pulls: dict[int, bool] = {}
 
     def add(self, va: int, off: int, size: int) -> "ShadowMapping":
@@ -152,32 +176,71 @@ class Shadows:
         neither copied nor compared."""
         return ShadowMapping(self, va, off, size)
 
+    def _entry(self, va: int, off: int, size: int) -> list:
+        import numpy as np
+        e = self.entries.get(va)
+        if e is None:
+            data = bytearray(self.window.read(off, size))
+            e = self.entries[va] = [off, data, np.frombuffer(bytes(data), np.uint32).copy(),
+                                    self.pulls.get(va, False), False, [], []]
+        return e
+
     def materialize(self, va: int, off: int, size: int) -> memoryview:
         """The shadow of the view at `va`, made now if it was not."""
-        import numpy as np
         with self.lock:
-            e = self.entries.get(va)
-            if e is None:
-                data = bytearray(self.window.read(off, size))
-                e = self.entries[va] = [off, data, np.frombuffer(bytes(data), np.uint32).copy(),
-                                        self.pulls.get(va, False)]
-            return memoryview(e[1])
+            return memoryview(self._entry(va, off, size)[self.DATA])
 
     def set_pull(self, va: int, pull: bool) -> None:
-        """Whether the GPU writes the view at `va` (then `pull` reads it back)."""
+        """Whether the GPU writes the view at `va` (then `pull` reads it back while it is compared)."""
         with self.lock:
             self.pulls[va] = pull
             if va in self.entries:
-                self.entries[va][3] = pull
+                self.entries[va][self.PULL] = pull
 
     def drop(self, va: int) -> None:
         with self.lock:
             self.entries.pop(va, None)
             self.pulls.pop(va, None)
 
+    # -- the coherence hints (ShadowMapping's) ---------------------------------------------------------------
+    def _track(self, e: list) -> None:
+        if not e[self.TRACKED]:
+            self._push(e, 0 if e[self.PULL] else self.GAP_DW)       # what was written before the first hint
+            e[self.TRACKED] = True
+
+    def wrote(self, va: int, off: int, size: int, rel: int, n: int) -> None:
+        if n <= 0:
+            return
+        with self.lock:
+            e = self._entry(va, off, size)
+            if not e[self.TRACKED]:
+                self._track(e)                                      # (the compare sent this write too)
+                return
+            d = e[self.DIRTY]
+            lo, hi = rel & ~3, (rel + n + 3) & ~3
+            if d and d[-1][1] == lo:                                # the common case: appending to a ring
+                d[-1] = (d[-1][0], hi)
+            else:
+                d.append((lo, hi))
+
+    def watch(self, va: int, off: int, size: int, rel: int, n: int) -> None:
+        with self.lock:
+            e = self._entry(va, off, size)
+            self._track(e)
+            e[self.WATCHED] = sorted(set(e[self.WATCHED]) | {(rel & ~3, (rel + n + 3) & ~3)})
+
+    def refresh(self, va: int, off: int, size: int, rel: int, n: int) -> None:
+        with self.lock:
+            e = self._entry(va, off, size)
+            self._track(e)
+            self._send(e)
+            self._read(e, rel & ~3, (rel + n + 3) & ~3)
+
+    # -- host to VRAM ------------------------------------------------------------------------------------------
     def _push(self, e: list, gap: int) -> None:
+        """A compared shadow's changed dwords to VRAM (runs `gap` dwords apart as one stream)."""
         import numpy as np
-        off, data, clean, _ = e
+        off, data, clean = e[0], e[1], e[2]
         cur = np.frombuffer(data, np.uint32)
         idx = np.flatnonzero(cur != clean)
         if not len(idx):
@@ -189,30 +252,96 @@ class Shadows:
             self.window.write(off + 4 * s, bytes(data[4 * s:4 * t]))
             clean[s:t] = cur[s:t]
 
-    def flush(self) -> None:
-        """Host changes of every shadow to VRAM."""
-        with self.lock:
-            for e in self.entries.values():
-                self._push(e, 0 if e[3] else self.GAP_DW)
-
-    def pull(self) -> None:
-        """The GPU-written shadows read back from VRAM, after their host changes went out; a dword the host changes
-        while the read is on the wire (another thread's write pointer) is kept and stays to be sent. They are read
-        in the order the CPU first touched them: the device's signal page (touched when its queues are made) before
-        the timestamps a completed signal vouches for, so a completion seen comes with its timestamps."""
+    def _send(self, e: list) -> None:
+        """A tracked shadow's dirty ranges to VRAM (see the class doc)."""
         import numpy as np
+        dirty = e[self.DIRTY]
+        if not dirty:
+            return
+        off, data, clean, gpu = e[0], e[1], e[2], e[self.PULL]
+        e[self.DIRTY] = []
+        runs: list[list[int]] = []
+        gap = 0 if gpu else 4 * self.GAP_DW
+        for lo, hi in sorted(dirty):
+            if runs and lo <= runs[-1][1] + gap:
+                runs[-1][1] = max(runs[-1][1], hi)
+            else:
+                runs.append([lo, hi])
+        cur = np.frombuffer(data, np.uint32)
+        try:
+            for i, (lo, hi) in enumerate(runs):
+                s, t = lo // 4, hi // 4
+                if gpu:                                           # exactly the dwords that changed
+                    idx = np.flatnonzero(cur[s:t] != clean[s:t]) + s
+                    pieces, k = [], 0
+                    while k < len(idx):
+                        j = k
+                        while j + 1 < len(idx) and idx[j + 1] == idx[j] + 1:
+                            j += 1
+                        pieces.append((int(idx[k]), int(idx[j]) + 1))
+                        k = j + 1
+                else:
+                    pieces = [(s, t)]
+                for a, b in pieces:
+                    self.window.write(off + 4 * a, bytes(data[4 * a:4 * b]))
+                    clean[a:b] = cur[a:b]
+        except BaseException:
+            e[self.DIRTY] = [tuple(r) for r in runs[i:]] + e[self.DIRTY]   # not sent: still to send
+            raise
+
+    def flush(self) -> None:
+        """Host changes of every shadow to VRAM: host-only memory first, then GPU-written memory (a queue's write
+        pointer after the ring it points into)."""
         with self.lock:
+            for gpu in (False, True):
+                for e in self.entries.values():
+                    if e[self.PULL] != gpu:
+                        continue
+                    if e[self.TRACKED]:
+                        self._send(e)
+                    else:
+                        self._push(e, 0 if gpu else self.GAP_DW)
+
+    # -- VRAM to host ------------------------------------------------------------------------------------------
+    def _read(self, e: list, lo: int, hi: int) -> bool:
+        """[lo, hi) of the shadow read back from VRAM (dwords the host changed and has not sent are kept); whether
+        anything changed."""
+        import numpy as np
+        off, data, clean = e[0], e[1], e[2]
+        s, t = lo // 4, hi // 4
+        fresh = np.frombuffer(self.window.read(off + lo, hi - lo), np.uint32).copy()
+        cur = np.frombuffer(data, np.uint32)
+        changed = bool((fresh != clean[s:t]).any())
+        late = cur[s:t] != clean[s:t]
+        clean[s:t] = fresh
+        fresh[late] = cur[s:t][late]
+        cur[s:t] = fresh
+        return changed
+
+    def pull(self) -> bool:
+        """The watched words read back (after the host's changes went out), and the compared GPU-written shadows
+        whole; whether a watched word changed. In the order the CPU first touched them: the device's signal page
+        before the timestamps a completed signal vouches for."""
+        with self.lock:
+            changed = False
             for e in self.entries.values():
-                if not e[3]:
-                    continue
-                self._push(e, 0)
-                off, data, clean, _ = e
-                fresh = np.frombuffer(self.window.read(off, len(data)), np.uint32).copy()
-                cur = np.frombuffer(data, np.uint32)
-                late = cur != clean
-                clean[:] = fresh
-                fresh[late] = cur[late]
-                cur[:] = fresh
+                if e[self.TRACKED]:
+                    w = e[self.WATCHED]
+                    if not w:
+                        continue
+                    self._send(e)
+                    lo, hi = w[0]
+                    for a, b in w[1:]:
+                        if a <= hi + self.WATCH_GAP:
+                            hi = max(hi, b)
+                        else:
+                            changed |= self._read(e, lo, hi)
+                            lo, hi = a, b
+                    changed |= self._read(e, lo, hi)
+                elif e[self.PULL]:
+                    self._push(e, 0)
+                    self._read(e, 0, len(e[self.DATA]))
+            return changed
 
     def write_through(self, va: int, rel: int, raw: bytes) -> bool:
         """Bytes written to VRAM at `rel` of the allocation at `va`: its shadow takes them too (False: none)."""
@@ -221,7 +350,7 @@ class Shadows:
             e = self.entries.get(va)
             if e is None:
                 return False
-            off, data, clean, _ = e
+            off, data, clean = e[0], e[1], e[2]
             data[rel:rel + len(raw)] = raw
             lo, hi = rel // 4, (rel + len(raw) + 3) // 4
             clean[lo:hi] = np.frombuffer(bytes(data[4 * lo:4 * hi]), np.uint32)
@@ -229,7 +358,8 @@ class Shadows:
 
 
 class ShadowMapping(Mapping):
-    """A CPU view of VRAM over the bridge (the base.Mapping protocol): `mv` is its shadow, made on first use."""
+    """A CPU view of VRAM over the bridge (the base.Mapping protocol): `mv` is its shadow, made on first use; the
+    coherence hints go to the Shadows."""
 
     def __init__(self, shadows: Shadows, va: int, off: int, size: int):
         self.addr, self.size = va, size
@@ -240,6 +370,50 @@ class ShadowMapping(Mapping):
         if self._mv is None:
             self._mv = self._shadows.materialize(self.addr, self._off, self.size)
         return self._mv
+
+    def wrote(self, off: int, n: int) -> None:
+        self._shadows.wrote(self.addr, self._off, self.size, off, n)
+
+    def watch(self, off: int, n: int) -> None:
+        self._shadows.watch(self.addr, self._off, self.size, off, n)
+
+    def refresh(self, off: int, n: int) -> None:
+        self._shadows.refresh(self.addr, self._off, self.size, off, n)
+
+    def sub(self, off: int, n: int, through: bool = False) -> "ShadowView":
+        """A view of [off, off + n) of this one (a queue's read or write pointer inside its pointer page)."""
+        return ShadowView(self, off, n, through)
+
+
+class ShadowView(Mapping):
+    """Part of a ShadowMapping (its hints go to the whole one, offset); `through`: a word the GPU writes, read
+    from VRAM on every read32/read64 (a queue's read pointer: read where the runtime needs it now)."""
+
+    def __init__(self, parent: ShadowMapping, off: int, n: int, through: bool = False):
+        self.addr, self.size, self._parent, self._at, self.through = parent.addr + off, n, parent, off, through
+
+    def read32(self, off: int) -> int:
+        if self.through:
+            self.refresh(off, 4)
+        return super().read32(off)
+
+    def read64(self, off: int) -> int:
+        if self.through:
+            self.refresh(off, 8)
+        return super().read64(off)
+
+    @property
+    def mv(self) -> memoryview:
+        return self._parent.mv[self._at:self._at + self.size]
+
+    def wrote(self, off: int, n: int) -> None:
+        self._parent.wrote(self._at + off, n)
+
+    def watch(self, off: int, n: int) -> None:
+        self._parent.watch(self._at + off, n)
+
+    def refresh(self, off: int, n: int) -> None:
+        self._parent.refresh(self._at + off, n)
 
 
 # --- the function: what the PCI interface and the AM driver see ----------------------------------------------
@@ -391,6 +565,7 @@ def open_function(context: Any) -> USBFunction:
 # to PULL_MAX (signals, queue pointers, timestamps) and CPU-visible device buffers (without a copy queue the
 # runtime copies between them through their CPU views; scratch is never touched, so never read).
 PULL_MAX = 64 << 10
+POLL_MIN_S, POLL_MAX_S = 50e-6, 1e-3   # a wait's polling interval, doubling from the first to the last
 
 
 class USB(PCI):
@@ -435,13 +610,42 @@ class USB(PCI):
         if self.fn.ctrl.lost is not None:
             raise self.fn.ctrl.lost
 
+    # queues: a signal asks for no interrupt (none crosses the bridge; waits poll the signal words instead), so the
+    # IH ring carries only what stops a queue and a wait need not drain end-of-pipe entries
+    signal_event = None
+
+    def create_queue(self, kind: str, ring_bytes: int, ptrs: Any = None, wptr_off: int = 0,
+                     rptr_off: int = 8) -> Any:
+        """The PCI interface's queue, its read and write pointers as parts of the pointer page's shadow (so the
+        runtime's hints reach it) and its doorbell written whole the first time."""
+        q = super().create_queue(kind, ring_bytes, ptrs, wptr_off, rptr_off)
+        page = ptrs if ptrs is not None else q.extra["ptrs"]
+        if isinstance(page.cpu, ShadowMapping):
+            q.rptr.cpu, q.wptr.cpu = page.cpu.sub(rptr_off, 8, through=True), page.cpu.sub(wptr_off, 8)
+        self.fn.doorbells.forget(q.doorbell_off)
+        return q
+
     def wait_events(self, timeout_ms: int) -> list | None:
-        """The PCI interface's wait (the IH ring in VRAM, polled: no interrupts cross the bridge), then the
-        GPU-written shadows read back."""
+        """Until a watched word (a signal) changes, a queue stops (the IH ring in VRAM, polled: no interrupts cross
+        the bridge) or `timeout_ms` passes: each round reads the signal words (one stream) and the IH write
+        pointer (one stream); the exceptions that stopped queues (None if none did)."""
         self._check_link()
-        found = super().wait_events(timeout_ms)
-        self.fn.shadows.pull()
-        return found
+        sh = self.fn.shadows
+        ih = self.driver.blocks["ih"]
+        end = time.monotonic() + max(0, timeout_ms) / 1000
+        delay = POLL_MIN_S
+        while True:
+            if sh.pull():
+                return None
+            if ih.pending():
+                found = super().wait_events(0)
+                sh.pull()
+                return found
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(delay, left))
+            delay = min(2 * delay, POLL_MAX_S)
 
     def _vram_range(self, a: Any, off: int, n: int, what: str) -> int:
         vo = a.meta.get("vram_offset")

@@ -4,7 +4,9 @@ with the same methods): layer 1 of the USB interface (iface/usb.py).
 E4/E5 XDATA reads and writes, F0 single TLPs (config and memory, with the completion status of the F0 IN reply,
 engine errors retried) and F0 streams (memory writes on bulk OUT 0x02, reads on bulk IN 0x81), F2 SRAM DMA, F3
 PCIe power. Posted register writes are queued and sent at the next read (or `flush`), writes to consecutive
-dwords as one stream: one transfer where the protocol allows it. Every libusb error becomes an amdq.errors
+dwords as one stream (an F0 arm and one bulk OUT); a lone dword goes as a single posted TLP (one control transfer:
+F0 mode 0 with a posted memory write has no completion to collect), so a register write or a doorbell costs one
+transfer. Every libusb error becomes an amdq.errors
 exception; a vanished device (LIBUSB_ERROR_NO_DEVICE) is `DeviceLost` naming the request in flight, and every
 later call raises it at once.
 
@@ -250,6 +252,11 @@ class Controller:
                   TIMEOUT_TLP, what)
 
     def _write_now(self, addr: int, data: bytes) -> None:
+        if len(data) == 4:                  # one dword: a single posted TLP, one control transfer (no bulk phase)
+            self._out(REQ_TLP, BE_FULL << 8 | MWR64, MODE_SINGLE,
+                      struct.pack("<III", addr & 0xFFFFFFFF, addr >> 32, struct.unpack("<I", data)[0]), TIMEOUT_TLP,
+                      f"memory write of 4 bytes at {addr:#x}")
+            return
         for off in range(0, len(data), STREAM_PIECE):
             piece = data[off:off + STREAM_PIECE]
             what = f"memory write of {len(piece)} bytes at {addr + off:#x}"
@@ -257,8 +264,8 @@ class Controller:
             self._bulk_out(piece, TIMEOUT_BULK_OUT, what)
 
     def mem_write(self, addr: int, data: bytes) -> None:
-        """Bytes to bus address addr (dword-aligned, a multiple of 4) as memory-write streams, now (after the
-        queued posted writes)."""
+        """Bytes to bus address addr (dword-aligned, a multiple of 4) as memory-write streams (one dword: a single
+        posted TLP), now (after the queued posted writes)."""
         self._check_stream(addr, len(data))
         with self.lock:
             self._flush()

@@ -130,6 +130,7 @@ class AQLQueue(HWQueue):
         self.qmv[:Q.size] = bytes(Q.size)
         Q.pack_into(self.qmv, 0, read_dispatch_id_field_base_byte_offset=RD,
                     queue_properties=A.AMD_QUEUE_PROPERTIES_IS_PTR64)
+        self.qmem.cpu.wrote(0, Q.size)
         try:
             self.q = dev.iface.create_queue("aql", ring_bytes, ptrs=self.qmem, wptr_off=WR, rptr_off=RD)
         except BaseException:
@@ -140,8 +141,10 @@ class AQLQueue(HWQueue):
         self.slots = self.q.ring.size // SLOT
         self.mv[:] = bytes(len(self.mv))
         np.frombuffer(self.mv, np.uint16)[::SLOT // 2] = INVALID
+        self.q.ring.cpu.wrote(0, len(self.mv))
         Q.pack_into(self.qmv, 0, hsa_queue={"features": 1, "base_address": self.q.ring.va, "size": self.slots,
                                             "id": self.q.queue_id})     # features: KERNEL_DISPATCH
+        self.qmem.cpu.wrote(0, Q.size)
         self.ibs = dev.allocator.alloc(self.slots * SLOT, "gtt", uncached=True)
         self.ibmv = self.ibs.cpu.mv
         self.wid = 0                                    # next packet index (write_dispatch_id)
@@ -178,6 +181,7 @@ class AQLQueue(HWQueue):
         kv = self.dev.kernargs
         ka, off = kv.take(p.size)
         kernel.pack_into(p, args, kv.mv, off)
+        kv.wrote(off, p.size)
         if p.scratch:
             self.scratch_for(kernel)
         pkt = p.pkt
@@ -224,12 +228,13 @@ class AQLQueue(HWQueue):
         Q.pack_into(self.qmv, 0, scratch_backing_memory_location=s.base, scratch_resource_descriptor=srd,
                     scratch_wave64_lane_byte_size=s.wave_bytes // 64)
         U32.pack_into(self.qmv, Q.offsetof("compute_tmpring_size"), s.tmpring)    # last: it enables scratch
+        self.qmem.cpu.wrote(0, Q.size)
 
     # -- the ring ------------------------------------------------------------------------------
     @property
     def rptr(self) -> int:
         """The command processor's read_dispatch_id: packets before it have completed and been released."""
-        return U64.unpack_from(self.qmv, RD)[0]
+        return self.q.rptr.cpu.read64(0)               # (read_dispatch_id of the amd_queue_t)
 
     @property
     def wptr(self) -> int:
@@ -249,6 +254,7 @@ class AQLQueue(HWQueue):
         i = self.wid
         self.wid = i + n
         U64.pack_into(self.qmv, WR, self.wid)
+        self.qmem.cpu.wrote(WR, 8)
         return i
 
     def write(self, i: int, pkt, hdr: int) -> None:
@@ -256,6 +262,7 @@ class AQLQueue(HWQueue):
         o = (i % self.slots) * SLOT
         self.mv[o + 4:o + SLOT] = pkt[4:SLOT]
         U32.pack_into(self.mv, o, hdr)
+        self.q.ring.cpu.wrote(o, SLOT)
 
     def vendor(self, i: int, dws: bytes, patches=()) -> None:
         """A PM4-IB vendor packet in slot i running `dws` (PM4 bytes, at most 16 dwords, patched with
@@ -265,6 +272,7 @@ class AQLQueue(HWQueue):
         mv[o:o + n] = dws
         for k, v in patches:
             U64.pack_into(mv, o + 4 * k, v)
+        self.ibs.cpu.wrote(o, n)
         self._vendor_packet(i, self.ibs.va + o, n // 4)
 
     def _vendor_packet(self, i: int, ib_va: int, n: int) -> None:
@@ -292,6 +300,7 @@ class AQLQueue(HWQueue):
         else:
             va, off = self.dev.kernargs.take(4 * len(dws))
             self.dev.kernargs.mv[off:off + 4 * len(dws)] = dws.tobytes()
+            self.dev.kernargs.wrote(off, 4 * len(dws))
             self._vendor_packet(i, va, len(dws))
         self.ring_doorbell(i)
 

@@ -147,7 +147,12 @@ class Kernargs:
     def push(self, blob: bytes, extra: int = 0) -> int:
         addr, off = self.take(len(blob) + extra)
         self.mv[off:off + len(blob)] = blob
+        self.wrote(off, len(blob))
         return addr
+
+    def wrote(self, off: int, n: int) -> None:
+        """The CPU wrote [off, off + n) of the ring (the interface's coherence hint, base.Mapping.wrote)."""
+        self.alloc.cpu.wrote(off, n)
 
     def read(self, addr: int, n: int) -> bytes:
         off = addr - self.alloc.va
@@ -156,6 +161,7 @@ class Kernargs:
     def write(self, addr: int, data: bytes) -> None:
         off = addr - self.alloc.va
         self.mv[off:off + len(data)] = data
+        self.wrote(off, len(data))
 
 
 class Submitting:
@@ -431,6 +437,7 @@ class Device:
             if not self.idle:
                 self.drain()
             buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
+            buf.alloc.cpu.wrote(off, raw.nbytes)
 
     def _copy_out(self, buf: Buffer, off: int, size: int) -> bytes:
         if self.capturing is not None:
@@ -447,6 +454,7 @@ class Device:
                     return self.copyq.download(buf.addr + off, size)
             if not self.idle:
                 self.drain()
+            buf.alloc.cpu.refresh(off, size)
             return bytes(buf.alloc.cpu.mv[off:off + size])
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
@@ -502,8 +510,10 @@ class Device:
             self._check()
             if not self.idle:
                 self.drain()
+            src.alloc.cpu.refresh(src_offset, nbytes)
             d = np.frombuffer(dst.alloc.cpu.mv, np.uint8)
             d[dst_offset:dst_offset + nbytes] = np.frombuffer(src.alloc.cpu.mv, np.uint8)[src_offset:src_offset + nbytes]
+            dst.alloc.cpu.wrote(dst_offset, nbytes)
             rec.submit = time.perf_counter() - t0
             if self.profiler is not None:
                 self.profiler.add(rec)
@@ -752,6 +762,7 @@ class Device:
                 rec.extra["ts_lost"] = True
                 return
             off = (ts % TS_SLOTS) * 16
+            self.ts_alloc.cpu.refresh(off, 16)
             a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, off)
             rec.gpu_start, rec.gpu_end = self.gpu_to_host(a), self.gpu_to_host(b)
 

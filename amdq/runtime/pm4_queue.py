@@ -120,6 +120,7 @@ class PM4Queue(HWQueue):
             struct.pack_into("<Q", p.pkt, 40, ka)
             self.dev.kernargs.mv[off + p.pkt_off:off + p.pkt_off + 64] = p.pkt
             dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
+        self.dev.kernargs.wrote(off, p.size)
         w = self.wptr
         self.room(len(dw))                      # first the ring space: a value once taken is submitted
         value = self.timeline.next()
@@ -168,8 +169,11 @@ class PM4Queue(HWQueue):
         first = min(n, self.ring_dw - i)
         arr = np.asarray(dws, np.uint32)
         self.ring[i:i + first] = arr[:first]
+        m = self.q.ring.cpu
+        m.wrote(4 * i, 4 * first)
         if first < n:
             self.ring[:n - first] = arr[first:]
+            m.wrote(0, 4 * (n - first))
         self.wptr += n
         self.q.wptr.cpu.write64(0, self.wptr)
         self.q.doorbell.write64(self.q.doorbell_off, self.wptr)

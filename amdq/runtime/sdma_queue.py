@@ -89,8 +89,10 @@ class SDMAQueue(HWQueue):
         return [self.t.encode("TRAP", int_context=self.event if ctx is None else ctx)]
 
     def signal(self, addr: int, value: int) -> list[list[int]]:
-        """Write the 64-bit `value` at addr (low word first) and raise the interrupt that wakes waiters."""
-        return self.fence(addr, value) + self.fence(addr + 4, value >> 32) + self.trap()
+        """Write the 64-bit `value` at addr (low word first) and raise the interrupt that wakes waiters (none when
+        the interface's signal_event is None: it takes no interrupts for signals)."""
+        return self.fence(addr, value) + self.fence(addr + 4, value >> 32) + (self.trap() if self.event is not None
+                                                                              else [])
 
     def poll(self, addr: int, value: int, mask: int = 0xFFFFFFFF, func: int = FUNC_GEQ) -> list[list[int]]:
         """POLL_REGMEM on memory: block until (dword at addr & mask) func value."""
@@ -121,7 +123,7 @@ class SDMAQueue(HWQueue):
 
     def submit(self, packets: list[list[int]]) -> None:
         """Write packets to the ring (none split by the ring's end) and ring the doorbell."""
-        ring, rdw = self.ring, self.ring_dw
+        ring, rdw, m = self.ring, self.ring_dw, self.q.ring.cpu
         for p in packets:
             n = len(p)
             if n > rdw:
@@ -132,9 +134,11 @@ class SDMAQueue(HWQueue):
                 self._wait_space(pad + n)
             if pad:
                 ring[i:] = 0
+                m.wrote(4 * i, 4 * pad)
                 self.wptr += 4 * pad
                 i = 0
             ring[i:i + n] = p
+            m.wrote(4 * i, 4 * n)
             self.wptr += 4 * n
         self._doorbell()
 
@@ -194,6 +198,7 @@ class SDMAQueue(HWQueue):
             n = min(STAGING_CHUNK, raw.nbytes - off)
             a = self._stage(n)
             a.cpu.mv[:n] = raw[off:off + n]
+            a.cpu.wrote(0, n)
             value = self.run(self.copy(dst + off, a.va, n))
             self._staged.append((value, a))
             self._staged_bytes += a.size
@@ -218,6 +223,7 @@ class SDMAQueue(HWQueue):
             n = min(DOWNLOAD_PIECE, nbytes - off)
             a = self.dev.allocator.alloc(n, "gtt")
             self.dev.wait(self.run(self.copy(a.va, src + off, n)), queue=self)   # on error the staging stays put
+            a.cpu.refresh(0, n)
             parts.append(bytes(a.cpu.mv[:n]))
             self.dev.allocator.free(a)
         return parts[0] if len(parts) == 1 else b"".join(parts)

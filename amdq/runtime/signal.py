@@ -27,6 +27,8 @@ class Timeline:
         self.value = start                      # last value handed to a submission
         self.before = before
         struct.pack_into("<QQ", self.mv, self.off, start, 0)
+        alloc.cpu.wrote(self.off, 16)
+        alloc.cpu.watch(self.off, 8)                # the GPU writes the value; waits poll it
 
     def next(self) -> int:
         if self.before is not None:
@@ -47,3 +49,4 @@ class Timeline:
         """After a queue reset: every value handed out counts as reached (the work is lost, not pending), so
         no GPU-side wait on this timeline stays blocked."""
         struct.pack_into("<Q", self.mv, self.off, self.value)
+        self.alloc.cpu.wrote(self.off, 8)
