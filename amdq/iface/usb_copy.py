@@ -38,7 +38,7 @@ POLL_INTERVAL, POLL_RETRIES = 4, 0xFFF
 FENCE_OFFSET = U.COPYIN_FENCE_BUS - U.SYS_BUF_BUS          # 0x800
 RELEASE_OFFSET = U.BUS_COPYOUT_RELEASE - U.CQ_BUF_BUS      # 12
 GROUP_CHUNKS = 256
-FENCE_POLL_S = 50e-6
+FENCE_POLL_S, FENCE_POLL_MAX_S = 50e-6, 1e-3
 
 
 @dataclass
@@ -75,9 +75,11 @@ class BridgeCopier:
         self.fence_va = self.maps["sys_buf"][0] + FENCE_OFFSET
         self.release_va = self.maps["cq_buf"][0] + RELEASE_OFFSET
         self.seq = 0
+        self.seen = 0                   # the highest drain fence read (it only grows until the next reset below)
         self.stats = CopyStats()
         # one-time init: the fence at 0, both windows zeroed so stale bytes cannot match a sentinel
         ctrl.xdata_write(U.XDATA_COPYIN_FENCE, bytes(U.COPYIN_FENCE_WIDTH))
+        self.seen = 0
         for slot in U.COPYIN_WINDOW_SLOTS:
             ctrl.sram_write(slot * U.F2_SLOT, bytes(U.COPYIN_WINDOW))
 
@@ -91,18 +93,26 @@ class BridgeCopier:
 
     def fence(self) -> int:
         self.stats.fence_reads += 1
-        return struct.unpack("<Q", self.ctrl.xdata_read(U.XDATA_COPYIN_FENCE, U.COPYIN_FENCE_WIDTH))[0]
+        v = struct.unpack("<Q", self.ctrl.xdata_read(U.XDATA_COPYIN_FENCE, U.COPYIN_FENCE_WIDTH))[0]
+        self.seen = max(self.seen, v)
+        return v
 
     def _wait_fence(self, value: int, what: str) -> None:
+        """Until the drain fence reaches `value`: read again after a pause that doubles from FENCE_POLL_S to
+        FENCE_POLL_MAX_S (every read is a control round trip the link could have spent on data)."""
+        if self.seen >= value:
+            return
         t0 = time.perf_counter()
         limit = U.TIMEOUTS_MS["copyin_drain"] / 1000
+        pause = FENCE_POLL_S
         try:
             while self.fence() < value:
                 if time.perf_counter() - t0 > limit:
                     raise DeviceError(f"{self.ctrl.name}: copy-in: the drain fence (XDATA {U.XDATA_COPYIN_FENCE:#06x}) "
                                       f"stayed at {self.fence()} for {limit:g} s waiting for {value} ({what}): the "
                                       f"copy engine does not consume the bridge's SRAM")
-                time.sleep(FENCE_POLL_S)
+                time.sleep(pause)
+                pause = min(2 * pause, FENCE_POLL_MAX_S)
         finally:
             self.stats.drain_wait_s += time.perf_counter() - t0
 
@@ -171,14 +181,16 @@ class BridgeCopier:
             if win in inflight:
                 self.ctrl.wait(inflight[win][1])        # (stays listed until it landed: a failure is resent)
                 del inflight[win]
-            fence_read = (U.REQ_XDATA_READ, U.XDATA_COPYIN_FENCE, 0, U.COPYIN_FENCE_WIDTH) if seq >= 2 else None
+            # the fence is read with the arm unless an earlier read already showed the window drained
+            need = seq >= 2 and self.seen < seq - 1
+            fence_read = (U.REQ_XDATA_READ, U.XDATA_COPYIN_FENCE, 0, U.COPYIN_FENCE_WIDTH) if need else None
             # the arm moves no data, so it may go before the window is known to be drained (facts: copy_in.why);
             # the bulk OUT waits for the fence
             arm_reply = self._arm_async(win, img, fence_read)
-            if seq >= 2:
+            if need:
                 self.stats.fence_reads += 1
-                if struct.unpack("<Q", arm_reply)[0] < seq - 1:
-                    self._wait_fence(seq - 1, f"window {win} free of chunk {seq - 2}")
+                self.seen = max(self.seen, struct.unpack("<Q", arm_reply)[0])
+                self._wait_fence(seq - 1, f"window {win} free of chunk {seq - 2}")
             inflight[win] = (seq, self.ctrl.submit("bulk_out", f"copy-in chunk {seq}", U.TIMEOUTS_MS["bulk_out_async"],
                                                    bytes(img)))
         self.stats.stream_s += time.perf_counter() - t0 - (self.stats.drain_wait_s - d0)   # fence waits apart

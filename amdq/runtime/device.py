@@ -819,6 +819,8 @@ class Device:
             if exc:
                 self._exceptions(exc)
                 continue
+            if t.completed >= value:
+                continue                    # done: the progress (a read pointer read) need not be asked
             p = (t.completed, q.progress())
             if p != seen:
                 seen, deadline = p, time.monotonic() + timeout
