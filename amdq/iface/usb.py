@@ -6,11 +6,28 @@ Layers, each only calling the one below (facts: shared/facts/usb_asm24.json, NOT
    register writes batched, libusb errors as amdq errors, unplug as DeviceLost.
 2. usb_pcie.py `bring_up`: link, the switch ports behind the bridge, the GPU's BARs sized and placed.
 3. Here, backends: `Registers` (BAR5 dwords over TLPs), `VRAMWindow` (BAR0 byte reads and writes), `Doorbells`
-   (BAR2 64-bit doorbells, one stream each), `Shadows` (the runtime's CPU views of VRAM), gathered in
-   `USBFunction`, which speaks the PCI function protocol of iface/pci.py, so the AM driver boots the GPU through
-   it unchanged.
+   (BAR2 64-bit doorbells), `Shadows` (the runtime's CPU views of VRAM), gathered in `USBFunction`, which speaks
+   the PCI function protocol of iface/pci.py, so the AM driver boots the GPU through it unchanged.
 4. Here, `USB`: the interface (the PCI interface over a `USBFunction`), with host copies through the bridge SRAM
    (usb_copy.py: sentinels, SDMA polls, the drain fence).
+
+The fast path. No CPU mapping of VRAM exists over the bridge, so the runtime's CPU views are host copies; the
+runtime says what it wrote and what it will read through the coherence hints of its views (base.Mapping `wrote`,
+`watch`, `refresh`: no-ops on the other interfaces), so nothing is compared or read back wholesale. What each
+operation costs, counted by the simulated bridge (tests/test_usb_counts.py asserts these; bench/usb.py measures):
+- a launch (PM4 queue): 6 transfers, 6 round trips: the kernel arguments as one stream (F0 arm + bulk OUT), the
+  ring dwords as one stream (two where the ring wraps), the queue's write pointer and the doorbell as one single
+  posted TLP each (one control transfer: their upper halves are unchanged). What remains and why: the kernel
+  arguments and the ring are two places in VRAM, and a stream covers one address range (F0 mode 1), so two
+  streams; an F0 arm must have been taken before its bulk OUT is sent, and the next arm waits for that bulk OUT
+  (the TLP engine holds one stream at a time; transfers on different endpoints are not ordered), so each is a
+  round trip; the write pointer's copy in VRAM is kept because the facts' doorbell path writes it and an engine
+  that polls it (the SDMA's firmware write-pointer poll, which the AM driver enables) reads it, one TLP; the
+  doorbell, one TLP.
+- a bound resubmission: 4 (ring stream, write pointer, doorbell); an AQL launch adds the vendor packet's IB.
+- the wait for a finished launch: 2 (the device's signal words, one stream read); timed: 4 (its timestamps too).
+  A wait that must sleep polls the signal words and the IH write pointer (faults), one stream each a round.
+- a register write: queued; a run of consecutive registers is one stream (2 transfers), a lone one one TLP.
 """
 from __future__ import annotations
 
