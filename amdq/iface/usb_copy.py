@@ -20,8 +20,15 @@ runtime's timeline signals:
 
 Measured apart (`stats`): chunks, bytes, the host's time streaming and the time waiting on the drain fence.
 
+The drain fence is read only when no earlier read already showed the window drained (`seen`), with the F2 arm when
+it is; a wait for it reads again after a pause doubling from FENCE_POLL_S to FENCE_POLL_MAX_S. What a chunk costs
+on the link: its F2 arm (a control round trip) and its bulk OUT, plus a fence read where the GPU is behind. With
+the simulated link's defaults (a control round trip 150 us, bulk 900 MB/s after 30 us, one transfer at a time)
+the arm alone bounds a 256 KiB chunk to 291 / (150 + 30 + 291) = 0.62 of the bulk bandwidth; bench/usb.py
+measures what the pipeline reaches.
+
 This module's choices (not facts): GROUP_CHUNKS, the chunks one SDMA program covers (the program must fit the ring
-before any data is sent: the polls block the engine until the data arrives); FENCE_POLL_S.
+before any data is sent: the polls block the engine until the data arrives); FENCE_POLL_S, FENCE_POLL_MAX_S.
 """
 from __future__ import annotations
 
