@@ -179,9 +179,11 @@ class AQLQueue(HWQueue):
         given) receives the GPU clock before and after. Returns (timeline value, time encoding finished)."""
         p = self.plan(kernel, args, grid, block, shared_mem)
         kv = self.dev.kernargs
-        ka, off = kv.take(p.size)
+        # the vendor packets' PM4 right after the kernel arguments: one range of kernel-argument memory written
+        extra = len(self._rel) if ts is None else len(self._ts) + len(self._ts_rel)
+        ka, off = kv.take(p.size + extra)
         kernel.pack_into(p, args, kv.mv, off)
-        kv.wrote(off, p.size)
+        ib = (ka + p.size, off + p.size)
         if p.scratch:
             self.scratch_for(kernel)
         pkt = p.pkt
@@ -192,13 +194,15 @@ class AQLQueue(HWQueue):
         if ts is None:
             i = self.reserve(2)
             self.write(i, pkt, p.hdr)
-            self.release(i + 1, value)
+            self.release(i + 1, value, at=ib)
+            kv.wrote(off, p.size + extra)
             self.ring_doorbell(i + 1)
         else:
             i = self.reserve(3)
-            self.vendor(i, self._ts, ((3, ts),))
+            self.vendor(i, self._ts, ((3, ts),), at=ib)
             self.write(i + 1, pkt, p.hdr)
-            self.release(i + 2, value, ts + 8)
+            self.release(i + 2, value, ts + 8, at=(ib[0] + len(self._ts), ib[1] + len(self._ts)))
+            kv.wrote(off, p.size + extra)
             self.ring_doorbell(i + 2)
         return value, t1
 
@@ -264,28 +268,36 @@ class AQLQueue(HWQueue):
         U32.pack_into(self.mv, o, hdr)
         self.q.ring.cpu.wrote(o, SLOT)
 
-    def vendor(self, i: int, dws: bytes, patches=()) -> None:
+    def vendor(self, i: int, dws: bytes, patches=(), at: tuple[int, int] | None = None) -> None:
         """A PM4-IB vendor packet in slot i running `dws` (PM4 bytes, at most 16 dwords, patched with
-        (dword, u64) pairs) from the slot's own indirect buffer."""
-        n, o = len(dws), (i % self.slots) * SLOT
-        mv = self.ibmv
+        (dword, u64) pairs) from the slot's own indirect buffer, or from kernel-argument memory `at` (its GPU
+        address and offset, which the caller reports written)."""
+        n = len(dws)
+        if at is None:
+            o = (i % self.slots) * SLOT
+            mv, va = self.ibmv, self.ibs.va + o
+        else:
+            va, o = at
+            mv = self.dev.kernargs.mv
         mv[o:o + n] = dws
         for k, v in patches:
             U64.pack_into(mv, o + 4 * k, v)
-        self.ibs.cpu.wrote(o, n)
-        self._vendor_packet(i, self.ibs.va + o, n // 4)
+        if at is None:
+            self.ibs.cpu.wrote(o, n)
+        self._vendor_packet(i, va, n // 4)
 
     def _vendor_packet(self, i: int, ib_va: int, n: int) -> None:
         v = self._vendor
         IB_ADDR_SIZE.pack_into(v, 8, ib_va, self._ib3 | n)          # INDIRECT_BUFFER dw1-2 (address), dw3
         self.write(i, v, VENDOR_HDR | AMD_AQL_FORMAT_PM4_IB << 16)
 
-    def release(self, i: int, value: int, ts: int | None = None) -> None:
-        """Slot i: (the end timestamp and) the timeline signal with its interrupt, once everything before is done."""
+    def release(self, i: int, value: int, ts: int | None = None, at: tuple[int, int] | None = None) -> None:
+        """Slot i: (the end timestamp and) the timeline signal with its interrupt, once everything before is done
+        (its PM4 from the slot's own IB, or from kernel-argument memory `at`, see vendor)."""
         if ts is None:
-            self.vendor(i, self._rel, ((5, value),))
+            self.vendor(i, self._rel, ((5, value),), at)
         else:
-            self.vendor(i, self._ts_rel, ((3, ts), (self._nts + 5, value)))
+            self.vendor(i, self._ts_rel, ((3, ts), (self._nts + 5, value)), at)
 
     def ring_doorbell(self, last: int | None = None) -> None:
         """Tell the command processor packets up to index `last` (default: all reserved) are written."""
