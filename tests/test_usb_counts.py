@@ -153,6 +153,28 @@ def test_a_1mib_upload_and_download(rig):
         buf.free()
 
 
+def test_an_aql_launch_costs_six_transfers_too(monkeypatch):
+    monkeypatch.setenv("AMD_AQL", "1")
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        assert d.queue.kind == "aql"
+        k = d.load(amdq.compile(VADD, arch="gfx1100"))["vadd"]
+        x = d.upload(np.arange(N, dtype=np.float32))
+        z = d.alloc(4 * N)
+        k(x, x, z, 1.0, N, grid=N // 256, block=256, wait=True)
+        d.synchronize()
+        for timed in (False, True):
+            c0 = counts(d.sim)
+            h = k(x, x, z, 3.0, N, grid=N // 256, block=256, timed=timed)
+            # kernel arguments with the vendor packets' PM4 after them: one stream; the packets in the ring: one
+            # stream; write_dispatch_id and the doorbell: one single TLP each
+            assert counts(d.sim, c0) == {"control_out": 4, "bulk_out": 2, "round_trips": 6, "req_0xf0": 4}
+            h.wait()
+        assert np.array_equal(z.numpy(np.float32), np.arange(N, dtype=np.float32) * 4.0)
+    finally:
+        d.close()
+
+
 @pytest.mark.parametrize("aql", ["0", "1"])
 def test_the_runtime_reports_every_write_to_its_tracked_memory(monkeypatch, aql):
     """After launches (plain, timed, bound), copies and a graph, every tracked host-written shadow equals VRAM once

@@ -24,7 +24,9 @@ operation costs, counted by the simulated bridge (tests/test_usb_counts.py asser
   round trip; the write pointer's copy in VRAM is kept because the facts' doorbell path writes it and an engine
   that polls it (the SDMA's firmware write-pointer poll, which the AM driver enables) reads it, one TLP; the
   doorbell, one TLP.
-- a bound resubmission: 4 (ring stream, write pointer, doorbell); an AQL launch adds the vendor packet's IB.
+- an AQL launch: the same 6 (its signal's vendor packet runs PM4 placed right after the kernel arguments);
+  a bound resubmission: 4 on the PM4 queue (ring stream, write pointer, doorbell), 6 on the AQL queue (its
+  signal's PM4 in the slot's own IB: one more stream).
 - the wait for a finished launch: 2 (the device's signal words, one stream read); timed: 4 (its timestamps too).
   A wait that must sleep polls the signal words and the IH write pointer (faults), one stream each a round.
 - a register write: queued; a run of consecutive registers is one stream (2 transfers), a lone one one TLP.
