@@ -59,6 +59,7 @@ class AQLBound:
         p = queue.plan(kernel, args, grid, block, shared_mem)
         self.kalloc = queue.dev.allocator.alloc(p.size, "gtt")
         kernel.pack_into(p, args, self.kalloc.cpu.mv, 0)
+        self.kalloc.cpu.wrote(0, p.size)
         self.pkt, self.hdr, self.scratch, self.kernel = bytearray(p.pkt), p.hdr, p.scratch, kernel
         U64.pack_into(self.pkt, A.KERNARG_ADDRESS, self.kalloc.va)
 

@@ -28,6 +28,7 @@ class LoadedCode:
         self.base = self.alloc.va
         try:
             self.alloc.cpu.mv[:img.size] = bytes(img.at(self.base))
+            self.alloc.cpu.wrote(0, img.size)
         except BaseException:
             dev.allocator.free(self.alloc)
             raise

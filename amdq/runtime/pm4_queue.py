@@ -310,10 +310,12 @@ class PM4Bound:
         self.grew = dev.take_growth()
         self.kalloc = dev.allocator.alloc(p.size, "gtt")         # its own kernargs: the ring moves on
         dw = p.dwords_at(self.kalloc.va, self.kalloc.cpu.mv, 0, kernel, args)
+        self.kalloc.cpu.wrote(0, p.size)
         # the work lives in the IB; the completion signal goes to the ring with each submission, because a
         # value patched into a shared IB would be wrong as soon as two submissions are in flight
         self.ib_alloc = dev.allocator.alloc(p.work * 4, "gtt", uncached=True)
         self.ib_alloc.cpu.mv[:p.work * 4] = dw[:p.work].tobytes()
+        self.ib_alloc.cpu.wrote(0, p.work * 4)
         ib = pm4.table(queue.gen).encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=self.ib_alloc.va, IB_SIZE=p.work,
                                          VALID=1)
         self.tail = np.concatenate([np.array(ib, np.uint32), dw[p.work:]])
