@@ -2,7 +2,8 @@
 (amdq/sim/usb/timing.py): transfers (control + bulk), round trips (transfers the host waited for) and bytes, per
 boot, per launch (the fast path, a bound resubmission, the wait for a finished launch, untimed and timed), per MiB
 copied in and out; the copy-in bandwidth of a 16 MiB upload against the link model's bulk bandwidth (the model's
-clock: what the link carried and the host waited for, so the ratio does not move with this machine's load).
+clock: what the link carried and the host waited for; the model sleeps its time, AMDQ_SIM_USB_TIMING=sleep=1, so the
+simulated GPU's progress and the link's are on one clock).
 
 Goals: copy-in >= 0.8 of the modelled bulk bandwidth at 16 MiB; one round trip per launch on the fast path (the
 doorbell). The JSON (last line) says which are met and what a launch still sends (iface/usb.py's docstring says
@@ -56,6 +57,10 @@ def main() -> None:
     a = ap.parse_args()
     launches = 10 if a.quick else 50
     os.environ.setdefault("AMD_AQL", "0")                  # the PM4 queue (gfx1100's default)
+    # the link model sleeps its modelled time, so the simulated GPU (which runs in wall time) and the link share one
+    # clock: otherwise every drain-fence read made while the simulator catches up would charge link time for the
+    # simulator's own slowness
+    os.environ.setdefault("AMDQ_SIM_USB_TIMING", "sleep=1")
     t0 = time.perf_counter()
     dev = amdq.open_device("SIMUSB+AMD:gfx1100")
     bridge = dev.sim
