@@ -22,7 +22,7 @@ from ..errors import DeviceError, DeviceLost
 from .base import Mapping
 from .pci import PCI
 from .usb_bridge import (ALT_SETTING, CMD_MASTER, CMD_MEMORY, CONFIGURATION, GPU_BUS, INTERFACE,
-                         LIBUSB_ERROR_NO_DEVICE, PRODUCT_PREFIXES, SPEED_HIGH, USB_IDS, XDATA_READ_MAX_HIGH_SPEED, Controller,
+                         LIBUSB_ERROR_NO_DEVICE, LTSSM_L0, PRODUCT_PREFIXES, SPEED_HIGH, USB_IDS, XDATA_READ_MAX_HIGH_SPEED, Controller,
                          TLPError, _libusb_code, _usb_errors)
 from .usb_pcie import BAR, Port, Topology, bring_up, size_bars
 
@@ -107,16 +107,18 @@ class Doorbells:
 
     def write64(self, off: int, v: int) -> None:
         a = self._check(off, 8)
-        if self.before is not None:
-            self.before()
-        self.ctrl.mem_write(a, struct.pack("<Q", v & 0xFFFFFFFFFFFFFFFF))
+        with self.ctrl.doing(f"submitting work (doorbell {off // 8} to {v:#x})"):
+            if self.before is not None:
+                self.before()
+            self.ctrl.mem_write(a, struct.pack("<Q", v & 0xFFFFFFFFFFFFFFFF))
         self.rings += 1
 
     def write32(self, off: int, v: int) -> None:
         a = self._check(off, 4)
-        if self.before is not None:
-            self.before()
-        self.ctrl.mem_write(a, struct.pack("<I", v & 0xFFFFFFFF))
+        with self.ctrl.doing(f"submitting work (doorbell dword {off // 4} to {v:#x})"):
+            if self.before is not None:
+                self.before()
+            self.ctrl.mem_write(a, struct.pack("<I", v & 0xFFFFFFFF))
         self.rings += 1
 
     def read32(self, off: int) -> int:
@@ -311,6 +313,9 @@ class USBFunction:
                 self._on_close()
 
 
+ASMEDIA = 0x1B21                # PCI vendor id of ASMedia, the bridge chip's own ports (PCI-SIG vendor list)
+
+
 # --- opening the bridge ---------------------------------------------------------------------------------------
 def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     """A libusb call outside a controller (opening): its error as an amdq error."""
@@ -365,8 +370,9 @@ def open_function(context: Any) -> USBFunction:
     """The bridge opened and the PCIe side brought up: the GPU as a function for the AM driver."""
     h, name = open_handle(context)
     ctrl = Controller(h, f"USB bridge {name}", context)
-    speed = getattr(h.getDevice(), "getDeviceSpeed", None)
-    if speed is not None and _guard("asking for the link speed", speed) == SPEED_HIGH:
+    ident = describe(h)
+    ctrl.identity = ident
+    if ident.get("usb_speed_code") == SPEED_HIGH:
         ctrl.xdata_read_max = XDATA_READ_MAX_HIGH_SPEED  # the firmware manages one EP0 packet per E4 there
 
     def release() -> None:
@@ -379,11 +385,42 @@ def open_function(context: Any) -> USBFunction:
             except _usb_errors():       # closing a vanished device: nothing left to release
                 pass
     try:
-        topology = bring_up(ctrl)
+        with ctrl.doing("bringing up the PCIe side (link, switch ports, BARs)"):
+            topology = bring_up(ctrl)
     except BaseException:
         release()
         raise
     return USBFunction(ctrl, topology, name, release)
+
+
+# libusb_speed values (libusb 1.0 API documentation) and what they are called
+SPEED_NAMES = {1: "low speed (1.5 Mbit/s)", 2: "full speed (12 Mbit/s)", 3: "high speed (USB 2.0, 480 Mbit/s)",
+               4: "SuperSpeed (USB 3.2 Gen 1, 5 Gbit/s)", 5: "SuperSpeed+ (USB 3.2 Gen 2, 10 Gbit/s)"}
+
+
+def describe(h: Any) -> dict:
+    """What the USB side says of the bridge, from its descriptors (no vendor request): product and manufacturer
+    strings, the firmware version (bcdDevice), the USB version and the link speed libusb negotiated. Fields a
+    handle cannot tell are left out."""
+    d = h.getDevice()
+    out: dict = {}
+    for key, obj, name in (("product", h, "getProduct"), ("manufacturer", h, "getManufacturer"),
+                           ("bcd_device", d, "getbcdDevice"), ("bcd_usb", d, "getbcdUSB"),
+                           ("usb_speed_code", d, "getDeviceSpeed"), ("vid", d, "getVendorID"),
+                           ("pid", d, "getProductID")):
+        f = getattr(obj, name, None)
+        if f is not None:
+            try:
+                out[key] = _guard(f"reading the {key.replace('_', ' ')}", f)
+            except DeviceError:
+                pass                            # a field the device does not give: left out
+    if "bcd_device" in out:
+        out["firmware"] = f"{out['bcd_device'] >> 8:x}.{out['bcd_device'] & 0xFF:02x}"
+    if "bcd_usb" in out:
+        out["usb_version"] = f"{out['bcd_usb'] >> 8:x}.{(out['bcd_usb'] >> 4) & 0xF:x}"
+    if "usb_speed_code" in out:
+        out["usb_speed"] = SPEED_NAMES.get(out["usb_speed_code"], f"libusb speed {out['usb_speed_code']}")
+    return out
 
 
 # --- the interface ----------------------------------------------------------------------------------------------
@@ -404,13 +441,15 @@ class USB(PCI):
         from .base import USB_RING_BYTES
         self.RING_BYTES = dict(USB_RING_BYTES)
         self.copier = None
-        super().__init__(fn, arch, standin)
+        self.driver = None
         fn.ctrl.on_lost = self._lost
+        with fn.ctrl.doing("booting the GPU (the AM driver)"):
+            super().__init__(fn, arch, standin)
 
     def _lost(self, e: DeviceLost) -> None:
         """The bridge vanished: the AM driver's GPU is lost (it refuses work, skips fini, leaves the session
         unclean: the next open boots fully)."""
-        if self.driver.lost is None:
+        if self.driver is not None and self.driver.lost is None:
             self.driver.lost = e
 
     # memory: every buffer in VRAM; CPU views are shadows
@@ -439,8 +478,9 @@ class USB(PCI):
         """The PCI interface's wait (the IH ring in VRAM, polled: no interrupts cross the bridge), then the
         GPU-written shadows read back."""
         self._check_link()
-        found = super().wait_events(timeout_ms)
-        self.fn.shadows.pull()
+        with self.fn.ctrl.doing("waiting for the GPU (its interrupt ring and the memory it writes)"):
+            found = super().wait_events(timeout_ms)
+            self.fn.shadows.pull()
         return found
 
     def _vram_range(self, a: Any, off: int, n: int, what: str) -> int:
@@ -468,10 +508,11 @@ class USB(PCI):
         data = bytes(memoryview(raw).cast("B"))
         if not data:
             return
-        if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + len(data) <= a.size:
-            self._copier().copy_in(queue, a.va + off, data)
-        else:
-            self.fn.vram.write(self._vram_range(a, off, len(data), "copy in"), data)
+        with self.fn.ctrl.doing(f"copying {len(data)} bytes in to {a.va + off:#x}"):
+            if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + len(data) <= a.size:
+                self._copier().copy_in(queue, a.va + off, data)
+            else:
+                self.fn.vram.write(self._vram_range(a, off, len(data), "copy in"), data)
         self.fn.shadows.write_through(a.va, off, data)
 
     def copy_out(self, a: Any, off: int, n: int, queue: Any = None) -> bytes:
@@ -480,10 +521,15 @@ class USB(PCI):
         self._check_link()
         if n <= 0:
             return b""
-        self.fn.shadows.flush()
-        if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + n <= a.size:
-            return self._copier().copy_out(queue, a.va + off, n)
-        return self.fn.vram.read(self._vram_range(a, off, n, "copy out"), n)
+        with self.fn.ctrl.doing(f"copying {n} bytes out from {a.va + off:#x}"):
+            self.fn.shadows.flush()
+            if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + n <= a.size:
+                out = self._copier().copy_out(queue, a.va + off, n)
+            else:
+                out = self.fn.vram.read(self._vram_range(a, off, n, "copy out"), n)
+        if len(out) != n:                               # never a short copy reported as a whole one
+            raise DeviceError(f"{self.fn.ctrl.name}: copy out of {n} bytes from {a.va + off:#x} gave {len(out)}")
+        return out
 
     def close(self) -> None:
         """The PCI interface's close (queues, memory, fini), the SRAM mappings first; a bridge that is gone is only
@@ -505,11 +551,35 @@ class USB(PCI):
     def info(self) -> dict:
         d = super().info()
         st = self.copier.stats if self.copier is not None else None
-        d["bridge"] = {"name": self.fn.name, "transfers": self.fn.ctrl.transfers,
-                       "bars": {f"BAR{n}": f"{b.bus_address:#x}+{b.size:#x}" for n, b in sorted(self.fn.bars.items())},
-                       "ports": [f"bus {p.bus}: {p.vendor:04x}:{p.device:04x}" for p in self.fn.topology.ports],
-                       "copies": dict(vars(st)) if st is not None else None}
+        d["bridge"] = self.bridge_info()
+        d["bridge"]["copies"] = dict(vars(st)) if st is not None else None
         return d
+
+    def bridge_info(self) -> dict:
+        """The bridge as the host finds it: chip (its own PCIe port's id), product, firmware version (bcdDevice), USB
+        version and speed (descriptors), the PCIe link's training state (XDATA, read now), the GPU behind it, the
+        ports and BARs bring-up placed, the transfers made so far."""
+        c, topo = self.fn.ctrl, self.fn.topology
+        ident = c.identity
+        first = topo.ports[0] if topo.ports else None
+        chip = None
+        if first is not None:
+            chip = f"ASMedia ASM{first.device:04X}" if first.vendor == ASMEDIA else f"{first.vendor:04x}:{first.device:04x}"
+        state = None
+        if c.lost is None:
+            try:
+                state = c.link_state()
+            except DeviceError:                 # the link is what is asked about: its failure is the answer
+                state = None
+        link = "unknown (the bridge does not answer)" if state is None else \
+            ("L0, up" if state == LTSSM_L0 else f"not up (LTSSM state {state:#04x}; {LTSSM_L0:#04x} is L0)")
+        return {"name": self.fn.name, "chip": chip, "product": ident.get("product"),
+                "firmware": ident.get("firmware"), "usb_version": ident.get("usb_version"),
+                "usb_speed": ident.get("usb_speed"), "pcie_link": link, "ltssm": state,
+                "gpu": f"{topo.gpu[0]:04x}:{topo.gpu[1]:04x} {self.arch}", "lost": str(c.lost) if c.lost else None,
+                "transfers": c.transfers, "stalls_cleared": c.stalls_cleared,
+                "bars": {f"BAR{n}": f"{b.bus_address:#x}+{b.size:#x}" for n, b in sorted(self.fn.bars.items())},
+                "ports": [f"bus {p.bus}: {p.vendor:04x}:{p.device:04x}" for p in topo.ports]}
 
 
 def open_usb(context: Any, arch: str | None = None, standin: bool | None = False) -> USB:

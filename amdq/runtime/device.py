@@ -83,8 +83,8 @@ def _open_iface(iface: str | None, arch: str | None):
             raise
     if iface == "SIMUSB":
         from ..iface import usb
-        from ..sim.usb import SimUSBContext
-        ctx = SimUSBContext(arch=arch or "gfx1100")
+        from ..sim.usb import plug
+        ctx = plug(arch or "gfx1100")                   # a bridge unplugged in this process comes back
         try:
             return usb.open_usb(ctx, arch, standin=None), ctx.bridge
         except BaseException:

@@ -565,8 +565,31 @@ class SimASM24Bridge:
         self.model.advance(0 if self.timing.sleep else time.perf_counter_ns() - t0)
 
     def close(self) -> None:
-        """Power the simulated GPU off (its model stops)."""
+        """Power the simulated GPU off (its model stops) -- unless the cable was pulled: the GPU has power of its own,
+        so the bridge stays on the simulated bus with the GPU as the lost session left it, parked for the next
+        `plug` of its arch (handle.py; one parked bridge per arch: an older one is powered off)."""
+        if self.unplugged:
+            with _parked_lock:
+                old = _parked.get(self.fn.arch)
+                _parked[self.fn.arch] = self
+            if old is not None and old is not self:
+                old.fn.close()
+            return
+        with _parked_lock:
+            if _parked.get(self.fn.arch) is self:
+                del _parked[self.fn.arch]
         self.fn.close()
+
+
+# bridges whose cable was pulled while a device had them open, by arch (see SimASM24Bridge.close)
+_parked: dict[str, SimASM24Bridge] = {}
+_parked_lock = threading.Lock()
+
+
+def take_parked(arch: str) -> SimASM24Bridge | None:
+    """The parked (unplugged) bridge with a GPU of `arch`, taken off the list; None if there is none."""
+    with _parked_lock:
+        return _parked.pop(arch, None)
 
 
 class _NotFound(Exception):
