@@ -160,7 +160,8 @@ class Shadows:
         with self.lock:
             e = self.entries.get(va)
             if e is None:
-                data = bytearray(self.window.read(off, size))
+                with self.window.ctrl.doing(f"reading VRAM {off:#x}+{size:#x} for the CPU view at {va:#x}"):
+                    data = bytearray(self.window.read(off, size))
                 e = self.entries[va] = [off, data, np.frombuffer(bytes(data), np.uint32).copy(),
                                         self.pulls.get(va, False)]
             return memoryview(e[1])
@@ -456,10 +457,17 @@ class USB(PCI):
     def alloc(self, size: int, kind: str = "vram", uncached: bool = False, cpu: bool = True,
               executable: bool = False) -> Any:
         self._check_link()
-        a = super().alloc(size, kind, uncached, cpu, executable)
+        with self.fn.ctrl.doing(f"allocating {size} bytes of {kind} (page tables, TLB flush)"):
+            a = super().alloc(size, kind, uncached, cpu, executable)
         if a.cpu is not None:                           # GPU-written: signals, queue pointers, timestamps; buffers
             self.fn.shadows.set_pull(a.va, uncached and a.size <= PULL_MAX or kind == "vram" and not executable)
         return a
+
+    def create_queue(self, kind: str, ring_bytes: int, ptrs: Any = None, wptr_off: int = 0, rptr_off: int = 8) -> Any:
+        """The PCI interface's queue, named in a DeviceLost while it is made."""
+        self._check_link()
+        with self.fn.ctrl.doing(f"creating a {kind} queue"):
+            return super().create_queue(kind, ring_bytes, ptrs, wptr_off, rptr_off)
 
     def free(self, a: Any) -> None:
         self.fn.shadows.drop(a.va)
@@ -469,6 +477,11 @@ class USB(PCI):
                 VA.shared().free(a.va)
             return
         super().free(a)
+
+    def check_alive(self) -> None:
+        """DeviceLost if the bridge is gone or the GPU lost."""
+        self._check_link()
+        super().check_alive()
 
     def _check_link(self) -> None:
         if self.fn.ctrl.lost is not None:
