@@ -510,7 +510,8 @@ class USB(PCI):
         if self.copier is None:
             from ..am import va as VA
             from .usb_copy import BridgeCopier
-            self.copier = BridgeCopier(self.fn.ctrl, self.driver.blocks["gmc"].vm, VA.shared())
+            self.copier = BridgeCopier(self.fn.ctrl, self.driver.blocks["gmc"].vm, VA.shared())   # (made again if
+            # it failed: its windows unmapped)
         return self.copier
 
     def copy_in(self, a: Any, off: int, raw: Any, queue: Any = None) -> None:

@@ -728,6 +728,9 @@ class Device:
             except GPUTimeout as e:
                 Submitting.failed(self, q, mark, e)
                 raise
+            except DeviceLost as e:
+                self._grew = None
+                raise self._lost_while(e, f"launching {kernel.label} on {q.name}") from e
             except BaseException:
                 self._grew = None                # a growth of a launch that failed to encode stays unreported
                 raise
