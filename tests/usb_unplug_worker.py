@@ -22,6 +22,12 @@ from amdq.errors import DeviceLost
 N = 1 << 18                                     # 1 MiB per buffer: four copy-in chunks, two copy-out chunks
 
 
+def parked():
+    """The bridge a failed open left unplugged (amdq.sim.usb parks it for the re-plug), without taking it."""
+    from amdq.sim.usb import bridge
+    return bridge._parked.get("gfx1100")
+
+
 def main(argv: list[str]) -> dict:
     code = open(argv[0], "rb").read()
     at, params, timeout_ms = None, {}, 2000
@@ -47,7 +53,10 @@ def main(argv: list[str]) -> dict:
         try:
             out = fn()
         except DeviceLost as e:
-            res["lost"] = {"step": name, "s": time.monotonic() - t0, "msg": str(e),
+            now = time.monotonic()
+            bridge = st["dev"].sim if "dev" in st else parked()
+            gone = getattr(bridge, "unplugged_at", None)
+            res["lost"] = {"step": name, "s": now - t0, "noticed_s": None if gone is None else now - gone, "msg": str(e),
                            "in_flight": getattr(e, "in_flight", None), "activity": getattr(e, "activity", None)}
             raise
         except Exception as e:                  # anything but DeviceLost from an unplug is a failure to report

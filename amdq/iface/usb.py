@@ -18,7 +18,7 @@ import struct
 import threading
 from typing import Any, Callable
 
-from ..errors import DeviceError, DeviceLost
+from ..errors import AMBootError, AMTimeout, DeviceError, DeviceLost, FirmwareRefused, PSPError, SMUError
 from .base import Mapping
 from .pci import PCI
 from .usb_bridge import (ALT_SETTING, CMD_MASTER, CMD_MEMORY, CONFIGURATION, GPU_BUS, INTERFACE,
@@ -266,6 +266,20 @@ class USBFunction:
         self._on_close = on_close
         self.closed = False
 
+    def power_cycle(self) -> None:
+        """The PCIe side powered off and on (F3: the GPU starts cold) and brought up again; the BARs land where they
+        were (the same sizes, placed the same way), the CPU views are made again from VRAM on first use."""
+        with self.ctrl.doing("power-cycling the PCIe side (F3)"):
+            self.ctrl.pcie_power(False)
+            topology = bring_up(self.ctrl)
+        if {n: (b.bus_address, b.size) for n, b in topology.bars.items()} != \
+                {n: (b.bus_address, b.size) for n, b in self.bars.items()}:
+            raise DeviceError(f"{self.name}: after a PCIe power cycle the GPU's BARs differ ({topology.bars} vs "
+                              f"{self.bars})")
+        self.topology = topology
+        with self.shadows.lock:
+            self.shadows.entries.clear()
+
     def config_read(self, off: int, size: int = 4) -> int:
         return self.ctrl.config_read(GPU_BUS, 0, 0, off, size)
 
@@ -324,8 +338,14 @@ def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
     except _usb_errors() as e:
         code = _libusb_code(e)
-        cls = DeviceLost if code == LIBUSB_ERROR_NO_DEVICE else DeviceError
-        raise cls(f"USB bridge: {what} failed: {e} (libusb {code})") from None
+        if code == LIBUSB_ERROR_NO_DEVICE:
+            err: DeviceError = DeviceLost(f"USB bridge is gone (unplugged?) during {what}: {e} (libusb {code}); "
+                                          f"open it again once it is back")
+            err.in_flight = what
+        else:
+            err = DeviceError(f"USB bridge: {what} failed: {e} (libusb {code})")
+        err.libusb_code = code
+        raise err from None
 
 
 def open_handle(context: Any, ids: tuple[tuple[int, int], ...] = USB_IDS) -> tuple[Any, str]:
@@ -445,7 +465,19 @@ class USB(PCI):
         self.driver = None
         fn.ctrl.on_lost = self._lost
         with fn.ctrl.doing("booting the GPU (the AM driver)"):
-            super().__init__(fn, arch, standin)
+            try:
+                super().__init__(fn, arch, standin)
+            except (AMBootError, AMTimeout, FirmwareRefused, PSPError, SMUError) as e:
+                d = self.driver.decision if self.driver is not None else None
+                if fn.ctrl.lost is not None or d is None or d[2] or "did not end cleanly" not in d[1]:
+                    raise
+                # a session that ended unplugged, mid-boot (the PSP's sOS not yet running): the AM driver has no
+                # reset to reach the PSP's bootloader, the bridge has one: PCIe power off and on, a cold boot
+                self.driver.am.log(1, f"boot: {e}; the PCIe side is power-cycled through the bridge (F3)")
+                fn.power_cycle()
+                self.driver = None
+                super().__init__(fn, arch, standin)
+                self.report.reason += f" (after a PCIe power cycle: a boot over the unclean session failed: {e})"
 
     def _lost(self, e: DeviceLost) -> None:
         """The bridge vanished: the AM driver's GPU is lost (it refuses work, skips fini, leaves the session

@@ -94,6 +94,7 @@ class SimASM24Bridge:
         self._seq = 0
         self.cpl: tuple[int, int, int, int] | None = None   # (status, data, byte count, engine) for F0 IN
         self.unplugged = False
+        self.unplugged_at: float | None = None   # time.monotonic() of the unplug (for tests: how long to notice)
         self.halted: set[int] = set()            # bulk endpoints that stall until clearHalt
         self.generation = 0                      # a replug makes old handles stale
         self._extra_ns = 0                       # time the current request takes beyond the link's (F3 training)
@@ -155,6 +156,7 @@ class SimASM24Bridge:
                 gone = True
             if gone:
                 self.unplugged = True
+                self.unplugged_at = time.monotonic()
                 self.arms.clear()
                 raise usb1.USBErrorNoDevice()
         p = armed.get("usb_stall")
