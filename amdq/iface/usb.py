@@ -14,6 +14,7 @@ Layers, each only calling the one below (facts: shared/facts/usb_asm24.json, NOT
 """
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 from typing import Any, Callable
@@ -160,7 +161,9 @@ class Shadows:
         with self.lock:
             e = self.entries.get(va)
             if e is None:
-                with self.window.ctrl.doing(f"reading VRAM {off:#x}+{size:#x} for the CPU view at {va:#x}"):
+                ctrl = getattr(self.window, "ctrl", None)
+                with ctrl.doing(f"reading VRAM {off:#x}+{size:#x} for the CPU view at {va:#x}") if ctrl is not None \
+                        else contextlib.nullcontext():
                     data = bytearray(self.window.read(off, size))
                 e = self.entries[va] = [off, data, np.frombuffer(bytes(data), np.uint32).copy(),
                                         self.pulls.get(va, False)]
