@@ -308,3 +308,89 @@ def test_replug_in_process_finds_the_same_gpu_and_boots_it_fully(monkeypatch):
         assert d3.sim is not bridge
     finally:
         d3.close()
+
+
+# -- amdq info and profiles -------------------------------------------------------------------------------------------
+def test_amdq_info_shows_the_bridge_and_the_gpu_behind_it(monkeypatch, capsys):
+    from amdq.cli import main
+    monkeypatch.delenv("AMDQ_SIM_INJECT", raising=False)
+    assert main(["info", "--device", "SIMUSB+AMD:gfx1100", "--json"]) == 0
+    (e,) = json.loads(capsys.readouterr().out)
+    br = e["bridge"]
+    assert br["chip"] == "ASMedia ASM2464" and br["firmware"] == "1.00" and br["usb_version"] == "3.2"
+    assert br["usb_speed"].startswith("SuperSpeed+") and br["pcie_link"] == "L0, up" and br["ltssm"] == H.LTSSM_L0
+    assert br["gpu"] == "1002:744c gfx1100" and br["product"].startswith("custom")
+    assert main(["info", "--device", "SIMUSB+AMD:gfx1100"]) == 0
+    text = capsys.readouterr().out
+    assert "bridge          ASMedia ASM2464 at usb:1-2, firmware 1.00" in text
+    assert "USB link        SuperSpeed+ (USB 3.2 Gen 2, 10 Gbit/s)" in text
+    assert "PCIe link       L0, up; behind it the GPU 1002:744c gfx1100" in text
+
+
+def test_amdq_info_on_a_high_speed_link():
+    from amdq.iface import usb as U
+    from amdq.sim.usb import SimUSBContext
+    ctx = SimUSBContext(arch="gfx1100", speed="high")
+    try:
+        it = U.open_usb(ctx, "gfx1100", standin=None)
+        try:
+            br = it.bridge_info()
+            assert br["usb_speed"] == "high speed (USB 2.0, 480 Mbit/s)" and br["usb_version"] == "2.0"
+        finally:
+            it.close()
+    finally:
+        ctx.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_profile_shows_the_usb_transfers_on_their_own_tracks(dev, tmp_path):
+    prg = dev.load(amdq.compile(VADD, arch="gfx1100"))
+    n = 1 << 16
+    with dev.profile() as p:
+        a, b, c = dev.upload(np.ones(n, np.float32)), dev.upload(np.ones(n, np.float32)), dev.alloc(4 * n)
+        prg["vadd"](a, b, c, 1.0, n, grid=n // 256, block=256, wait=True)
+        assert c.read() == np.full(n, 2.0, np.float32).tobytes()
+    s = p.interface_summary()
+    assert set(s) == {"USB control", "USB bulk"}
+    assert s["USB bulk"]["bytes"] >= 3 * 4 * n and s["USB control"]["events"] > 10
+    assert all(v["seconds"] > 0 for v in s.values())
+    assert dev.iface.fn.ctrl.events is None                                      # the log is off again
+    p.save(str(tmp_path / "t.json"))
+    tr = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in tr if e.get("name") == "thread_name"}
+    assert {"host", "USB control", "USB bulk"} <= names and any(n.startswith("GPU") for n in names)
+    usb = [e for e in tr if e.get("cat") == "interface"]
+    assert usb and all(e["dur"] >= 0 and "bytes" in e["args"] for e in usb)
+    assert any(e["name"].startswith("bulk OUT: copy-in chunk") or "SRAM write" in e["name"] for e in usb)
+    assert any(e["name"].startswith("bulk IN: SRAM read") for e in usb)
+    starts = [e["ts"] for e in usb]
+    assert starts == sorted(starts)
+    with dev.profile() as q:                                                      # nothing done: no events
+        pass
+    assert q.events() == []
+
+
+def test_a_profile_on_an_interface_without_events_has_no_interface_track(monkeypatch, tmp_path):
+    monkeypatch.delenv("AMDQ_SIM_INJECT", raising=False)
+    d = amdq.open_device("SIM:gfx1100")
+    try:
+        with d.profile() as p:
+            d.upload(np.ones(16, np.float32)).read()
+        assert p.events() == [] and not any(e.get("cat") == "interface" for e in p.trace()["traceEvents"])
+    finally:
+        d.close()
+
+
+def test_amdq_trace_of_an_unmodified_program_has_the_usb_tracks(tmp_path):
+    out = tmp_path / "trace.json"
+    script = ("import amdq, numpy as np\n"
+              "d = amdq.open_device('SIMUSB+AMD:gfx1100')\n"
+              "d.upload(np.arange(100000, dtype=np.float32)).read()\n")
+    r = subprocess.run([sys.executable, "-c", script], env=_env(AMDQ_TRACE=str(out)), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    tr = json.loads(out.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in tr if e.get("name") == "thread_name"}
+    assert {"USB control", "USB bulk"} <= names
+    assert sum(e["args"]["bytes"] for e in tr if e.get("cat") == "interface" and "bulk" in e["args"]["kind"]) \
+        >= 2 * 400000

@@ -604,6 +604,23 @@ class USB(PCI):
         d["bridge"]["copies"] = dict(vars(st)) if st is not None else None
         return d
 
+    # -- interface events (amdq/runtime/profile.py asks for them): every transfer, timed by the controller --------
+    def record_events(self, on: bool) -> bool:
+        """Switch the controller's transfer log on or off; whether it was on."""
+        was = self.fn.ctrl.events is not None
+        if on != was:
+            self.fn.ctrl.record(on)
+        return was
+
+    def interface_events(self, since: int = 0) -> list[tuple[float, float, str, str, dict]]:
+        """The transfers logged from index `since`: (start s, end s, "USB control" / "USB bulk", what, args: kind,
+        bytes, the bridge) in host perf_counter seconds."""
+        ev = self.fn.ctrl.events or []
+        name = self.fn.name.split()[-1]
+        return [(t0 / 1e9, t1 / 1e9, f"USB {kind.split()[0]}", f"{kind}: {what}",
+                 {"kind": kind, "bytes": n, "bridge": name})
+                for t0, t1, kind, what, n in ev[since:]]
+
     def bridge_info(self) -> dict:
         """The bridge as the host finds it: chip (its own PCIe port's id), product, firmware version (bcdDevice), USB
         version and speed (descriptors), the PCIe link's training state (XDATA, read now), the GPU behind it, the
