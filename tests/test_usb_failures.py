@@ -394,3 +394,13 @@ def test_amdq_trace_of_an_unmodified_program_has_the_usb_tracks(tmp_path):
     assert {"USB control", "USB bulk"} <= names
     assert sum(e["args"]["bytes"] for e in tr if e.get("cat") == "interface" and "bulk" in e["args"]["kind"]) \
         >= 2 * 400000
+
+
+@pytest.mark.timeout(120)
+def test_timed_launches_read_their_timestamps_back_over_the_bridge(dev):
+    prg = dev.load(amdq.compile(VADD, arch="gfx1100"))
+    n = 1024
+    a, b, c = dev.upload(np.ones(n, np.float32)), dev.upload(np.ones(n, np.float32)), dev.alloc(4 * n)
+    recs = [prg["vadd"](a, b, c, 1.0, n, grid=n // 256, block=256, wait=True).wait() for _ in range(3)]
+    assert all(r.gpu is not None and r.gpu > 0 for r in recs), [r.gpu for r in recs]   # not the stale zeros
+    assert all(x.gpu_end <= y.gpu_start + 1e-6 for x, y in zip(recs, recs[1:]))

@@ -220,6 +220,23 @@ class Shadows:
                 fresh[late] = cur[late]
                 cur[:] = fresh
 
+    def refresh(self, va: int, rel: int, n: int) -> None:
+        """Bytes [rel, rel + n) of the view at `va` read back from VRAM now (GPU-written memory too large to read
+        back on every wait, such as the timestamp slots); dwords the host changed and has not sent are kept."""
+        import numpy as np
+        with self.lock:
+            e = self.entries.get(va)
+            if e is None or n <= 0:
+                return                                  # not made yet: made from VRAM when first touched
+            off, data, clean, _ = e
+            lo, hi = rel // 4, min((rel + n + 3) // 4, len(clean))
+            fresh = np.frombuffer(self.window.read(off + 4 * lo, 4 * (hi - lo)), np.uint32).copy()
+            cur = np.frombuffer(data, np.uint32)[lo:hi]
+            late = cur != clean[lo:hi]
+            clean[lo:hi] = fresh
+            fresh[late] = cur[late]
+            cur[:] = fresh
+
     def write_through(self, va: int, rel: int, raw: bytes) -> bool:
         """Bytes written to VRAM at `rel` of the allocation at `va`: its shadow takes them too (False: none)."""
         import numpy as np
@@ -512,6 +529,12 @@ class USB(PCI):
                 VA.shared().free(a.va)
             return
         super().free(a)
+
+    def refresh(self, a: Any, off: int, n: int) -> None:
+        """The CPU view of `a` at [off, off + n) read back from VRAM (the runtime asks before reading GPU-written
+        memory the waits do not read back: timestamps)."""
+        self._check_link()
+        self.fn.shadows.refresh(a.va, off, n)
 
     def check_alive(self) -> None:
         """DeviceLost if the bridge is gone or the GPU lost."""

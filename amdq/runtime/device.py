@@ -768,6 +768,9 @@ class Device:
                 rec.extra["ts_lost"] = True
                 return
             off = (ts % TS_SLOTS) * 16
+            fresh = getattr(self.iface, "refresh", None)    # a CPU view that is a copy (USB): read back the slot
+            if fresh is not None:
+                fresh(self.ts_alloc, off, 16)
             a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, off)
             rec.gpu_start, rec.gpu_end = self.gpu_to_host(a), self.gpu_to_host(b)
 
