@@ -404,3 +404,34 @@ def test_timed_launches_read_their_timestamps_back_over_the_bridge(dev):
     recs = [prg["vadd"](a, b, c, 1.0, n, grid=n // 256, block=256, wait=True).wait() for _ in range(3)]
     assert all(r.gpu is not None and r.gpu > 0 for r in recs), [r.gpu for r in recs]   # not the stale zeros
     assert all(x.gpu_end <= y.gpu_start + 1e-6 for x, y in zip(recs, recs[1:]))
+
+
+# -- copies of every size class, unaligned, bit-exact -------------------------------------------------------------
+SIZES = [1, 2, 3, 5, 4095, 4097, 65537, H.COPYIN_CHUNK - 1, H.COPYIN_CHUNK, H.COPYIN_CHUNK + 1,
+         H.COPYOUT_CHUNK - 1, H.COPYOUT_CHUNK + 1, (1 << 20) + 3, (4 << 20) + 1, (16 << 20) + 5, (64 << 20) + 7]
+
+
+@pytest.fixture(scope="module")
+def copy_dev():
+    old = {k: os.environ.pop(k, None) for k in ("AMDQ_SIM_INJECT", "AMDQ_SIM_USB_TIMING")}
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    assert not d.sim.timing.sleep                                               # the link model does not sleep
+    yield d
+    d.close()
+    os.environ.update({k: v for k, v in old.items() if v is not None})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("size", SIZES)
+def test_copies_of_every_size_class_are_bit_exact(copy_dev, size):
+    d = copy_dev
+    off = size % 7 + 1                                                          # never dword-aligned
+    data = _data(size, size)
+    pad = 13
+    buf = d.alloc(off + size + pad)
+    buf.write(b"\xa5" * (off + size + pad))
+    buf.write(data, off)
+    assert buf.read(size, off) == data
+    assert buf.read(off) == b"\xa5" * off                                       # what lies before is untouched
+    assert buf.read(pad, off + size) == b"\xa5" * pad                           # and after
+    buf.free()
