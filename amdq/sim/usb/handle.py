@@ -7,6 +7,7 @@ uses: setControl/setBulk, submit, and completion callbacks delivered by `context
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any, Callable, Iterator
 
 import usb1
@@ -381,6 +382,9 @@ def plug(arch: str = "gfx1100") -> SimUSBContext:
     back in (its GPU as the lost session left it: powered, its session unclean), else a new one (a cold GPU).
     The context owns the bridge (closing it powers the GPU off, unless the cable is pulled again)."""
     b = take_parked(arch)
+    if b is not None and b.fn.gpu.mode != (os.environ.get("AMDQ_SIM_MODE") or "async"):
+        b.fn.close()                        # another simulator mode is asked for: that GPU is not the one
+        b = None
     if b is None:
         return SimUSBContext(arch=arch)
     b.replug()
