@@ -435,3 +435,40 @@ def test_copies_of_every_size_class_are_bit_exact(copy_dev, size):
     assert buf.read(off) == b"\xa5" * off                                       # what lies before is untouched
     assert buf.read(pad, off + size) == b"\xa5" * pad                           # and after
     buf.free()
+
+
+@pytest.mark.timeout(120)
+def test_a_wait_on_another_thread_raises_device_lost_when_the_bridge_goes(monkeypatch):
+    import threading
+    import time
+    monkeypatch.delenv("AMDQ_SIM_INJECT", raising=False)
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        prg = d.load(amdq.compile(VADD, arch="gfx1100"))
+        n = 256
+        a, b, c = (d.upload(np.ones(n, np.float32)) for _ in range(3))
+        d.synchronize()
+        d.sim.inject("hang_cp")                                                  # the launch never completes
+        h = prg["vadd"](a, b, c, 1.0, n, grid=1, block=256)
+        got: list = []
+
+        def waiter() -> None:
+            t0 = time.monotonic()
+            try:
+                h.wait(20000)
+                got.append(("returned", time.monotonic() - t0))
+            except Exception as e:                                               # what the wait raised, and when
+                got.append((e, time.monotonic() - t0))
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.3)
+        d.sim.inject("usb_unplug")                                               # the cable goes while it waits
+        t.join(10)
+        assert not t.is_alive(), "the wait hung"
+        (e, secs), = got
+        assert isinstance(e, DeviceLost) and secs < 2.0, (e, secs)
+        assert "lost waiting for kernel vadd" in str(e)
+        with pytest.raises(DeviceLost):
+            c.read()
+    finally:
+        d.close()
