@@ -472,3 +472,22 @@ def test_a_wait_on_another_thread_raises_device_lost_when_the_bridge_goes(monkey
             c.read()
     finally:
         d.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("after", [0, 40, 300, 340])              # queues, memory, the fini
+def test_an_unplug_during_close_does_not_raise_and_the_next_open_boots(monkeypatch, after):
+    monkeypatch.delenv("AMDQ_SIM_INJECT", raising=False)
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    d.upload(np.arange(1000, dtype=np.uint32))
+    d.synchronize()
+    d.sim.inject("usb_unplug", after_transfers=after)
+    d.close()                                                                    # the fini's requests fail: quiet
+    assert d.iface.closed and d.iface.fn.ctrl.lost is not None
+    d2 = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        assert d2.iface.report.kind == "full"
+        b = d2.upload(np.arange(1000, dtype=np.uint32))
+        assert np.array_equal(b.numpy(np.uint32), np.arange(1000, dtype=np.uint32))
+    finally:
+        d2.close()

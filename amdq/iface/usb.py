@@ -15,6 +15,7 @@ Layers, each only calling the one below (facts: shared/facts/usb_asm24.json, NOT
 from __future__ import annotations
 
 import contextlib
+import logging
 import struct
 import threading
 from typing import Any, Callable
@@ -26,6 +27,8 @@ from .usb_bridge import (ALT_SETTING, CMD_MASTER, CMD_MEMORY, CONFIGURATION, GPU
                          LIBUSB_ERROR_NO_DEVICE, LTSSM_L0, PRODUCT_PREFIXES, SPEED_HIGH, USB_IDS, XDATA_READ_MAX_HIGH_SPEED, Controller,
                          TLPError, _libusb_code, _usb_errors)
 from .usb_pcie import BAR, Port, Topology, bring_up, size_bars
+
+log = logging.getLogger(__name__)
 
 __all__ = ["USB", "USBFunction", "Registers", "VRAMWindow", "Doorbells", "Shadows", "Controller", "TLPError", "BAR",
            "Port", "Topology", "bring_up", "size_bars", "open_handle", "open_function", "open_usb", "open_real", "present"]
@@ -618,7 +621,11 @@ class USB(PCI):
             except DeviceError:
                 pass
             self.copier = None
-        super().close()
+        try:
+            super().close()
+        except DeviceLost as e:                         # the cable went during the close: released, nothing more
+            log.debug("closing %s: %s", self.fn.name, e)
+            self.closed = True
 
     def info(self) -> dict:
         d = super().info()
