@@ -491,3 +491,22 @@ def test_an_unplug_during_close_does_not_raise_and_the_next_open_boots(monkeypat
         assert np.array_equal(b.numpy(np.uint32), np.arange(1000, dtype=np.uint32))
     finally:
         d2.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_unplug_ends_a_copy_out_that_waits_for_a_hung_copy_engine(monkeypatch):
+    import threading
+    import time
+    monkeypatch.delenv("AMDQ_SIM_INJECT", raising=False)
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        buf = d.upload(np.arange(4096, dtype=np.uint32))
+        d.synchronize()
+        d.sim.inject("hang_sdma")                                                # the SRAM is never released
+        threading.Timer(0.3, lambda: d.sim.inject("usb_unplug")).start()
+        t0 = time.monotonic()
+        with pytest.raises(DeviceLost, match="SRAM read of 16384 bytes while copying 16384 bytes out"):
+            buf.read()                                                           # not the 10 s SRAM timeout
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        d.close()

@@ -555,6 +555,12 @@ class SimASM24Bridge:
         while not self._released():
             if time.monotonic() >= end:
                 raise NoAnswer()                    # the arm is spent
+            p = self.injector.armed.get("usb_unplug")
+            if self.unplugged or p is not None and not {"after_bytes", "after_transfers"} & set(p):
+                self.unplugged = True               # the cable pulled while the stream waits: the transfer ends
+                self.unplugged_at = self.unplugged_at or time.monotonic()
+                self.arms.clear()
+                raise usb1.USBErrorNoDevice()
             self.lock.release()                     # other host threads (and the GPU's DMA) may go on
             try:
                 if gpu.mode != "async" and not gpu.defer:
