@@ -56,7 +56,8 @@ def main(argv: list[str]) -> dict:
             now = time.monotonic()
             bridge = st["dev"].sim if "dev" in st else parked()
             gone = getattr(bridge, "unplugged_at", None)
-            res["lost"] = {"step": name, "s": now - t0, "noticed_s": None if gone is None else now - gone, "msg": str(e),
+            res["lost"] = {"step": name, "s": now - t0, "noticed_s": None if gone is None else now - gone,
+                           "msg": str(e),
                            "in_flight": getattr(e, "in_flight", None), "activity": getattr(e, "activity", None)}
             raise
         except Exception as e:                  # anything but DeviceLost from an unplug is a failure to report

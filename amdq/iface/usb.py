@@ -24,7 +24,8 @@ from ..errors import AMBootError, AMTimeout, DeviceError, DeviceLost, FirmwareRe
 from .base import Mapping
 from .pci import PCI
 from .usb_bridge import (ALT_SETTING, CMD_MASTER, CMD_MEMORY, CONFIGURATION, GPU_BUS, INTERFACE,
-                         LIBUSB_ERROR_NO_DEVICE, LTSSM_L0, PRODUCT_PREFIXES, SPEED_HIGH, USB_IDS, XDATA_READ_MAX_HIGH_SPEED, Controller,
+                         LIBUSB_ERROR_NO_DEVICE, LTSSM_L0, PRODUCT_PREFIXES, SPEED_HIGH, USB_IDS,
+                         XDATA_READ_MAX_HIGH_SPEED, Controller,
                          TLPError, _libusb_code, _usb_errors)
 from .usb_pcie import BAR, Port, Topology, bring_up, size_bars
 
@@ -660,7 +661,8 @@ class USB(PCI):
         first = topo.ports[0] if topo.ports else None
         chip = None
         if first is not None:
-            chip = f"ASMedia ASM{first.device:04X}" if first.vendor == ASMEDIA else f"{first.vendor:04x}:{first.device:04x}"
+            chip = f"ASMedia ASM{first.device:04X}" if first.vendor == ASMEDIA else \
+                f"{first.vendor:04x}:{first.device:04x}"
         state = None
         if c.lost is None:
             try:

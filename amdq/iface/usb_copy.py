@@ -244,10 +244,10 @@ class BridgeCopier:
             except DeviceError as e:
                 if getattr(e, "libusb_code", None) != U.LIBUSB_ERROR_TIMEOUT:
                     raise
-                err = DeviceError(f"{self.ctrl.name}: copy-out of {k} bytes from {src + o:#x}: the SRAM read timed out "
-                                  f"(libusb {U.LIBUSB_ERROR_TIMEOUT}): the bridge did not stream the SRAM, because the "
-                                  f"copy engine did not write the release dword (cq_buf + {RELEASE_OFFSET}) or the link "
-                                  f"failed; copy queue: {q.describe().get('stuck', 'idle')}")
+                err = DeviceError(f"{self.ctrl.name}: copy-out of {k} bytes from {src + o:#x}: the SRAM read timed "
+                                  f"out (libusb {U.LIBUSB_ERROR_TIMEOUT}): the bridge did not stream the SRAM, because "
+                                  f"the copy engine did not write the release dword (cq_buf + {RELEASE_OFFSET}) or the "
+                                  f"link failed; copy queue: {q.describe().get('stuck', 'idle')}")
                 err.libusb_code = U.LIBUSB_ERROR_TIMEOUT
                 err.in_flight = getattr(e, "in_flight", None)
                 raise err from None

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..codeobj import bundle as cobundle
 from ..codeobj import cache as cocache
-from ..errors import (AmdqError, DeviceClosed, DeviceError, DeviceLost, GPUFault, GPUTimeout, InvalidArgument, OutOfMemory,
-                      UnsupportedTarget)
+from ..errors import (AmdqError, DeviceClosed, DeviceError, DeviceLost, GPUFault, GPUTimeout, InvalidArgument,
+                      OutOfMemory, UnsupportedTarget)
 from ..hw.targets import TARGETS, Target, get_target
 from ..iface.base import ring_bytes
 from ..iface.exceptions import to_error
