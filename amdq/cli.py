@@ -212,16 +212,18 @@ def board_entry(dev, info: dict) -> dict:
 
 
 def reachable_specs() -> list[str]:
-    """Device specs of the GPUs reachable on this machine (KFD, PCI); the simulated default if none."""
+    """Device specs of the GPUs reachable on this machine (KFD, PCI, a USB bridge); the simulated default if none."""
     from .iface.kfd import list_gpus
     from .iface.os_seam import OSSeam
-    from .iface import pci
+    from .iface import pci, usb
     specs = []
     seam = OSSeam()
     if seam.exists("/dev/kfd") and list_gpus(seam):
         specs.append("KFD+AMD")
     if pci.usable(pci.list_functions()):
         specs.append("PCI+AMD")
+    if usb.present():
+        specs.append("USB+AMD")
     return specs or ["SIM"]
 
 

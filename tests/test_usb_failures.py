@@ -511,3 +511,13 @@ def test_an_unplug_ends_a_copy_out_that_waits_for_a_hung_copy_engine(monkeypatch
         assert time.monotonic() - t0 < 3.0
     finally:
         d.close()
+
+
+def test_amdq_info_lists_a_usb_bridge_among_the_reachable_gpus(monkeypatch):
+    from amdq import cli
+    from amdq.iface import pci, usb
+    monkeypatch.setattr(pci, "usable", lambda fns: [])
+    monkeypatch.setattr(usb, "present", lambda: True)
+    assert "USB+AMD" in cli.reachable_specs()
+    monkeypatch.setattr(usb, "present", lambda: False)
+    assert "USB+AMD" not in cli.reachable_specs()
