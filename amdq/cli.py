@@ -190,7 +190,7 @@ def device_entry(dev) -> dict:
            "clocks": info.get("clocks"), "firmware": info.get("firmware", []),
            "boot": info.get("boot"), "boot_reason": info.get("boot_reason")}
     for k in ("clock_levels", "power_limit_w", "small_bar", "mode1_reset", "boot_seconds", "vendor", "device_id",
-              "queue"):
+              "queue", "bridge"):
         if k in info:
             out[k] = info[k]
     out.update(board_entry(dev, info))
@@ -212,16 +212,18 @@ def board_entry(dev, info: dict) -> dict:
 
 
 def reachable_specs() -> list[str]:
-    """Device specs of the GPUs reachable on this machine (KFD, PCI); the simulated default if none."""
+    """Device specs of the GPUs reachable on this machine (KFD, PCI, a USB bridge); the simulated default if none."""
     from .iface.kfd import list_gpus
     from .iface.os_seam import OSSeam
-    from .iface import pci
+    from .iface import pci, usb
     specs = []
     seam = OSSeam()
     if seam.exists("/dev/kfd") and list_gpus(seam):
         specs.append("KFD+AMD")
     if pci.usable(pci.list_functions()):
         specs.append("PCI+AMD")
+    if usb.present():
+        specs.append("USB+AMD")
     return specs or ["SIM"]
 
 
@@ -239,6 +241,13 @@ def cmd_info(args) -> int:
         return 0
     for e in entries:
         print(f"{e['device']}  ({e['interface']}, {e['family']})")
+        br = e.get("bridge")
+        if br:                                          # the USB bridge first: the GPU is behind it
+            print(f"  bridge          {br.get('chip') or 'unknown chip'} at {br['name'].split()[-1]}, "
+                  f"firmware {br.get('firmware') or '?'} ({br.get('product') or 'no product string'})")
+            print(f"  USB link        {br.get('usb_speed') or 'speed unknown'}"
+                  + (f", USB {br['usb_version']}" if br.get("usb_version") else ""))
+            print(f"  PCIe link       {br.get('pcie_link')}; behind it the GPU {br.get('gpu')}")
         print(f"  arch            {e['arch']}")
         print(f"  board           {e['board']}")
         print(f"  compute units   {e['compute_units']} on {e['num_xcc']} XCC(s), {e['shader_engines']} shader engines, "

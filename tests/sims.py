@@ -1,13 +1,18 @@
-"""Simulated devices for tests that run on both simulated interfaces: SIMKFD (the KFD interface over the
-simulated kernel driver) and SIMPCI (the AM driver over the simulated PCI function)."""
+"""Simulated devices for tests that run on every simulated interface: SIMKFD (the KFD interface over the
+simulated kernel driver), SIMPCI (the AM driver over the simulated PCI function) and SIMUSB (the AM driver over
+the simulated USB bridge: every buffer in VRAM, copies through the bridge SRAM)."""
 from __future__ import annotations
 
 import amdq
 
-INTERFACES = ("SIMKFD", "SIMPCI")
-# (interface, arch) of the tests that run on every simulated device kind: KFD's gfx1100 and the simulated
-# PCI function's three targets
+INTERFACES = ("SIMKFD", "SIMPCI", "SIMUSB")
+# (interface, arch) of the tests that run on every simulated device kind: KFD's gfx1100, the simulated
+# PCI function's three targets and gfx1100 behind the simulated USB bridge
 DEVICES = [("SIMKFD", "gfx1100"), ("SIMPCI", "gfx1100"), ("SIMPCI", "gfx1201"), ("SIMPCI", "gfx942")]
+# ... and behind the simulated USB bridge, for the tests that go through the public API only (launches, copies,
+# graphs, profiles, arrays). The packet-processor tests (test_aql, test_sdma) write rings and memory through the CPU
+# views behind the runtime's back, which over the bridge are host shadows sent only at doorbells: not for them.
+RUNTIME_DEVICES = DEVICES + [("SIMUSB", "gfx1100")]
 
 
 def device_id(p) -> str:

@@ -7,7 +7,7 @@ import pytest
 import amdq
 from amdq.errors import InvalidArgument
 from clang import compile_cl
-from sims import DEVICES, open_sim
+from sims import RUNTIME_DEVICES as DEVICES, open_sim
 
 AXPY = """
 define amdgpu_kernel void @axpy(ptr addrspace(1) %y, ptr addrspace(1) %x, float %a) {

@@ -238,6 +238,7 @@ class AMDriver:
         self.reset_via: str | None = None
         self.booted = False
         self.lost: DeviceLost | None = None    # set when a recovery did not bring an engine back (am/recovery.py)
+        self.decision: tuple[str, str, bool] | None = None     # what `decide` said at the last boot
         self._recovery = None
         printer = AccessPrinter() if self.debug >= 4 else None
 
@@ -310,7 +311,7 @@ class AMDriver:
             raise AMBootError(f"this build cannot boot a GPU over PCI yet: the IP blocks {', '.join(missing)} "
                               f"(amdq/am/{{{','.join(missing)}}}.py) are not in it")
         self.firmware = firmware_for(self.target.arch, standin=self.standin)
-        kind, reason, reset = self._phase("boot", self.decide)
+        kind, reason, reset = self.decision = self._phase("boot", self.decide)
         try:
             self._run(kind, reason, reset)
         except (AMTimeout, DeviceError) as e:

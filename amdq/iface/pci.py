@@ -431,6 +431,10 @@ class PCI:
         if written > done:
             q.doorbell.write64(q.doorbell_off, written - 1 if q.kind == "aql" else written)
 
+    def check_alive(self) -> None:
+        """DeviceLost if the GPU is lost (the runtime asks before a synchronize that has nothing to wait for)."""
+        self._check_lost()
+
     def _check_lost(self) -> None:
         if self.driver.lost is not None:
             raise DeviceLost(f"{self.fn.name}: the GPU is lost ({self.driver.lost}); close it and open it again: "

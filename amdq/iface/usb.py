@@ -33,18 +33,23 @@ operation costs, counted by the simulated bridge (tests/test_usb_counts.py asser
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import struct
 import threading
 import time
 from typing import Any, Callable
 
-from ..errors import DeviceError, DeviceLost
+from ..errors import AMBootError, AMTimeout, DeviceError, DeviceLost, FirmwareRefused, PSPError, SMUError
 from .base import Mapping
 from .pci import PCI
 from .usb_bridge import (ALT_SETTING, CMD_MASTER, CMD_MEMORY, CONFIGURATION, GPU_BUS, INTERFACE,
-                         LIBUSB_ERROR_NO_DEVICE, PRODUCT_PREFIXES, SPEED_HIGH, USB_IDS, XDATA_READ_MAX_HIGH_SPEED, Controller,
+                         LIBUSB_ERROR_NO_DEVICE, LTSSM_L0, PRODUCT_PREFIXES, SPEED_HIGH, USB_IDS,
+                         XDATA_READ_MAX_HIGH_SPEED, Controller,
                          TLPError, _libusb_code, _usb_errors)
 from .usb_pcie import BAR, Port, Topology, bring_up, size_bars
+
+log = logging.getLogger(__name__)
 
 __all__ = ["USB", "USBFunction", "Registers", "VRAMWindow", "Doorbells", "Shadows", "Controller", "TLPError", "BAR",
            "Port", "Topology", "bring_up", "size_bars", "open_handle", "open_function", "open_usb", "open_real", "present"]
@@ -135,21 +140,23 @@ class Doorbells:
 
     def write64(self, off: int, v: int) -> None:
         a = self._check(off, 8)
-        if self.before is not None:
-            self.before()
         v &= 0xFFFFFFFFFFFFFFFF
-        if self.high.get(off) == v >> 32:
-            self.ctrl.mem_write(a, struct.pack("<I", v & 0xFFFFFFFF))      # one single TLP
-        else:
-            self.ctrl.mem_write(a, struct.pack("<Q", v))
-            self.high[off] = v >> 32
+        with self.ctrl.doing(f"submitting work (doorbell {off // 8} to {v:#x})"):
+            if self.before is not None:
+                self.before()
+            if self.high.get(off) == v >> 32:
+                self.ctrl.mem_write(a, struct.pack("<I", v & 0xFFFFFFFF))      # one single TLP
+            else:
+                self.ctrl.mem_write(a, struct.pack("<Q", v))
+                self.high[off] = v >> 32
         self.rings += 1
 
     def write32(self, off: int, v: int) -> None:
         a = self._check(off, 4)
-        if self.before is not None:
-            self.before()
-        self.ctrl.mem_write(a, struct.pack("<I", v & 0xFFFFFFFF))
+        with self.ctrl.doing(f"submitting work (doorbell dword {off // 4} to {v:#x})"):
+            if self.before is not None:
+                self.before()
+            self.ctrl.mem_write(a, struct.pack("<I", v & 0xFFFFFFFF))
         self.rings += 1
 
     def read32(self, off: int) -> int:
@@ -199,7 +206,10 @@ class Shadows:
         import numpy as np
         e = self.entries.get(va)
         if e is None:
-            data = bytearray(self.window.read(off, size))
+            ctrl = getattr(self.window, "ctrl", None)
+            with ctrl.doing(f"reading VRAM {off:#x}+{size:#x} for the CPU view at {va:#x}") if ctrl is not None \
+                    else contextlib.nullcontext():
+                data = bytearray(self.window.read(off, size))
             e = self.entries[va] = [off, data, np.frombuffer(bytes(data), np.uint32).copy(),
                                     self.pulls.get(va, False), False, [], []]
         return e
@@ -223,9 +233,17 @@ class Shadows:
 
     # -- the coherence hints (ShadowMapping's) ---------------------------------------------------------------
     def _track(self, e: list) -> None:
-        if not e[self.TRACKED]:
-            self._push(e, 0 if e[self.PULL] else self.GAP_DW)       # what was written before the first hint
-            e[self.TRACKED] = True
+        """Tracked from now on: what the host changed before the first hint is to send with the next flush."""
+        import numpy as np
+        if e[self.TRACKED]:
+            return
+        e[self.TRACKED] = True
+        idx = np.flatnonzero(np.frombuffer(e[self.DATA], np.uint32) != e[self.CLEAN])
+        if len(idx):
+            breaks = np.flatnonzero(np.diff(idx) > 1)
+            starts = np.concatenate(([idx[0]], idx[breaks + 1]))
+            ends = np.concatenate((idx[breaks], [idx[-1]])) + 1
+            e[self.DIRTY] += [(4 * int(a), 4 * int(b)) for a, b in zip(starts, ends)]
 
     def wrote(self, va: int, off: int, size: int, rel: int, n: int) -> None:
         if n <= 0:
@@ -233,7 +251,7 @@ class Shadows:
         with self.lock:
             e = self._entry(va, off, size)
             if not e[self.TRACKED]:
-                self._track(e)                                      # (the compare sent this write too)
+                self._track(e)                                      # (its changes, this write's among them)
                 return
             d = e[self.DIRTY]
             lo, hi = rel & ~3, (rel + n + 3) & ~3
@@ -252,8 +270,7 @@ class Shadows:
         with self.lock:
             e = self._entry(va, off, size)
             self._track(e)
-            self._send(e)
-            self._read(e, rel & ~3, (rel + n + 3) & ~3)
+            self._read(e, rel & ~3, (rel + n + 3) & ~3)             # (the host's unsent dwords are kept)
 
     # -- host to VRAM ------------------------------------------------------------------------------------------
     def _push(self, e: list, gap: int) -> None:
@@ -456,6 +473,20 @@ class USBFunction:
         self._on_close = on_close
         self.closed = False
 
+    def power_cycle(self) -> None:
+        """The PCIe side powered off and on (F3: the GPU starts cold) and brought up again; the BARs land where they
+        were (the same sizes, placed the same way), the CPU views are made again from VRAM on first use."""
+        with self.ctrl.doing("power-cycling the PCIe side (F3)"):
+            self.ctrl.pcie_power(False)
+            topology = bring_up(self.ctrl)
+        if {n: (b.bus_address, b.size) for n, b in topology.bars.items()} != \
+                {n: (b.bus_address, b.size) for n, b in self.bars.items()}:
+            raise DeviceError(f"{self.name}: after a PCIe power cycle the GPU's BARs differ ({topology.bars} vs "
+                              f"{self.bars})")
+        self.topology = topology
+        with self.shadows.lock:
+            self.shadows.entries.clear()
+
     def config_read(self, off: int, size: int = 4) -> int:
         return self.ctrl.config_read(GPU_BUS, 0, 0, off, size)
 
@@ -504,6 +535,9 @@ class USBFunction:
                 self._on_close()
 
 
+ASMEDIA = 0x1B21                # PCI vendor id of ASMedia, the bridge chip's own ports (PCI-SIG vendor list)
+
+
 # --- opening the bridge ---------------------------------------------------------------------------------------
 def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     """A libusb call outside a controller (opening): its error as an amdq error."""
@@ -511,8 +545,14 @@ def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
     except _usb_errors() as e:
         code = _libusb_code(e)
-        cls = DeviceLost if code == LIBUSB_ERROR_NO_DEVICE else DeviceError
-        raise cls(f"USB bridge: {what} failed: {e} (libusb {code})") from None
+        if code == LIBUSB_ERROR_NO_DEVICE:
+            err: DeviceError = DeviceLost(f"USB bridge is gone (unplugged?) during {what}: {e} (libusb {code}); "
+                                          f"open it again once it is back")
+            err.in_flight = what
+        else:
+            err = DeviceError(f"USB bridge: {what} failed: {e} (libusb {code})")
+        err.libusb_code = code
+        raise err from None
 
 
 def open_handle(context: Any, ids: tuple[tuple[int, int], ...] = USB_IDS) -> tuple[Any, str]:
@@ -558,8 +598,9 @@ def open_function(context: Any) -> USBFunction:
     """The bridge opened and the PCIe side brought up: the GPU as a function for the AM driver."""
     h, name = open_handle(context)
     ctrl = Controller(h, f"USB bridge {name}", context)
-    speed = getattr(h.getDevice(), "getDeviceSpeed", None)
-    if speed is not None and _guard("asking for the link speed", speed) == SPEED_HIGH:
+    ident = describe(h)
+    ctrl.identity = ident
+    if ident.get("usb_speed_code") == SPEED_HIGH:
         ctrl.xdata_read_max = XDATA_READ_MAX_HIGH_SPEED  # the firmware manages one EP0 packet per E4 there
 
     def release() -> None:
@@ -572,11 +613,42 @@ def open_function(context: Any) -> USBFunction:
             except _usb_errors():       # closing a vanished device: nothing left to release
                 pass
     try:
-        topology = bring_up(ctrl)
+        with ctrl.doing("bringing up the PCIe side (link, switch ports, BARs)"):
+            topology = bring_up(ctrl)
     except BaseException:
         release()
         raise
     return USBFunction(ctrl, topology, name, release)
+
+
+# libusb_speed values (libusb 1.0 API documentation) and what they are called
+SPEED_NAMES = {1: "low speed (1.5 Mbit/s)", 2: "full speed (12 Mbit/s)", 3: "high speed (USB 2.0, 480 Mbit/s)",
+               4: "SuperSpeed (USB 3.2 Gen 1, 5 Gbit/s)", 5: "SuperSpeed+ (USB 3.2 Gen 2, 10 Gbit/s)"}
+
+
+def describe(h: Any) -> dict:
+    """What the USB side says of the bridge, from its descriptors (no vendor request): product and manufacturer
+    strings, the firmware version (bcdDevice), the USB version and the link speed libusb negotiated. Fields a
+    handle cannot tell are left out."""
+    d = h.getDevice()
+    out: dict = {}
+    for key, obj, name in (("product", h, "getProduct"), ("manufacturer", h, "getManufacturer"),
+                           ("bcd_device", d, "getbcdDevice"), ("bcd_usb", d, "getbcdUSB"),
+                           ("usb_speed_code", d, "getDeviceSpeed"), ("vid", d, "getVendorID"),
+                           ("pid", d, "getProductID")):
+        f = getattr(obj, name, None)
+        if f is not None:
+            try:
+                out[key] = _guard(f"reading the {key.replace('_', ' ')}", f)
+            except DeviceError:
+                pass                            # a field the device does not give: left out
+    if "bcd_device" in out:
+        out["firmware"] = f"{out['bcd_device'] >> 8:x}.{out['bcd_device'] & 0xFF:02x}"
+    if "bcd_usb" in out:
+        out["usb_version"] = f"{out['bcd_usb'] >> 8:x}.{(out['bcd_usb'] >> 4) & 0xF:x}"
+    if "usb_speed_code" in out:
+        out["usb_speed"] = SPEED_NAMES.get(out["usb_speed_code"], f"libusb speed {out['usb_speed_code']}")
+    return out
 
 
 # --- the interface ----------------------------------------------------------------------------------------------
@@ -598,23 +670,44 @@ class USB(PCI):
         from .base import USB_RING_BYTES
         self.RING_BYTES = dict(USB_RING_BYTES)
         self.copier = None
-        super().__init__(fn, arch, standin)
+        self.driver = None
         fn.ctrl.on_lost = self._lost
+        with fn.ctrl.doing("booting the GPU (the AM driver)"):
+            try:
+                super().__init__(fn, arch, standin)
+            except (AMBootError, AMTimeout, FirmwareRefused, PSPError, SMUError) as e:
+                d = self.driver.decision if self.driver is not None else None
+                if fn.ctrl.lost is not None or d is None or d[2] or "did not end cleanly" not in d[1]:
+                    raise
+                # a session that ended unplugged, mid-boot (the PSP's sOS not yet running): the AM driver has no
+                # reset to reach the PSP's bootloader, the bridge has one: PCIe power off and on, a cold boot
+                self.driver.am.log(1, f"boot: {e}; the PCIe side is power-cycled through the bridge (F3)")
+                fn.power_cycle()
+                self.driver = None
+                super().__init__(fn, arch, standin)
+                self.report.reason += f" (after a PCIe power cycle: a boot over the unclean session failed: {e})"
 
     def _lost(self, e: DeviceLost) -> None:
         """The bridge vanished: the AM driver's GPU is lost (it refuses work, skips fini, leaves the session
         unclean: the next open boots fully)."""
-        if self.driver.lost is None:
+        if self.driver is not None and self.driver.lost is None:
             self.driver.lost = e
 
     # memory: every buffer in VRAM; CPU views are shadows
     def alloc(self, size: int, kind: str = "vram", uncached: bool = False, cpu: bool = True,
               executable: bool = False) -> Any:
         self._check_link()
-        a = super().alloc(size, kind, uncached, cpu, executable)
+        with self.fn.ctrl.doing(f"allocating {size} bytes of {kind} (page tables, TLB flush)"):
+            a = super().alloc(size, kind, uncached, cpu, executable)
         if a.cpu is not None:                           # GPU-written: signals, queue pointers, timestamps; buffers
             self.fn.shadows.set_pull(a.va, uncached and a.size <= PULL_MAX or kind == "vram" and not executable)
         return a
+
+    def create_queue(self, kind: str, ring_bytes: int, ptrs: Any = None, wptr_off: int = 0, rptr_off: int = 8) -> Any:
+        """The PCI interface's queue, named in a DeviceLost while it is made."""
+        self._check_link()
+        with self.fn.ctrl.doing(f"creating a {kind} queue"):
+            return super().create_queue(kind, ring_bytes, ptrs, wptr_off, rptr_off)
 
     def free(self, a: Any) -> None:
         self.fn.shadows.drop(a.va)
@@ -624,6 +717,18 @@ class USB(PCI):
                 VA.shared().free(a.va)
             return
         super().free(a)
+
+    def refresh(self, a: Any, off: int, n: int) -> None:
+        """The CPU view of `a` at [off, off + n) read back from VRAM (the runtime asks before reading GPU-written
+        memory the waits do not read back: timestamps)."""
+        self._check_link()
+        if isinstance(a.cpu, Mapping):
+            a.cpu.refresh(off, n)
+
+    def check_alive(self) -> None:
+        """DeviceLost if the bridge is gone or the GPU lost."""
+        self._check_link()
+        super().check_alive()
 
     def _check_link(self) -> None:
         if self.fn.ctrl.lost is not None:
@@ -649,22 +754,23 @@ class USB(PCI):
         the bridge) or `timeout_ms` passes: each round reads the signal words (one stream) and the IH write
         pointer (one stream); the exceptions that stopped queues (None if none did)."""
         self._check_link()
-        sh = self.fn.shadows
-        ih = self.driver.blocks["ih"]
-        end = time.monotonic() + max(0, timeout_ms) / 1000
-        delay = POLL_MIN_S
-        while True:
-            if sh.pull():
-                return None
-            if ih.pending():
-                found = super().wait_events(0)
-                sh.pull()
-                return found
-            left = end - time.monotonic()
-            if left <= 0:
-                return None
-            time.sleep(min(delay, left))
-            delay = min(2 * delay, POLL_MAX_S)
+        with self.fn.ctrl.doing("waiting for the GPU (the signal words and its interrupt ring)"):
+            sh = self.fn.shadows
+            ih = self.driver.blocks["ih"]
+            end = time.monotonic() + max(0, timeout_ms) / 1000
+            delay = POLL_MIN_S
+            while True:
+                if sh.pull():
+                    return None
+                if ih.pending():
+                    found = super().wait_events(0)
+                    sh.pull()
+                    return found
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                time.sleep(min(delay, left))
+                delay = min(2 * delay, POLL_MAX_S)
 
     def _vram_range(self, a: Any, off: int, n: int, what: str) -> int:
         vo = a.meta.get("vram_offset")
@@ -680,7 +786,8 @@ class USB(PCI):
         if self.copier is None:
             from ..am import va as VA
             from .usb_copy import BridgeCopier
-            self.copier = BridgeCopier(self.fn.ctrl, self.driver.blocks["gmc"].vm, VA.shared())
+            self.copier = BridgeCopier(self.fn.ctrl, self.driver.blocks["gmc"].vm, VA.shared())   # (made again if
+            # it failed: its windows unmapped)
         return self.copier
 
     def copy_in(self, a: Any, off: int, raw: Any, queue: Any = None) -> None:
@@ -691,10 +798,11 @@ class USB(PCI):
         data = bytes(memoryview(raw).cast("B"))
         if not data:
             return
-        if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + len(data) <= a.size:
-            self._copier().copy_in(queue, a.va + off, data)
-        else:
-            self.fn.vram.write(self._vram_range(a, off, len(data), "copy in"), data)
+        with self.fn.ctrl.doing(f"copying {len(data)} bytes in to {a.va + off:#x}"):
+            if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + len(data) <= a.size:
+                self._copier().copy_in(queue, a.va + off, data)
+            else:
+                self.fn.vram.write(self._vram_range(a, off, len(data), "copy in"), data)
         self.fn.shadows.write_through(a.va, off, data)
 
     def copy_out(self, a: Any, off: int, n: int, queue: Any = None) -> bytes:
@@ -703,10 +811,15 @@ class USB(PCI):
         self._check_link()
         if n <= 0:
             return b""
-        self.fn.shadows.flush()
-        if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + n <= a.size:
-            return self._copier().copy_out(queue, a.va + off, n)
-        return self.fn.vram.read(self._vram_range(a, off, n, "copy out"), n)
+        with self.fn.ctrl.doing(f"copying {n} bytes out from {a.va + off:#x}"):
+            self.fn.shadows.flush()
+            if queue is not None and a.meta.get("vram_offset") is not None and 0 <= off <= off + n <= a.size:
+                out = self._copier().copy_out(queue, a.va + off, n)
+            else:
+                out = self.fn.vram.read(self._vram_range(a, off, n, "copy out"), n)
+        if len(out) != n:                               # never a short copy reported as a whole one
+            raise DeviceError(f"{self.fn.ctrl.name}: copy out of {n} bytes from {a.va + off:#x} gave {len(out)}")
+        return out
 
     def close(self) -> None:
         """The PCI interface's close (queues, memory, fini), the SRAM mappings first; a bridge that is gone is only
@@ -723,16 +836,62 @@ class USB(PCI):
             except DeviceError:
                 pass
             self.copier = None
-        super().close()
+        try:
+            super().close()
+        except DeviceLost as e:                         # the cable went during the close: released, nothing more
+            log.debug("closing %s: %s", self.fn.name, e)
+            self.closed = True
 
     def info(self) -> dict:
         d = super().info()
         st = self.copier.stats if self.copier is not None else None
-        d["bridge"] = {"name": self.fn.name, "transfers": self.fn.ctrl.transfers,
-                       "bars": {f"BAR{n}": f"{b.bus_address:#x}+{b.size:#x}" for n, b in sorted(self.fn.bars.items())},
-                       "ports": [f"bus {p.bus}: {p.vendor:04x}:{p.device:04x}" for p in self.fn.topology.ports],
-                       "copies": dict(vars(st)) if st is not None else None}
+        d["bridge"] = self.bridge_info()
+        d["bridge"]["copies"] = dict(vars(st)) if st is not None else None
         return d
+
+    # -- interface events (amdq/runtime/profile.py asks for them): every transfer, timed by the controller --------
+    def record_events(self, on: bool) -> bool:
+        """Switch the controller's transfer log on or off; whether it was on."""
+        was = self.fn.ctrl.events is not None
+        if on != was:
+            self.fn.ctrl.record(on)
+        return was
+
+    def interface_events(self, since: int = 0) -> list[tuple[float, float, str, str, dict]]:
+        """The transfers logged from index `since`: (start s, end s, "USB control" / "USB bulk", what, args: kind,
+        bytes, the bridge) in host perf_counter seconds."""
+        ev = self.fn.ctrl.events or []
+        name = self.fn.name.split()[-1]
+        return [(t0 / 1e9, t1 / 1e9, f"USB {kind.split()[0]}", f"{kind}: {what}",
+                 {"kind": kind, "bytes": n, "bridge": name})
+                for t0, t1, kind, what, n in ev[since:]]
+
+    def bridge_info(self) -> dict:
+        """The bridge as the host finds it: chip (its own PCIe port's id), product, firmware version (bcdDevice), USB
+        version and speed (descriptors), the PCIe link's training state (XDATA, read now), the GPU behind it, the
+        ports and BARs bring-up placed, the transfers made so far."""
+        c, topo = self.fn.ctrl, self.fn.topology
+        ident = c.identity
+        first = topo.ports[0] if topo.ports else None
+        chip = None
+        if first is not None:
+            chip = f"ASMedia ASM{first.device:04X}" if first.vendor == ASMEDIA else \
+                f"{first.vendor:04x}:{first.device:04x}"
+        state = None
+        if c.lost is None:
+            try:
+                state = c.link_state()
+            except DeviceError:                 # the link is what is asked about: its failure is the answer
+                state = None
+        link = "unknown (the bridge does not answer)" if state is None else \
+            ("L0, up" if state == LTSSM_L0 else f"not up (LTSSM state {state:#04x}; {LTSSM_L0:#04x} is L0)")
+        return {"name": self.fn.name, "chip": chip, "product": ident.get("product"),
+                "firmware": ident.get("firmware"), "usb_version": ident.get("usb_version"),
+                "usb_speed": ident.get("usb_speed"), "pcie_link": link, "ltssm": state,
+                "gpu": f"{topo.gpu[0]:04x}:{topo.gpu[1]:04x} {self.arch}", "lost": str(c.lost) if c.lost else None,
+                "transfers": c.transfers, "stalls_cleared": c.stalls_cleared,
+                "bars": {f"BAR{n}": f"{b.bus_address:#x}+{b.size:#x}" for n, b in sorted(self.fn.bars.items())},
+                "ports": [f"bus {p.bus}: {p.vendor:04x}:{p.device:04x}" for p in topo.ports]}
 
 
 def open_usb(context: Any, arch: str | None = None, standin: bool | None = False) -> USB:

@@ -15,11 +15,12 @@ longest stream one request moves (a libusb timeout covers a whole transfer).
 """
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from ..errors import DeviceError, DeviceLost
 from ..hw import usb_asm24 as U
@@ -54,6 +55,7 @@ MEM_BASE, PREF_BASE, BAR_ALIGN = U.BAR_NONPREF_BASE, U.BAR_PREF_BASE, U.BAR_ALIG
 CMD_IO, CMD_MEMORY, CMD_MASTER = 1, 2, 4                # PCI command register bits (COMMAND_IO_MEM_MASTER = 7)
 EXT_CAP_START, EXT_CAP_REBAR = U.EXT_CAP_START, U.EXT_CAP_REBAR
 LIBUSB_ERROR_NO_DEVICE = U.LIBUSB_ERROR_NO_DEVICE
+LIBUSB_ERROR_PIPE = U.LIBUSB_ERROR_PIPE                 # a stalled endpoint
 is_posted = U.is_posted
 
 # --- this module's choice (not a fact) ---
@@ -127,50 +129,100 @@ class Controller:
         self.transfers = 0                              # control + bulk transfers made (for measurement)
         self.xdata_read_max = XDATA_READ_MAX            # bytes per E4 (64 on a USB 2.0 High-Speed link)
         self.on_lost: Callable[[DeviceLost], None] | None = None    # told once, when the device vanishes
+        self.identity: dict = {}                        # what the descriptors say (iface/usb.py describe)
+        self._doing: list[str] = []                     # what the interface is doing (`doing`), for DeviceLost
+        self.stalls_cleared = 0                         # bulk endpoint halts cleared (clearHalt) after a stall
+        self.events: list[tuple[int, int, str, str, int]] | None = None   # (start ns, end ns, kind, what, bytes)
+        self.max_events = 1 << 20
+
+    @contextlib.contextmanager
+    def doing(self, what: str) -> Iterator[None]:
+        """Name what the interface does around a series of requests ("copy-in of 4096 bytes to 0x..."): a DeviceLost
+        in it says so (`in_flight` names the request, `activity` this)."""
+        self._doing.append(what)
+        try:
+            yield
+        finally:
+            self._doing.pop()
+
+    def record(self, on: bool = True) -> None:
+        """Time every transfer (start, end, kind, what, bytes) for a profile's interface track; off drops the log."""
+        self.events = [] if on else None
 
     # -- transfers ------------------------------------------------------------------------------------------
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, kind: str = "", nbytes: int = 0,
+              endpoint: int | None = None) -> Any:
         if self.lost is not None:
             raise self.lost
         self.transfers += 1
+        ev = self.events
+        t0 = time.perf_counter_ns() if ev is not None and kind else 0
         try:
-            return fn(*args)
+            out = fn(*args)
         except self._errors as e:
             code = _libusb_code(e)
             if code == LIBUSB_ERROR_NO_DEVICE or type(e).__name__ == "USBErrorNoDevice":
                 unsent = sum(len(d) for _, d in self._posted) // 4
-                self.lost = DeviceLost(f"{self.name} is gone (unplugged?) during {what}: {e}"
+                doing = f" while {self._doing[-1]}" if self._doing else ""
+                self.lost = DeviceLost(f"{self.name} is gone (unplugged?) during {what}{doing}: {e}"
                                        f"{f' ({unsent} queued register writes not sent)' if unsent else ''}; close the "
                                        f"device and open it again once it is back")
                 self._posted = []
                 self.lost.in_flight = what
+                self.lost.activity = list(self._doing)
                 if self.on_lost is not None:
                     self.on_lost(self.lost)
                 raise self.lost from None
-            err = DeviceError(f"{self.name}: {what} failed: {e} (libusb {code})")
+            cleared = ""
+            if code == LIBUSB_ERROR_PIPE and endpoint is not None and endpoint & 0x7F:
+                cleared = self._clear_halt(endpoint)
+            doing = f" while {self._doing[-1]}" if self._doing else ""
+            err = DeviceError(f"{self.name}: {what}{doing} failed: {e} (libusb {code})"
+                              + (f"; the endpoint stalled{cleared}" if code == LIBUSB_ERROR_PIPE else ""))
             err.libusb_code = code
+            err.in_flight = what
             raise err from None
+        if t0:
+            t1 = time.perf_counter_ns()
+            if len(ev) < self.max_events:
+                ev.append((t0, t1, kind, what, nbytes))
+        return out
+
+    def _clear_halt(self, endpoint: int) -> str:
+        """A stalled bulk endpoint runs again (CLEAR_FEATURE ENDPOINT_HALT: libusb's clear_halt); what to say."""
+        clear = getattr(self.h, "clearHalt", None)
+        if clear is None:
+            return ""
+        try:
+            clear(endpoint)
+        except self._errors as e:
+            return f" and clearing its halt failed too ({e})"
+        self.stalls_cleared += 1
+        return f"; its halt was cleared (endpoint {endpoint:#04x}), so the next request runs"
 
     def _out(self, req: int, value: int, index: int, data: bytes = b"", timeout: int = TIMEOUT_CONTROL,
              what: str = "") -> None:
         self._call(what or f"control request {req:#04x}", self.h.controlWrite, RT_VENDOR_OUT, req, value, index,
-                   bytes(data), timeout)
+                   bytes(data), timeout, kind="control OUT", nbytes=len(data), endpoint=0)
 
     def _in(self, req: int, value: int, index: int, length: int, timeout: int = TIMEOUT_CONTROL,
             what: str = "") -> bytes:
         what = what or f"control request {req:#04x} IN"
-        got = bytes(self._call(what, self.h.controlRead, RT_VENDOR_IN, req, value, index, length, timeout))
+        got = bytes(self._call(what, self.h.controlRead, RT_VENDOR_IN, req, value, index, length, timeout,
+                               kind="control IN", nbytes=length, endpoint=0))
         if len(got) != length:
             raise DeviceError(f"{self.name}: {what} answered {len(got)} bytes, not {length}")
         return got
 
     def _bulk_out(self, data: bytes, timeout: int, what: str) -> None:
-        n = self._call(what, self.h.bulkWrite, EP_BULK_OUT, data, timeout)
+        n = self._call(what, self.h.bulkWrite, EP_BULK_OUT, data, timeout, kind="bulk OUT", nbytes=len(data),
+                       endpoint=EP_BULK_OUT)
         if n is not None and n != len(data):
             raise DeviceError(f"{self.name}: {what}: bulk OUT took {n} of {len(data)} bytes")
 
     def _bulk_in(self, length: int, timeout: int, what: str) -> bytes:
-        got = bytes(self._call(what, self.h.bulkRead, EP_BULK_IN, length, timeout))
+        got = bytes(self._call(what, self.h.bulkRead, EP_BULK_IN, length, timeout, kind="bulk IN", nbytes=length,
+                               endpoint=EP_BULK_IN))
         if len(got) != length:
             raise DeviceError(f"{self.name}: {what}: bulk IN gave {len(got)} of {length} bytes")
         return got
@@ -327,7 +379,7 @@ class Controller:
             raise DeviceError(f"{self.name}: asynchronous transfers need a libusb context (none was given)")
         with self.lock:
             self._flush()                       # queued register writes go first, in order
-        p = Pending(what, kind)
+        p = Pending(what, kind, t0=time.perf_counter_ns())
         try:
             t = self.h.getTransfer()
         except self._errors as e:
@@ -372,11 +424,21 @@ class Controller:
             self._call(p.what, _raise, _NoDevice("LIBUSB_TRANSFER_NO_DEVICE"))
         if p.status != U.LIBUSB_TRANSFER_COMPLETED:
             names = {v: k for k, v in vars(U).items() if k.startswith("LIBUSB_TRANSFER_")}
-            err = DeviceError(f"{self.name}: {p.what} failed: {names.get(p.status, p.status)}")
+            cleared = ""
+            if p.status == U.LIBUSB_TRANSFER_STALL:
+                ep = EP_BULK_OUT if p.kind == "bulk_out" else 0
+                cleared = "; the endpoint stalled" + (self._clear_halt(ep) if ep else "")
+            doing = f" while {self._doing[-1]}" if self._doing else ""
+            err = DeviceError(f"{self.name}: {p.what}{doing} failed: {names.get(p.status, p.status)}{cleared}")
             err.transfer_status = p.status
+            err.in_flight = p.what
             raise err
         if p.actual != p.length:
             raise DeviceError(f"{self.name}: {p.what}: {p.actual} of {p.length} bytes")
+        ev = self.events
+        if ev is not None and len(ev) < self.max_events:
+            kind = {"bulk_out": "bulk OUT", "control_out": "control OUT", "control_in": "control IN"}[p.kind]
+            ev.append((p.t0, time.perf_counter_ns(), kind, p.what, p.length))
         return p.data
 
     # -- SRAM DMA (F2) and PCIe power (F3) ----------------------------------------------------------------
@@ -432,6 +494,7 @@ class Pending:
     length: int = 0
     data: bytes | None = None
     deadline: float = 0.0
+    t0: int = 0                         # perf_counter_ns at submission (for the interface's event log)
 
 
 class _NoDevice(Exception):

@@ -74,8 +74,13 @@ class BridgeCopier:
             v = va_alloc.alloc(size)
             try:
                 vm.map(v, bus, size, flags)
-            except BaseException:
-                va_alloc.free(v)
+            except BaseException:               # a transfer failed part-way: what was mapped goes again
+                self.maps[name] = (v, size)
+                if ctrl.lost is None:
+                    try:
+                        self.close()
+                    except Exception:           # the link's error is the one to report
+                        pass
                 raise
             self.maps[name] = (v, size)
         self.sram_va = self.maps["sram"][0]
@@ -85,18 +90,36 @@ class BridgeCopier:
         self.seen = 0                   # the highest drain fence read (it only grows until the next reset below)
         self.stats = CopyStats()
         # one-time init: the fence at 0, both windows zeroed so stale bytes cannot match a sentinel
-        ctrl.xdata_write(U.XDATA_COPYIN_FENCE, bytes(U.COPYIN_FENCE_WIDTH))
-        self.seen = 0
-        for slot in U.COPYIN_WINDOW_SLOTS:
-            ctrl.sram_write(slot * U.F2_SLOT, bytes(U.COPYIN_WINDOW))
+        try:
+            ctrl.xdata_write(U.XDATA_COPYIN_FENCE, bytes(U.COPYIN_FENCE_WIDTH))
+            self.seen = 0
+            for slot in U.COPYIN_WINDOW_SLOTS:
+                ctrl.sram_write(slot * U.F2_SLOT, bytes(U.COPYIN_WINDOW))
+        except BaseException:                   # a transfer failed: the next copy starts over from nothing
+            if ctrl.lost is None:
+                try:
+                    self.close()
+                except Exception:               # the link's error is the one to report
+                    pass
+            raise
 
     def close(self) -> None:
-        for v, size in self.maps.values():
+        """The windows unmapped from the GPU's VM (also a partly made mapping) and their addresses given back."""
+        maps, self.maps = list(self.maps.values()), {}
+        err = None
+        runs = [(va, n) for va, _pa, n, _fl in self.vm.mappings()]
+        for v, size in maps:
             try:
-                self.vm.unmap(v, size)
+                for va, n in runs:              # what is mapped of the window (all of it, unless its map failed)
+                    lo, hi = max(va, v), min(va + n, v + size)
+                    if lo < hi:
+                        self.vm.unmap(lo, hi - lo)
+            except Exception as e:              # the others still go; the first error is raised
+                err = err or e
             finally:
                 self.va.free(v)
-        self.maps.clear()
+        if err is not None:
+            raise err
 
     def fence(self) -> int:
         self.stats.fence_reads += 1
@@ -240,9 +263,13 @@ class BridgeCopier:
             except DeviceError as e:
                 if getattr(e, "libusb_code", None) != U.LIBUSB_ERROR_TIMEOUT:
                     raise
-                raise DeviceError(f"{self.ctrl.name}: copy-out of {k} bytes from {src + o:#x}: the bridge never streamed "
-                                  f"the SRAM, so the copy engine did not write the release dword (cq_buf + "
-                                  f"{RELEASE_OFFSET}); {q.describe().get('stuck', '')}") from None
+                err = DeviceError(f"{self.ctrl.name}: copy-out of {k} bytes from {src + o:#x}: the SRAM read timed "
+                                  f"out (libusb {U.LIBUSB_ERROR_TIMEOUT}): the bridge did not stream the SRAM, because "
+                                  f"the copy engine did not write the release dword (cq_buf + {RELEASE_OFFSET}) or the "
+                                  f"link failed; copy queue: {q.describe().get('stuck', 'idle')}")
+                err.libusb_code = U.LIBUSB_ERROR_TIMEOUT
+                err.in_flight = getattr(e, "in_flight", None)
+                raise err from None
             self.stats.chunks_out += 1
             self.stats.bytes_out += k
         return b"".join(out)

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..codeobj import bundle as cobundle
 from ..codeobj import cache as cocache
-from ..errors import (AmdqError, DeviceClosed, DeviceError, GPUFault, GPUTimeout, InvalidArgument, OutOfMemory,
-                      UnsupportedTarget)
+from ..errors import (AmdqError, DeviceClosed, DeviceError, DeviceLost, GPUFault, GPUTimeout, InvalidArgument,
+                      OutOfMemory, UnsupportedTarget)
 from ..hw.targets import TARGETS, Target, get_target
 from ..iface.base import ring_bytes
 from ..iface.exceptions import to_error
@@ -83,8 +83,8 @@ def _open_iface(iface: str | None, arch: str | None):
             raise
     if iface == "SIMUSB":
         from ..iface import usb
-        from ..sim.usb import SimUSBContext
-        ctx = SimUSBContext(arch=arch or "gfx1100")
+        from ..sim.usb import plug
+        ctx = plug(arch or "gfx1100")                   # a bridge unplugged in this process comes back
         try:
             return usb.open_usb(ctx, arch, standin=None), ctx.bridge
         except BaseException:
@@ -208,6 +208,19 @@ class Device:
     def __init__(self, spec: str | None = None):
         iface_name, arch = parse_spec(spec)
         self.iface, self.sim = _open_iface(iface_name, arch)
+        try:
+            self._setup(arch)
+        except BaseException:                   # (a GPU lost while the queues are made): nothing stays open
+            try:
+                self.iface.close()
+            except Exception as e:              # the setup's error is the one to report
+                log.debug("closing the interface of a device that failed to open: %s", e)
+            finally:
+                if self.sim is not None:
+                    self.sim.close()
+            raise
+
+    def _setup(self, arch: str | None) -> None:
         self.arch = self.iface.arch
         if self.arch not in TARGETS:
             raise UnsupportedTarget(f"GPU {self.arch} is not supported: amdq supports {', '.join(TARGETS)}")
@@ -725,6 +738,9 @@ class Device:
             except GPUTimeout as e:
                 Submitting.failed(self, q, mark, e)
                 raise
+            except DeviceLost as e:
+                self._grew = None
+                raise self._lost_while(e, f"launching {kernel.label} on {q.name}") from e
             except BaseException:
                 self._grew = None                # a growth of a launch that failed to encode stays unreported
                 raise
@@ -815,7 +831,11 @@ class Device:
             now = time.monotonic()
             # block in the interrupt wait (>= 1 ms or until an interrupt): polling with 0 ms waits keeps the
             # simulated GPU's worker thread from the interpreter lock for a whole switch interval (5 ms)
-            exc = self.iface.wait_events(max(1, min(10, int((deadline - now) * 1000))))
+            try:
+                exc = self.iface.wait_events(max(1, min(10, int((deadline - now) * 1000))))
+            except DeviceLost as e:             # the GPU is gone: say which work was waited for
+                raise self._lost_while(e, f"waiting for {q.what(value) or 'work'} (timeline value {value} on "
+                                          f"{q.name}, {value - t.completed} submission(s) not completed)") from e
             if exc:
                 self._exceptions(exc)
                 continue
@@ -840,6 +860,14 @@ class Device:
                 raise err
         self._reclaim()
 
+    @staticmethod
+    def _lost_while(e: DeviceLost, what: str) -> DeviceLost:
+        """`e` again, saying what the runtime was doing; the interface's details (`in_flight` ...) kept."""
+        err = DeviceLost(f"{e} [lost {what}]")
+        err.__dict__.update(vars(e))
+        err.waiting = what
+        return err
+
     def drain(self) -> None:
         """Wait until every queue has finished (or lost) everything submitted; errors are left to the waits
         of the work that failed."""
@@ -847,7 +875,11 @@ class Device:
             self.wait(q.timeline.value, None, q, errors=False)
 
     def synchronize(self, timeout_ms: int | None = None) -> None:
-        """Wait until the GPU has finished everything submitted, on every queue (a failed submission raises)."""
+        """Wait until the GPU has finished everything submitted, on every queue (a failed submission raises; a lost
+        GPU raises DeviceLost, even with nothing outstanding)."""
+        alive = getattr(self.iface, "check_alive", None)
+        if alive is not None and not self.closed:
+            alive()
         for q in self.queues:
             self.wait(q.timeline.value, timeout_ms, q)
 

@@ -1,5 +1,11 @@
 """Profiles: every launch and copy of a `with dev.profile():` block, with its stages measured apart,
-saved as a Chrome/Perfetto trace (one track per queue for GPU execution, one host track)."""
+saved as a Chrome/Perfetto trace (one track per queue for GPU execution, one host track, and a track per kind of
+the interface's own events where it has them).
+
+Interface events are a seam of the interface protocol, not of any one interface: an interface that times its own
+work (the USB interface: every control and bulk transfer) offers `record_events(on) -> bool` (whether it was on)
+and `interface_events(since=0) -> [(start_s, end_s, track, name, args)]` (host perf_counter seconds);
+the profile switches the log on while it runs and puts each event on the track it names."""
 from __future__ import annotations
 
 import json
@@ -15,6 +21,33 @@ class Profile:
         self.dev = dev
         self.records: list[LaunchRecord] = []
         self._outer: Profile | None = None       # the AMDQ_TRACE profile this one runs inside (amdq.runtime.trace)
+        self._ev_mark: int | None = None         # where this profile's interface events start (None: not listening)
+        self._ev_was = False
+        self.iface_events: list[tuple[float, float, str, str, dict]] = []   # taken when the profile ends
+
+    def listen(self) -> None:
+        """Ask the interface to log its own events while this profile runs (if it has any)."""
+        it = self.dev.iface
+        rec = getattr(it, "record_events", None)
+        if rec is None or self._ev_mark is not None:
+            return
+        self._ev_was = rec(True)
+        self._ev_mark = len(it.interface_events())
+
+    def unlisten(self) -> None:
+        """Keep the interface events logged so far and switch the log off if this profile switched it on."""
+        if self._ev_mark is None:
+            return
+        it = self.dev.iface
+        self.iface_events = list(it.interface_events(self._ev_mark))
+        self._ev_mark = None
+        if not self._ev_was:
+            it.record_events(False)
+
+    def events(self) -> list[tuple[float, float, str, str, dict]]:
+        """The interface's events of this profile (so far, while it runs)."""
+        evs = self.dev.iface.interface_events(self._ev_mark) if self._ev_mark is not None else self.iface_events
+        return sorted(evs, key=lambda e: e[0])          # by start (an asynchronous transfer is logged when it ends)
 
     def add(self, rec: "LaunchRecord") -> None:
         self.records.append(rec)
@@ -27,14 +60,28 @@ class Profile:
             raise RuntimeError("a profile is already active on this device")
         self._outer = outer
         self.dev.profiler = self
+        self.listen()
         return self
 
     def __exit__(self, *exc) -> None:
         self.dev.profiler = self._outer
-        if exc[0] is None:
-            self.dev.synchronize()
-            for r in self.records:
-                self.dev.resolve(r)
+        try:
+            if exc[0] is None:
+                self.dev.synchronize()
+                for r in self.records:
+                    self.dev.resolve(r)
+        finally:
+            self.unlisten()
+
+    def interface_summary(self) -> dict[str, dict[str, float]]:
+        """Per interface track (e.g. "USB bulk"): events, bytes and seconds."""
+        out: dict[str, dict[str, float]] = {}
+        for t0, t1, track, _name, args in self.events():
+            s = out.setdefault(track, {"events": 0, "bytes": 0, "seconds": 0.0})
+            s["events"] += 1
+            s["bytes"] += int(args.get("bytes", 0))
+            s["seconds"] += t1 - t0
+        return out
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per kernel (or copy): calls and total seconds per stage, and memory growth (`alloc_bytes`, seconds in
@@ -59,9 +106,11 @@ class Profile:
 
     def trace(self) -> dict:
         """The profile as a Chrome trace-event object (open it in ui.perfetto.dev)."""
-        if not self.records:
+        iev = self.events()
+        if not self.records and not iev:
             return {"traceEvents": [], "displayTimeUnit": "ns"}
-        t0 = min(min(r.extra.get("host_start", r.gpu_start or 0.0), r.gpu_start or 1e30) for r in self.records)
+        t0 = min([min(r.extra.get("host_start", r.gpu_start or 0.0), r.gpu_start or 1e30) for r in self.records]
+                 + [e[0] for e in iev])
         us = lambda t: (t - t0) * 1e6  # noqa: E731
         pid = 1
         tids = {"host": 1}
@@ -94,6 +143,13 @@ class Profile:
             if r.gpu_start is not None:
                 ev.append({"ph": "X", "pid": pid, "tid": tids[q], "name": r.kernel, "ts": us(r.gpu_start),
                            "dur": max(r.gpu, 0.0) * 1e6, "cat": "gpu", "args": args})
+        for start, end, track, name, args in iev:          # the interface's own work (USB transfers ...)
+            if track not in tids:
+                tids[track] = len(tids) + 1
+                ev.append({"ph": "M", "pid": pid, "tid": tids[track], "name": "thread_name", "args": {"name": track}})
+            ev.append({"ph": "X", "pid": pid, "tid": tids[track], "name": name, "ts": us(start),
+                       "dur": max(end - start, 0.0) * 1e6, "cat": "interface",
+                       "args": {k: v if isinstance(v, (int, float)) else str(v) for k, v in args.items()}})
         return {"traceEvents": ev, "displayTimeUnit": "ns"}
 
     def save(self, path: str) -> None:

@@ -28,6 +28,7 @@ def attach(dev) -> Profile | None:
     p.ambient = True                      # a `with dev.profile()` of the program nests inside it
     p.finished = None
     dev.profiler = p
+    p.listen()                            # the interface's own events (USB transfers) too
     _profiles.append(p)
     close = dev.close
 
@@ -57,6 +58,8 @@ def finish(p: Profile) -> None:
             except (AmdqError, ValueError):
                 pass
     p.finished = p.trace()["traceEvents"]
+    if not dev.closed:
+        p.unlisten()
     if dev.profiler is p:
         dev.profiler = None
 

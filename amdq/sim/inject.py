@@ -17,10 +17,14 @@ Kinds:
   the SMU's ResetSDMA does nothing), so a driver's recovery finds the engine not back.
 - `smu_timeout`: the simulated SMU (sim/pci/smu.py) takes messages but never answers them, as a hung PMFW
   does; `msg=NAME`: only that message (e.g. `smu_timeout:msg=SetPptLimit`).
+- `psp_refuse` (simulated PCI function, sim/pci/psp.py): the PSP refuses the next firmware load (`status=`,
+  `fw_type=`).
 - `usb_unplug` (simulated USB bridge, sim/usb/bridge.py): the cable is pulled; every USB call from then on raises
   usb1.USBErrorNoDevice (LIBUSB_ERROR_NO_DEVICE), submitted transfers end LIBUSB_TRANSFER_NO_DEVICE.
   `after_bytes=N`: the transfer that would carry the link past N more bytes fails; `after_transfers=N`: after N
-  more transfers; neither: at once (e.g. `AMDQ_SIM_INJECT="usb_unplug:after_bytes=2000000"`).
+  more transfers; neither: at once (e.g. `AMDQ_SIM_INJECT="usb_unplug:after_bytes=2000000"`). The GPU behind
+  keeps its power: the next SIMUSB open of that arch in the process plugs the cable back in (sim/usb `plug`) and
+  finds the GPU as the lost session left it (so the AM driver boots it fully); the injection is spent then.
 - `usb_stall` (simulated USB bridge): an endpoint stalls (usb1.USBErrorPipe): a bulk endpoint (`endpoint=`, default
   0x81) stays halted until clearHalt, endpoint 0 fails one request; `after_transfers=N` delays it.
 - `usb_error` (simulated USB bridge): one transfer fails, not carried out: `error=io` (default, LIBUSB_ERROR_IO)
@@ -35,8 +39,14 @@ import os
 
 from ..errors import InvalidArgument
 
+# Every kind of every simulated block ({kind: the engine or block it acts on}), known before any block's module is
+# imported, so AMDQ_SIM_INJECT takes any of them in an unmodified program on any simulated device (a kind whose
+# block the device does not have is armed and acts on nothing: the variable is the process's, not one device's).
+# The blocks keep their own INJECT_KINDS beside their code; tests/test_usb_failures.py checks they are all here.
 KINDS = {"hang_cp": "cp", "hang_sdma": "sdma", "kill_wave": "cp", "dirty_scratch": "boot",
-         "amdgpu_initialised": "boot", "gfx_reset": "boot", "smu_timeout": "smu"}
+         "amdgpu_initialised": "boot", "gfx_reset": "boot", "smu_timeout": "smu",
+         "reset_fails": "gfx", "psp_refuse": "psp",                                          # sim/pci/gfx.py, psp.py
+         "usb_unplug": "usb", "usb_stall": "usb", "usb_error": "usb", "pcie_link_fail": "usb"}   # sim/usb/bridge.py
 
 
 def add_kinds(kinds: dict[str, str]) -> None:

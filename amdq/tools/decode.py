@@ -1,4 +1,4 @@
-"""Ring and indirect-buffer decoder (PM4, SDMA, AQL), in the manner of umr's ring dump.
+"""Ring and indirect-buffer decoder (PM4, SDMA, AQL): what a queue holds, packet by packet.
 
 Every packet is decoded with the tables the driver encodes with (amdq.hw.pm4, amdq.hw.sdma, amdq.hw.aql), register
 writes (SET_SH_REG, SET_UCONFIG_REG, WRITE_DATA to a register) are named by the register map's reverse lookup

@@ -8,8 +8,8 @@ the link's counters and timing model, handle.py the libusb1-like context, device
     h.controlRead(0xC0, 0xE4, 0xB450, 0, 1)             # XDATA read of the link state
 """
 from .bridge import INJECT_KINDS, SimASM24Bridge
-from .handle import SimUSBContext, SimUSBDevice, SimUSBDeviceHandle, SimUSBTransfer
+from .handle import SimUSBContext, SimUSBDevice, SimUSBDeviceHandle, SimUSBTransfer, plug
 from .timing import LinkModel, LinkTiming
 
 __all__ = ["INJECT_KINDS", "LinkModel", "LinkTiming", "SimASM24Bridge", "SimUSBContext", "SimUSBDevice",
-           "SimUSBDeviceHandle", "SimUSBTransfer"]
+           "SimUSBDeviceHandle", "SimUSBTransfer", "plug"]

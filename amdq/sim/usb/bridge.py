@@ -94,6 +94,7 @@ class SimASM24Bridge:
         self._seq = 0
         self.cpl: tuple[int, int, int, int] | None = None   # (status, data, byte count, engine) for F0 IN
         self.unplugged = False
+        self.unplugged_at: float | None = None   # time.monotonic() of the unplug (for tests: how long to notice)
         self.halted: set[int] = set()            # bulk endpoints that stall until clearHalt
         self.generation = 0                      # a replug makes old handles stale
         self._extra_ns = 0                       # time the current request takes beyond the link's (F3 training)
@@ -155,6 +156,7 @@ class SimASM24Bridge:
                 gone = True
             if gone:
                 self.unplugged = True
+                self.unplugged_at = time.monotonic()
                 self.arms.clear()
                 raise usb1.USBErrorNoDevice()
         p = armed.get("usb_stall")
@@ -553,6 +555,12 @@ class SimASM24Bridge:
         while not self._released():
             if time.monotonic() >= end:
                 raise NoAnswer()                    # the arm is spent
+            p = self.injector.armed.get("usb_unplug")
+            if self.unplugged or p is not None and not {"after_bytes", "after_transfers"} & set(p):
+                self.unplugged = True               # the cable pulled while the stream waits: the transfer ends
+                self.unplugged_at = self.unplugged_at or time.monotonic()
+                self.arms.clear()
+                raise usb1.USBErrorNoDevice()
             self.lock.release()                     # other host threads (and the GPU's DMA) may go on
             try:
                 if gpu.mode != "async" and not gpu.defer:
@@ -565,8 +573,31 @@ class SimASM24Bridge:
         self.model.advance(0 if self.timing.sleep else time.perf_counter_ns() - t0)
 
     def close(self) -> None:
-        """Power the simulated GPU off (its model stops)."""
+        """Power the simulated GPU off (its model stops) -- unless the cable was pulled: the GPU has power of its own,
+        so the bridge stays on the simulated bus with the GPU as the lost session left it, parked for the next
+        `plug` of its arch (handle.py; one parked bridge per arch: an older one is powered off)."""
+        if self.unplugged:
+            with _parked_lock:
+                old = _parked.get(self.fn.arch)
+                _parked[self.fn.arch] = self
+            if old is not None and old is not self:
+                old.fn.close()
+            return
+        with _parked_lock:
+            if _parked.get(self.fn.arch) is self:
+                del _parked[self.fn.arch]
         self.fn.close()
+
+
+# bridges whose cable was pulled while a device had them open, by arch (see SimASM24Bridge.close)
+_parked: dict[str, SimASM24Bridge] = {}
+_parked_lock = threading.Lock()
+
+
+def take_parked(arch: str) -> SimASM24Bridge | None:
+    """The parked (unplugged) bridge with a GPU of `arch`, taken off the list; None if there is none."""
+    with _parked_lock:
+        return _parked.pop(arch, None)
 
 
 class _NotFound(Exception):

@@ -7,12 +7,13 @@ uses: setControl/setBulk, submit, and completion callbacks delivered by `context
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any, Callable, Iterator
 
 import usb1
 
 from ...hw import usb_asm24 as U
-from .bridge import BCD_DEVICE, MANUFACTURER, SimASM24Bridge
+from .bridge import BCD_DEVICE, MANUFACTURER, SimASM24Bridge, take_parked
 
 
 class SimUSBDevice:
@@ -316,10 +317,11 @@ class SimUSBTransfer:
 class SimUSBContext:
     """usb1.USBContext's calls over simulated bridges (one, made for `arch`, unless `bridges` are given)."""
 
-    def __init__(self, bridges: list[SimASM24Bridge] | None = None, arch: str = "gfx1100", **bridge_kw: Any):
+    def __init__(self, bridges: list[SimASM24Bridge] | None = None, arch: str = "gfx1100", own: bool | None = None,
+                 **bridge_kw: Any):
         self.bridges = list(bridges) if bridges is not None else [SimASM24Bridge(arch, **bridge_kw)]
         self._pending: collections.deque[SimUSBTransfer] = collections.deque()
-        self._own = bridges is None
+        self._own = bridges is None if own is None else own
 
     @property
     def bridge(self) -> SimASM24Bridge:
@@ -373,3 +375,17 @@ class SimUSBContext:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def plug(arch: str = "gfx1100") -> SimUSBContext:
+    """A context with the bridge SIMUSB+AMD:`arch` opens: the one whose cable was pulled in this process, plugged
+    back in (its GPU as the lost session left it: powered, its session unclean), else a new one (a cold GPU).
+    The context owns the bridge (closing it powers the GPU off, unless the cable is pulled again)."""
+    b = take_parked(arch)
+    if b is not None and b.fn.gpu.mode != (os.environ.get("AMDQ_SIM_MODE") or "async"):
+        b.fn.close()                        # another simulator mode is asked for: that GPU is not the one
+        b = None
+    if b is None:
+        return SimUSBContext(arch=arch)
+    b.replug()
+    return SimUSBContext([b], own=True)
