@@ -201,13 +201,7 @@ class SimASM24Bridge:
         is_in = bool(request_type & 0x80)
         n = int(data) if is_in else len(data)
         with self.lock:
-            try:
-                self._faults(U.EP_CONTROL, n, request)
-            except usb1.USBError as e:
-                self.model.counters.failed += 1
-                if isinstance(e, usb1.USBErrorTimeout):         # the host waited its timeout out
-                    self.model.advance(int((timeout or U.TIMEOUTS_MS["control"]) * 1e6))
-                raise
+            self._injected(U.EP_CONTROL, n, request, timeout)
             try:
                 if is_in:
                     out: bytes | int = self._control_in(request_type, request, value, index, n)
@@ -233,13 +227,7 @@ class SimASM24Bridge:
         is_in = bool(endpoint & 0x80)
         n = int(data) if is_in else len(data)
         with self.lock:
-            try:
-                self._faults(endpoint, n, None)
-            except usb1.USBError as e:
-                self.model.counters.failed += 1
-                if isinstance(e, usb1.USBErrorTimeout):         # the host waited its timeout out
-                    self.model.advance(int((timeout or U.TIMEOUTS_MS["control"]) * 1e6))
-                raise
+            self._injected(endpoint, n, None, timeout)
             try:
                 if endpoint not in (U.EP_BULK_IN, U.EP_BULK_OUT):
                     raise _NotFound()
@@ -261,6 +249,17 @@ class SimASM24Bridge:
             self.model.transfer("bulk", n, 0, f"bulk {'IN' if is_in else 'OUT'} {endpoint:#04x} {n} bytes")
         self._give_gpu()
         return out
+
+    def _injected(self, endpoint: int, n: int, request: int | None, timeout: int) -> None:
+        """An injected fault of this transfer (raised as libusb does), counted as a failure; a timeout costs the
+        host its wait."""
+        try:
+            self._faults(endpoint, n, request)
+        except usb1.USBError as e:
+            self.model.counters.failed += 1
+            if isinstance(e, usb1.USBErrorTimeout):             # the host waited its timeout out
+                self.model.advance(int((timeout or U.TIMEOUTS_MS["control"]) * 1e6))
+            raise
 
     def _fail(self, kind: str, direction: str, n: int, request: int | None, timeout_ms: int | None = None) -> None:
         self.model.count(kind, direction, n, request)
