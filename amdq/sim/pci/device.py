@@ -129,6 +129,7 @@ def state_dir() -> str:
 
 
 _U64 = struct.Struct("<Q")
+SYNC_IDLE_MS = (0.2, 1.0)       # a sync-mode interrupt wait's pause when the GPU did not move: first, longest
 
 
 class Doorbells:
@@ -313,6 +314,7 @@ class SimPCIDevice:
         wait = getattr(self.parts.get("ih"), "wait", None)
         if self.gpu.mode != "async":            # sync mode: the GPU advances on the threads that wait for it
             end = None if timeout_ms is None else time.monotonic() + max(0, timeout_ms) / 1000
+            idle_ms = SYNC_IDLE_MS[0]
             while True:
                 n = wait(0) if wait is not None else 0
                 if n:
@@ -320,8 +322,16 @@ class SimPCIDevice:
                 pumped = self.gpu.pump(64)          # at least one slice, even for a zero timeout
                 if end is not None and time.monotonic() >= end:
                     return wait(0) if wait is not None else 0
-                if not pumped:
-                    time.sleep(0.0002)
+                if pumped:
+                    idle_ms = SYNC_IDLE_MS[0]
+                    continue
+                # nothing moved: asleep on the IH's signal (another thread's doorbell pumps the GPU and posts
+                # there), a pause doubling up to SYNC_IDLE_MS[1] before looking again (an engine may wait on
+                # memory the host writes without a doorbell)
+                n = wait(idle_ms) if wait is not None else time.sleep(idle_ms / 1000) or 0
+                if n:
+                    return n
+                idle_ms = min(idle_ms * 2, SYNC_IDLE_MS[1])
         if wait is None:
             time.sleep(max(0, timeout_ms or 0) / 1000)
             return 0
