@@ -1,12 +1,14 @@
 """What the USB interface costs on the simulated bridge (SIMUSB+AMD), from the bridge's own counters
-(amdq/sim/usb/timing.py): transfers (control + bulk), round trips (transfers the host waited for) and bytes, per
-boot, per launch (the fast path, a bound resubmission, the wait for a finished launch, untimed and timed), per MiB
+(amdq/sim/usb/timing.py): transfers (control + bulk), round trips (the host's waits for the bridge, counted by the
+interface's controller) and bytes, per boot, per launch (a fresh launch, a bound resubmission, a replay of a graph
+of four launches, the wait for a finished launch, untimed and timed), per MiB
 copied in and out; the copy-in bandwidth of a 16 MiB upload against the link model's bulk bandwidth (the model's
 clock: what the link carried and the host waited for; the model sleeps its time, AMDQ_SIM_USB_TIMING=sleep=1, so the
 simulated GPU's progress and the link's are on one clock).
 
-Goals: copy-in >= 0.8 of the modelled bulk bandwidth at 16 MiB; one round trip per launch on the fast path (the
-doorbell). The JSON (last line) says which are met and what a launch still sends (iface/usb.py's docstring says
+Goals: copy-in >= 0.8 of the modelled bulk bandwidth at 16 MiB; one round trip per submission on the fast path
+(work prepared once and submitted again: a bound launch, a graph replay); a fresh launch is reported beside it
+(two: its kernel arguments and its ring dwords are two streams). The JSON (last line) says which are met and what a launch still sends (iface/usb.py's docstring says
 why). Results are validated: the copied bytes bit-exact, the kernels' results right.
 
     python bench/usb.py [--quick]
@@ -31,8 +33,9 @@ KEYS = ("control_in", "control_out", "bulk_in", "bulk_out", "bytes_in", "bytes_o
 VADD = (Path(amdq.__file__).parent / "examples" / "vadd.ll").read_text()
 
 
-def snap(bridge) -> dict:
-    s = bridge.stats()
+def snap(bridge, ctrl=None) -> dict:
+    """The bridge's counters and clock; round trips are the host's (its controller's waits for the bridge)."""
+    s = dict(bridge.stats(), round_trips=ctrl.round_trips if ctrl is not None else 0)
     return {k: s[k] for k in KEYS}
 
 
@@ -64,7 +67,7 @@ def main() -> None:
     t0 = time.perf_counter()
     dev = amdq.open_device("SIMUSB+AMD:gfx1100")
     bridge = dev.sim
-    boot = cost({k: 0 for k in KEYS}, snap(bridge))
+    boot = cost({k: 0 for k in KEYS}, snap(bridge, dev.iface.fn.ctrl))
     boot["seconds"] = round(time.perf_counter() - t0, 3)
     ok = True
     try:
@@ -78,20 +81,20 @@ def main() -> None:
         # the fast path: a launch, then the wait for it once the GPU is done (untimed, then timed)
         launch, wait, timed_wait = [], [], []
         for i in range(launches):
-            s0 = snap(bridge)
+            s0 = snap(bridge, dev.iface.fn.ctrl)
             h = k(x, y, z, float(i), n, grid=n // 256, block=256)
-            s1 = snap(bridge)
+            s1 = snap(bridge, dev.iface.fn.ctrl)
             settle(dev)
-            s2 = snap(bridge)
+            s2 = snap(bridge, dev.iface.fn.ctrl)
             h.wait()
-            s3 = snap(bridge)
+            s3 = snap(bridge, dev.iface.fn.ctrl)
             launch.append(cost(s0, s1))
             wait.append(cost(s2, s3))
             h = k(x, y, z, float(i), n, grid=n // 256, block=256, timed=True)
             settle(dev)
-            s4 = snap(bridge)
+            s4 = snap(bridge, dev.iface.fn.ctrl)
             rec = h.wait()
-            timed_wait.append(cost(s4, snap(bridge)))
+            timed_wait.append(cost(s4, snap(bridge, dev.iface.fn.ctrl)))
             ok &= rec.gpu_end is not None and rec.gpu_end >= rec.gpu_start
         want = np.arange(n, dtype=np.float32) + float(launches - 1)
         ok &= bool(np.array_equal(z.numpy(np.float32), want))
@@ -100,24 +103,38 @@ def main() -> None:
         # a bound launch resubmitted
         b = k.bind(z, y, x, 1.0, n, grid=n // 256, block=256)
         b.submit().wait()
-        s0 = snap(bridge)
+        s0 = snap(bridge, dev.iface.fn.ctrl)
         for _ in range(launches):
             b.submit()
-        s1 = snap(bridge)
+        s1 = snap(bridge, dev.iface.fn.ctrl)
         dev.synchronize()
         res["bound_resubmit"] = cost(s0, s1, launches)
         ok &= bool(np.array_equal(x.numpy(np.float32), want + 1.0))
+        b.free()
+        # a graph of four launches replayed
+        with dev.capture() as g:
+            for _ in range(4):
+                k(x, y, z, 3.0, n, grid=n // 256, block=256)
+        g.replay()
+        dev.synchronize()
+        s0 = snap(bridge, dev.iface.fn.ctrl)
+        for _ in range(launches):
+            g.replay()
+        s1 = snap(bridge, dev.iface.fn.ctrl)
+        dev.synchronize()
+        res["graph_replay_4_kernels"] = cost(s0, s1, launches)
+        ok &= bool(np.array_equal(z.numpy(np.float32), x.numpy(np.float32) + np.float32(3.0)))   # z = 3 y + x, y = 1
         # copies: per MiB in and out, and the copy-in bandwidth at 16 MiB
         for mib in (1, 16):
             size = mib << 20
             data = np.random.default_rng(mib).integers(0, 256, size, dtype=np.uint8)
             buf = dev.alloc(size)
             dev.synchronize()
-            s0 = snap(bridge)
+            s0 = snap(bridge, dev.iface.fn.ctrl)
             buf.write(data)
-            s1 = snap(bridge)
+            s1 = snap(bridge, dev.iface.fn.ctrl)
             back = buf.read()
-            s2 = snap(bridge)
+            s2 = snap(bridge, dev.iface.fn.ctrl)
             ok &= back == data.tobytes()
             up, down = cost(s0, s1, mib), cost(s1, s2, mib)
             res[f"copy_in_per_MiB_{mib}MiB"], res[f"copy_out_per_MiB_{mib}MiB"] = up, down
@@ -134,15 +151,21 @@ def main() -> None:
         dev.close()
     la = res["launch"]
     res["round_trips_per_launch"] = la["round_trips"]
+    # the fast path: work prepared once (a bound launch, a graph) and submitted again: what the goal is about
+    fast = max(res["bound_resubmit"]["round_trips"], res["graph_replay_4_kernels"]["round_trips"])
+    res["round_trips_per_fast_path_submission"] = fast
     res["launch_sends"] = ("kernel arguments: one stream (F0 arm + bulk OUT); ring dwords: one stream (two where "
                            "the ring wraps); write pointer: one single TLP; doorbell: one single TLP")
-    res["goals"] = {"copy_in_fraction_of_link": GOAL_COPY_IN, "round_trips_per_launch": GOAL_LAUNCH_ROUND_TRIPS}
+    res["goals"] = {"copy_in_fraction_of_link": GOAL_COPY_IN,
+                    "round_trips_per_fast_path_submission": GOAL_LAUNCH_ROUND_TRIPS}
     res["met"] = {"copy_in_fraction_of_link": res["copy_in_fraction_of_link"] >= GOAL_COPY_IN,
-                  "round_trips_per_launch": la["round_trips"] <= GOAL_LAUNCH_ROUND_TRIPS}
+                  "round_trips_per_fast_path_submission": fast <= GOAL_LAUNCH_ROUND_TRIPS,
+                  "round_trips_per_fresh_launch": la["round_trips"] <= GOAL_LAUNCH_ROUND_TRIPS}
     res["results_valid"] = bool(ok)
     print(f"boot        {boot['transfers']:7.0f} transfers {boot['round_trips']:7.0f} round trips "
           f"{boot['bytes_out'] + boot['bytes_in']:11.0f} bytes")
-    for name in ("launch", "wait_done", "wait_done_timed", "bound_resubmit", "copy_in_per_MiB_16MiB",
+    for name in ("launch", "wait_done", "wait_done_timed", "bound_resubmit", "graph_replay_4_kernels",
+                 "copy_in_per_MiB_16MiB",
                  "copy_out_per_MiB_16MiB"):
         c = res[name]
         print(f"{name:22s} {c['transfers']:7.2f} transfers ({c['control_in'] + c['control_out']:.2f} control, "

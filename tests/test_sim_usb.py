@@ -352,7 +352,7 @@ def test_counters_exact_per_request(usb):
     s = bridge.stats()
     assert (s["control_in"], s["control_out"], s["bulk_in"], s["bulk_out"]) == (2, 4, 0, 1)
     assert s["bytes_in"] == 8 + 8 and s["bytes_out"] == 12 + 512
-    assert s["round_trips"] == 7 and s["failed"] == 0
+    assert s["waits"] == 7 and s["failed"] == 0                          # each a synchronous transfer
     assert s["requests"] == {"0xe4": 1, "0xe5": 1, "0xf0": 2, "0xf2": 1, "0xf3": 1}
     assert s["tlps"] == {"CfgRd0": 1}
     with pytest.raises(usb1.USBErrorPipe):

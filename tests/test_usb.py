@@ -715,3 +715,32 @@ def test_xdata_reads_on_a_high_speed_link_take_64_bytes_each():
         fn.close()
     finally:
         ctx.close()
+
+
+def test_a_reused_block_takes_its_new_users_writes_without_their_hints(monkeypatch):
+    """The runtime's allocator hands a freed block out again (a bound launch's IB, then a graph's arena): the
+    last user's coherence hints made its shadow tracked; the new user's writes still reach VRAM."""
+    monkeypatch.setenv("AMD_AQL", "0")
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        k = d.load(amdq.compile(VADD, arch="gfx1100"))["vadd"]
+        n = 1024
+        x, y, z = d.upload(np.arange(n, dtype=np.float32)), d.upload(np.ones(n, np.float32)), d.alloc(4 * n)
+        b = k.bind(z, y, x, 1.0, n, grid=n // 256, block=256)
+        b.submit().wait()
+        ib = b.ib_alloc
+        b.free()
+        a = d.allocator.alloc(ib.size, "gtt", uncached=True)             # the same block, a new user
+        assert a is ib
+        a.cpu.mv[:8] = b"\xAB" * 8                                       # no hint
+        d.iface.fn.shadows.flush()
+        assert d.iface.fn.vram.read(a.meta["vram_offset"], 8) == b"\xAB" * 8
+        d.allocator.free(a)
+        with d.capture() as g:
+            for _ in range(4):
+                k(x, y, z, 3.0, n, grid=n // 256, block=256)
+        g.replay()
+        d.synchronize(timeout_ms=20000)
+        assert np.array_equal(z.numpy(np.float32), x.numpy(np.float32) + 3.0)
+    finally:
+        d.close()

@@ -26,7 +26,9 @@ class Mapping:
     where no CPU mapping of VRAM exists; here, where the view is the memory, they do nothing):
     `wrote(off, n)` the CPU wrote [off, off + n) through `mv` (sent before the next doorbell); `watch(off, n)` the
     GPU writes [off, off + n) and the CPU polls it after every wait (a signal word); `refresh(off, n)` the CPU is
-    about to read [off, off + n), which the GPU wrote (a queue's read pointer, a timestamp)."""
+    about to read [off, off + n), which the GPU wrote (a queue's read pointer, a timestamp); `reuse()` the memory
+    changes hands (the runtime's allocator hands a freed block out again): the hints given so far were its last
+    user's, so its next user's writes are found without them until it gives its own."""
 
     def __init__(self, addr: int, size: int, mv: memoryview | None):
         self.addr, self.size, self.mv = addr, size, mv
@@ -39,6 +41,9 @@ class Mapping:
 
     def refresh(self, off: int, n: int) -> None:
         """Make [off, off + n) current before the CPU reads what the GPU wrote there (nothing to do here)."""
+
+    def reuse(self) -> None:
+        """The memory has a new user: forget the hints of the last one (nothing to do here)."""
 
     def write32(self, off: int, v: int) -> None:
         struct.pack_into("<I", self.mv, off, v & 0xFFFFFFFF)

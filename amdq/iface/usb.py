@@ -14,21 +14,23 @@ Layers, each only calling the one below (facts: shared/facts/usb_asm24.json, NOT
 The fast path. No CPU mapping of VRAM exists over the bridge, so the runtime's CPU views are host copies; the
 runtime says what it wrote and what it will read through the coherence hints of its views (base.Mapping `wrote`,
 `watch`, `refresh`: no-ops on the other interfaces), so nothing is compared or read back wholesale. What each
-operation costs, counted by the simulated bridge (tests/test_usb_counts.py asserts these; bench/usb.py measures):
-- a launch (PM4 queue): 6 transfers, 6 round trips: the kernel arguments as one stream (F0 arm + bulk OUT), the
+operation costs, counted by the simulated bridge, and the host's round trips (its waits for the bridge, counted
+by the controller; tests/test_usb_counts.py asserts these; bench/usb.py measures):
+- a launch (PM4 queue): 6 transfers, 2 round trips: the kernel arguments as one stream (F0 arm + bulk OUT), the
   ring dwords as one stream (two where the ring wraps), the queue's write pointer and the doorbell as one single
-  posted TLP each (one control transfer: their upper halves are unchanged). What remains and why: the kernel
-  arguments and the ring are two places in VRAM, and a stream covers one address range (F0 mode 1), so two
-  streams; an F0 arm must have been taken before its bulk OUT is sent, and the next arm waits for that bulk OUT
-  (the TLP engine holds one stream at a time; transfers on different endpoints are not ordered), so each is a
-  round trip; the write pointer's copy in VRAM is kept because the facts' doorbell path writes it and an engine
-  that polls it (the SDMA's firmware write-pointer poll, which the AM driver enables) reads it, one TLP; the
-  doorbell, one TLP.
-- an AQL launch: the same 6 (its signal's vendor packet runs PM4 placed right after the kernel arguments);
-  a bound resubmission: 4 on the PM4 queue (ring stream, write pointer, doorbell), 6 on the AQL queue (its
-  signal's PM4 in the slot's own IB: one more stream).
-- the wait for a finished launch: 2 (the device's signal words, one stream read); timed: 4 (its timestamps too).
-  A wait that must sleep polls the signal words and the IH write pointer (faults), one stream each a round.
+  posted TLP each (one control transfer: their upper halves are unchanged). A stream's arm and data go out
+  together and the host waits once, for the data: the next request replaces the TLP engine's stream, and the
+  doorbell must not reach the GPU before the ring dwords it announces. Posted TLPs are not waited for (endpoint 0
+  keeps them in order; an error surfaces at the next request). What remains and why: the kernel arguments and the
+  ring are two places in VRAM and a stream covers one address range (F0 mode 1), so two streams and two waits;
+  the write pointer's copy in VRAM is kept because the facts' doorbell path writes it and an engine that polls it
+  (the SDMA's firmware write-pointer poll, which the AM driver enables) reads it.
+- an AQL launch: the same (its signal's vendor packet runs PM4 placed right after the kernel arguments);
+  a bound resubmission: 4 transfers, 1 round trip on the PM4 queue (ring stream, write pointer, doorbell), 6 and 2
+  on the AQL queue (its signal's PM4 in the slot's own IB: one more stream).
+- the wait for a finished launch: 2 transfers, 1 round trip (the device's signal words, one stream read: arm and
+  bulk IN together); timed: 4 and 2 (its timestamps too). A wait that must sleep polls the signal words and the
+  IH write pointer (faults), one stream each a round.
 - a register write: queued; a run of consecutive registers is one stream (2 transfers), a lone one one TLP.
 """
 from __future__ import annotations
@@ -245,6 +247,17 @@ class Shadows:
             ends = np.concatenate((idx[breaks], [idx[-1]])) + 1
             e[self.DIRTY] += [(4 * int(a), 4 * int(b)) for a, b in zip(starts, ends)]
 
+    def untrack(self, va: int) -> None:
+        """A shadow whose memory changes hands: what its last user wrote and said is sent, then it is compared
+        again (its new user's writes are found without hints until it gives its own) and nothing is watched."""
+        with self.lock:
+            e = self.entries.get(va)
+            if e is None:
+                return
+            if e[self.TRACKED]:
+                self._send(e)
+            e[self.TRACKED], e[self.DIRTY], e[self.WATCHED] = False, [], []
+
     def wrote(self, va: int, off: int, size: int, rel: int, n: int) -> None:
         if n <= 0:
             return
@@ -415,6 +428,9 @@ class ShadowMapping(Mapping):
 
     def refresh(self, off: int, n: int) -> None:
         self._shadows.refresh(self.addr, self._off, self.size, off, n)
+
+    def reuse(self) -> None:
+        self._shadows.untrack(self.addr)
 
     def sub(self, off: int, n: int, through: bool = False) -> "ShadowView":
         """A view of [off, off + n) of this one (a queue's read or write pointer inside its pointer page)."""

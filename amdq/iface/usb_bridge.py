@@ -6,8 +6,11 @@ engine errors retried) and F0 streams (memory writes on bulk OUT 0x02, reads on 
 PCIe power. Posted register writes are queued and sent at the next read (or `flush`), writes to consecutive
 dwords as one stream (an F0 arm and one bulk OUT); a lone dword goes as a single posted TLP (one control transfer:
 F0 mode 0 with a posted memory write has no completion to collect), so a register write or a doorbell costs one
-transfer. Every libusb error becomes an amdq.errors
-exception; a vanished device (LIBUSB_ERROR_NO_DEVICE) is `DeviceLost` naming the request in flight, and every
+transfer. With a libusb context (asynchronous transfers) a stream's F0 arm and its bulk phase are submitted together
+and waited for once (the bulk endpoint has nothing to move until the arm is taken), and a posted single TLP is
+not waited for at all: it is collected at the next request (`reap`), where its error is raised; endpoint 0 keeps
+requests in order. `round_trips` counts the host's waits for the bridge (a synchronous request, or a wait for a
+submitted transfer not done yet). Every libusb error becomes an amdq.errors exception; a vanished device (LIBUSB_ERROR_NO_DEVICE) is `DeviceLost` naming the request in flight, and every
 later call raises it at once.
 
 Facts: shared/facts/usb_asm24.json through amdq.hw.usb_asm24. This module's choice (not a fact): STREAM_PIECE, the
@@ -127,6 +130,8 @@ class Controller:
         self._errors = _usb_errors() + (_NoDevice,)
         self._posted: list[tuple[int, bytearray]] = []  # queued posted writes: (bus address, bytes), in order
         self.transfers = 0                              # control + bulk transfers made (for measurement)
+        self.round_trips = 0                            # times the host waited for the bridge (see the module doc)
+        self._unreaped: list[Pending] = []              # posted single TLPs submitted and not waited for
         self.xdata_read_max = XDATA_READ_MAX            # bytes per E4 (64 on a USB 2.0 High-Speed link)
         self.on_lost: Callable[[DeviceLost], None] | None = None    # told once, when the device vanishes
         self.identity: dict = {}                        # what the descriptors say (iface/usb.py describe)
@@ -154,7 +159,9 @@ class Controller:
               endpoint: int | None = None) -> Any:
         if self.lost is not None:
             raise self.lost
-        self.transfers += 1
+        if kind:                                        # a synchronous transfer: the host waits for its answer
+            self.transfers += 1
+            self.round_trips += 1
         ev = self.events
         t0 = time.perf_counter_ns() if ev is not None and kind else 0
         try:
@@ -305,15 +312,28 @@ class Controller:
 
     def _write_now(self, addr: int, data: bytes) -> None:
         if len(data) == 4:                  # one dword: a single posted TLP, one control transfer (no bulk phase)
-            self._out(REQ_TLP, BE_FULL << 8 | MWR64, MODE_SINGLE,
-                      struct.pack("<III", addr & 0xFFFFFFFF, addr >> 32, struct.unpack("<I", data)[0]), TIMEOUT_TLP,
-                      f"memory write of 4 bytes at {addr:#x}")
+            what = f"memory write of 4 bytes at {addr:#x}"
+            args = (REQ_TLP, BE_FULL << 8 | MWR64, MODE_SINGLE,
+                    struct.pack("<III", addr & 0xFFFFFFFF, addr >> 32, struct.unpack("<I", data)[0]))
+            if self.ctx is None:
+                self._out(*args, TIMEOUT_TLP, what)
+            else:                           # posted: nothing to wait for; collected (and its error raised) later
+                self._unreaped.append(self._submit("control_out", what, TIMEOUT_TLP, *args))
             return
         for off in range(0, len(data), STREAM_PIECE):
             piece = data[off:off + STREAM_PIECE]
             what = f"memory write of {len(piece)} bytes at {addr + off:#x}"
-            self._arm(MODE_STREAM_WRITE, MWR64, addr + off, len(piece) // 4, what)
-            self._bulk_out(piece, TIMEOUT_BULK_OUT, what)
+            if self.ctx is None:
+                self._arm(MODE_STREAM_WRITE, MWR64, addr + off, len(piece) // 4, what)
+                self._bulk_out(piece, TIMEOUT_BULK_OUT, what)
+                continue
+            # the arm and its data go out together (the bulk endpoint is not ready until the arm is taken); the
+            # host waits once, for the data, before the next request replaces the TLP engine's stream
+            arm = self._submit("control_out", what, TIMEOUT_TLP, REQ_TLP, BE_FULL << 8 | MWR64, MODE_STREAM_WRITE,
+                               struct.pack("<III", (addr + off) & 0xFFFFFFFF, (addr + off) >> 32, len(piece) // 4))
+            bulk = self._submit("bulk_out", what, TIMEOUT_BULK_OUT, piece)
+            self.wait(bulk)
+            self.wait(arm)
 
     def mem_write(self, addr: int, data: bytes) -> None:
         """Bytes to bus address addr (dword-aligned, a multiple of 4) as memory-write streams (one dword: a single
@@ -338,6 +358,8 @@ class Controller:
             self._posted.append((addr, bytearray(data)))
 
     def _flush(self) -> None:
+        if self._unreaped:
+            self.reap()
         done = 0
         try:
             for addr, data in self._posted:             # a write leaves the queue once it went out
@@ -360,8 +382,18 @@ class Controller:
             for off in range(0, n, STREAM_PIECE):
                 k = min(STREAM_PIECE, n - off)
                 what = f"memory read of {k} bytes at {addr + off:#x}"
-                self._arm(MODE_STREAM_READ, MRD64, addr + off, k // 4, what)
-                out.append(self._bulk_in(k, TIMEOUT_STREAM_IN, what))
+                if self.ctx is None:
+                    self._arm(MODE_STREAM_READ, MRD64, addr + off, k // 4, what)
+                    out.append(self._bulk_in(k, TIMEOUT_STREAM_IN, what))
+                    continue
+                # the arm and the read go out together (the bulk IN has no data until the arm is taken): one wait
+                a = addr + off
+                arm = self._submit("control_out", what, TIMEOUT_TLP, REQ_TLP, BE_FULL << 8 | MRD64, MODE_STREAM_READ,
+                                   struct.pack("<III", a & 0xFFFFFFFF, a >> 32, k // 4))
+                data = self._submit("bulk_in", what, TIMEOUT_STREAM_IN, k)
+                got = self.wait(data)
+                self.wait(arm)
+                out.append(got)
             return b"".join(out)
 
     # -- asynchronous transfers ---------------------------------------------------------------------------------
@@ -371,7 +403,7 @@ class Controller:
 
     def submit(self, kind: str, what: str, timeout: int, *args: Any) -> "Pending":
         """Start a transfer without waiting for it: kind "control_out" (request, value, index, data), "control_in"
-        (request, value, index, length) or "bulk_out" (data). Transfers on one endpoint complete in submission
+        (request, value, index, length) "bulk_out" (data) or "bulk_in" (length). Transfers on one endpoint complete in submission
         order (facts: usb.async_model). `wait` collects it."""
         if self.lost is not None:
             raise self.lost
@@ -379,6 +411,11 @@ class Controller:
             raise DeviceError(f"{self.name}: asynchronous transfers need a libusb context (none was given)")
         with self.lock:
             self._flush()                       # queued register writes go first, in order
+            return self._submit(kind, what, timeout, *args)
+
+    def _submit(self, kind: str, what: str, timeout: int, *args: Any) -> "Pending":
+        if self.lost is not None:
+            raise self.lost
         p = Pending(what, kind, t0=time.perf_counter_ns())
         try:
             t = self.h.getTransfer()
@@ -388,13 +425,17 @@ class Controller:
 
         def done(tr: Any) -> None:
             p.status, p.actual = tr.getStatus(), tr.getActualLength()
-            if kind == "control_in":
+            if kind in ("control_in", "bulk_in"):
                 p.data = bytes(tr.getBuffer()[:p.actual])
             p.done = True
         if kind == "bulk_out":
             (data,) = args
             p.length = len(data)
             t.setBulk(EP_BULK_OUT, bytes(data), callback=done, timeout=timeout)
+        elif kind == "bulk_in":
+            (length,) = args
+            p.length = length
+            t.setBulk(EP_BULK_IN, length, callback=done, timeout=timeout)
         elif kind == "control_out":
             req, value, index, data = args
             p.length = len(data)
@@ -406,12 +447,16 @@ class Controller:
         else:
             raise DeviceError(f"unknown transfer kind {kind!r}")
         self._call(what, t.submit)
+        self.transfers += 1
         p.deadline = time.monotonic() + (timeout or TIMEOUT_STREAM_IN) / 1000 + 1.0
         return p
 
     def wait(self, p: "Pending") -> bytes | None:
         """Wait for a submitted transfer (the context's events handled meanwhile); its IN data. A failed transfer
-        raises as a synchronous one would: LIBUSB_TRANSFER_NO_DEVICE is DeviceLost, any other status DeviceError."""
+        raises as a synchronous one would: LIBUSB_TRANSFER_NO_DEVICE is DeviceLost, any other status DeviceError.
+        A wait for a transfer not yet done is a round trip."""
+        if not p.done:
+            self.round_trips += 1
         while not p.done:
             if time.monotonic() > p.deadline:
                 raise DeviceError(f"{self.name}: {p.what}: the asynchronous transfer did not complete")
@@ -426,20 +471,39 @@ class Controller:
             names = {v: k for k, v in vars(U).items() if k.startswith("LIBUSB_TRANSFER_")}
             cleared = ""
             if p.status == U.LIBUSB_TRANSFER_STALL:
-                ep = EP_BULK_OUT if p.kind == "bulk_out" else 0
+                ep = {"bulk_out": EP_BULK_OUT, "bulk_in": EP_BULK_IN}.get(p.kind, 0)
                 cleared = "; the endpoint stalled" + (self._clear_halt(ep) if ep else "")
             doing = f" while {self._doing[-1]}" if self._doing else ""
-            err = DeviceError(f"{self.name}: {p.what}{doing} failed: {names.get(p.status, p.status)}{cleared}")
+            code = _STATUS_CODES.get(p.status, -99)      # the synchronous call's libusb error for this status
+            err = DeviceError(f"{self.name}: {p.what}{doing} failed: {names.get(p.status, p.status)} (libusb {code})"
+                              f"{cleared}")
             err.transfer_status = p.status
+            err.libusb_code = code
             err.in_flight = p.what
             raise err
         if p.actual != p.length:
             raise DeviceError(f"{self.name}: {p.what}: {p.actual} of {p.length} bytes")
         ev = self.events
         if ev is not None and len(ev) < self.max_events:
-            kind = {"bulk_out": "bulk OUT", "control_out": "control OUT", "control_in": "control IN"}[p.kind]
+            kind = {"bulk_out": "bulk OUT", "bulk_in": "bulk IN", "control_out": "control OUT",
+                    "control_in": "control IN"}[p.kind]
             ev.append((p.t0, time.perf_counter_ns(), kind, p.what, p.length))
         return p.data
+
+    def reap(self, block: bool = False) -> None:
+        """Collect the posted single TLPs sent without waiting: raise the first one's error (DeviceLost for a
+        vanished device). `block`: wait for all of them (a round trip if any is still on the wire)."""
+        if not self._unreaped:
+            return
+        with self.lock:
+            if block:
+                while self._unreaped:
+                    self.wait(self._unreaped.pop(0))
+                return
+            if not self._unreaped[-1].done:
+                self._call("collecting sent writes (events)", self.ctx.handleEventsTimeout, 0)
+            while self._unreaped and self._unreaped[0].done:
+                self.wait(self._unreaped.pop(0))
 
     # -- SRAM DMA (F2) and PCIe power (F3) ----------------------------------------------------------------
     def sram_write(self, offset: int, data: bytes) -> None:
@@ -495,6 +559,14 @@ class Pending:
     data: bytes | None = None
     deadline: float = 0.0
     t0: int = 0                         # perf_counter_ns at submission (for the interface's event log)
+
+
+# an asynchronous transfer's status -> the libusb error code a synchronous call ends with (libusb 1.0 API
+# documentation: libusb_transfer_status, libusb_error; COMPLETED is no error)
+_STATUS_CODES = {U.LIBUSB_TRANSFER_ERROR: U.LIBUSB_ERROR_IO, U.LIBUSB_TRANSFER_TIMED_OUT: U.LIBUSB_ERROR_TIMEOUT,
+                 U.LIBUSB_TRANSFER_CANCELLED: U.LIBUSB_ERROR_INTERRUPTED, U.LIBUSB_TRANSFER_STALL: U.LIBUSB_ERROR_PIPE,
+                 U.LIBUSB_TRANSFER_NO_DEVICE: U.LIBUSB_ERROR_NO_DEVICE,
+                 U.LIBUSB_TRANSFER_OVERFLOW: U.LIBUSB_ERROR_OVERFLOW}
 
 
 class _NoDevice(Exception):

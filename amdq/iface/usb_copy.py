@@ -22,10 +22,10 @@ Measured apart (`stats`): chunks, bytes, the host's time streaming and the time 
 
 The drain fence is read only when no earlier read already showed the window drained (`seen`), with the F2 arm when
 it is; a wait for it reads again after a pause doubling from FENCE_POLL_S to FENCE_POLL_MAX_S. What a chunk costs
-on the link: its F2 arm (a control round trip) and its bulk OUT, plus a fence read where the GPU is behind. With
-the simulated link's defaults (a control round trip 150 us, bulk 900 MB/s after 30 us, one transfer at a time)
-the arm alone bounds a 256 KiB chunk to 291 / (150 + 30 + 291) = 0.62 of the bulk bandwidth; bench/usb.py
-measures what the pipeline reaches.
+on the link: its F2 arm (a control round trip on endpoint 0) and its bulk OUT on 0x02, plus a fence read where the
+GPU is behind. The endpoints run side by side (the simulated link models each pipe and the wire, as USB schedules
+them), so the arm of the next chunk is taken while this one streams and the wire's bandwidth is the bound;
+bench/usb.py measures what the pipeline reaches (0.90 of the modelled 900 MB/s at 16 MiB).
 
 This module's choices (not facts): GROUP_CHUNKS, the chunks one SDMA program covers (the program must fit the ring
 before any data is sent: the polls block the engine until the data arrives); FENCE_POLL_S, FENCE_POLL_MAX_S.

@@ -23,8 +23,9 @@ ARENA = 1 << 16
 class Node:
     """One captured launch; `update(*args)` changes its arguments for the next replays."""
 
-    def __init__(self, graph: "Graph", kernel: "Kernel", plan: "Plan", args: tuple, mv, off: int):
-        self.graph, self.kernel, self.plan, self.args, self._mv, self._off = graph, kernel, plan, args, mv, off
+    def __init__(self, graph: "Graph", kernel: "Kernel", plan: "Plan", args: tuple, cpu, off: int):
+        self.graph, self.kernel, self.plan, self.args, self._off = graph, kernel, plan, args, off
+        self._cpu, self._mv = cpu, cpu.mv
         self.grew: tuple[int, float, float] | None = None   # (bytes, alloc s, sync s) of scratch grown for it
 
     def update(self, *args: Any) -> None:
@@ -34,6 +35,7 @@ class Node:
                                   f"(dynamic LDS or scratch); capture the graph again")
         self.graph.wait()                                   # the last replay may still read the old bytes
         self.kernel.pack_into(self.plan, args, self._mv, self._off)
+        self._cpu.wrote(self._off, self.plan.size)          # (the coherence hint: over USB only this is sent)
         self.args = args
 
     def __repr__(self) -> str:
@@ -65,6 +67,7 @@ class Graph:
                 if dws:
                     a = self.dev.allocator.alloc(len(dws) * 4, "gtt", uncached=True)
                     a.cpu.mv[:len(dws) * 4] = np.asarray(dws, np.uint32).tobytes()
+                    a.cpu.wrote(0, len(dws) * 4)
                     self.ibs[kind] = a
 
     def _append(self, kind: str, dws: list[int]) -> None:
@@ -76,6 +79,7 @@ class Graph:
         self._dw[kind] += [int(x) for x in dws]
 
     def _space(self, n: int) -> tuple[int, object, int]:
+        """Room for n bytes of kernel arguments: (GPU address, the arena's CPU view, offset in it)."""
         n = (n + 63) & ~63
         if self._head + n > ARENA:
             self.arenas.append(self.dev.allocator.alloc(max(ARENA, n), "gtt"))
@@ -83,14 +87,15 @@ class Graph:
         a = self.arenas[-1]
         off = self._head
         self._head += n
-        return a.va + off, a.cpu.mv, off
+        return a.va + off, a.cpu, off
 
     def add_launch(self, kernel: "Kernel", args: tuple, grid, block, shared_mem: int = 0) -> Node:
         p = pm4_plan(self.dev.queue, kernel, args, grid, block, False, shared_mem)   # PM4 in an IB (AQL: vendor packets)
-        ka, mv, off = self._space(p.size)
-        dw = p.dwords_at(ka, mv, off, kernel, args)[:p.work]
+        ka, cpu, off = self._space(p.size)
+        dw = p.dwords_at(ka, cpu.mv, off, kernel, args)[:p.work]
+        cpu.wrote(off, p.size)
         self._append("compute", dw.tolist())
-        node = Node(self, kernel, p, args, mv, off)
+        node = Node(self, kernel, p, args, cpu, off)
         self.nodes.append(node)
         return node
 

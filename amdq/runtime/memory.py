@@ -44,6 +44,8 @@ class Allocator:
             self._grow(kind, size)
             a.meta.pop("nbytes", None)
             a.meta.pop("what", None)
+            if a.cpu is not None:
+                a.cpu.reuse()                                # its last user's coherence hints are not the new one's
             self.live_allocs[a.va] = a
             return a
         try:

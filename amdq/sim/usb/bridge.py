@@ -91,6 +91,7 @@ class SimASM24Bridge:
         # the bulk phases armed, per engine: the TLP engine's stream (F0 mode 1/2) and the F2 DMA's; a bulk transfer
         # takes the latest arm of its direction, so an F2 read outlives the F0 requests sent before its bulk IN
         self.arms: dict[str, tuple[str, int, int, int]] = {}      # engine -> (kind, address, bytes, sequence)
+        self._ready_ns = 0                      # the link time the latest arm was taken (its control transfer done)
         self._seq = 0
         self.cpl: tuple[int, int, int, int] | None = None   # (status, data, byte count, engine) for F0 IN
         self.unplugged = False
@@ -202,6 +203,7 @@ class SimASM24Bridge:
         n = int(data) if is_in else len(data)
         with self.lock:
             self._injected(U.EP_CONTROL, n, request, timeout)
+            seq = self._seq
             try:
                 if is_in:
                     out: bytes | int = self._control_in(request_type, request, value, index, n)
@@ -210,15 +212,17 @@ class SimASM24Bridge:
                     self._control_out(request_type, request, value, index, bytes(data))
                     out = got = n
             except Stall:
-                self._fail("control", "in" if is_in else "out", 0, request)
+                self._fail("control", "in" if is_in else "out", 0, request, None, U.EP_CONTROL)
                 raise usb1.USBErrorPipe() from None
             except NoAnswer:
-                self._fail("control", "in" if is_in else "out", 0, request, timeout)
+                self._fail("control", "in" if is_in else "out", 0, request, timeout, U.EP_CONTROL)
                 raise _timeout(is_in) from None
             self.model.count("control", "in" if is_in else "out", got, request)
             extra, self._extra_ns = self._extra_ns, 0
             what = f"{U.REQUEST_NAMES.get(request, hex(request))} {value:#06x}/{index:#06x} {got} bytes"
-            self.model.transfer("control", got, extra, what)
+            self.model.transfer("control", got, extra, what, U.EP_CONTROL)
+            if self._seq != seq:                # it armed a data phase: the endpoint is ready once it is done
+                self._ready_ns = self.model.pipe_free_ns[U.EP_CONTROL]
         self._give_gpu()
         return out
 
@@ -240,13 +244,14 @@ class SimASM24Bridge:
                 self.model.counters.failed += 1
                 raise usb1.USBErrorNotFound() from None
             except Stall:
-                self._fail("bulk", "in" if is_in else "out", 0, None)
+                self._fail("bulk", "in" if is_in else "out", 0, None, None, endpoint)
                 raise usb1.USBErrorPipe() from None
             except NoAnswer:
-                self._fail("bulk", "in" if is_in else "out", 0, None, timeout)
+                self._fail("bulk", "in" if is_in else "out", 0, None, timeout, endpoint)
                 raise _timeout(is_in) from None
             self.model.count("bulk", "in" if is_in else "out", n)
-            self.model.transfer("bulk", n, 0, f"bulk {'IN' if is_in else 'OUT'} {endpoint:#04x} {n} bytes")
+            self.model.transfer("bulk", n, 0, f"bulk {'IN' if is_in else 'OUT'} {endpoint:#04x} {n} bytes", endpoint,
+                                self._ready_ns)     # (no data moves before its arm was taken: the endpoint NAKs)
         self._give_gpu()
         return out
 
@@ -261,13 +266,14 @@ class SimASM24Bridge:
                 self.model.advance(int((timeout or U.TIMEOUTS_MS["control"]) * 1e6))
             raise
 
-    def _fail(self, kind: str, direction: str, n: int, request: int | None, timeout_ms: int | None = None) -> None:
+    def _fail(self, kind: str, direction: str, n: int, request: int | None, timeout_ms: int | None = None,
+              endpoint: int = 0) -> None:
         self.model.count(kind, direction, n, request)
         self.model.counters.failed += 1
         if timeout_ms is None:
-            self.model.transfer(kind, 0)
+            self.model.transfer(kind, 0, 0, "", endpoint)
         else:                                  # the host waited out its timeout (0: libusb's "forever")
-            self.model.transfer(kind, 0, int((timeout_ms or U.TIMEOUTS_MS["bulk_in_stream"]) * 1e6))
+            self.model.transfer(kind, 0, int((timeout_ms or U.TIMEOUTS_MS["bulk_in_stream"]) * 1e6), "", endpoint)
 
     def _give_gpu(self) -> None:
         """A deterministic-mode GPU advances while the link carries data (it has no thread of its own)."""

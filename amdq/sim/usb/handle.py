@@ -268,7 +268,7 @@ class SimUSBTransfer:
         h = self.handle
         b = h._live()
         model = b.model
-        t_before, trips = model.clock_ns, model.counters.round_trips
+        t_before, trips = model.clock_ns, model.counters.waits
         self.submitted = True
         try:
             if self.kind == "control":
@@ -301,7 +301,7 @@ class SimUSBTransfer:
         self.done_ns = model.clock_ns
         with model._lock:
             model.clock_ns = t_before
-            model.counters.round_trips = trips
+            model.counters.waits = trips
         h.device.ctx._pending.append(self)
 
     def cancel(self) -> None:
@@ -349,16 +349,29 @@ class SimUSBContext:
         return None if d is None else d.open()
 
     def handleEvents(self) -> None:
-        """Complete every submitted transfer: the host clock moves to each one's end, its callback runs."""
-        while self._pending:
-            t = self._pending.popleft()
-            t.handle.bridge.model.wait(t.done_ns)
+        """Wait for the next submitted transfer to complete (the host clock moves to its end) and run the callback
+        of every transfer done by then, in completion order (libusb's event handling)."""
+        self._complete(block=True)
+
+    def handleEventsTimeout(self, tv: float = 0) -> None:
+        """As handleEvents; with `tv` 0 it does not wait: only transfers already done complete."""
+        self._complete(block=bool(tv))
+
+    def _complete(self, block: bool) -> None:
+        if not self._pending:
+            return
+        model = self._pending[0].handle.bridge.model
+        first = min(t.done_ns for t in self._pending)
+        if first > model.clock_ns:
+            if not block:
+                return
+            model.wait(first)
+        done = sorted((t for t in self._pending if t.done_ns <= model.clock_ns), key=lambda t: t.done_ns)
+        for t in done:
+            self._pending.remove(t)
             t.submitted = False
             if t.callback is not None:
                 t.callback(t)
-
-    def handleEventsTimeout(self, tv: float = 0) -> None:
-        self.handleEvents()
 
     def open(self) -> "SimUSBContext":
         return self

@@ -1,6 +1,6 @@
 """Counters and a timing model for the simulated USB link.
 
-Every transfer is counted (control IN/OUT, bulk IN/OUT, bytes each way, round trips, per request code) and
+Every transfer is counted (control IN/OUT, bulk IN/OUT, bytes each way, host waits, per request code) and
 given a modelled duration that advances a simulated clock (`clock_ns`); with `sleep=True` the model also
 sleeps that long, so host work, link time and the simulated GPU (on its worker thread) overlap in wall time
 as they would on hardware.
@@ -20,11 +20,17 @@ The defaults, near a USB 3.2 Gen 2 (10 Gbit/s) link, and why:
 These are choices of the simulator, not facts of the sources; they are configurable per bridge (`timing=`) and
 from the environment (`AMDQ_SIM_USB_TIMING="speed=high,sleep=1,bulk_bytes_per_s=4e8"`, see LinkTiming.from_env).
 
-Overlap: the link is one resource. `transfer` (a synchronous call) starts when both the host and the link are
-free and returns when it is done; `submit` starts a transfer on the link without waiting for it and `wait`
-waits for a submitted one, so a pipelined copy shows its overlap; `idle_until(t)` moves the host clock to a
-time reached by other work (the GPU's, for instance) without adding the link's time to it twice. `record()`
-keeps each transfer's span on the link (start, end, kind, what) for a profile's USB track.
+Overlap. USB schedules every endpoint on its own: endpoint 0 (control) is one pipe and each bulk endpoint another,
+each pipe completing its transfers in submission order; only data shares the wire, one wire per direction
+(USB 3 is dual-simplex: bulk OUT and bulk IN move at once). So a control transfer is its round trip on endpoint 0
+(the firmware answers it; its few bytes do not hold the wire), and a bulk transfer holds its endpoint for its
+latency and its bytes' time on the wire of its direction; a bulk transfer queued behind another on the same
+endpoint follows it without a new latency (the host controller has it ready). `transfer` (a synchronous call)
+starts when the host is free and its pipe is, and returns when it is done; `submit` starts a transfer without
+waiting for it and `wait` waits for a submitted one, so a pipelined copy (an F2 arm on endpoint 0 while the
+previous chunk streams on 0x02) shows its overlap; `idle_until(t)` moves the host clock to a time reached by other
+work (the GPU's, for instance) without adding the link's time to it twice. `record()` keeps each transfer's span
+(start, end, kind, what) for a profile's USB track. A wait is the host's clock waiting for the link.
 """
 from __future__ import annotations
 
@@ -90,7 +96,8 @@ class Counters:
     bulk_out: int = 0
     bytes_in: int = 0                       # device to host (control IN data + bulk IN)
     bytes_out: int = 0                      # host to device (control OUT data + bulk OUT)
-    round_trips: int = 0                    # transfers the host waited for
+    waits: int = 0                          # times the host clock waited for the link (wake-ups; the host's
+                                            # round trips are counted by its controller, usb_bridge.Controller)
     failed: int = 0                         # transfers that ended in an error
     requests: dict[int, int] = field(default_factory=dict)   # bRequest -> count
     tlps: dict[str, int] = field(default_factory=dict)      # TLP kind (MRd64, CfgWr1 ...) -> count
@@ -98,7 +105,7 @@ class Counters:
     def as_dict(self) -> dict:
         return {"control_in": self.control_in, "control_out": self.control_out, "bulk_in": self.bulk_in,
                 "bulk_out": self.bulk_out, "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
-                "round_trips": self.round_trips, "failed": self.failed,
+                "waits": self.waits, "failed": self.failed,
                 "requests": {f"{k:#04x}": v for k, v in sorted(self.requests.items())}, "tlps": dict(self.tlps)}
 
 
@@ -109,8 +116,10 @@ class LinkModel:
         self.timing = timing or LinkTiming()
         self.counters = Counters()
         self.clock_ns = 0                   # the host's simulated time
-        self.link_free_ns = 0               # when the link finishes what is on it
-        self.busy_ns = 0                    # total time the link carried transfers
+        self.link_free_ns = 0               # when the link finishes everything on it
+        self.pipe_free_ns: dict[int, int] = {}      # endpoint -> when its last transfer completes
+        self.wire_free_ns = {"in": 0, "out": 0}     # per direction: when the wire is free of bulk data
+        self.busy_ns = 0                    # summed time of every transfer (pipes overlap: may exceed the clock)
         self.events: list[tuple[int, int, str, str]] | None = None   # (start ns, end ns, kind, what) when recording
         self.max_events = 1 << 20
         self._lock = threading.Lock()
@@ -142,28 +151,43 @@ class LinkModel:
         with self._lock:
             self.counters.tlps[name] = self.counters.tlps.get(name, 0) + 1
 
-    def submit(self, kind: str, nbytes: int, extra_ns: int = 0, what: str = "") -> int:
-        """Put a transfer on the link without waiting for it: when it completes (simulated ns)."""
-        d = self.cost_ns(kind, nbytes) + extra_ns
+    def submit(self, kind: str, nbytes: int, extra_ns: int = 0, what: str = "", endpoint: int = 0,
+               not_before: int = 0) -> int:
+        """Put a transfer on its endpoint's pipe without waiting for it: when it completes (simulated ns).
+        `not_before`: the device takes it no earlier (a bulk phase waits for the control request that armed it)."""
+        t = self.timing
         with self._lock:
-            start = max(self.clock_ns, self.link_free_ns)
-            self.link_free_ns = start + d
-            self.busy_ns += d
+            now = max(self.clock_ns, not_before)
+            free = self.pipe_free_ns.get(endpoint, 0)
+            if kind == "control":
+                start = max(now, free)
+                done = start + self.cost_ns(kind, nbytes) + extra_ns
+            else:
+                wire = "in" if endpoint & 0x80 else "out"
+                queued = free > now                     # behind another transfer of its pipe: no new latency
+                start = max(free, self.wire_free_ns[wire]) if queued else \
+                    max(now + int(t.bulk_latency_us * 1e3), self.wire_free_ns[wire])
+                done = start + int(nbytes * 1e9 / t.bulk_bytes_per_s) + extra_ns
+                self.wire_free_ns[wire] = done
+            self.pipe_free_ns[endpoint] = done
+            self.link_free_ns = max(self.link_free_ns, done)
+            self.busy_ns += done - start
             ev = self.events
             if ev is not None and len(ev) < self.max_events:
-                ev.append((start, start + d, kind, what or f"{nbytes} bytes"))
-            return self.link_free_ns
+                ev.append((start, done, kind, what or f"{nbytes} bytes"))
+            return done
 
     def wait(self, done_ns: int) -> None:
-        """The host waits for a submitted transfer (one round trip)."""
+        """The host waits for a submitted transfer."""
         with self._lock:
-            self.counters.round_trips += 1
+            self.counters.waits += 1
         self.idle_until(done_ns)
 
-    def transfer(self, kind: str, nbytes: int, extra_ns: int = 0, what: str = "") -> int:
+    def transfer(self, kind: str, nbytes: int, extra_ns: int = 0, what: str = "", endpoint: int = 0,
+                 not_before: int = 0) -> int:
         """A synchronous transfer: submitted and waited for; its duration as the host saw it."""
         t0 = self.clock_ns
-        self.wait(self.submit(kind, nbytes, extra_ns, what))
+        self.wait(self.submit(kind, nbytes, extra_ns, what, endpoint, not_before))
         return self.clock_ns - t0
 
     def idle_until(self, t_ns: int) -> None:
