@@ -744,3 +744,50 @@ def test_a_reused_block_takes_its_new_users_writes_without_their_hints(monkeypat
         assert np.array_equal(z.numpy(np.float32), x.numpy(np.float32) + 3.0)
     finally:
         d.close()
+
+
+def test_kernel_arguments_in_the_ring_survive_its_wrapping(monkeypatch):
+    """Over USB a PM4 launch carries its kernel arguments in the ring (a NOP's body): on a 16 KiB ring, 150
+    launches wrap it a few times (filler NOPs where the arguments would cross its end), each with other
+    arguments, every result right."""
+    monkeypatch.setenv("AMD_AQL", "0")
+    monkeypatch.setenv("AMDQ_RING_BYTES", str(16 << 10))
+    d = amdq.open_device("SIMUSB+AMD:gfx1100")
+    try:
+        q = d.queue
+        assert q.inline_kernargs and q.ring_dw == 4096
+        k = d.load(amdq.compile(VADD, arch="gfx1100"))["vadd"]
+        n = 256
+        x, y = d.upload(np.arange(n, dtype=np.float32)), d.upload(np.ones(n, np.float32))
+        outs = [d.alloc(4 * n) for _ in range(5)]
+        seen = set()
+        for i in range(150):
+            k(x, y, outs[i % 5], float(i), n, grid=1, block=256)
+            seen.add(q.wptr // q.ring_dw)
+            if i % 5 == 4:
+                d.synchronize(timeout_ms=20000)
+                for j, o in enumerate(outs):
+                    assert np.array_equal(o.numpy(np.float32), np.arange(n, dtype=np.float32) + float(i - 4 + j))
+        assert len(seen) >= 3                                            # the ring wrapped at least twice
+        assert ka_in_ring(d, q)
+    finally:
+        d.close()
+
+
+def ka_in_ring(d, q) -> bool:
+    """The last launch's kernel-argument pointer (COMPUTE_USER_DATA_0/1 in its SET_SH_REG) points into the ring."""
+    from amdq.hw import pm4
+    t = pm4.table(q.gen)
+    ring = q.ring
+    i = (q.wptr - 64) % q.ring_dw
+    words = [int(ring[(i + j) % q.ring_dw]) for j in range(64)]
+    for s in range(len(words)):
+        try:
+            p = t.decode(words, s)
+        except pm4.BadPacket:
+            continue
+        if p.name == "SET_SH_REG" and len(p.fields.get("VALUES", [])) >= 2:
+            ka = p.fields["VALUES"][0] | p.fields["VALUES"][1] << 32
+            if q.q.ring.va <= ka < q.q.ring.va + 4 * q.ring_dw:
+                return True
+    return False

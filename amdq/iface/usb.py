@@ -16,18 +16,19 @@ runtime says what it wrote and what it will read through the coherence hints of 
 `watch`, `refresh`: no-ops on the other interfaces), so nothing is compared or read back wholesale. What each
 operation costs, counted by the simulated bridge, and the host's round trips (its waits for the bridge, counted
 by the controller; tests/test_usb_counts.py asserts these; bench/usb.py measures):
-- a launch (PM4 queue): 6 transfers, 2 round trips: the kernel arguments as one stream (F0 arm + bulk OUT), the
-  ring dwords as one stream (two where the ring wraps), the queue's write pointer and the doorbell as one single
-  posted TLP each (one control transfer: their upper halves are unchanged). A stream's arm and data go out
-  together and the host waits once, for the data: the next request replaces the TLP engine's stream, and the
-  doorbell must not reach the GPU before the ring dwords it announces. Posted TLPs are not waited for (endpoint 0
-  keeps them in order; an error surfaces at the next request). What remains and why: the kernel arguments and the
-  ring are two places in VRAM and a stream covers one address range (F0 mode 1), so two streams and two waits;
-  the write pointer's copy in VRAM is kept because the facts' doorbell path writes it and an engine that polls it
-  (the SDMA's firmware write-pointer poll, which the AM driver enables) reads it.
-- an AQL launch: the same (its signal's vendor packet runs PM4 placed right after the kernel arguments);
+- a launch (PM4 queue): 4 transfers, 1 round trip: the ring dwords as one stream (F0 arm + bulk OUT; two where
+  the ring wraps), the kernel arguments among them (the interface asks for them in the ring, `kernargs_in_ring`:
+  a NOP's body in front of the dispatch, see runtime/pm4_queue.py), the queue's write pointer and the doorbell
+  as one single posted TLP each (one control transfer: their upper halves are unchanged). A stream's arm and data
+  go out together and the host waits once, for the data: the next request replaces the TLP engine's stream, and
+  the doorbell must not reach the GPU before the ring dwords it announces. Posted TLPs are not waited for
+  (endpoint 0 keeps them in order; an error surfaces at the next request). The write pointer's copy in VRAM is
+  kept because the facts' doorbell path writes it and an engine that polls it (the SDMA's firmware write-pointer
+  poll, which the AM driver enables) reads it; it costs a transfer but no wait.
+- an AQL launch: 6 transfers, 2 round trips: its kernel arguments are a stream of their own (an AQL packet has no
+  room for them), then the packet (its signal's vendor packet runs PM4 placed right after the kernel arguments);
   a bound resubmission: 4 transfers, 1 round trip on the PM4 queue (ring stream, write pointer, doorbell), 6 and 2
-  on the AQL queue (its signal's PM4 in the slot's own IB: one more stream).
+  on the AQL queue (its signal's PM4 in the slot's own IB: one more stream); a graph replay as a bound launch.
 - the wait for a finished launch: 2 transfers, 1 round trip (the device's signal words, one stream read: arm and
   bulk IN together); timed: 4 and 2 (its timestamps too). A wait that must sleep polls the signal words and the
   IH write pointer (faults), one stream each a round.
@@ -685,6 +686,8 @@ class USB(PCI):
     def __init__(self, fn: USBFunction, arch: str | None = None, standin: bool | None = False):
         from .base import USB_RING_BYTES
         self.RING_BYTES = dict(USB_RING_BYTES)
+        # a PM4 launch carries its kernel arguments in its ring dwords (a NOP's body): one stream, one round trip
+        self.kernargs_in_ring = True
         self.copier = None
         self.driver = None
         fn.ctrl.on_lost = self._lost

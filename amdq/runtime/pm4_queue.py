@@ -3,6 +3,13 @@ plan), ring writes with wrap-around, doorbell.
 
 A `Commands` list is the unit of encoding. It can be submitted to the ring as is, or bound into an
 indirect buffer so that a resubmission writes a 4-dword INDIRECT_BUFFER packet and rings the doorbell.
+
+Where the interface asks for it (`kernargs_in_ring`: over USB, where every write is a transfer and a launch's
+kernel arguments and ring dwords would be two streams) a launch carries its kernel arguments in the ring, as the
+body of a NOP packet in front of its dispatch (64-byte aligned, never across the ring's end: a filler NOP runs
+to the end first). The ring's space is reused once the read pointer passed it; a NOP's arguments only once
+the launch that reads them has completed too (the kernel may still read them after the command processor moved
+on), so writing over them first waits for that launch.
 """
 from __future__ import annotations
 
@@ -10,6 +17,8 @@ import struct
 import time
 
 import numpy as np
+
+import collections
 
 from ..errors import GPUTimeout, InvalidArgument
 from ..hw import aql as A
@@ -98,6 +107,8 @@ class PM4Queue(HWQueue):
     def _open(self) -> None:
         self._open_ring("compute")
         self._limit = self.ring_dw              # wptr may grow to this without rereading the read pointer
+        self.inline_kernargs = bool(getattr(self.dev.iface, "kernargs_in_ring", False))
+        self._inline: collections.deque = collections.deque()     # (end dword of a NOP's arguments, its launch)
 
     def commands(self) -> Commands:
         return Commands(self.gen, self.sh)
@@ -110,6 +121,8 @@ class PM4Queue(HWQueue):
         """Encode a dispatch from the kernel's launch plan and submit it; `ts` (if given) receives the GPU
         clock before and after. Returns (timeline value, time when encoding finished)."""
         p = self.plan(kernel, args, grid, block, ts is not None, shared_mem)
+        if self.inline_kernargs:
+            return self._launch_inline(p, kernel, args, ts)
         ka, off = self.dev.kernargs.take(p.size)
         kernel.pack_into(p, args, self.dev.kernargs.mv, off)
         dw = p.dw
@@ -132,6 +145,60 @@ class PM4Queue(HWQueue):
         t1 = time.perf_counter()
         self._write(dw)
         return value, t1
+
+    def _launch_inline(self, p: "Plan", kernel, args: tuple, ts: int | None) -> tuple[int, float]:
+        """`launch` with the kernel arguments in the ring: [filler NOP] NOP(padding, arguments) dispatch."""
+        kd = ((p.size + 63) & ~63) // 4                 # argument dwords (64-byte multiple)
+        most = 2 * (16 + kd) + len(p.dw)                # the most it can take (a filler NOP to the end included)
+        w = self.wptr
+        self.room(most)
+        value = self.timeline.next()
+        if self.wptr != w:                              # the ordering hook queued waits first: room again
+            self.room(most)
+        i = self.wptr % self.ring_dw
+        lead = -(i + 1) % 16                            # header, then padding to 64 bytes (the ring is 256-aligned)
+        fill = 0
+        if i + 1 + lead + kd > self.ring_dw:            # the arguments would cross the ring's end
+            fill, lead = self.ring_dw - i, 15
+        body = lead + kd
+        n = fill + 1 + body + len(p.dw)
+        at = (self.wptr + fill + 1 + lead) % self.ring_dw           # the arguments' first dword
+        ka = self.q.ring.va + 4 * at
+        blob = bytearray(4 * kd)
+        kernel.pack_into(p, args, blob, 0)
+        dw = p.dw
+        if p.ka_idx is not None:
+            dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
+        if p.pkt_off is not None:
+            pa = ka + p.pkt_off
+            struct.pack_into("<Q", p.pkt, 40, ka)
+            blob[p.pkt_off:p.pkt_off + 64] = p.pkt
+            dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
+        dw[p.value], dw[p.value + 1] = value & 0xFFFFFFFF, value >> 32
+        if ts is not None:
+            dw[p.ts], dw[p.ts + 1], dw[p.ts2], dw[p.ts2 + 1] = ts & 0xFFFFFFFF, ts >> 32, (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
+        out = np.zeros(n, np.uint32)
+        t = pm4.table(self.gen)
+        if fill:
+            out[0] = t.encode("NOP")[0] if fill == 1 else t.encode("NOP", DATA=[0] * (fill - 1))[0]
+        out[fill] = t.encode("NOP", DATA=[0] * body)[0]
+        out[fill + 1 + lead:fill + 1 + body] = np.frombuffer(blob, np.uint32)
+        out[fill + 1 + body:] = dw
+        self._guard(n)
+        t1 = time.perf_counter()
+        self._write(out)
+        self._inline.append((self.wptr - len(dw), value))
+        return value, t1
+
+    def _guard(self, n: int) -> None:
+        """Before n dwords are written: kernel arguments of the ring's last lap that they cover belong to
+        launches that have completed (waited for, if not yet)."""
+        reach = self.wptr + n - self.ring_dw            # the last lap's dwords below this are written over
+        q = self._inline
+        while q and q[0][0] <= reach:
+            end, value = q.popleft()
+            if self.timeline.completed < value:
+                self.dev.wait(value, None, self, errors=False)
 
     def bind(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> "PM4Bound":
         """This launch recorded into an indirect buffer; `.submit()` resubmits it."""
@@ -160,6 +227,8 @@ class PM4Queue(HWQueue):
     def submit(self, dws: list[int] | np.ndarray) -> None:
         """Copy dwords into the ring (wrapping at its end) and ring the doorbell."""
         self.room(len(dws))
+        if self._inline:
+            self._guard(len(dws))
         self._write(dws)
 
     def _write(self, dws) -> None:
