@@ -31,7 +31,9 @@ def rig():
         x = d.upload(np.arange(N, dtype=np.float32))
         y = d.upload(np.ones(N, np.float32))
         z = d.alloc(4 * N)
-        k(x, y, z, 2.0, N, grid=N // 256, block=256, wait=True)    # the plan made, the doorbells written whole once
+        k(x, y, z, 2.0, N, grid=N // 256, block=256).wait()        # the plans made (a first one pushes its
+        k(x, y, z, 2.0, N, grid=N // 256, block=256, timed=True).wait()     # arguments once), the doorbells
+        #                                                             written whole, the timestamps' view made
         yield d, k, x, y, z
     finally:
         d.close()
