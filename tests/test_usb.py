@@ -531,6 +531,29 @@ def test_usb_spec_without_a_bridge_says_so(monkeypatch):
     assert parse_spec("SIMUSB+AMD:gfx1201") == ("SIMUSB", "gfx1201") and parse_spec("USB+AMD") == ("USB", None)
 
 
+def _real_libusb() -> bool:
+    try:
+        usb1.USBContext().open().close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _real_libusb(), reason="the libusb-1.0 C library is not installed (.ci/run installs "
+                                               "Debian's libusb-1.0-0)")
+def test_the_real_libusb_path_enumerates_and_finds_no_bridge_here():
+    """The real path (usb1 over the libusb-1.0 C library, no simulator): the context opens, the bus is searched for
+    every driver id, and a machine without a bridge gets the clear error, not a crash."""
+    import usb1 as real
+    with real.USBContext() as ctx:
+        assert all(ctx.getByVendorIDAndProductID(v, p) is None for v, p in U.USB_IDS)
+    assert not U.present()
+    with pytest.raises(DeviceError, match="no ASM24xx USB bridge .* found"):
+        U.open_real()
+    with pytest.raises(DeviceError, match="no ASM24xx USB bridge .* found"):
+        amdq.open_device("USB+AMD")
+
+
 def test_shadows_push_only_what_the_host_changed():
     class Window:
         def __init__(self):
