@@ -617,9 +617,18 @@ def test_a_copy_in_failing_part_way_releases_the_copy_engine(dev, after):
     with pytest.raises(DeviceError, match="libusb -1|LIBUSB_TRANSFER_ERROR"):
         buf.write(data)
     assert cop.seq == seq0 + 3
-    cop._wait_fence(cop.seq, "the released chunks")                     # the queued program ran to its end
-    dev.synchronize(timeout_ms=5000)                                     # nothing blocks the copy queue
-    buf.write(data)
+    try:
+        cop._wait_fence(cop.seq, "the released chunks")                 # the queued program ran to its end
+        dev.synchronize(timeout_ms=5000)                                 # nothing blocks the copy queue
+        buf.write(data)
+    except DeviceError as e:                                             # (an open flake: say what the GPU sees)
+        sram, words = dev.sim.mem["sram"], []
+        for s in range(seq0, cop.seq):
+            n = min(H.COPYIN_CHUNK, len(data) - (s - seq0) % 3 * H.COPYIN_CHUNK)
+            at = H.COPYIN_WINDOW_BUS[s & 1] - H.SRAM_BUS + (n + 4 + 511) // 512 * 512 - 4
+            words.append(f"seq {s}: {sram.u32(at):#x} at {at:#x}")
+        raise AssertionError(f"{e}; seq0 {seq0}, seen {cop.seen}, arms {dev.sim.arms}, sentinels {words}, "
+                             f"copy queue {dev.copyq.describe()}") from e
     assert buf.read() == data
 
 

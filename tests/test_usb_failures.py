@@ -28,7 +28,9 @@ HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parent
 WORKER = HERE / "usb_unplug_worker.py"
 VADD = (pathlib.Path(amdq.__file__).parent / "examples" / "vadd.ll").read_text()
-CALL_TIMEOUT_MS = 2000                 # every wait of the worker; a DeviceLost must come well within it
+CALL_TIMEOUT_MS = 2000                 # a DeviceLost must come within this of the unplug
+WAIT_TIMEOUT_MS = 15000                # every wait of the worker (the GPU's own work: a loaded CI machine's
+#                                        simulator may be slow, and over USB no retired-wave count shows progress)
 HARD_TIMEOUT_S = 90                    # the subprocess: past this it hung
 
 
@@ -42,7 +44,7 @@ def code_object(tmp_path_factory) -> pathlib.Path:
 def _env(**more: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("AMDQ_SIM_INJECT", "AMDQ_TRACE", "AMD_DISABLE_SDMA",
                                                              "AMDQ_SIM_USB_TIMING", "DEV")}
-    env.update(PYTHONPATH=str(ROOT), AMDQ_WAIT_TIMEOUT_MS=str(CALL_TIMEOUT_MS), **more)
+    env.update(PYTHONPATH=str(ROOT), AMDQ_WAIT_TIMEOUT_MS=str(WAIT_TIMEOUT_MS), **more)
     return env
 
 
@@ -50,7 +52,7 @@ def run_worker(code: pathlib.Path, *args: str, inject: str | None = None) -> dic
     """The worker's RESULT, or a failure saying it hung or crashed."""
     env = _env(**({"AMDQ_SIM_INJECT": inject} if inject else {}))
     try:
-        r = subprocess.run([sys.executable, str(WORKER), str(code), "--timeout-ms", str(CALL_TIMEOUT_MS), *args],
+        r = subprocess.run([sys.executable, str(WORKER), str(code), "--timeout-ms", str(WAIT_TIMEOUT_MS), *args],
                            env=env, capture_output=True, text=True, timeout=HARD_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the program hung ({HARD_TIMEOUT_S} s): {args} {inject}\n{(e.stderr or b'')[-3000:]!r}")
@@ -121,7 +123,8 @@ def test_unplug_is_clean(code_object, at, param, step, doing):
         assert len(res["later"]) >= 3, "no later call was tried"
         for name, outcome, secs in res["later"]:
             assert outcome == "DeviceLost", f"{name} after the unplug: {outcome}"
-            assert secs < 0.05, f"{name} took {secs:.3f} s to say DeviceLost"
+            assert secs < 0.5, f"{name} took {secs:.3f} s to say DeviceLost"   # at once: no transfer, no timeout
+            #                                                                   (the shortest is 1 s); a loaded machine's margin
         assert res["close_s"] < 1.0
         assert "did not end cleanly" in reboot["reason"] and reboot["mode1_reset"], reboot
     assert res["replug_exact"] is True                                          # and runs the kernel bit-exactly
