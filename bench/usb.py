@@ -158,7 +158,8 @@ def main() -> None:
     res["launch_sends"] = ("ring dwords with the kernel arguments in a NOP's body: one stream (F0 arm + bulk OUT sent "
                            "together, one wait; two where the ring wraps); write pointer and doorbell: one posted single "
                            "TLP each, not waited for")
-    res["goals"] = {"copy_in_fraction_of_link": GOAL_COPY_IN, "round_trips_per_fresh_launch": GOAL_LAUNCH_ROUND_TRIPS,
+    res["goals"] = {"copy_in_fraction_of_link": GOAL_COPY_IN,
+                    "round_trips_per_fresh_launch": GOAL_LAUNCH_ROUND_TRIPS,
                     "round_trips_per_fast_path_submission": GOAL_LAUNCH_ROUND_TRIPS}
     res["met"] = {"copy_in_fraction_of_link": res["copy_in_fraction_of_link"] >= GOAL_COPY_IN,
                   "round_trips_per_fast_path_submission": fast <= GOAL_LAUNCH_ROUND_TRIPS,

@@ -627,8 +627,20 @@ def test_a_copy_in_failing_part_way_releases_the_copy_engine(dev, after):
             n = min(H.COPYIN_CHUNK, len(data) - (s - seq0) % 3 * H.COPYIN_CHUNK)
             at = H.COPYIN_WINDOW_BUS[s & 1] - H.SRAM_BUS + (n + 4 + 511) // 512 * 512 - 4
             words.append(f"seq {s}: {sram.u32(at):#x} at {at:#x}")
+        engines = []
+        for eng in list(dev.sim.fn.gpu.engines.values()):
+            if type(eng).__name__.startswith("SDMA") or "sdma" in getattr(eng, "name", "").lower():
+                seen = None
+                try:
+                    seen = hex(int(eng._read(cop.sram_va + 0x3FFFC, 4).view(np.uint32)[0]))
+                except Exception as x:                                   # noqa: BLE001
+                    seen = repr(x)
+                engines.append(dict(name=eng.name, rptr=eng.rptr, wptr=eng.wptr, stopped=eng.stopped,
+                                    busy=eng.busy, exception=repr(getattr(eng, "exception", None)),
+                                    window0_sentinel=seen))
         raise AssertionError(f"{e}; seq0 {seq0}, seen {cop.seen}, arms {dev.sim.arms}, sentinels {words}, "
-                             f"copy queue {dev.copyq.describe()}") from e
+                             f"copy queue {dev.copyq.describe()}, engines {engines}, "
+                             f"gpu busy {dev.sim.fn.gpu.busy} mode {dev.sim.fn.gpu.mode}") from e
     assert buf.read() == data
 
 
@@ -730,6 +742,7 @@ def test_unplug_during_a_wait_or_an_upload(when):
 def test_copy_in_without_asynchronous_transfers(dev, monkeypatch):
     c = dev.iface.fn.ctrl
     assert c.can_async                                                   # the simulated context gives them
+    c.reap(block=True)                                                   # what was sent without a wait, collected
     monkeypatch.setattr(c, "ctx", None)                                  # as on a handle without getTransfer
     data = np.random.default_rng(5).integers(0, 256, (1 << 20) + 3, dtype=np.uint8).tobytes()
     buf = dev.alloc(len(data) + 1)

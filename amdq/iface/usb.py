@@ -722,12 +722,6 @@ class USB(PCI):
             self.fn.shadows.set_pull(a.va, uncached and a.size <= PULL_MAX or kind == "vram" and not executable)
         return a
 
-    def create_queue(self, kind: str, ring_bytes: int, ptrs: Any = None, wptr_off: int = 0, rptr_off: int = 8) -> Any:
-        """The PCI interface's queue, named in a DeviceLost while it is made."""
-        self._check_link()
-        with self.fn.ctrl.doing(f"creating a {kind} queue"):
-            return super().create_queue(kind, ring_bytes, ptrs, wptr_off, rptr_off)
-
     def free(self, a: Any) -> None:
         self.fn.shadows.drop(a.va)
         if self.fn.ctrl.lost is not None:               # nothing reaches the page tables: only the address goes
@@ -759,9 +753,12 @@ class USB(PCI):
 
     def create_queue(self, kind: str, ring_bytes: int, ptrs: Any = None, wptr_off: int = 0,
                      rptr_off: int = 8) -> Any:
-        """The PCI interface's queue, its read and write pointers as parts of the pointer page's shadow (so the
-        runtime's hints reach it) and its doorbell written whole the first time."""
-        q = super().create_queue(kind, ring_bytes, ptrs, wptr_off, rptr_off)
+        """The PCI interface's queue (named in a DeviceLost while it is made), its read and write pointers as parts
+        of the pointer page's shadow (so the runtime's hints reach it) and its doorbell written whole the first
+        time."""
+        self._check_link()
+        with self.fn.ctrl.doing(f"creating a {kind} queue"):
+            q = super().create_queue(kind, ring_bytes, ptrs, wptr_off, rptr_off)
         page = ptrs if ptrs is not None else q.extra["ptrs"]
         if isinstance(page.cpu, ShadowMapping):
             q.rptr.cpu, q.wptr.cpu = page.cpu.sub(rptr_off, 8, through=True), page.cpu.sub(wptr_off, 8)

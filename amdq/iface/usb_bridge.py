@@ -10,8 +10,8 @@ transfer. With a libusb context (asynchronous transfers) a stream's F0 arm and i
 and waited for once (the bulk endpoint has nothing to move until the arm is taken), and a posted single TLP is
 not waited for at all: it is collected at the next request (`reap`), where its error is raised; endpoint 0 keeps
 requests in order. `round_trips` counts the host's waits for the bridge (a synchronous request, or a wait for a
-submitted transfer not done yet). Every libusb error becomes an amdq.errors exception; a vanished device (LIBUSB_ERROR_NO_DEVICE) is `DeviceLost` naming the request in flight, and every
-later call raises it at once.
+submitted transfer not done yet). Every libusb error becomes an amdq.errors exception; a vanished device
+(LIBUSB_ERROR_NO_DEVICE) is `DeviceLost` naming the request in flight, and every later call raises it at once.
 
 Facts: shared/facts/usb_asm24.json through amdq.hw.usb_asm24. This module's choice (not a fact): STREAM_PIECE, the
 longest stream one request moves (a libusb timeout covers a whole transfer).
@@ -331,9 +331,7 @@ class Controller:
             # host waits once, for the data, before the next request replaces the TLP engine's stream
             arm = self._submit("control_out", what, TIMEOUT_TLP, REQ_TLP, BE_FULL << 8 | MWR64, MODE_STREAM_WRITE,
                                struct.pack("<III", (addr + off) & 0xFFFFFFFF, (addr + off) >> 32, len(piece) // 4))
-            bulk = self._submit("bulk_out", what, TIMEOUT_BULK_OUT, piece)
-            self.wait(bulk)
-            self.wait(arm)
+            self._pair(arm, self._submit("bulk_out", what, TIMEOUT_BULK_OUT, piece))
 
     def mem_write(self, addr: int, data: bytes) -> None:
         """Bytes to bus address addr (dword-aligned, a multiple of 4) as memory-write streams (one dword: a single
@@ -390,11 +388,23 @@ class Controller:
                 a = addr + off
                 arm = self._submit("control_out", what, TIMEOUT_TLP, REQ_TLP, BE_FULL << 8 | MRD64, MODE_STREAM_READ,
                                    struct.pack("<III", a & 0xFFFFFFFF, a >> 32, k // 4))
-                data = self._submit("bulk_in", what, TIMEOUT_STREAM_IN, k)
-                got = self.wait(data)
-                self.wait(arm)
-                out.append(got)
+                out.append(self._pair(arm, self._submit("bulk_in", what, TIMEOUT_STREAM_IN, k)))
             return b"".join(out)
+
+    def _pair(self, arm: "Pending", data: "Pending") -> bytes | None:
+        """Wait for a stream's data phase (its arm completes first), then collect the arm; the data's error is the
+        one raised (the arm, if it failed too, is collected quietly)."""
+        try:
+            got = self.wait(data)
+        except BaseException:
+            if arm.done:
+                try:
+                    self.wait(arm)
+                except Exception:               # the data phase's error is the one to report
+                    pass
+            raise
+        self.wait(arm)
+        return got
 
     # -- asynchronous transfers ---------------------------------------------------------------------------------
     @property
@@ -403,8 +413,8 @@ class Controller:
 
     def submit(self, kind: str, what: str, timeout: int, *args: Any) -> "Pending":
         """Start a transfer without waiting for it: kind "control_out" (request, value, index, data), "control_in"
-        (request, value, index, length) "bulk_out" (data) or "bulk_in" (length). Transfers on one endpoint complete in submission
-        order (facts: usb.async_model). `wait` collects it."""
+        (request, value, index, length), "bulk_out" (data) or "bulk_in" (length). Transfers on one endpoint
+        complete in submission order (facts: usb.async_model). `wait` collects it."""
         if self.lost is not None:
             raise self.lost
         if self.ctx is None:
@@ -495,6 +505,9 @@ class Controller:
         vanished device). `block`: wait for all of them (a round trip if any is still on the wire)."""
         if not self._unreaped:
             return
+        if self.ctx is None:
+            raise DeviceError(f"{self.name}: {len(self._unreaped)} asynchronous transfers are still to be collected "
+                              f"and the controller has no libusb context left to collect them")
         with self.lock:
             if block:
                 while self._unreaped:

@@ -176,7 +176,8 @@ class PM4Queue(HWQueue):
             dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
         dw[p.value], dw[p.value + 1] = value & 0xFFFFFFFF, value >> 32
         if ts is not None:
-            dw[p.ts], dw[p.ts + 1], dw[p.ts2], dw[p.ts2 + 1] = ts & 0xFFFFFFFF, ts >> 32, (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
+            dw[p.ts], dw[p.ts + 1] = ts & 0xFFFFFFFF, ts >> 32
+            dw[p.ts2], dw[p.ts2 + 1] = (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
         out = np.zeros(n, np.uint32)
         t = pm4.table(self.gen)
         if fill:

@@ -360,13 +360,13 @@ class SimUSBContext:
     def _complete(self, block: bool) -> None:
         if not self._pending:
             return
-        model = self._pending[0].handle.bridge.model
-        first = min(t.done_ns for t in self._pending)
-        if first > model.clock_ns:
+        clock = lambda t: t.handle.bridge.model.clock_ns           # noqa: E731  (each bridge has its own clock)
+        soonest = min(self._pending, key=lambda t: t.done_ns - clock(t))
+        if soonest.done_ns > clock(soonest):
             if not block:
                 return
-            model.wait(first)
-        done = sorted((t for t in self._pending if t.done_ns <= model.clock_ns), key=lambda t: t.done_ns)
+            soonest.handle.bridge.model.wait(soonest.done_ns)
+        done = sorted((t for t in self._pending if t.done_ns <= clock(t)), key=lambda t: t.done_ns)
         for t in done:
             self._pending.remove(t)
             t.submitted = False
