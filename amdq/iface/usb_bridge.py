@@ -467,10 +467,10 @@ class Controller:
         A wait for a transfer not yet done is a round trip."""
         if not p.done:
             self.round_trips += 1
-        while not p.done:
-            if time.monotonic() > p.deadline:
-                raise DeviceError(f"{self.name}: {p.what}: the asynchronous transfer did not complete")
+        while not p.done:                       # (events first: a transfer collected late may be long done)
             self._call(f"{p.what} (events)", self.ctx.handleEventsTimeout, 0.05)
+            if not p.done and time.monotonic() > p.deadline:
+                raise DeviceError(f"{self.name}: {p.what}: the asynchronous transfer did not complete")
         try:
             p.transfer.close()
         except Exception:                       # an already released transfer: nothing to give back
