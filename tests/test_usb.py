@@ -814,6 +814,8 @@ def test_kernel_arguments_in_the_ring_survive_its_wrapping(monkeypatch):
                 for j, o in enumerate(outs):
                     assert np.array_equal(o.numpy(np.float32), np.arange(n, dtype=np.float32) + float(i - 4 + j))
         assert len(seen) >= 3                                            # the ring wrapped at least twice
+        assert 0 < len(q._inline) < 60                                   # arguments written over were let go
+        assert q._limit <= q._inline[0][0] + q.ring_dw                   # the oldest still bounds the free space
         assert ka_in_ring(d, q)
     finally:
         d.close()

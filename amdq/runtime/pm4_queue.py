@@ -185,15 +185,19 @@ class PM4Queue(HWQueue):
         out[fill] = t.encode("NOP", DATA=[0] * body)[0]
         out[fill + 1 + lead:fill + 1 + body] = np.frombuffer(blob, np.uint32)
         out[fill + 1 + body:] = dw
-        self._guard(n)
+        self.room(n)                                    # (the last lap's arguments it covers: their launches done)
         t1 = time.perf_counter()
         self._write(out)
-        self._inline.append((self.wptr - len(dw), value))
+        end = self.wptr - len(dw)
+        if not self._inline:                            # the oldest arguments bound the ring's free space
+            self._limit = min(self._limit, end + self.ring_dw)
+        self._inline.append((end, value))
         return value, t1
 
     def _guard(self, n: int) -> None:
         """Before n dwords are written: kernel arguments of the ring's last lap that they cover belong to
-        launches that have completed (waited for, if not yet)."""
+        launches that have completed (waited for, if not yet). Every ring write passes `room`, which calls this
+        once the write would pass `_limit`; `_limit` stays below the oldest arguments' end plus the ring."""
         reach = self.wptr + n - self.ring_dw            # the last lap's dwords below this are written over
         q = self._inline
         while q and q[0][0] <= reach:
@@ -224,12 +228,14 @@ class PM4Queue(HWQueue):
             if self.wptr + n - self.rptr > self.ring_dw:
                 self.wait_space(lambda: self.wptr + n - self.rptr <= self.ring_dw, f"{n} dwords")
             self._limit = self.rptr + self.ring_dw
+            if self._inline:                    # kernel arguments in the ring: not over those still read
+                self._guard(n)
+                if self._inline:
+                    self._limit = min(self._limit, self._inline[0][0] + self.ring_dw)
 
     def submit(self, dws: list[int] | np.ndarray) -> None:
         """Copy dwords into the ring (wrapping at its end) and ring the doorbell."""
         self.room(len(dws))
-        if self._inline:
-            self._guard(len(dws))
         self._write(dws)
 
     def _write(self, dws) -> None:
