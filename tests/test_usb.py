@@ -598,14 +598,6 @@ def test_shadows_push_only_what_the_host_changed():
     assert w.writes == [(8, 4), (1000, 8)]                               # the reported ranges, nothing else
 
 
-# Known flaky for every `after` (alone about 1 run in 6 for after=9; under a parallel run beside the other USB
-# files about 1 in 3, after=1 and 6 too): the copy engine sometimes never sees a sentinel the host sent after the
-# failure (the released chunks', or the next copy's last) and the drain fence times out. Open bug, not found yet.
-FLAKY_AFTER_RELEASE = pytest.mark.xfail(reason="a copy-in released part-way, or the next one, now and then loses a "
-                                               "chunk's sentinel (open bug, see the session note)", strict=False)
-
-
-@FLAKY_AFTER_RELEASE
 @pytest.mark.parametrize("after", [1, 6, 9])                           # in the doorbell's pushes, in the stream
 def test_a_copy_in_failing_part_way_releases_the_copy_engine(dev, after):
     data = bytes(range(256)) * 3000                                      # 768,000 bytes: 3 chunks
