@@ -459,7 +459,8 @@ class Device:
             buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
             buf.alloc.cpu.wrote(off, raw.nbytes)
 
-    def _copy_out(self, buf: Buffer, off: int, size: int) -> bytes:
+    def _copy_out(self, buf: Buffer, off: int, size: int, out: memoryview | None = None) -> bytes | None:
+        """`size` bytes of buf at `off`: as new bytes, or into `out` (a writable byte view of `size` bytes)."""
         if self.capturing is not None:
             raise RuntimeError("Buffer.read inside a capture: nothing has run yet")
         with self.lock:
@@ -468,14 +469,21 @@ class Device:
             if bridge is not None:
                 if not self.idle:
                     self.drain()
-                return bridge(buf.alloc, off, size, self.copyq)
+                data = bridge(buf.alloc, off, size, self.copyq)
+                if out is None:
+                    return data
+                out[:size] = data
+                return None
             if buf.alloc.cpu is None:                          # through GTT staging; waits
                 with self.submitting(self.copyq):
-                    return self.copyq.download(buf.addr + off, size)
+                    return self.copyq.download(buf.addr + off, size, out)
             if not self.idle:
                 self.drain()
             buf.alloc.cpu.refresh(off, size)
-            return bytes(buf.alloc.cpu.mv[off:off + size])
+            if out is None:
+                return bytes(buf.alloc.cpu.mv[off:off + size])
+            out[:size] = buf.alloc.cpu.mv[off:off + size]
+            return None
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
              wait: bool = False, timeout_ms: int | None = None) -> LaunchRecord | None:
