@@ -130,7 +130,7 @@ class Kernargs:
     def __init__(self, dev, size: int = 1 << 22):
         self.dev, self.size = dev, size
         self.alloc = dev.allocator.alloc(size, "gtt")
-        self.mv = self.alloc.cpu.mv
+        self.mv, self.cpu, self.va = self.alloc.cpu.mv, self.alloc.cpu, self.alloc.va
         self.head = 0
 
     def take(self, nbytes: int) -> tuple[int, int]:

@@ -116,15 +116,29 @@ class PM4Queue(HWQueue):
 
         The plan's template is copied into the ring where the packets go and patched there in place (kernarg
         address, timeline value, timestamp addresses): no per-launch dword array is built."""
-        p = self.plan(kernel, args, grid, block, ts is not None, shared_mem)
+        p = None
+        if kernel._plain:                       # (pm4_plan's short key, inline: the hottest path)
+            ty = kernel._types
+            try:
+                p = kernel._shapes.get((grid, block, ts is not None, shared_mem, len(args),
+                                        ty(args) if ty is not None else ()))
+            except IndexError:
+                pass
+        if p is None:
+            p = pm4_plan(self, kernel, args, grid, block, ts is not None, shared_mem)
         kv = self.dev.kernargs
-        ka, off = kv.take(p.size)
+        off = kv.head                           # (Kernargs.take, inline, unless the ring of arguments wraps)
+        if off + p.ksize > kv.size:
+            ka, off = kv.take(p.size)
+        else:
+            kv.head = off + p.ksize
+            ka = kv.va + off
         kernel.pack_into(p, args, kv.mv, off)
         if p.pkt_off is not None:
             pkt = p.pkt
             U64.pack_into(pkt, 40, ka)
             kv.mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
-        kv.wrote(off, p.size)
+        kv.cpu.wrote(off, p.size)
         n = p.n
         w = self.wptr
         if w + n > self._limit:
@@ -143,10 +157,15 @@ class PM4Queue(HWQueue):
             return value, t1
         mv, o = self._rmv, 4 * i
         mv[o:o + p.nbytes] = p.tpl
-        self._patch(p, mv, o, ka, value, ts)
+        if p.plain and ts is None:
+            U64.pack_into(mv, o + p.ka_o, ka)
+            U64.pack_into(mv, o + p.value_o, value)
+        else:
+            self._patch(p, mv, o, ka, value, ts)
         self._ringmap.wrote(o, p.nbytes)
         self.wptr = w = w + n
-        self._bell(w)
+        self._wptrmap.write64(0, w)             # (_bell, inline)
+        self._doorbell.write64(self._belloff, w)
         return value, t1
 
     @staticmethod
@@ -178,9 +197,7 @@ class PM4Queue(HWQueue):
             w = self.wptr
         i = w % self.ring_dw
         if i + n > self.ring_dw:
-            dw = np.frombuffer(tpl, np.uint32).copy()
-            U64.pack_into(dw, vo, value)
-            self._write(dw)
+            self._write_patched(tpl, vo, value)
             return value
         mv, o = self._rmv, 4 * i
         mv[o:o + 4 * n] = tpl
@@ -189,6 +206,12 @@ class PM4Queue(HWQueue):
         self.wptr = w = w + n
         self._bell(w)
         return value
+
+    def _write_patched(self, tpl: bytes, vo: int, value: int) -> None:
+        """A template that wraps around the ring's end: patched in a copy, written in two pieces."""
+        dw = np.frombuffer(tpl, np.uint32).copy()
+        U64.pack_into(dw, vo, value)
+        self._write(dw)
 
     def bind(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> "PM4Bound":
         """This launch recorded into an indirect buffer; `.submit()` resubmits it."""
@@ -350,6 +373,10 @@ class Plan:
         self.blob = bytearray(out["blob"])
         self.pkt_off = out["packet"]
         self.size = ((len(self.blob) + 63) & ~63) + (64 if self.pkt_off is not None else 0)
+        self.ksize = (self.size + 63) & ~63                 # what it takes of the kernel-argument ring
+        # the common launch patches two 64-bit words: the kernarg address and the timeline value (byte offsets)
+        self.plain = self.ka_idx is not None and self.pkt_off is None
+        self.ka_o, self.value_o = 4 * (self.ka_idx or 0), 4 * self.value
         if self.pkt_off is not None:                         # the AQL packet names the kernarg address at 40
             self.pkt = bytearray(dev.kernargs.read(out["kernarg"] + self.pkt_off, 64))
         self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)
@@ -409,8 +436,27 @@ class PM4Bound:
         try:
             if dev.closed:
                 dev._check()
-            mark = q.timeline.value
-            value = q.put(self.tpl, self.n, self.vo)
+            t = q.timeline
+            mark = t.value
+            n = self.n                          # (PM4Queue.put, inline: the hot path)
+            w = q.wptr
+            if w + n > q._limit:
+                q.room(n)
+            value = t.next()
+            if q.wptr != w:
+                q.room(n)
+                w = q.wptr
+            i = w % q.ring_dw
+            if i + n > q.ring_dw:
+                q._write_patched(self.tpl, self.vo, value)
+            else:
+                mv, o = q._rmv, 4 * i
+                mv[o:o + self.nbytes] = self.tpl
+                U64.pack_into(mv, o + self.vo, value)
+                q._ringmap.wrote(o, self.nbytes)
+                q.wptr = w = w + n
+                q._wptrmap.write64(0, w)
+                q._doorbell.write64(q._belloff, w)
         except GPUTimeout as e:
             dev._submit_failed(q, mark, e)
             raise

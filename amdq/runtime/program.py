@@ -217,6 +217,7 @@ class Kernel:
                          if (f := kernargs.pointee_check(a)) is not None}     # typed pointers: dtype checks
         # a launch shape of a kernel without LDS arguments or scratch is (grid, block, timed, shared_mem, the
         # Python types of its untyped arguments): looked up in `_shapes` without building the full plan key
+        self._nexp = len(self.meta.explicit_args)
         self._plain = not self._has_lds and not self.desc.uses_scratch
         self._shapes: dict[tuple, object] = {}
         ix = tuple(self._untyped)
@@ -273,19 +274,27 @@ class Kernel:
         return buf.addr
 
     def pack_into(self, p, args: tuple, mv, off: int) -> None:
-        """Write this call's kernel arguments (validated) at mv[off:]."""
+        """Write this call's kernel arguments (validated) at mv[off:]: the plan's blob (hidden arguments
+        included), then the explicit arguments in one struct pack; anything unusual takes the checked path."""
         mv[off:off + len(p.blob)] = p.blob
-        if p.fmt is not None and len(args) == len(self.meta.explicit_args):
+        fmt = p.fmt
+        if fmt is not None and len(args) == self._nexp:
             try:
+                if not p.ptr:
+                    fmt.pack_into(mv, off, *args)
+                    return
                 vals = list(args)
                 dev = self.prg.dev
+                pointee = self._pointee
                 for i in p.ptr:
                     v = vals[i]
                     if not isinstance(v, int):
-                        if v.dtype is not None and i in self._pointee and not self._pointee[i](v.dtype):
+                        if v.dev is not dev:
+                            raise TypeError                     # another device's: the slow path says so
+                        if v.dtype is not None and i in pointee and not pointee[i](v.dtype):
                             raise TypeError                     # the slow path names the argument and the types
-                        vals[i] = v.addr if v.dev is dev else None     # another device's: the slow path says so
-                p.fmt.pack_into(mv, off, *vals)
+                        vals[i] = v.addr
+                fmt.pack_into(mv, off, *vals)
                 return
             except (struct.error, AttributeError, TypeError):
                 pass                                        # the slow path packs it or says what is wrong
