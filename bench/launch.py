@@ -2,6 +2,13 @@
 doorbell), resubmission of a bound launch, and the limit: one slice write of the same dwords into the
 ring; then the same two on the AQL queue (AMD_AQL=1). Last line: JSON.
 
+Where a fresh PM4 launch's microseconds go (`stages_us`), each stage timed alone the way the launch runs it:
+`encode` (the plan's lookup, kernel-argument space taken and the arguments packed), `ring_write` (the plan's
+template copied into the ring and patched in place: kernarg address, timeline value), `doorbell` (write
+pointer published, doorbell written; the simulated doorbell only records it while the GPU is deferred),
+and `bookkeeping`, the rest of the fresh launch (argument checks, the device lock, the timeline value and
+its cross-queue ordering hook, the Launch handle and its host timestamps).
+
     python bench/launch.py [--quick] [--device SIMPCI+AMD:gfx1100]
 
 With a SIMPCI device the same launches run on SIMKFD too, and the ratios (goal <= 1.2) are reported.
@@ -98,11 +105,31 @@ class HostLaunch:
 
         def slice_write():
             ring[0:len(dw)] = dw
+        q, kv, args, grid, block = dev.queue, dev.kernargs, (y, x, 2.0, 64), (1, 1, 1), (64, 1, 1)
+
+        def encode():                       # what PM4Queue.launch does before the ring (stages_us)
+            pl = q.plan(k, args, grid, block)
+            ka, off = kv.take(pl.size)
+            k.pack_into(pl, args, kv.mv, off)
+            kv.wrote(off, pl.size)
+
+        def ring_write():                   # the template into the ring at the write pointer, patched there
+            o = 4 * (q.wptr % q.ring_dw)
+            q._rmv[o:o + p.nbytes] = p.tpl
+            q._patch(p, q._rmv, o, kv.alloc.va, q.timeline.value, None)
+            q._ringmap.wrote(o, p.nbytes)
+
+        def doorbell():                     # the same write pointer again: nothing new for the GPU
+            q._bell(q.wptr)
+        stages = hasattr(q, "_patch")       # (a PM4 queue)
         graphs = max(3, n // self.KERNELS)
         self.cases = {"fresh_launch_us": pair.Case(lambda: k(y, x, 2.0, 64, grid=1, block=64), n, self.reset),
                       "bound_resubmit_us": pair.Case(bound.submit, n, self.reset),
                       "graph_replay_per_kernel_us": pair.Case(g.replay, graphs, self.reset),
                       "ring_slice_write_us": pair.Case(slice_write, n)}
+        if stages:
+            self.cases.update({"stage_encode": pair.Case(encode, n), "stage_ring_write": pair.Case(ring_write, n),
+                               "stage_doorbell": pair.Case(doorbell, n)})
         self.gpu.defer = True
 
     def reset(self) -> None:
@@ -127,7 +154,11 @@ class HostLaunch:
         us = {k: v * 1e6 for k, v in best.items()}
         us["graph_replay_per_kernel_us"] /= self.KERNELS
         limit = us["ring_slice_write_us"]
-        return {"fresh_launch_us": round(us["fresh_launch_us"], 2), "bound_resubmit_us": round(us["bound_resubmit_us"], 2),
+        stages = {}
+        if "stage_encode" in us:
+            stages = {k: round(us[f"stage_{k}"], 2) for k in ("encode", "ring_write", "doorbell")}
+            stages["bookkeeping"] = round(max(0.0, us["fresh_launch_us"] - sum(stages.values())), 2)
+        return {"stages_us": stages, "fresh_launch_us": round(us["fresh_launch_us"], 2), "bound_resubmit_us": round(us["bound_resubmit_us"], 2),
                 "graph_replay_per_kernel_us": round(us["graph_replay_per_kernel_us"], 3),
                 "ring_slice_write_us": round(limit, 2), "launch_dwords": self.dwords,
                 "fresh_vs_limit": round(us["fresh_launch_us"] / limit, 1),
@@ -153,9 +184,17 @@ def main() -> None:
     res = both[0]
     res["device"] = a.device
     res["targets"] = {"fresh_launch_us": 20, "bound_resubmit_us": 5, "graph_replay_per_kernel_us": 3}
+    # issue 14's goals on this machine (where the ring slice write took 0.29 us), as multiples of the limit
+    # measured in the same run: fresh <= 3 us, bound <= 1 us, graph replay <= 0.5 us per kernel
+    res["goals_vs_limit"] = {"fresh_launch_us": round(3 / 0.29, 1), "bound_resubmit_us": round(1 / 0.29, 1),
+                             "graph_replay_per_kernel_us": round(0.5 / 0.29, 1)}
+    lim = res["ring_slice_write_us"]
+    res["meets_goals_vs_limit"] = {k: res[k] / lim <= g for k, g in res["goals_vs_limit"].items()}
     dw = res["launch_dwords"]
     print(f"{a.device}")
     print(f"fresh launch       {res['fresh_launch_us']:8.2f} us  ({dw} dwords)")
+    if res["stages_us"]:
+        print("  of which          " + ", ".join(f"{k} {v:.2f}" for k, v in res["stages_us"].items()) + " us")
     print(f"bound resubmit     {res['bound_resubmit_us']:8.2f} us")
     print(f"graph replay       {res['graph_replay_per_kernel_us']:8.3f} us per kernel (100-launch graph)")
     print(f"ring slice write   {res['ring_slice_write_us']:8.2f} us  (limit)")

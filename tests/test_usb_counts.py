@@ -139,11 +139,15 @@ def test_a_1mib_upload_and_download(rig):
         buf.write(bytes(16))                                     # the copier made (its one-time init) before counting
         dev.synchronize()
         c0 = counts(dev)
+        t0 = time.monotonic()
         buf.write(data)
+        took = time.monotonic() - t0
         c = counts(dev, c0)
         chunks = -(-size // H.COPYIN_CHUNK)                      # 5: a chunk carries 256 KiB - 4 bytes
-        fence_reads = c.pop("req_0xe4")                          # the drain fence: as often as the GPU is behind
-        assert 1 <= fence_reads <= 2 * chunks + 40
+        fence_reads = c.pop("req_0xe4")                          # the drain fence: as often as the GPU is behind,
+        #                                                          at most one a pause (doubling up to 1 ms)
+        from amdq.iface.usb_copy import FENCE_POLL_MAX_S
+        assert 1 <= fence_reads <= 2 * chunks + 40 + took / FENCE_POLL_MAX_S
         assert c.pop("control_in") == fence_reads
         # per chunk one F2 arm and one bulk OUT; the SDMA program once: its ring stream, write pointer, doorbell.
         # Round trips: the program's stream, each chunk's arm, each fence read; a chunk's bulk OUT where the host

@@ -5,6 +5,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
 # Ring sizes by queue kind unless an interface says otherwise (a USB bridge's interface takes 1 MiB compute rings:
 # every ring byte crosses the bridge); AMDQ_RING_BYTES / AMDQ_SDMA_RING_BYTES override them.
@@ -46,11 +47,11 @@ class Mapping:
         """The memory has a new user: forget the hints of the last one (nothing to do here)."""
 
     def write32(self, off: int, v: int) -> None:
-        struct.pack_into("<I", self.mv, off, v & 0xFFFFFFFF)
+        _U32.pack_into(self.mv, off, v & 0xFFFFFFFF)
         self.wrote(off, 4)
 
     def write64(self, off: int, v: int) -> None:
-        struct.pack_into("<Q", self.mv, off, v & 0xFFFFFFFFFFFFFFFF)
+        _U64.pack_into(self.mv, off, v & 0xFFFFFFFFFFFFFFFF)
         self.wrote(off, 8)
 
     def read32(self, off: int) -> int:

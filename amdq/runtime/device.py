@@ -28,6 +28,7 @@ from .memory import Allocator, Buffer
 from .codemem import LoadedCode
 from .pm4_queue import PM4Queue
 from .program import Launch, LaunchRecord, Program
+from .program import _clock as _now
 from .sdma_queue import SDMAQueue
 from .signal import Timeline, default_timeout_ms
 
@@ -129,7 +130,7 @@ class Kernargs:
     def __init__(self, dev, size: int = 1 << 22):
         self.dev, self.size = dev, size
         self.alloc = dev.allocator.alloc(size, "gtt")
-        self.mv = self.alloc.cpu.mv
+        self.mv, self.cpu, self.va = self.alloc.cpu.mv, self.alloc.cpu, self.alloc.va
         self.head = 0
 
     def take(self, nbytes: int) -> tuple[int, int]:
@@ -238,6 +239,8 @@ class Device:
         self.allocator = Allocator(self.iface)
         self.signals = self.allocator.alloc(4096, "gtt", uncached=True)   # 16-byte timeline slots, one per queue
         self._slots = 0
+        self._moves = [0]                                # values handed out by all timelines (Timeline.moves)
+        self._clean: dict[int, int] = {}                 # id(timeline) -> moves - its value when nothing was left to order
         self.ts_alloc = self.allocator.alloc(16 * TS_SLOTS, "gtt", uncached=True)   # GPU timestamps of timed work
         self._ts_next = 0                                # timestamp slots taken so far
         self._grew: tuple[int, float, float] | None = None     # memory growth not yet reported in a record
@@ -301,7 +304,7 @@ class Device:
     def new_timeline(self) -> Timeline:
         """A timeline in the next free signal slot (AMDQ_TIMELINE_START sets where values begin)."""
         t = Timeline(self.signals, self._slots, int(os.environ.get("AMDQ_TIMELINE_START", "0")),
-                     before=self._before_signal)
+                     before=self._before_signal, moves=self._moves)
         self._slots += 1
         return t
 
@@ -315,6 +318,9 @@ class Device:
             return
         if not (t.value + 1) & 0xFFFFFFFF:
             self.synchronize()
+        clean = self._clean
+        if clean.get(id(t)) == self._moves[0] - t.value:
+            return                                      # no other timeline moved since everything was ordered
         q = self._queue_of.get(id(t))
         if q is None:
             q = self._queue_of[id(t)] = next((x for x in queues if x.timeline is t), None)
@@ -332,6 +338,7 @@ class Device:
                 q.depends(o, ot.value)
                 q.wait_on(ot, ot.value)
             waited[key] = ot.value
+        clean[id(t)] = self._moves[0] - t.value
 
     @property
     def timeline(self) -> Timeline:
@@ -452,7 +459,8 @@ class Device:
             buf.alloc.cpu.mv[off:off + raw.nbytes] = raw
             buf.alloc.cpu.wrote(off, raw.nbytes)
 
-    def _copy_out(self, buf: Buffer, off: int, size: int) -> bytes:
+    def _copy_out(self, buf: Buffer, off: int, size: int, out: memoryview | None = None) -> bytes | None:
+        """`size` bytes of buf at `off`: as new bytes, or into `out` (a writable byte view of `size` bytes)."""
         if self.capturing is not None:
             raise RuntimeError("Buffer.read inside a capture: nothing has run yet")
         with self.lock:
@@ -461,14 +469,21 @@ class Device:
             if bridge is not None:
                 if not self.idle:
                     self.drain()
-                return bridge(buf.alloc, off, size, self.copyq)
+                data = bridge(buf.alloc, off, size, self.copyq)
+                if out is None:
+                    return data
+                out[:size] = data
+                return None
             if buf.alloc.cpu is None:                          # through GTT staging; waits
                 with self.submitting(self.copyq):
-                    return self.copyq.download(buf.addr + off, size)
+                    return self.copyq.download(buf.addr + off, size, out)
             if not self.idle:
                 self.drain()
             buf.alloc.cpu.refresh(off, size)
-            return bytes(buf.alloc.cpu.mv[off:off + size])
+            if out is None:
+                return bytes(buf.alloc.cpu.mv[off:off + size])
+            out[:size] = buf.alloc.cpu.mv[off:off + size]
+            return None
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
              wait: bool = False, timeout_ms: int | None = None) -> LaunchRecord | None:
@@ -711,28 +726,32 @@ class Device:
     def launch(self, kernel, args, grid, block, shared_mem: int = 0, wait: bool = False,
                timeout_ms: int | None = None, timed: bool = False) -> Launch:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked); its handle."""
-        if self.queue is None:
+        q = self.queue
+        if q is None:
             self._queues("launch")
-        self._check()
-        if kernel.prg.dev is not self:
+        if self.closed:
+            self._check()
+        prg = kernel.prg
+        if prg.dev is not self:
             raise InvalidArgument(f"kernel {kernel.name} was loaded on {kernel.prg.dev.name}, not {self.name}")
-        if kernel.prg.freed:
+        if prg._freed or prg.code.freed:
             raise InvalidArgument(f"kernel {kernel.name}: its program {kernel.prg!r} was freed; load the code object again")
         if self.capturing is not None:
+            self._check()
             if wait:
                 raise RuntimeError("wait=True inside a capture: nothing runs until the graph is replayed")
             node = self.capturing.add_launch(kernel, args, grid, block, shared_mem)
             if self._grew is not None:
                 node.grew = self.take_growth()  # scratch grown while capturing: the node says so
             return node
-        q = self.queue
         lock = self.lock                         # what Submitting does, inline: this is the hottest path
         lock.acquire()
         try:
-            self._check()
+            if self.closed:
+                self._check()
             mark = q.timeline.value
             ts = self._ts_slot() if wait or timed or self.profiler is not None else None
-            t0 = time.perf_counter()
+            t0 = _now()
             try:
                 value, t1 = q.launch(kernel, args, grid, block, None if ts is None else self.ts_addr(ts), shared_mem)
             except GPUTimeout as e:
@@ -744,9 +763,8 @@ class Device:
             except BaseException:
                 self._grew = None                # a growth of a launch that failed to encode stays unreported
                 raise
-            q.note(value, kernel.label)
-            t2 = time.perf_counter()
-            h = Launch(q, value, (kernel.name, t0, t1, t2, ts, grid, block,
+            q._what[value & 255] = kernel.label  # (q.note, inline)
+            h = Launch(q, value, (kernel.name, t0, t1, _now(), ts, grid, block,
                                   self.take_growth() if self._grew is not None else None))
             if self.profiler is not None:
                 h._rec = h._make()
@@ -918,6 +936,7 @@ class Device:
                 if hit:
                     o.fail(min(hit), o.timeline.value, err)
             self._waited = {k: v for k, v in self._waited.items() if id(q) not in k}
+            self._clean.clear()                         # the waits q had queued are lost with its ring
 
     def close(self) -> None:
         """Release the queues, the memory and the interface (idempotent); a closed device raises DeviceClosed."""

@@ -52,6 +52,8 @@ class Graph:
         self.ibs: dict[str, object] = {}
         self.last: dict[object, int] = {}                  # queue -> timeline value of the last replay
         self.copies = 0
+        self._programs: list = []                          # the programs of the nodes (freed ones refuse a replay)
+        self._tail: tuple[bytes, int, int] | None = None
 
     # -- capturing ------------------------------------------------------------------------------
     def __enter__(self) -> "Graph":
@@ -69,6 +71,21 @@ class Graph:
                     a.cpu.mv[:len(dws) * 4] = np.asarray(dws, np.uint32).tobytes()
                     a.cpu.wrote(0, len(dws) * 4)
                     self.ibs[kind] = a
+            self._programs = list({id(n.kernel.prg): n.kernel.prg for n in self.nodes}.values())
+            self._tail = self._one_tail()
+
+    def _one_tail(self) -> tuple[bytes, int, int] | None:
+        """A graph of one compute segment on a PM4 queue replays as one template: its INDIRECT_BUFFER and the
+        completion signal (template bytes, dwords, byte offset of the value), written with one doorbell."""
+        q = self.dev.queue
+        if len(self.segments) != 1 or self.segments[0][0] != "compute" or not hasattr(q, "put"):
+            return None
+        _, first, n = self.segments[0]
+        c = q.commands()
+        c.dw += c.t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=self.ibs["compute"].va + 4 * first, IB_SIZE=n,
+                           VALID=1)
+        c.release(q.timeline.addr, 0, interrupt=self.dev.iface.signal_event, name="value")
+        return np.asarray(c.dw, np.uint32).tobytes(), len(c.dw), 4 * c.patches["value"]
 
     def _append(self, kind: str, dws: list[int]) -> None:
         if self.segments and self.segments[-1][0] == kind:
@@ -115,11 +132,18 @@ class Graph:
         queue's for a graph of copies only)."""
         if not self.segments or self.dev.capturing is self:
             raise RuntimeError("the graph is empty or still capturing")
-        freed = sorted({n.kernel.name for n in self.nodes if n.kernel.prg.freed})
-        if freed:
+        if any(p.freed for p in self._programs):
+            freed = sorted({n.kernel.name for n in self.nodes if n.kernel.prg.freed})
             raise InvalidArgument(f"the graph launches kernels of freed programs ({', '.join(freed)}); capture it again")
-        with self.dev.lock:
-            self.dev._check()
+        dev = self.dev
+        with dev.lock:
+            if dev.closed:
+                dev._check()
+            tail = self._tail
+            if tail is not None:
+                q = dev.queue
+                value = self.last[q] = q.put(*tail)
+                return value
             return self._replay()
 
     def _replay(self) -> int:

@@ -174,11 +174,31 @@ class Buffer:
             raise ValueError(f"read of {size} bytes at offset {offset} exceeds the {self.size}-byte buffer")
         return self.dev._copy_out(self, offset, size)
 
+    def read_into(self, out, offset: int = 0) -> None:
+        """Copy the buffer's bytes from `offset` into `out` (a writable, contiguous buffer: a numpy array, a
+        bytearray, a memoryview; as many bytes as it holds), once the GPU finished the work submitted so far.
+        No new host memory is touched: into an array already in use it costs one copy out of staging."""
+        if self.alloc is None:
+            raise self._freed("read")
+        try:
+            mv = memoryview(out)
+        except TypeError:
+            raise InvalidArgument(f"read_into needs a writable buffer (numpy array, bytearray), not "
+                                  f"{type(out).__name__}") from None
+        if mv.readonly or not mv.c_contiguous:
+            raise InvalidArgument("read_into needs a writable, contiguous buffer")
+        mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+        if offset < 0 or offset + mv.nbytes > self.size:
+            raise ValueError(f"read of {mv.nbytes} bytes at offset {offset} exceeds the {self.size}-byte buffer")
+        if mv.nbytes:
+            self.dev._copy_out(self, offset, mv.nbytes, mv)
+
     def numpy(self, dtype=np.float32, shape=None) -> np.ndarray:
         """The buffer's bytes as a new (writable) array of `dtype`, reshaped to `shape` if given."""
         dtype = np.dtype(dtype)
         n = self.size // dtype.itemsize
-        arr = np.frombuffer(self.read(n * dtype.itemsize), dtype).copy()
+        arr = np.empty(n, dtype)
+        self.read_into(arr)
         return arr.reshape(shape) if shape is not None else arr
 
     def free(self) -> None:

@@ -40,6 +40,7 @@ MEMORY_SPACE = _WRM["MEM_SPACE"]["MEMORY_SPACE"]
 
 
 DISPATCH_HDR = A.header(A.HSA_PACKET_TYPE_KERNEL_DISPATCH, 1)
+U64 = struct.Struct("<Q")
 
 
 class SHRegs:
@@ -109,6 +110,9 @@ class PM4Queue(HWQueue):
         self._limit = self.ring_dw              # wptr may grow to this without rereading the read pointer
         self.inline_kernargs = bool(getattr(self.dev.iface, "kernargs_in_ring", False))
         self._inline: collections.deque = collections.deque()     # (end dword of a NOP's arguments, its launch)
+        q = self.q                              # what a launch touches, bound once (a reset opens anew)
+        self._ringmap, self._rmv = q.ring.cpu, q.ring.cpu.mv
+        self._wptrmap, self._doorbell, self._belloff = q.wptr.cpu, q.doorbell, q.doorbell_off
 
     def commands(self) -> Commands:
         return Commands(self.gen, self.sh)
@@ -119,31 +123,62 @@ class PM4Queue(HWQueue):
 
     def launch(self, kernel, args: tuple, grid, block, ts: int | None, shared_mem: int = 0) -> tuple[int, float]:
         """Encode a dispatch from the kernel's launch plan and submit it; `ts` (if given) receives the GPU
-        clock before and after. Returns (timeline value, time when encoding finished)."""
-        p = self.plan(kernel, args, grid, block, ts is not None, shared_mem)
+        clock before and after. Returns (timeline value, time when encoding finished).
+
+        The plan's template is copied into the ring where the packets go and patched there in place (kernarg
+        address, timeline value, timestamp addresses): no per-launch dword array is built."""
+        p = None
+        if kernel._plain:                       # (pm4_plan's short key, inline: the hottest path)
+            ty = kernel._types
+            try:
+                p = kernel._shapes.get((grid, block, ts is not None, shared_mem, len(args),
+                                        ty(args) if ty is not None else ()))
+            except IndexError:
+                pass
+        if p is None:
+            p = pm4_plan(self, kernel, args, grid, block, ts is not None, shared_mem)
         if self.inline_kernargs:
             return self._launch_inline(p, kernel, args, ts)
-        ka, off = self.dev.kernargs.take(p.size)
-        kernel.pack_into(p, args, self.dev.kernargs.mv, off)
-        dw = p.dw
-        if p.ka_idx is not None:
-            dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
+        kv = self.dev.kernargs
+        off = kv.head                           # (Kernargs.take, inline, unless the ring of arguments wraps)
+        if off + p.ksize > kv.size:
+            ka, off = kv.take(p.size)
+        else:
+            kv.head = off + p.ksize
+            ka = kv.va + off
+        kernel.pack_into(p, args, kv.mv, off)
         if p.pkt_off is not None:
-            pa = ka + p.pkt_off
-            struct.pack_into("<Q", p.pkt, 40, ka)
-            self.dev.kernargs.mv[off + p.pkt_off:off + p.pkt_off + 64] = p.pkt
-            dw[p.pkt_idx], dw[p.pkt_idx + 1] = pa & 0xFFFFFFFF, pa >> 32
-        self.dev.kernargs.wrote(off, p.size)
+            pkt = p.pkt
+            U64.pack_into(pkt, 40, ka)
+            kv.mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
+        kv.cpu.wrote(off, p.size)
+        n = p.n
         w = self.wptr
-        self.room(len(dw))                      # first the ring space: a value once taken is submitted
+        if w + n > self._limit:
+            self.room(n)                        # first the ring space: a value once taken is submitted
         value = self.timeline.next()
         if self.wptr != w:                      # the ordering hook queued waits first: room for dw again
-            self.room(len(dw))
-        dw[p.value], dw[p.value + 1] = value & 0xFFFFFFFF, value >> 32
-        if ts is not None:
-            dw[p.ts], dw[p.ts + 1], dw[p.ts2], dw[p.ts2 + 1] = ts & 0xFFFFFFFF, ts >> 32, (ts + 8) & 0xFFFFFFFF, (ts + 8) >> 32
-        t1 = time.perf_counter()
-        self._write(dw)
+            self.room(n)
+            w = self.wptr
+        t1 = _clock()
+        i = w % self.ring_dw
+        if i + n > self.ring_dw:                # the launch wraps: through a patched copy
+            dw = p.dw.copy()
+            b = dw.view(np.uint8)
+            self._patch(p, b, 0, ka, value, ts)
+            self._write(dw)
+            return value, t1
+        mv, o = self._rmv, 4 * i
+        mv[o:o + p.nbytes] = p.tpl
+        if p.plain and ts is None:
+            U64.pack_into(mv, o + p.ka_o, ka)
+            U64.pack_into(mv, o + p.value_o, value)
+        else:
+            self._patch(p, mv, o, ka, value, ts)
+        self._ringmap.wrote(o, p.nbytes)
+        self.wptr = w = w + n
+        self._wptrmap.write64(0, w)             # (_bell, inline)
+        self._doorbell.write64(self._belloff, w)
         return value, t1
 
     def _launch_inline(self, p: "Plan", kernel, args: tuple, ts: int | None) -> tuple[int, float]:
@@ -205,6 +240,51 @@ class PM4Queue(HWQueue):
             if self.timeline.completed < value:
                 self.dev.wait(value, None, self, errors=False)
 
+    @staticmethod
+    def _patch(p: "Plan", mv, o: int, ka: int, value: int, ts: int | None) -> None:
+        """Patch one launch's variable dwords into its template copy at mv[o:]."""
+        if p.ka_idx is not None:
+            U64.pack_into(mv, o + 4 * p.ka_idx, ka)
+        if p.pkt_off is not None:
+            U64.pack_into(mv, o + 4 * p.pkt_idx, ka + p.pkt_off)
+        U64.pack_into(mv, o + 4 * p.value, value)
+        if ts is not None:
+            U64.pack_into(mv, o + 4 * p.ts, ts)
+            U64.pack_into(mv, o + 4 * p.ts2, ts + 8)
+
+    def _bell(self, w: int) -> None:
+        """Publish the write pointer `w` and ring the doorbell with it."""
+        self._wptrmap.write64(0, w)
+        self._doorbell.write64(self._belloff, w)
+
+    def put(self, tpl: bytes, n: int, vo: int) -> int:
+        """Submit the n-dword template `tpl` with the next timeline value patched at its byte `vo` (a bound
+        launch's or a graph's tail): ring space, value, one template copy into the ring, one doorbell."""
+        w = self.wptr
+        if w + n > self._limit:
+            self.room(n)
+        value = self.timeline.next()
+        if self.wptr != w:                      # the ordering hook queued waits first
+            self.room(n)
+            w = self.wptr
+        i = w % self.ring_dw
+        if i + n > self.ring_dw:
+            self._write_patched(tpl, vo, value)
+            return value
+        mv, o = self._rmv, 4 * i
+        mv[o:o + 4 * n] = tpl
+        U64.pack_into(mv, o + vo, value)
+        self._ringmap.wrote(o, 4 * n)
+        self.wptr = w = w + n
+        self._bell(w)
+        return value
+
+    def _write_patched(self, tpl: bytes, vo: int, value: int) -> None:
+        """A template that wraps around the ring's end: patched in a copy, written in two pieces."""
+        dw = np.frombuffer(tpl, np.uint32).copy()
+        U64.pack_into(dw, vo, value)
+        self._write(dw)
+
     def bind(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> "PM4Bound":
         """This launch recorded into an indirect buffer; `.submit()` resubmits it."""
         return PM4Bound(self, kernel, args, grid, block, shared_mem)
@@ -251,8 +331,7 @@ class PM4Queue(HWQueue):
             self.ring[:n - first] = arr[first:]
             m.wrote(0, 4 * (n - first))
         self.wptr += n
-        self.q.wptr.cpu.write64(0, self.wptr)
-        self.q.doorbell.write64(self.q.doorbell_off, self.wptr)
+        self._bell(self.wptr)
 
     def describe(self) -> dict:
         """Where the queue is: the packet at the GPU's read pointer, decoded."""
@@ -273,6 +352,17 @@ class PM4Queue(HWQueue):
 def pm4_plan(queue, kernel, args: tuple, grid, block, timed: bool = False, shared_mem: int = 0) -> "Plan":
     """The cached PM4 launch plan of a kernel for one shape on a queue that runs PM4 (a PM4 queue, or an
     AQL queue's vendor packets, as graphs use it)."""
+    if kernel._plain:
+        ty = kernel._types
+        try:
+            short = (grid, block, timed, shared_mem, len(args), ty(args) if ty is not None else ())
+        except IndexError:
+            short = None                    # too few arguments: the full key (and then the packing) says so
+        p = kernel._shapes.get(short)
+        if p is not None:
+            return p
+    else:
+        short = None
     dyn = tuple(a.nbytes for a in args if isinstance(a, kernargs.LDS)) if kernel._has_lds else ()
     d = kernel.desc
     scratch = queue.dev.scratch_for(d.private_segment_fixed_size, d.wave_size).base if d.uses_scratch else 0
@@ -281,6 +371,8 @@ def pm4_plan(queue, kernel, args: tuple, grid, block, timed: bool = False, share
     p = kernel._plans.get(key)
     if p is None:
         p = kernel._plans[key] = Plan(queue, kernel, args, grid, block, timed, shared_mem)
+    if short is not None:
+        kernel._shapes[short] = p
     return p
 
 
@@ -350,12 +442,17 @@ class Plan:
         self.value = len(cmds.dw) + 5                        # DATA_LO of the timeline RELEASE_MEM
         cmds.release(queue.timeline.addr, 0, interrupt=dev.iface.signal_event)
         self.dw = np.array(cmds.dw, np.uint32)
+        self.n, self.nbytes, self.tpl = len(self.dw), 4 * len(self.dw), self.dw.tobytes()   # the launch's template
         self.grid, self.block, self.shared_mem = grid, block, shared_mem
         self.ka_idx = cmds.patches.get("kernarg_segment_ptr")
         self.pkt_idx = cmds.patches.get("dispatch_ptr")
         self.blob = bytearray(out["blob"])
         self.pkt_off = out["packet"]
         self.size = ((len(self.blob) + 63) & ~63) + (64 if self.pkt_off is not None else 0)
+        self.ksize = (self.size + 63) & ~63                 # what it takes of the kernel-argument ring
+        # the common launch patches two 64-bit words: the kernarg address and the timeline value (byte offsets)
+        self.plain = self.ka_idx is not None and self.pkt_off is None
+        self.ka_o, self.value_o = 4 * (self.ka_idx or 0), 4 * self.value
         if self.pkt_off is not None:                         # the AQL packet names the kernarg address at 40
             self.pkt = bytearray(dev.kernargs.read(out["kernarg"] + self.pkt_off, 64))
         self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)
@@ -396,11 +493,15 @@ class PM4Bound:
                                          VALID=1)
         self.tail = np.concatenate([np.array(ib, np.uint32), dw[p.work:]])
         self.vi = len(ib) + (p.value - p.work)
+        self.tpl, self.n, self.nbytes, self.vo = self.tail.tobytes(), len(self.tail), 4 * len(self.tail), 4 * self.vi
 
     def submit(self) -> "Launch":
-        """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion)."""
+        """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion).
+        Writes the 12-dword tail (INDIRECT_BUFFER, completion signal) from its template, the value patched in
+        the ring, and rings the doorbell once."""
         q = self.queue
-        if self.kernel.prg.freed:
+        prg = self.kernel.prg
+        if prg._freed or prg.code.freed:
             raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
         if self.ib_alloc is None:
             raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
@@ -411,15 +512,27 @@ class PM4Bound:
         try:
             if dev.closed:
                 dev._check()
-            mark = q.timeline.value
+            t = q.timeline
+            mark = t.value
+            n = self.n                          # (PM4Queue.put, inline: the hot path)
             w = q.wptr
-            q.room(len(self.tail))
-            value = q.timeline.next()
+            if w + n > q._limit:
+                q.room(n)
+            value = t.next()
             if q.wptr != w:
-                q.room(len(self.tail))
-            t = self.tail
-            t[self.vi], t[self.vi + 1] = value & 0xFFFFFFFF, value >> 32
-            q._write(t)
+                q.room(n)
+                w = q.wptr
+            i = w % q.ring_dw
+            if i + n > q.ring_dw:
+                q._write_patched(self.tpl, self.vo, value)
+            else:
+                mv, o = q._rmv, 4 * i
+                mv[o:o + self.nbytes] = self.tpl
+                U64.pack_into(mv, o + self.vo, value)
+                q._ringmap.wrote(o, self.nbytes)
+                q.wptr = w = w + n
+                q._wptrmap.write64(0, w)
+                q._doorbell.write64(q._belloff, w)
         except GPUTimeout as e:
             dev._submit_failed(q, mark, e)
             raise

@@ -1,6 +1,7 @@
 """Programs loaded on a device, and kernels called like functions."""
 from __future__ import annotations
 
+import operator
 import struct
 import time
 import weakref
@@ -214,6 +215,14 @@ class Kernel:
                          if a.value_kind == "by_value" and not a.type_name.strip()]
         self._pointee = {i: f for i, a in enumerate(self.meta.explicit_args)
                          if (f := kernargs.pointee_check(a)) is not None}     # typed pointers: dtype checks
+        # a launch shape of a kernel without LDS arguments or scratch is (grid, block, timed, shared_mem, the
+        # Python types of its untyped arguments): looked up in `_shapes` without building the full plan key
+        self._nexp = len(self.meta.explicit_args)
+        self._plain = not self._has_lds and not self.desc.uses_scratch
+        self._shapes: dict[tuple, object] = {}
+        ix = tuple(self._untyped)
+        self._types = (None if not ix else (lambda a, i=ix[0]: type(a[i])) if len(ix) == 1
+                       else (lambda a, g=operator.itemgetter(*ix): tuple(map(type, g(a)))))
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} of {self.prg}>"
@@ -233,8 +242,10 @@ class Kernel:
             h = k(out, x, 2.0, n, grid=(n + 255) // 256, block=256)
             h.wait()        # -> LaunchRecord: encode, submit, gpu, wait
         """
-        return self.prg.dev.launch(self, args, _dims(grid, "grid"), _block(block, self.name),
-                                   _shared(shared_mem, self.name), wait, timeout_ms, timed)
+        g = (grid, 1, 1) if type(grid) is int and grid >= 1 else _dims(grid, "grid")
+        b = (block, 1, 1) if type(block) is int and block >= 1 else _block(block, self.name)
+        return self.prg.dev.launch(self, args, g, b, shared_mem if type(shared_mem) is int and shared_mem >= 0
+                                   else _shared(shared_mem, self.name), wait, timeout_ms, timed)
 
     def bind(self, *args, grid=1, block=None, shared_mem: int = 0) -> "PM4Bound | AQLBound":
         """This launch recorded once (PM4: an indirect buffer; AQL: a ready dispatch packet) with its own
@@ -263,19 +274,27 @@ class Kernel:
         return buf.addr
 
     def pack_into(self, p, args: tuple, mv, off: int) -> None:
-        """Write this call's kernel arguments (validated) at mv[off:]."""
+        """Write this call's kernel arguments (validated) at mv[off:]: the plan's blob (hidden arguments
+        included), then the explicit arguments in one struct pack; anything unusual takes the checked path."""
         mv[off:off + len(p.blob)] = p.blob
-        if p.fmt is not None and len(args) == len(self.meta.explicit_args):
+        fmt = p.fmt
+        if fmt is not None and len(args) == self._nexp:
             try:
+                if not p.ptr:
+                    fmt.pack_into(mv, off, *args)
+                    return
                 vals = list(args)
                 dev = self.prg.dev
+                pointee = self._pointee
                 for i in p.ptr:
                     v = vals[i]
                     if not isinstance(v, int):
-                        if v.dtype is not None and i in self._pointee and not self._pointee[i](v.dtype):
+                        if v.dev is not dev:
+                            raise TypeError                     # another device's: the slow path says so
+                        if v.dtype is not None and i in pointee and not pointee[i](v.dtype):
                             raise TypeError                     # the slow path names the argument and the types
-                        vals[i] = v.addr if v.dev is dev else None     # another device's: the slow path says so
-                p.fmt.pack_into(mv, off, *vals)
+                        vals[i] = v.addr
+                fmt.pack_into(mv, off, *vals)
                 return
             except (struct.error, AttributeError, TypeError):
                 pass                                        # the slow path packs it or says what is wrong

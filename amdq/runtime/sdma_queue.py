@@ -20,12 +20,16 @@ pass 2^31 and 2^32 freely.
 Staging. Device buffers with a copy queue have no CPU mapping. `upload` copies host bytes into GTT
 staging chunks (STAGING_CHUNK bytes) and queues one COPY_LINEAR per chunk, asynchronously; staging is
 recycled when the copy queue's timeline passes it, and the host waits only when more than
-STAGING_LIMIT bytes are in flight. `download` copies into one staging buffer per DOWNLOAD_PIECE bytes,
-waits, and copies out.
+STAGING_LIMIT bytes are in flight. `download` queues one copy per DOWNLOAD_PIECE bytes into its own
+staging buffer and copies each piece out as soon as it landed (the engine moving the next meanwhile),
+straight into the caller's buffer or the new bytes object: no pass over the data beyond the two copies.
 """
 from __future__ import annotations
 
+import ctypes
 from collections import deque
+
+import numpy as np
 
 from ..hw import sdma
 from .hwqueue import HWQueue, stuck_report
@@ -35,7 +39,8 @@ FUNC_GEQ = 5
 POLL_FOREVER = 0xFFF
 STAGING_CHUNK = 8 << 20
 STAGING_LIMIT = 64 << 20
-DOWNLOAD_PIECE = 64 << 20
+DOWNLOAD_PIECE = 8 << 20
+DOWNLOAD_LIMIT = 64 << 20
 
 
 class SDMAQueue(HWQueue):
@@ -191,13 +196,15 @@ class SDMAQueue(HWQueue):
         return self.run(self.copy(dst, src, nbytes))
 
     def upload(self, dst: int, raw: memoryview) -> int:
-        """Host bytes to the GPU address dst through staging buffers; returns without waiting."""
-        raw = memoryview(raw).cast("B")
+        """Host bytes to the GPU address dst through staging buffers; returns without waiting. Each chunk is
+        queued as soon as it is staged, so the engine copies one chunk while the host stages the next (numpy
+        copies, which let the simulated engine's thread run meanwhile)."""
+        src = np.frombuffer(memoryview(raw).cast("B"), np.uint8)
         value = self.timeline.value
-        for off in range(0, raw.nbytes, STAGING_CHUNK):
-            n = min(STAGING_CHUNK, raw.nbytes - off)
+        for off in range(0, len(src), STAGING_CHUNK):
+            n = min(STAGING_CHUNK, len(src) - off)
             a = self._stage(n)
-            a.cpu.mv[:n] = raw[off:off + n]
+            np.copyto(np.frombuffer(a.cpu.mv, np.uint8, n), src[off:off + n])
             a.cpu.wrote(0, n)
             value = self.run(self.copy(dst + off, a.va, n))
             self._staged.append((value, a))
@@ -215,15 +222,43 @@ class SDMAQueue(HWQueue):
             self.dev.allocator.free(a)
         return self.dev.allocator.alloc(n, "gtt")
 
-    def download(self, src: int, nbytes: int) -> bytes:
-        """nbytes at the GPU address src, once every queue's earlier work has finished writing them: one
-        staging buffer per DOWNLOAD_PIECE bytes, one wait, one host copy out of it."""
-        parts = []
-        for off in range(0, nbytes, DOWNLOAD_PIECE):
-            n = min(DOWNLOAD_PIECE, nbytes - off)
-            a = self.dev.allocator.alloc(n, "gtt")
-            self.dev.wait(self.run(self.copy(a.va, src + off, n)), queue=self)   # on error the staging stays put
+    def download(self, src: int, nbytes: int, out: memoryview | None = None) -> bytes | None:
+        """nbytes at the GPU address src, once every queue's earlier work has finished writing them, as bytes
+        or (with `out`, a writable buffer of nbytes) into `out`. One copy per DOWNLOAD_PIECE bytes into its own
+        staging buffer, all queued at once; the host copies each piece out as soon as it has landed, while the
+        engine moves the next (at most DOWNLOAD_LIMIT bytes of staging at a time)."""
+        dst = None if out is None else np.frombuffer(out, np.uint8)
+        if dst is None:
+            result, dst = _fresh_bytes(nbytes)
+        pending: deque = deque()
+        off = 0
+        while off < nbytes or pending:
+            while off < nbytes and (not pending or len(pending) * DOWNLOAD_PIECE < DOWNLOAD_LIMIT):
+                n = min(DOWNLOAD_PIECE, nbytes - off)
+                a = self.dev.allocator.alloc(n, "gtt")
+                pending.append((off, n, a, self.run(self.copy(a.va, src + off, n))))
+                off += n
+            o, n, a, v = pending[0]
+            self.dev.wait(v, queue=self)                # on error the staging of what is in flight stays put
+            pending.popleft()
             a.cpu.refresh(0, n)
-            parts.append(bytes(a.cpu.mv[:n]))
+            np.copyto(dst[o:o + n], np.frombuffer(a.cpu.mv, np.uint8, n))
             self.dev.allocator.free(a)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return result if out is None else None
+
+
+_PyBytes = getattr(ctypes, "pythonapi", None)
+if _PyBytes is not None:
+    _PyBytes = _PyBytes.PyBytes_FromStringAndSize
+    _PyBytes.restype, _PyBytes.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_ssize_t)
+
+
+def _fresh_bytes(n: int) -> tuple[bytes, np.ndarray]:
+    """A new bytes object of n bytes and a writable array over its storage, for filling it before anyone else
+    sees it (what C code does with PyBytes_FromStringAndSize(NULL, n)): the bytes are copied once, not twice."""
+    if _PyBytes is None or n == 0:
+        b = bytearray(n)
+        return b, np.frombuffer(b, np.uint8)            # (a bytearray where the C API is not reachable)
+    b = _PyBytes(None, n)
+    addr = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
+    return b, np.ctypeslib.as_array((ctypes.c_ubyte * n).from_address(addr))

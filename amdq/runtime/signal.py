@@ -16,11 +16,15 @@ def default_timeout_ms() -> int:
 
 class Timeline:
     """A monotonically increasing 64-bit value per queue: submission n completes when it reads >= n.
-    `before(self)` (if given) is called before each value is handed out: the device's cross-queue hook."""
+    `before(self)` (if given) is called before each value is handed out: the device's cross-queue hook.
+    `moves` (a one-element list shared by a device's timelines) counts every value handed out by any of them,
+    so the hook can tell at once that no other timeline moved since it last looked."""
 
     SLOT = 16
 
-    def __init__(self, alloc, index: int = 0, start: int = 0, before: Callable[["Timeline"], None] | None = None):
+    def __init__(self, alloc, index: int = 0, start: int = 0, before: Callable[["Timeline"], None] | None = None,
+                 moves: list[int] | None = None):
+        self.moves = [0] if moves is None else moves
         self.alloc, self.off = alloc, index * self.SLOT
         self.addr = alloc.va + self.off
         self.mv = alloc.cpu.mv
@@ -33,11 +37,13 @@ class Timeline:
     def next(self) -> int:
         if self.before is not None:
             self.before(self)
+        self.moves[0] += 1
         self.value += 1
         return self.value
 
     def advance(self) -> int:
         """The next value without the ordering hook (for a caller that orders its work itself)."""
+        self.moves[0] += 1
         self.value += 1
         return self.value
 

@@ -171,7 +171,8 @@ class SimGPU:
         if self._defer:
             return
         if self.mode == "async":
-            self._kick.set()
+            if not self._kick.is_set():               # (the worker has not seen the last kick yet: no second one)
+                self._kick.set()
         else:
             self.pump(1 << 12)
 

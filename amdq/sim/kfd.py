@@ -122,17 +122,18 @@ class DoorbellPage(Mapping):
     def __init__(self, gpu: SimGPU, base_index: int):
         super().__init__(0xD000_0000 + base_index * 8, 0x2000, None)
         self.gpu, self.base = gpu, base_index
-        self.values = np.zeros(0x2000 // 8, np.uint64)
+        self.values = [0] * (0x2000 // 8)
 
     def write64(self, off: int, v: int) -> None:
-        self.values[off // 8] = v
-        self.gpu.ring(self.base + off // 8, v)
+        i = off >> 3
+        self.values[i] = v & 0xFFFFFFFFFFFFFFFF
+        self.gpu.ring(self.base + i, v)
 
     def write32(self, off: int, v: int) -> None:
         self.write64(off, v)
 
     def read64(self, off: int) -> int:
-        return int(self.values[off // 8])
+        return self.values[off >> 3]
 
     read32 = read64
 
