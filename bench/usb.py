@@ -46,6 +46,16 @@ def cost(a: dict, b: dict, per: float = 1.0) -> dict:
     return {k: round(v, 2) for k, v in d.items()}
 
 
+def per_submission(dev, submit, times: int) -> dict:
+    """What `submit()` costs on the link, per call, over `times` calls (then the device synchronised)."""
+    s0 = snap(dev.sim, dev.iface.fn.ctrl)
+    for _ in range(times):
+        submit()
+    s1 = snap(dev.sim, dev.iface.fn.ctrl)
+    dev.synchronize()
+    return cost(s0, s1, times)
+
+
 def settle(dev) -> None:
     """Let the simulated GPU finish what it was given, without touching the link (so a wait's cost is the cost of
     waiting for finished work, not of polling while the simulator runs)."""
@@ -104,12 +114,7 @@ def main() -> None:
         # a bound launch resubmitted
         b = k.bind(z, y, x, 1.0, n, grid=n // 256, block=256)
         b.submit().wait()
-        s0 = snap(bridge, dev.iface.fn.ctrl)
-        for _ in range(launches):
-            b.submit()
-        s1 = snap(bridge, dev.iface.fn.ctrl)
-        dev.synchronize()
-        res["bound_resubmit"] = cost(s0, s1, launches)
+        res["bound_resubmit"] = per_submission(dev, b.submit, launches)
         ok &= bool(np.array_equal(x.numpy(np.float32), want + 1.0))
         b.free()
         # a graph of four launches replayed
@@ -118,12 +123,7 @@ def main() -> None:
                 k(x, y, z, 3.0, n, grid=n // 256, block=256)
         g.replay()
         dev.synchronize()
-        s0 = snap(bridge, dev.iface.fn.ctrl)
-        for _ in range(launches):
-            g.replay()
-        s1 = snap(bridge, dev.iface.fn.ctrl)
-        dev.synchronize()
-        res["graph_replay_4_kernels"] = cost(s0, s1, launches)
+        res["graph_replay_4_kernels"] = per_submission(dev, g.replay, launches)
         ok &= bool(np.array_equal(z.numpy(np.float32), x.numpy(np.float32) + np.float32(3.0)))   # z = 3 y + x, y = 1
         # copies: per MiB in and out, and the copy-in bandwidth at 16 MiB
         for mib in (1, 16):
