@@ -217,3 +217,4 @@ class Graph:
         for a in list(self.ibs.values()) + self.arenas:
             self.dev.allocator.free(a)
         self.arenas, self.ibs = [], {}
+        self._tail = None                                   # its IB is gone: no replay of it
