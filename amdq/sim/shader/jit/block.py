@@ -1,0 +1,444 @@
+"""Basic blocks -> one LLVM module: the phases of each block, the wave loops around them, memory and branches.
+
+See ir.py for the function's contract. A phase is a run of ALU instructions (executed wave by wave), or one
+memory instruction (its own loops over the waves), or the block's closing branch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ....hw.isa.decode import Inst, Operand
+from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn
+
+VERSION = 1          # bump when the generated code changes meaning (part of every cache key)
+
+
+@dataclass
+class Block:
+    """Translatable instructions from `pc` on; `kinds[i]` as ir.kind_of says."""
+    pc: int
+    insts: list[Inst]
+    kinds: list[str]
+    pcs: list[int] = field(default_factory=list)
+    floats: bool = False         # some instruction needs MODE: f32 denormals kept, round to nearest even
+    max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
+    name: str = ""
+
+    def __post_init__(self):
+        self.pcs = [i.pc for i in self.insts]
+
+
+def _vregs(inst: Inst) -> int:
+    top = 0
+    ops = list(inst.dst) + list(inst.src)
+    for o in (inst.addr, inst.data):
+        if isinstance(o, Operand):
+            ops.append(o)
+        elif isinstance(o, tuple):
+            ops.extend(x for x in o if isinstance(x, Operand))
+    for o in ops:
+        if isinstance(o, Operand) and o.kind == "v":
+            top = max(top, o.reg + max(o.n, 1))
+    if inst.key == "v_fmac_f32":
+        top = max(top, inst.dst[0].reg + 1)
+    if inst.key.startswith(("global_store", "ds_store")):
+        top = max(top, top + 4)          # data registers past the operand's n (conservative)
+    return top
+
+
+def finish(b: Block) -> Block:
+    b.floats = any(k == "alu" and ("f32" in i.key) for i, k in zip(b.insts, b.kinds))
+    b.max_vgpr = max((_vregs(i) for i in b.insts), default=0)
+    return b
+
+
+class ModuleGen:
+    """Functions of one region (all blocks discovered from a root PC), as IR text."""
+
+    def __init__(self, lanes: int, root: int):
+        self.lanes, self.root = lanes, root
+        self.funcs: list[str] = []
+
+    def header(self) -> str:
+        L = self.lanes
+        return "\n".join([
+            f"declare <{L} x float> @llvm.fma.v{L}f32(<{L} x float>, <{L} x float>, <{L} x float>)",
+            f"declare <{L} x float> @llvm.fabs.v{L}f32(<{L} x float>)",
+            *(f"declare <{L} x i32> @llvm.{m}.v{L}i32(<{L} x i32>, <{L} x i32>)" for m in ("umin", "umax", "smin", "smax")),
+            *(f"declare i32 @llvm.{m}.i32(i32, i32)" for m in ("umin", "umax", "smin", "smax")),
+            "",
+            "define internal i64 @lookup(ptr %tab, i64 %cnt, i64 %a, i64 %nb) alwaysinline {",
+            "entry:",
+            "  %end = add i64 %a, %nb",
+            "  %wrap = icmp ult i64 %end, %a",
+            "  br i1 %wrap, label %miss, label %loop",
+            "loop:",
+            "  %i = phi i64 [0, %entry], [%i1, %next]",
+            "  %more = icmp ult i64 %i, %cnt",
+            "  br i1 %more, label %body, label %miss",
+            "body:",
+            "  %o = mul i64 %i, 3",
+            "  %plo = getelementptr i64, ptr %tab, i64 %o",
+            "  %lo = load i64, ptr %plo",
+            "  %o1 = add i64 %o, 1",
+            "  %phi = getelementptr i64, ptr %tab, i64 %o1",
+            "  %hi = load i64, ptr %phi",
+            "  %o2 = add i64 %o, 2",
+            "  %pd = getelementptr i64, ptr %tab, i64 %o2",
+            "  %d = load i64, ptr %pd",
+            "  %ge = icmp uge i64 %a, %lo",
+            "  %le = icmp ule i64 %end, %hi",
+            "  %in = and i1 %ge, %le",
+            "  %i1 = add i64 %i, 1",
+            "  br i1 %in, label %hit, label %next",
+            "next:",
+            "  br label %loop",
+            "hit:",
+            "  %h = add i64 %a, %d",
+            "  ret i64 %h",
+            "miss:",
+            "  ret i64 0",
+            "}",
+            "",
+        ])
+
+    def text(self) -> str:
+        return self.header() + "\n".join(self.funcs)
+
+    # ---------------------------------------------------------------- one block
+    def add(self, b: Block) -> str:
+        name = f"blk_{b.pc - self.root:x}"
+        b.name = name
+        f = Fn(self.lanes)
+        f.lines.append(f"define i32 @{name}(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) {{")
+        f.lines.append("entry:")
+        for key, ty in (("v", "ptr"), ("s", "ptr"), ("scc", "ptr"), ("em", "ptr"), ("full", "ptr"), ("pc", "ptr"),
+                        ("n", "i64"), ("lds", "ptr"), ("lds_base", "ptr"), ("lds_size", "i64"), ("rtab", "ptr"),
+                        ("rcount", "i64"), ("wtab", "ptr"), ("wcount", "i64"), ("base_pc", "i64")):
+            p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[key]}")
+            f.e(f"%{key}{'p' if ty == 'ptr' else ''} = load {ty}, ptr {p}")
+        f.e(f"%nl = mul i64 %n, {self.lanes}")
+        f.e("%ctl = alloca i32")
+        f.e("store i32 0, ptr %ctl")
+        # phases
+        phases: list[tuple[str, list[int]]] = []
+        for i, k in enumerate(b.kinds):
+            if k in ("alu", "nop", "wait"):
+                if phases and phases[-1][0] == "alu":
+                    phases[-1][1].append(i)
+                else:
+                    phases.append(("alu", [i]))
+            elif k == "ds" and b.insts[i].key.startswith("ds_store_2addr"):
+                phases.append(("ds0", [i]))
+                phases.append(("ds1", [i]))
+            else:
+                phases.append((k, [i]))
+        nxt = f.t("ph")
+        f.e(f"br label {nxt}")
+        for kind, idx in phases:
+            f.label(nxt)
+            nxt = f.t("ph")
+            lo, hi = idx[0], idx[-1] + 1
+            c1 = f.op(f"icmp slt i32 %start, {hi}")
+            c2 = f.op(f"icmp sgt i32 %end, {lo}")
+            go = f.op(f"and i1 {c1}, {c2}")
+            body = f.t("do")
+            f.e(f"br i1 {go}, label {body}, label {nxt}")
+            f.label(body)
+            if kind == "alu":
+                self._alu_phase(f, b, idx)
+            elif kind == "branch":
+                self._wave_loop(f, lambda em, i=idx[0]: self._branch(em, b.insts[i], b))
+                f.e("store i32 1, ptr %ctl")
+            elif kind in ("gload", "gstore"):
+                self._global(f, b, idx[0], kind)
+            else:
+                part = 1 if kind == "ds1" else 0
+                self._wave_loop(f, lambda em, i=idx[0]: self._ds(em, b.insts[i], part))
+            f.e(f"br label {nxt}")
+        f.label(nxt)
+        c = f.op("load i32, ptr %ctl")
+        z = f.op(f"icmp ne i32 {c}, 0")
+        f.e(f"%ret = select i1 {z}, i32 -2, i32 -1")
+        f.e("ret i32 %ret")
+        f.lines.append("}")
+        self.funcs.append("\n".join(f.lines))
+        return name
+
+    def _wave_loop(self, f: Fn, body, tail=None) -> None:
+        """for i in 0..nw: %w = waves[i]; body(emitter)."""
+        head, loop, done = f.t("L"), f.t("B"), f.t("D")
+        pre = f.t("P")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        i = f.t("i")
+        i1 = f.t("i")
+        f.e(f"{i} = phi i64 [0, {pre}], [{i1}, {loop}_end]")
+        c = f.op(f"icmp ult i64 {i}, %nw")
+        f.e(f"br i1 {c}, label {loop}, label {done}")
+        f.label(loop)
+        wp = f.op(f"getelementptr i64, ptr %waves, i64 {i}")
+        w = f.op(f"load i64, ptr {wp}")
+        em = _WaveEmitter(f, w, i)
+        body(em)
+        f.e(f"br label {loop}_end")
+        f.label(f"{loop}_end")
+        f.e(f"{i1} = add i64 {i}, 1")
+        f.e(f"br label {head}")
+        f.label(done)
+
+    def _alu_phase(self, f: Fn, b: Block, idx: list[int]) -> None:
+        def body(em: "_WaveEmitter"):
+            for i in idx:
+                inst, k = b.insts[i], b.kinds[i]
+                if k != "alu":
+                    continue
+                c1 = f.op(f"icmp sle i32 %start, {i}")
+                c2 = f.op(f"icmp sgt i32 %end, {i}")
+                go = f.op(f"and i1 {c1}, {c2}")
+                yes, no = f.t("x"), f.t("y")
+                f.e(f"br i1 {go}, label {yes}, label {no}")
+                f.label(yes)
+                if inst.enc.startswith("SOP"):
+                    em.salu(inst)
+                else:
+                    em.valu(inst)
+                f.e(f"br label {no}")
+                f.label(no)
+            if em.writes_exec:
+                em.refresh_exec()
+        self._wave_loop(f, body)
+
+    # ---------------------------------------------------------------- branches
+    def _branch(self, em: "_WaveEmitter", inst: Inst, b: Block) -> None:
+        f, k = em.f, inst.key
+        tgt = f.op(f"add i64 %base_pc, {inst.target - self.root}")
+        nxt = f.op(f"add i64 %base_pc, {inst.pc + inst.size - self.root}")
+        if k == "s_branch":
+            pc = tgt
+        else:
+            if k in ("s_cbranch_scc0", "s_cbranch_scc1"):
+                v = em.scc_get()
+                z = f.op(f"icmp eq i32 {v}, 0")
+            elif k in ("s_cbranch_vccz", "s_cbranch_vccnz"):
+                v = em.mask_bits(Operand("s", VCC, 2 if f.L == 64 else 1))
+                z = f.op(f"icmp eq {f.IT} {v}, 0")
+            else:
+                v = em.exec_bits()
+                z = f.op(f"icmp eq {f.IT} {v}, 0")
+            taken = z if k.endswith(("scc0", "vccz", "execz")) else f.op(f"xor i1 {z}, true")
+            pc = f.op(f"select i1 {taken}, i64 {tgt}, i64 {nxt}")
+        p = f.op(f"getelementptr i64, ptr %pcp, i64 {em.w}")
+        f.e(f"store i64 {pc}, ptr {p}")
+
+    # ---------------------------------------------------------------- global memory
+    def _gaddr(self, em: "_WaveEmitter", inst: Inst, lane: str) -> str:
+        f = em.f
+        off = inst.offset & (2 ** 64 - 1)
+        if inst.saddr is not None and inst.saddr.reg != NULL:
+            lo = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, lane)}, align 4")
+            a = f.op(f"zext i32 {lo} to i64")
+            base = em.sget64(Operand("s", inst.saddr.reg, 2))
+            a = f.op(f"add i64 {a}, {base}")
+        else:
+            lo = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, lane)}, align 4")
+            hi = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg + 1, lane)}, align 4")
+            lo64, hi64 = f.op(f"zext i32 {lo} to i64"), f.op(f"zext i32 {hi} to i64")
+            hs = f.op(f"shl i64 {hi64}, 32")
+            a = f.op(f"or i64 {lo64}, {hs}")
+        return f.op(f"add i64 {a}, {off}") if off else a
+
+    def _global(self, f: Fn, b: Block, i: int, kind: str) -> None:
+        inst = b.insts[i]
+        words = GWIDTH[inst.key.split("_")[-1]]
+        nbytes = 4 * words
+        write = kind == "gstore"
+        tab, cnt = ("%wtabp", "%wcount") if write else ("%rtabp", "%rcount")
+
+        def check(em: "_WaveEmitter"):
+            def lane(l):
+                a = self._gaddr(em, inst, l)
+                h = f.op(f"call i64 @lookup(ptr {tab}, i64 {cnt}, i64 {a}, i64 {nbytes})")
+                miss = f.op(f"icmp eq i64 {h}, 0")
+                bad, ok = f.t("m"), f.t("k")
+                f.e(f"br i1 {miss}, label {bad}, label {ok}")
+                f.label(bad)
+                for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", str(int(write)))):
+                    p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[slot]}")
+                    f.e(f"store i64 {val}, ptr {p}")
+                f.e(f"ret i32 {i}")
+                f.label(ok)
+            em.lane_loop(lane)
+
+        def access(em: "_WaveEmitter"):
+            def lane(l):
+                a = self._gaddr(em, inst, l)
+                h = f.op(f"call i64 @lookup(ptr {tab}, i64 {cnt}, i64 {a}, i64 {nbytes})")
+                hp = f.op(f"inttoptr i64 {h} to ptr")
+                if write:
+                    vals = [f.op(f"load i32, ptr {em.lane_ptr(inst.data.reg + j, l)}, align 4") for j in range(words)]
+                    for j, v in enumerate(vals):
+                        q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
+                        f.e(f"store i32 {v}, ptr {q}, align 1")
+                else:
+                    vals = []
+                    for j in range(words):
+                        q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
+                        vals.append(f.op(f"load i32, ptr {q}, align 1"))
+                    for j, v in enumerate(vals):
+                        f.e(f"store i32 {v}, ptr {em.lane_ptr(inst.dst[0].reg + j, l)}, align 4")
+            em.lane_loop(lane)
+        self._wave_loop(f, check)
+        self._wave_loop(f, access)
+
+    # ---------------------------------------------------------------- LDS
+    def _ds(self, em: "_WaveEmitter", inst: Inst, part: int) -> None:
+        f, k = em.f, inst.key
+        if k in DS_2:
+            size = 8 if k.endswith("b64") else 4
+            unit = size * (64 if "stride64" in k else 1)
+            offs = (inst.offset0 * unit, inst.offset1 * unit)
+            base_off = 0
+        else:
+            size = 4 * (DS_LOAD.get(k) or DS_STORE[k])
+            offs = (0,)
+            base_off = inst.offset
+        nw = size // 4
+        wb = f.op(f"getelementptr i64, ptr %lds_basep, i64 {em.w}")
+        wbase = f.op(f"load i64, ptr {wb}")
+
+        def lane(l):
+            a32 = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, l)}, align 4")
+            a = f.op(f"zext i32 {a32} to i64")
+            if base_off:
+                a = self._mask32(f, f.op(f"add i64 {a}, {base_off}"))
+            if "load" in k:
+                vals = []
+                for o in offs:
+                    ao = self._mask32(f, f.op(f"add i64 {a}, {o}")) if o else a
+                    for j in range(nw):
+                        vals.append(self._lds_read(f, ao, 4 * j, wbase))
+                for j, v in enumerate(vals):
+                    f.e(f"store i32 {v}, ptr {em.lane_ptr(inst.dst[0].reg + j, l)}, align 4")
+            else:
+                regs = [d.reg for d in inst.data]
+                sel = [(offs[part], regs[part])] if k in DS_2 else [(0, regs[0])]
+                for o, r in sel:
+                    ao = self._mask32(f, f.op(f"add i64 {a}, {o}")) if o else a
+                    vals = [f.op(f"load i32, ptr {em.lane_ptr(r + j, l)}, align 4") for j in range(nw)]
+                    for j, v in enumerate(vals):
+                        self._lds_write(f, ao, 4 * j, wbase, v)
+        em.lane_loop(lane)
+
+    def _mask32(self, f: Fn, x: str) -> str:
+        return f.op(f"and i64 {x}, {0xFFFFFFFF}")
+
+    def _lds_read(self, f: Fn, a: str, j: int, wbase: str) -> str:
+        aj = f.op(f"add i64 {a}, {j}") if j else a
+        lim = f.op(f"add i64 {aj}, 4")
+        ok = f.op(f"icmp ule i64 {lim}, %lds_size")
+        yes, join = f.t("r"), f.t("j")
+        pre = f.t("q")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br i1 {ok}, label {yes}, label {join}")
+        f.label(yes)
+        off = f.op(f"add i64 {aj}, {wbase}")
+        p = f.op(f"getelementptr i8, ptr %ldsp, i64 {off}")
+        v = f.op(f"load i32, ptr {p}, align 1")
+        f.e(f"br label {join}")
+        f.label(join)
+        return f.op(f"phi i32 [0, {pre}], [{v}, {yes}]")
+
+    def _lds_write(self, f: Fn, a: str, j: int, wbase: str, v: str) -> None:
+        aj = f.op(f"add i64 {a}, {j}") if j else a
+        lim = f.op(f"add i64 {aj}, 4")
+        ok = f.op(f"icmp ule i64 {lim}, %lds_size")
+        yes, join = f.t("r"), f.t("j")
+        f.e(f"br i1 {ok}, label {yes}, label {join}")
+        f.label(yes)
+        off = f.op(f"add i64 {aj}, {wbase}")
+        p = f.op(f"getelementptr i8, ptr %ldsp, i64 {off}")
+        f.e(f"store i32 {v}, ptr {p}, align 1")
+        f.e(f"br label {join}")
+        f.label(join)
+
+
+class _WaveEmitter(Emitter):
+    """Emitter bound to the wave loop's current wave."""
+
+    def __init__(self, f: Fn, w: str, i: str):
+        super().__init__(f, None)
+        self.w, self.i = w, i
+        wl = f.op(f"mul i64 {w}, {f.L}")
+        self._wl = wl
+
+    def vrow(self, r: int) -> str:
+        f = self.f
+        off = f.op(f"mul i64 %nl, {r}")
+        idx = f.op(f"add i64 {off}, {self._wl}")
+        return f.op(f"getelementptr i32, ptr %vp, i64 {idx}")
+
+    def srow(self, r: int) -> str:
+        f = self.f
+        off = f.op(f"mul i64 %n, {r}")
+        idx = f.op(f"add i64 {off}, {self.w}")
+        return f.op(f"getelementptr i32, ptr %sp, i64 {idx}")
+
+    def lane_ptr(self, r: int, lane: str) -> str:
+        f = self.f
+        row = self.vrow(r)
+        return f.op(f"getelementptr i32, ptr {row}, i64 {lane}")
+
+    def sget(self, op: Operand) -> str:
+        if op.kind == "x" and op.reg == 253:
+            f = self.f
+            p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
+            return f.op(f"load i32, ptr {p}, align 4")
+        return super().sget(op)
+
+    def scc_put(self, bit: str) -> None:
+        f = self.f
+        z = f.op(f"zext i1 {bit} to i32")
+        p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
+        f.e(f"store i32 {z}, ptr {p}, align 4")
+
+    def lane_loop(self, body) -> None:
+        """for lane in 0..L: if EXEC bit: body(lane) (EXEC read once, before the first lane)."""
+        f = self.f
+        e = self.exec_bits()
+        pre, head, lb, skip, done = f.t("lp"), f.t("lh"), f.t("lb"), f.t("ls"), f.t("ld")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        l, l1 = f.t("l"), f.t("l")
+        f.e(f"{l} = phi i64 [0, {pre}], [{l1}, {skip}]")
+        lt = f.op(f"trunc i64 {l} to {f.IT}")
+        bit = f.op(f"lshr {f.IT} {e}, {lt}")
+        b1 = f.op(f"trunc {f.IT} {bit} to i1")
+        f.e(f"br i1 {b1}, label {lb}, label {skip}")
+        f.label(lb)
+        body(l)
+        f.e(f"br label {skip}")
+        f.label(skip)
+        f.e(f"{l1} = add i64 {l}, 1")
+        c = f.op(f"icmp ult i64 {l1}, {f.L}")
+        f.e(f"br i1 {c}, label {head}, label {done}")
+        f.label(done)
+
+    def refresh_exec(self) -> None:
+        """em[wave] and full[wave] from the EXEC SGPR image (what WaveState.refresh_exec does)."""
+        f = self.f
+        e = self.exec_bits()
+        m = self.mask_vec(e)
+        m8 = f.op(f"zext {f.MT} {m} to <{f.L} x i8>")
+        off = f.op(f"mul i64 {self.w}, {f.L}")
+        p = f.op(f"getelementptr i8, ptr %emp, i64 {off}")
+        f.e(f"store <{f.L} x i8> {m8}, ptr {p}, align 1")
+        full = f.op(f"icmp eq {f.IT} {e}, -1")
+        fz = f.op(f"zext i1 {full} to i8")
+        q = f.op(f"getelementptr i8, ptr %fullp, i64 {self.w}")
+        f.e(f"store i8 {fz}, ptr {q}, align 1")

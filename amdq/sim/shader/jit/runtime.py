@@ -1,0 +1,265 @@
+"""The glue between the scheduler and compiled blocks: find the block at a PC, call it, handle its misses.
+
+`step(batch, icache, sel, pc, k, limit)` is the scheduler's one hook (core.Batch.run): it runs the compiled
+block holding `pc` for the waves `sel` (k of them), at most up to `limit` (the lowest PC of the other runnable
+waves, so waves still merge where the interpreter would merge them), and returns (instructions executed,
+bytes the PC advanced, whether a branch set the PCs), or None when the interpreter must take this PC.
+
+Regions: the first time a PC is asked for, the blocks reachable from it (straight-line code, fall-through and
+branch targets, up to MAX_BLOCKS) are found by fetching through the ICache (so code comes through the memory
+model as the interpreter's does) and compiled together, keyed by their bytes (compiled.py). A region
+remembers the ICache lines it was decoded from; after an instruction-cache invalidate it is revalidated line
+by line, the ICache's rule, and thrown away when any byte changed.
+
+Instructions are translated only where the family's handler is RDNA3's own (the same builder object, so the
+same semantics); anything else ends the block and runs in the interpreter.
+
+Global memory goes through a table of translated ranges per batch (the memory model's `jit_span`: an
+allocation of FlatMemory, a run of the GPU MMU). A lane outside the table stops the block before that
+instruction (nothing of it done yet); the range is translated and the block resumes there, or, when the memory
+model would fault, the interpreter runs the instruction and raises the same fault.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .block import VERSION, Block, ModuleGen, finish
+from .compiled import Compiled, get, region_key
+from .ir import CTX, CTX_SLOTS, kind_of
+
+MAX_BLOCKS = 128
+MAX_INSTS = 512          # per block
+RANGES = 64              # translated ranges per table
+FULL_F32 = 0x30          # MODE.FP_DENORM f32 field: denormals kept
+ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
+counts = {"calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
+
+
+def enabled() -> bool:
+    """AMDQ_SIM_JIT=0 (or off/no/false) forces the interpreter."""
+    return os.environ.get("AMDQ_SIM_JIT", "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+class Region:
+    def __init__(self, root: int, blocks: list[Block], compiled: Compiled, deps: tuple, gen: int, key: str):
+        self.root, self.blocks, self.compiled, self.deps, self.gen, self.key = root, blocks, compiled, deps, gen, key
+        self.fns = {b.pc: compiled.fns[b.name] for b in blocks}
+
+
+class Cache:
+    """Per ICache (one ISA family of one shader core): regions and where each PC sits in them."""
+
+    def __init__(self):
+        self.at: dict[tuple[int, bool], tuple[Region, Block, int]] = {}
+        self.none: dict[tuple[int, bool], int] = {}      # PCs known not to start a block (by ICache generation)
+        self.regions: list[Region] = []
+
+    def drop(self, region: Region) -> None:
+        self.regions.remove(region)
+        for key in [k for k, v in self.at.items() if v[0] is region]:
+            del self.at[key]
+
+
+_shared_cache: dict[str, set] = {}
+
+
+def _shared(isa) -> set:
+    """Handler keys whose builder in this family is RDNA3's own."""
+    s = _shared_cache.get(isa.name)
+    if s is None:
+        from ..isa import for_isa
+        base = for_isa("rdna3").handlers
+        s = {k for k, b in isa.handlers.items() if base.get(k) is b}
+        _shared_cache[isa.name] = s
+    return s
+
+
+def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
+    shared = _shared(icache.isa)
+    blocks: list[Block] = []
+    work, seen = [root], set()
+    while work and len(blocks) < MAX_BLOCKS:
+        pc = work.pop(0)
+        if pc in seen or (pc, wave64) in covered:
+            continue
+        seen.add(pc)
+        insts, kinds, p = [], [], pc
+        while len(insts) < MAX_INSTS:
+            if insts and (p in seen or (p, wave64) in covered):
+                work.append(p)
+                break
+            try:
+                _, inst, control, _ = icache.get(p, wave64)
+            except Exception:           # an instruction that does not decode or build: the interpreter says so
+                break
+            k = kind_of(inst) if inst.key in shared else None
+            if k is None:
+                if not control:
+                    work.append(p + inst.size)
+                elif inst.target is not None:
+                    work += [inst.target, p + inst.size]
+                break
+            insts.append(inst)
+            kinds.append(k)
+            p += inst.size
+            if k == "branch":
+                work.append(inst.target)
+                if inst.key != "s_branch":
+                    work.append(p)
+                break
+            if k == "wait":
+                work.append(p)
+                break
+        if insts and any(k in ("alu", "gload", "gstore", "ds", "branch") for k in kinds):
+            blocks.append(finish(Block(pc, insts, kinds)))
+            for i in insts:
+                covered[(i.pc, wave64)] = True
+    return blocks
+
+
+def _region(cache: Cache, icache, pc: int, wave64: bool) -> bool:
+    covered = {k: True for k in cache.at}
+    blocks = _discover(icache, pc, wave64, covered)
+    if not blocks:
+        return False
+    root = min(b.pc for b in blocks)
+    insts = [i for b in blocks for i in b.insts]
+    family = icache.isa.name
+    key = region_key(family, wave64, root, sorted(insts, key=lambda i: i.pc), VERSION)
+    gen = ModuleGen(64 if wave64 else 32, root)
+    for b in blocks:
+        b.name = f"blk_{b.pc - root:x}"
+
+    def make_ir() -> str:
+        for b in blocks:
+            gen.add(b)
+        return gen.text()
+    compiled = get(key, [b.name for b in blocks], make_ir)
+    deps = tuple({d for i in insts for d in icache.deps.get((i.pc, wave64), ())})
+    region = Region(root, blocks, compiled, deps, icache.gen, key)
+    region.base = root
+    cache.regions.append(region)
+    for b in blocks:
+        for j, i in enumerate(b.insts):
+            cache.at.setdefault((i.pc, wave64), (region, b, j))
+    return True
+
+
+def lookup(icache, pc: int, wave64: bool):
+    """(region, block, index) of the compiled code holding pc, compiling its region on first use; or None."""
+    cache = getattr(icache, "jit", None)
+    if cache is None:
+        cache = icache.jit = Cache()
+    key = (pc, wave64)
+    hit = cache.at.get(key)
+    if hit is not None:
+        region = hit[0]
+        if region.gen != icache.gen:
+            if icache._valid(region.deps):
+                region.gen = icache.gen
+            else:
+                cache.drop(region)
+                hit = None
+        if hit is not None:
+            return hit
+    if cache.none.get(key) == icache.gen:
+        return None
+    if not _region(cache, icache, pc, wave64):
+        cache.none[key] = icache.gen
+        return None
+    hit = cache.at.get(key)
+    if hit is None:
+        cache.none[key] = icache.gen
+    return hit
+
+
+class Context:
+    """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables."""
+
+    def __init__(self, batch):
+        w = batch.w
+        self.w, self.mem = w, w.mem
+        self.ctx = np.zeros(CTX_SLOTS, np.int64)
+        self.rtab = np.zeros(3 * RANGES, np.int64)
+        self.wtab = np.zeros(3 * RANGES, np.int64)
+        self.all = np.arange(w.n, dtype=np.int64)
+        c = self.ctx
+        for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
+                          ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", self.rtab), ("wtab", self.wtab)):
+            assert arr.flags.c_contiguous
+            c[CTX[name]] = arr.ctypes.data
+        c[CTX["n"]] = w.n
+        c[CTX["lds_size"]] = w.lds_size
+        self.span = getattr(self.mem, "jit_span", None)
+
+    def resolve(self) -> bool:
+        """Add the range of the last miss to its table; False when the memory model would fault there."""
+        c = self.ctx
+        if self.span is None:
+            return False
+        addr, nbytes, write = int(c[CTX["miss_addr"]]) & (2 ** 64 - 1), int(c[CTX["miss_bytes"]]), bool(c[CTX["miss_write"]])
+        sp = self.span(addr, nbytes, write)
+        if sp is None:
+            return False
+        lo, hi, host = sp
+        tab, slot = (self.wtab, "wcount") if write else (self.rtab, "rcount")
+        n = int(c[CTX[slot]])
+        if n >= RANGES:                 # full: start again (the ranges in use come back on their next miss)
+            n = 0
+        tab[3 * n:3 * n + 3] = (np.int64(lo - (1 << 64) if lo >= 1 << 63 else lo),
+                                np.int64(hi - (1 << 64) if hi >= 1 << 63 else hi),
+                                np.int64(((host - lo + (1 << 63)) % (1 << 64)) - (1 << 63)))
+        c[CTX[slot]] = n + 1
+        return True
+
+
+def _mode_ok(w, sel) -> bool:
+    m = w.mode[sel]
+    return bool(((m & (FULL_F32 | ROUND_F32)) == FULL_F32).all())
+
+
+def step(batch, icache, sel, pc: int, k: int, limit: int | None):
+    """Run the compiled block at pc for the waves sel (see the module docstring); None: not here."""
+    w = batch.w
+    wave64 = batch.lanes == 64
+    hit = lookup(icache, pc, wave64)
+    if hit is None:
+        return None
+    region, blk, i = hit
+    if blk.max_vgpr > w.v.shape[0] or (blk.floats and not _mode_ok(w, sel)):
+        return None
+    n = len(blk.insts)
+    end = n
+    if limit is not None:
+        end = i
+        while end < n and blk.pcs[end] < limit:
+            end += 1
+        if end == i:
+            return None
+    ctx = getattr(batch, "_jit_ctx", None)
+    if ctx is None:
+        ctx = batch._jit_ctx = Context(batch)
+    ctx.ctx[CTX["base_pc"]] = region.root
+    waves = ctx.all if isinstance(sel, slice) else np.ascontiguousarray(sel, np.int64)
+    fn = region.fns[blk.pc]
+    start = i
+    while True:
+        r = fn(ctx.ctx.ctypes.data, waves.ctypes.data, k, start, end)
+        counts["calls"] += 1
+        if r >= 0:
+            counts["misses"] += 1
+            if ctx.resolve():
+                start = r
+                continue
+            counts["fallbacks"] += 1
+            if r == i:
+                return None
+            counts["wave_instructions"] += (r - i) * k
+            return r - i, blk.pcs[r] - pc, False
+        counts["wave_instructions"] += (end - i) * k
+        if r == -2:
+            return end - i, 0, True
+        stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
+        return end - i, stop - pc, False
