@@ -416,7 +416,7 @@ class _WaveEmitter(Emitter):
         f.label(head)
         l, l1 = f.t("l"), f.t("l")
         f.e(f"{l} = phi i64 [0, {pre}], [{l1}, {skip}]")
-        lt = f.op(f"trunc i64 {l} to {f.IT}")
+        lt = f.op(f"trunc i64 {l} to {f.IT}") if f.L == 32 else l
         bit = f.op(f"lshr {f.IT} {e}, {lt}")
         b1 = f.op(f"trunc {f.IT} {bit} to i1")
         f.e(f"br i1 {b1}, label {lb}, label {skip}")

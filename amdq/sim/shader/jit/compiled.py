@@ -64,8 +64,22 @@ class Compiled:
         self.fns = {n: FN(engine.get_function_address(n)) for n in names}
 
 
+_KEEP: list = []      # engines and the object files added to them: never freed (MCJIT keeps pointing into them)
+
+
 def _engine(llvm, tm):
-    return llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+    m = llvm.parse_assembly("")
+    m.triple = tm.triple
+    eng = llvm.create_mcjit_compiler(m, tm)
+    _KEEP.append(eng)
+    return eng
+
+
+def _add(llvm, eng, obj: bytes) -> None:
+    ref = llvm.ObjectFileRef.from_data(obj)
+    _KEEP.append((ref, obj))
+    eng.add_object_file(ref)
+    eng.finalize_object()
 
 
 def _optimise(llvm, tm, mod) -> None:
@@ -99,8 +113,7 @@ def get(key: str, names: list[str], make_ir) -> Compiled:
         source = "disk"
         if obj:
             try:
-                eng.add_object_file(llvm.ObjectFileRef.from_data(obj))
-                eng.finalize_object()
+                _add(llvm, eng, obj)
                 if not all(eng.get_function_address(n) for n in names):
                     raise ValueError("functions missing")
                 stats["disk_hits"] += 1
@@ -112,9 +125,9 @@ def get(key: str, names: list[str], make_ir) -> Compiled:
             mod = llvm.parse_assembly(make_ir())
             mod.verify()
             _optimise(llvm, tm, mod)
+            mod.triple = tm.triple
             obj = tm.emit_object(mod)
-            eng.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            eng.finalize_object()
+            _add(llvm, eng, obj)
             stats["compiled"] += 1
             if path:
                 _store(path, obj)
