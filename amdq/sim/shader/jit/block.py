@@ -162,6 +162,7 @@ class ModuleGen:
         f.e(f"%ret = select i1 {z}, i32 -2, i32 -1")
         f.e("ret i32 %ret")
         f.lines.append("}")
+        f.lines[2:2] = f.allocas
         self.funcs.append("\n".join(f.lines))
         return name
 
@@ -433,11 +434,14 @@ class _WaveEmitter(Emitter):
         """em[wave] and full[wave] from the EXEC SGPR image (what WaveState.refresh_exec does)."""
         f = self.f
         e = self.exec_bits()
-        m = self.mask_vec(e)
-        m8 = f.op(f"zext {f.MT} {m} to <{f.L} x i8>")
         off = f.op(f"mul i64 {self.w}, {f.L}")
-        p = f.op(f"getelementptr i8, ptr %emp, i64 {off}")
-        f.e(f"store <{f.L} x i8> {m8}, ptr {p}, align 1")
+        for c in range(f.NC):
+            self.c = str(c)
+            m = self.mask_vec(e)
+            m8 = f.op(f"zext {f.MT} {m} to <{f.W} x i8>")
+            p = f.op(f"getelementptr i8, ptr %emp, i64 {f.op(f'add i64 {off}, {c * f.W}')}")
+            f.e(f"store <{f.W} x i8> {m8}, ptr {p}, align 1")
+        self.c = None
         full = f.op(f"icmp eq {f.IT} {e}, -1")
         fz = f.op(f"zext i1 {full} to i8")
         q = f.op(f"getelementptr i8, ptr %fullp, i64 {self.w}")

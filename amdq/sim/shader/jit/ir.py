@@ -252,14 +252,23 @@ def _ds_ok(inst: Inst) -> bool:
 class Fn:
     """Lines of one function, with fresh SSA names."""
 
+    W = 8            # lanes per vector operation: one AVX2 register of i32 (a wave is lanes / W chunks)
+
     def __init__(self, lanes: int):
         self.lines: list[str] = []
+        self.allocas: list[str] = []
         self.k = 0
         self.L = lanes
-        self.VT = f"<{lanes} x i32>"
-        self.FT = f"<{lanes} x float>"
-        self.MT = f"<{lanes} x i1>"
+        self.NC = lanes // self.W
+        self.VT = f"<{self.W} x i32>"
+        self.FT = f"<{self.W} x float>"
+        self.MT = f"<{self.W} x i1>"
         self.IT = f"i{lanes}"
+
+    def alloca(self, ty: str) -> str:
+        r = self.t("a")
+        self.allocas.append(f"  {r} = alloca {ty}")
+        return r
 
     def t(self, p: str = "t") -> str:
         self.k += 1
@@ -277,7 +286,7 @@ class Fn:
         return r
 
     def splat(self, scalar: str, ty: str = "i32") -> str:
-        n = self.L
+        n = self.W
         v = self.op(f"insertelement <{n} x {ty}> poison, {ty} {scalar}, i64 0")
         return self.op(f"shufflevector <{n} x {ty}> {v}, <{n} x {ty}> poison, <{n} x i32> zeroinitializer")
 
@@ -289,6 +298,9 @@ class Emitter:
         self.f = f
         self.inst_pc = inst_pc     # pc -> offset from the region's root (for branch targets)
         self.writes_exec = False
+        self.c = None              # the chunk index (i64) inside a VALU instruction's chunk loop
+        self.pending: dict[int, str] = {}     # SGPR -> accumulator of the lane mask being written
+        self._init_at = 0
 
     # -- addresses
     def vrow(self, r: int) -> str:
@@ -377,27 +389,55 @@ class Emitter:
         return self.sget64(Operand("s", op.reg, 2))
 
     def mask_vec(self, bits: str) -> str:
+        """The current chunk's lanes of an iL lane mask, as <W x i1>."""
         f = self.f
-        return f.op(f"bitcast {f.IT} {bits} to {f.MT}")
+        sh = f.op(f"shl {f.IT} {f.op(f'trunc i64 {self.c} to {f.IT}') if f.L == 32 else self.c}, 3")
+        part = f.op(f"lshr {f.IT} {bits}, {sh}")
+        p32 = f.op(f"trunc {f.IT} {part} to i32") if f.L == 64 else part
+        sp = f.splat(p32)
+        bitsv = "<" + ", ".join(f"i32 {1 << j}" for j in range(f.W)) + ">"
+        a = f.op(f"and {f.VT} {sp}, {bitsv}")
+        return f.op(f"icmp ne {f.VT} {a}, zeroinitializer")
 
     def mask_put(self, r: int, m: str) -> None:
+        """Accumulate the chunk's lanes of a lane mask for SGPR (pair) r; written after the chunk loop."""
         f = self.f
-        bits = f.op(f"bitcast {f.MT} {m} to {f.IT}")
-        if f.L == 32:
-            self.sput(r, bits)
-        else:
-            self.sput64(r, bits)
+        acc = self.pending.get(r)
+        if acc is None:
+            acc = self.pending[r] = f.alloca(f.IT)
+            f.lines.insert(self._init_at, f"  store {f.IT} 0, ptr {acc}")
+        b8 = f.op(f"bitcast {f.MT} {m} to i8")
+        z = f.op(f"zext i8 {b8} to {f.IT}")
+        sh = f.op(f"shl {f.IT} {f.op(f'trunc i64 {self.c} to {f.IT}') if f.L == 32 else self.c}, 3")
+        z = f.op(f"shl {f.IT} {z}, {sh}")
+        old = f.op(f"load {f.IT}, ptr {acc}")
+        f.e(f"store {f.IT} {f.op(f'or {f.IT} {old}, {z}')}, ptr {acc}")
+
+    def _flush_masks(self) -> None:
+        f = self.f
+        for r, acc in self.pending.items():
+            bits = f.op(f"load {f.IT}, ptr {acc}")
+            if f.L == 32:
+                self.sput(r, bits)
+            else:
+                self.sput64(r, bits)
+        self.pending = {}
+
+    def chunk_ptr(self, r: int) -> str:
+        f = self.f
+        off = f.op(f"shl i64 {self.c}, 3")
+        return f.op(f"getelementptr i32, ptr {self.vrow(r)}, i64 {off}")
 
     # -- vector operands
     def vget(self, op: Operand) -> str:
         f = self.f
         if op.kind == "v":
-            return f.op(f"load {f.VT}, ptr {self.vrow(op.reg)}, align 4")
+            return f.op(f"load {f.VT}, ptr {self.chunk_ptr(op.reg)}, align 4")
         return f.splat(self.sget(op))
 
     def vget64(self, op: Operand) -> str:
         f = self.f
-        VT64 = f"<{f.L} x i64>"
+        VT64 = f"<{f.W} x i64>"
         if op.kind == "v":
             lo = f.op(f"zext {f.VT} {self.vget(op)} to {VT64}")
             hi = f.op(f"zext {f.VT} {self.vget(Operand('v', op.reg + 1))} to {VT64}")
@@ -418,7 +458,7 @@ class Emitter:
     def vput(self, r: int, val: str) -> None:
         """EXEC-masked write of VGPR r."""
         f = self.f
-        p = self.vrow(r)
+        p = self.chunk_ptr(r)
         old = f.op(f"load {f.VT}, ptr {p}, align 4")
         m = self.mask_vec(self.exec_bits())
         new = f.op(f"select {f.MT} {m}, {f.VT} {val}, {f.VT} {old}")
@@ -426,7 +466,7 @@ class Emitter:
 
     def vput64(self, r: int, val: str) -> None:
         f = self.f
-        VT64 = f"<{f.L} x i64>"
+        VT64 = f"<{f.W} x i64>"
         lo = f.op(f"trunc {VT64} {val} to {f.VT}")
         sh = f.op(f"lshr {VT64} {val}, {f.splat('32', 'i64')}")
         hi = f.op(f"trunc {VT64} {sh} to {f.VT}")
@@ -558,6 +598,29 @@ class Emitter:
 
     # ---------------------------------------------------------------- VALU
     def valu(self, inst: Inst) -> None:
+        """One VALU instruction: a loop over the wave's chunks of W lanes; lane masks it writes are stored after."""
+        f = self.f
+        pre, head, done = f.t("cp"), f.t("ch"), f.t("cd")
+        self._init_at = len(f.lines)
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        c, c1 = f.t("c"), f.t("c")
+        tail = f.t("ct")
+        f.e(f"{c} = phi i64 [0, {pre}], [{c1}, {tail}]")
+        self.c = c
+        self._valu(inst)
+        f.e(f"br label {tail}")
+        f.label(tail)
+        f.e(f"{c1} = add i64 {c}, 1")
+        more = f.op(f"icmp ult i64 {c1}, {f.NC}")
+        f.e(f"br i1 {more}, label {head}, label {done}")
+        f.label(done)
+        self.c = None
+        self._flush_masks()
+
+    def _valu(self, inst: Inst) -> None:
         f, k = self.f, inst.key
         VT = f.VT
         d = inst.dst[0]
@@ -575,7 +638,7 @@ class Emitter:
                 am, bm = f.op(f"and {VT} {a}, {m}"), f.op(f"and {VT} {b}, {m}")
                 r = f.op(f"mul {VT} {am}, {bm}")
             elif opn == "mulhi":
-                V64 = f"<{f.L} x i64>"
+                V64 = f"<{f.W} x i64>"
                 a64, b64 = f.op(f"zext {VT} {a} to {V64}"), f.op(f"zext {VT} {b} to {V64}")
                 p = f.op(f"mul {V64} {a64}, {b64}")
                 s32 = f.splat("32", "i64")
@@ -663,7 +726,7 @@ class Emitter:
             a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
             if rev:
                 a, b = b, a
-            V64 = f"<{f.L} x i64>"
+            V64 = f"<{f.W} x i64>"
             a64, b64 = f.op(f"zext {VT} {a} to {V64}"), f.op(f"zext {VT} {b} to {V64}")
             r = f.op(f"{'add' if add else 'sub'} {V64} {a64}, {b64}")
             if cin:
@@ -683,7 +746,7 @@ class Emitter:
                 self.mask_put(inst.dst[1].reg, carry)
             return
         if k == "v_mad_u64_u32":
-            V64 = f"<{f.L} x i64>"
+            V64 = f"<{f.W} x i64>"
             a = f.op(f"zext {VT} {self.vget(inst.src[0])} to {V64}")
             b = f.op(f"zext {VT} {self.vget(inst.src[1])} to {V64}")
             c = self.vget64(inst.src[2])
@@ -698,7 +761,7 @@ class Emitter:
                 self.mask_put(inst.dst[1].reg, carry)
             return
         if k in SHIFT64:
-            V64 = f"<{f.L} x i64>"
+            V64 = f"<{f.W} x i64>"
             s = f.op(f"zext {VT} {self.vget(inst.src[0])} to {V64}")
             s = f.op(f"and {V64} {s}, {f.splat('63', 'i64')}")
             v = self.vget64(inst.src[1])
