@@ -66,8 +66,10 @@ class ModuleGen:
             f"declare <{L} x float> @llvm.fabs.v{L}f32(<{L} x float>)",
             *(f"declare <{L} x i32> @llvm.{m}.v{L}i32(<{L} x i32>, <{L} x i32>)" for m in ("umin", "umax", "smin", "smax")),
             *(f"declare i32 @llvm.{m}.i32(i32, i32)" for m in ("umin", "umax", "smin", "smax")),
+            "declare <8 x i32> @llvm.masked.gather.v8i32.v8p0(<8 x ptr>, i32, <8 x i1>, <8 x i32>)",
+            "declare void @llvm.masked.scatter.v8i32.v8p0(<8 x i32>, <8 x ptr>, i32, <8 x i1>)",
             "",
-            "define internal i64 @lookup(ptr %tab, i64 %cnt, i64 %a, i64 %nb) alwaysinline {",
+            "define internal i64 @lookup(ptr %tab, i64 %cnt, i64 %a, i64 %nb, ptr %hint) noinline {",
             "entry:",
             "  %end = add i64 %a, %nb",
             "  %wrap = icmp ult i64 %end, %a",
@@ -95,6 +97,11 @@ class ModuleGen:
             "  br label %loop",
             "hit:",
             "  %h = add i64 %a, %d",
+            "  store i64 %lo, ptr %hint",
+            "  %hh = getelementptr i64, ptr %hint, i64 1",
+            "  store i64 %hi, ptr %hh",
+            "  %hd = getelementptr i64, ptr %hint, i64 2",
+            "  store i64 %d, ptr %hd",
             "  ret i64 %h",
             "miss:",
             "  ret i64 0",
@@ -257,42 +264,111 @@ class ModuleGen:
         nbytes = 4 * words
         write = kind == "gstore"
         tab, cnt = ("%wtabp", "%wcount") if write else ("%rtabp", "%rcount")
+        hint = f.alloca("[3 x i64]")           # the range the last lane hit: (lo, hi, host - lo)
+        f.allocas.append(f"  store [3 x i64] [i64 1, i64 0, i64 0], ptr {hint}")
+        V64 = f"<{f.W} x i64>"
 
-        def check(em: "_WaveEmitter"):
-            def lane(l):
-                a = self._gaddr(em, inst, l)
-                h = f.op(f"call i64 @lookup(ptr {tab}, i64 {cnt}, i64 {a}, i64 {nbytes})")
-                miss = f.op(f"icmp eq i64 {h}, 0")
-                bad, ok = f.t("m"), f.t("k")
-                f.e(f"br i1 {miss}, label {bad}, label {ok}")
-                f.label(bad)
-                for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", str(int(write)))):
-                    p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[slot]}")
-                    f.e(f"store i64 {val}, ptr {p}")
-                f.e(f"ret i32 {i}")
-                f.label(ok)
-            em.lane_loop(lane)
+        def hint_at(j: int) -> str:
+            return f.op(f"load i64, ptr {f.op(f'getelementptr i64, ptr {hint}, i64 {j}')}")
 
-        def access(em: "_WaveEmitter"):
-            def lane(l):
-                a = self._gaddr(em, inst, l)
-                h = f.op(f"call i64 @lookup(ptr {tab}, i64 {cnt}, i64 {a}, i64 {nbytes})")
-                hp = f.op(f"inttoptr i64 {h} to ptr")
-                if write:
-                    vals = [f.op(f"load i32, ptr {em.lane_ptr(inst.data.reg + j, l)}, align 4") for j in range(words)]
-                    for j, v in enumerate(vals):
-                        q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
-                        f.e(f"store i32 {v}, ptr {q}, align 1")
-                else:
-                    vals = []
-                    for j in range(words):
-                        q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
-                        vals.append(f.op(f"load i32, ptr {q}, align 1"))
-                    for j, v in enumerate(vals):
-                        f.e(f"store i32 {v}, ptr {em.lane_ptr(inst.dst[0].reg + j, l)}, align 4")
-            em.lane_loop(lane)
-        self._wave_loop(f, check)
-        self._wave_loop(f, access)
+        def find(a: str) -> str:
+            lo, hi = hint_at(0), hint_at(1)
+            e = f.op(f"add i64 {a}, {nbytes}")
+            c1, c2, c3 = f.op(f"icmp uge i64 {a}, {lo}"), f.op(f"icmp ule i64 {e}, {hi}"), f.op(f"icmp uge i64 {e}, {a}")
+            inr = f.op(f"and i1 {f.op(f'and i1 {c1}, {c2}')}, {c3}")
+            fast, slow, join = f.t("hf"), f.t("hs"), f.t("hj")
+            f.e(f"br i1 {inr}, label {fast}, label {slow}")
+            f.label(fast)
+            h1 = f.op(f"add i64 {a}, {hint_at(2)}")
+            f.e(f"br label {join}")
+            f.label(slow)
+            h2 = f.op(f"call i64 @lookup(ptr {tab}, i64 {cnt}, i64 {a}, i64 {nbytes}, ptr {hint})")
+            f.e(f"br label {join}")
+            f.label(join)
+            return f.op(f"phi i64 [{h1}, {fast}], [{h2}, {slow}]")
+
+        def lane_check(em, l):
+            a = self._gaddr(em, inst, l)
+            h = find(a)
+            miss = f.op(f"icmp eq i64 {h}, 0")
+            bad, ok = f.t("m"), f.t("k")
+            f.e(f"br i1 {miss}, label {bad}, label {ok}")
+            f.label(bad)
+            for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", str(int(write)))):
+                p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[slot]}")
+                f.e(f"store i64 {val}, ptr {p}")
+            f.e(f"ret i32 {i}")
+            f.label(ok)
+
+        def lane_access(em, l):
+            a = self._gaddr(em, inst, l)
+            hp = f.op(f"inttoptr i64 {find(a)} to ptr")
+            if write:
+                vals = [f.op(f"load i32, ptr {em.lane_ptr(inst.data.reg + j, l)}, align 4") for j in range(words)]
+                for j, v in enumerate(vals):
+                    q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
+                    f.e(f"store i32 {v}, ptr {q}, align 1")
+            else:
+                vals = []
+                for j in range(words):
+                    q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
+                    vals.append(f.op(f"load i32, ptr {q}, align 1"))
+                for j, v in enumerate(vals):
+                    f.e(f"store i32 {v}, ptr {em.lane_ptr(inst.dst[0].reg + j, l)}, align 4")
+
+        def chunk_addr(em) -> str:
+            if inst.saddr is not None and inst.saddr.reg != NULL:
+                lo = f.op(f"zext {f.VT} {em.vget(inst.addr)} to {V64}")
+                a = f.op(f"add {V64} {lo}, {f.splat(em.sget64(Operand('s', inst.saddr.reg, 2)), 'i64')}")
+            else:
+                a = em.vget64(Operand("v", inst.addr.reg, 2))
+            off = inst.offset & (2 ** 64 - 1)
+            return f.op(f"add {V64} {a}, {f.splat(str(off), 'i64')}") if off else a
+
+        def phase(access: bool):
+            def wave(em):
+                e = em.exec_bits()
+
+                def body():
+                    m = em.mask_vec(e)
+                    a = chunk_addr(em)
+                    ae = f.op(f"add {V64} {a}, {f.splat(str(nbytes), 'i64')}")
+                    c1 = f.op(f"icmp uge {V64} {a}, {f.splat(hint_at(0), 'i64')}")
+                    c2 = f.op(f"icmp ule {V64} {ae}, {f.splat(hint_at(1), 'i64')}")
+                    c3 = f.op(f"icmp uge {V64} {ae}, {a}")
+                    inr = f.op(f"and {f.MT} {f.op(f'and {f.MT} {c1}, {c2}')}, {c3}")
+                    notm = f.op(f"xor {f.MT} {m}, {f.splat('true', 'i1')}")
+                    ok = f.op(f"bitcast {f.MT} {f.op(f'or {f.MT} {inr}, {notm}')} to i8")
+                    allok = f.op(f"icmp eq i8 {ok}, -1")
+                    if access and write and words > 1:
+                        allok = "false"          # multi-dword stores go lane by lane (the interpreter's order)
+                    fast, slow, join = f.t("gf"), f.t("gs"), f.t("gj")
+                    f.e(f"br i1 {allok}, label {fast}, label {slow}")
+                    f.label(fast)
+                    if access:
+                        hp = f.op(f"add {V64} {a}, {f.splat(hint_at(2), 'i64')}")
+                        for j in range(words):
+                            hj = f.op(f"add {V64} {hp}, {f.splat(str(4 * j), 'i64')}") if j else hp
+                            ptrs = f.op(f"inttoptr {V64} {hj} to <{f.W} x ptr>")
+                            if write:
+                                v = em.vget(Operand("v", inst.data.reg + j))
+                                f.e(f"call void @llvm.masked.scatter.v{f.W}i32.v{f.W}p0({f.VT} {v}, <{f.W} x ptr> {ptrs}, "
+                                    f"i32 1, {f.MT} {m})")
+                            else:
+                                p = em.chunk_ptr(inst.dst[0].reg + j)
+                                old = f.op(f"load {f.VT}, ptr {p}, align 4")
+                                g = f.op(f"call {f.VT} @llvm.masked.gather.v{f.W}i32.v{f.W}p0(<{f.W} x ptr> {ptrs}, i32 1, "
+                                         f"{f.MT} {m}, {f.VT} {old})")
+                                f.e(f"store {f.VT} {g}, ptr {p}, align 4")
+                    f.e(f"br label {join}")
+                    f.label(slow)
+                    em.chunk_lanes(e, lambda l: (lane_access if access else lane_check)(em, l))
+                    f.e(f"br label {join}")
+                    f.label(join)
+                em.chunk_loop(body)
+            return wave
+        self._wave_loop(f, phase(False))
+        self._wave_loop(f, phase(True))
 
     # ---------------------------------------------------------------- LDS
     def _ds(self, em: "_WaveEmitter", inst: Inst, part: int) -> None:
@@ -309,29 +385,62 @@ class ModuleGen:
         nw = size // 4
         wb = f.op(f"getelementptr i64, ptr %lds_basep, i64 {em.w}")
         wbase = f.op(f"load i64, ptr {wb}")
-
-        def lane(l):
-            a32 = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, l)}, align 4")
-            a = f.op(f"zext i32 {a32} to i64")
-            if base_off:
-                a = self._mask32(f, f.op(f"add i64 {a}, {base_off}"))
-            if "load" in k:
-                vals = []
-                for o in offs:
-                    ao = self._mask32(f, f.op(f"add i64 {a}, {o}")) if o else a
-                    for j in range(nw):
-                        vals.append(self._lds_read(f, ao, 4 * j, wbase))
-                for j, v in enumerate(vals):
-                    f.e(f"store i32 {v}, ptr {em.lane_ptr(inst.dst[0].reg + j, l)}, align 4")
-            else:
-                regs = [d.reg for d in inst.data]
-                sel = [(offs[part], regs[part])] if k in DS_2 else [(0, regs[0])]
+        load = "load" in k
+        regs = [d.reg for d in inst.data] if not load else []
+        sel = [(offs[part], regs[part])] if (k in DS_2 and not load) else ([(0, regs[0])] if not load else [])
+        e = em.exec_bits()
+        if not load and nw > 1:             # multi-dword stores lane by lane, in the interpreter's order
+            def lane(l):
+                a32 = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, l)}, align 4")
+                a = f.op(f"zext i32 {a32} to i64")
+                if base_off:
+                    a = self._mask32(f, f.op(f"add i64 {a}, {base_off}"))
                 for o, r in sel:
                     ao = self._mask32(f, f.op(f"add i64 {a}, {o}")) if o else a
                     vals = [f.op(f"load i32, ptr {em.lane_ptr(r + j, l)}, align 4") for j in range(nw)]
                     for j, v in enumerate(vals):
                         self._lds_write(f, ao, 4 * j, wbase, v)
-        em.lane_loop(lane)
+            em.lane_loop(lane)
+            return
+        V64 = f"<{f.W} x i64>"
+        M32 = f.splat(str(0xFFFFFFFF), "i64")
+        lim = f.splat("%lds_size", "i64")
+        wbv = f.splat(wbase, "i64")
+
+        def body():
+            m = em.mask_vec(e)
+            a = f.op(f"zext {f.VT} {em.vget(inst.addr)} to {V64}")
+            if base_off:
+                a = f.op(f"and {V64} {self._vadd(f, a, base_off)}, {M32}")
+
+            def ptrs_of(aj):
+                inr = f.op(f"icmp ule {V64} {self._vadd(f, aj, 4)}, {lim}")
+                mm = f.op(f"and {f.MT} {m}, {inr}")
+                off = f.op(f"add {V64} {aj}, {wbv}")
+                return f.op(f"getelementptr i8, ptr %ldsp, {V64} {off}"), mm
+            if load:
+                vals = []
+                for o in offs:
+                    ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
+                    for j in range(nw):
+                        ptrs, mm = ptrs_of(self._vadd(f, ao, 4 * j) if j else ao)
+                        vals.append(f.op(f"call {f.VT} @llvm.masked.gather.v{f.W}i32.v{f.W}p0(<{f.W} x ptr> {ptrs}, i32 1, "
+                                         f"{f.MT} {mm}, {f.VT} zeroinitializer)"))
+                for j, v in enumerate(vals):
+                    p = em.chunk_ptr(inst.dst[0].reg + j)
+                    old = f.op(f"load {f.VT}, ptr {p}, align 4")
+                    f.e(f"store {f.VT} {f.op(f'select {f.MT} {m}, {f.VT} {v}, {f.VT} {old}')}, ptr {p}, align 4")
+            else:
+                for o, r in sel:
+                    ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
+                    ptrs, mm = ptrs_of(ao)
+                    v = em.vget(Operand("v", r))
+                    f.e(f"call void @llvm.masked.scatter.v{f.W}i32.v{f.W}p0({f.VT} {v}, <{f.W} x ptr> {ptrs}, i32 1, "
+                        f"{f.MT} {mm})")
+        em.chunk_loop(body)
+
+    def _vadd(self, f: Fn, v: str, c: int) -> str:
+        return f.op(f"add <{f.W} x i64> {v}, {f.splat(str(c), 'i64')}")
 
     def _mask32(self, f: Fn, x: str) -> str:
         return f.op(f"and i64 {x}, {0xFFFFFFFF}")
@@ -428,6 +537,53 @@ class _WaveEmitter(Emitter):
         f.e(f"{l1} = add i64 {l}, 1")
         c = f.op(f"icmp ult i64 {l1}, {f.L}")
         f.e(f"br i1 {c}, label {head}, label {done}")
+        f.label(done)
+
+    def chunk_loop(self, body) -> None:
+        """for chunk in 0..L/W: body() with self.c the chunk index."""
+        f = self.f
+        pre, head, tail, done = f.t("kp"), f.t("kh"), f.t("kt"), f.t("kd")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        c, c1 = f.t("c"), f.t("c")
+        f.e(f"{c} = phi i64 [0, {pre}], [{c1}, {tail}]")
+        self.c = c
+        body()
+        f.e(f"br label {tail}")
+        f.label(tail)
+        f.e(f"{c1} = add i64 {c}, 1")
+        more = f.op(f"icmp ult i64 {c1}, {f.NC}")
+        f.e(f"br i1 {more}, label {head}, label {done}")
+        f.label(done)
+        self.c = None
+
+    def chunk_lanes(self, e: str, body) -> None:
+        """for the W lanes of the current chunk whose EXEC bit (in e) is set: body(lane)."""
+        f = self.f
+        c = self.c
+        pre, head, lb, skip, done = f.t("jp"), f.t("jh"), f.t("jb"), f.t("js"), f.t("jd")
+        base = f.op(f"shl i64 {c}, 3")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        j, j1 = f.t("j"), f.t("j")
+        f.e(f"{j} = phi i64 [0, {pre}], [{j1}, {skip}]")
+        lane = f.op(f"add i64 {base}, {j}")
+        lt = f.op(f"trunc i64 {lane} to {f.IT}") if f.L == 32 else lane
+        bit = f.op(f"trunc {f.IT} {f.op(f'lshr {f.IT} {e}, {lt}')} to i1")
+        f.e(f"br i1 {bit}, label {lb}, label {skip}")
+        f.label(lb)
+        saved = self.c
+        body(lane)
+        self.c = saved
+        f.e(f"br label {skip}")
+        f.label(skip)
+        f.e(f"{j1} = add i64 {j}, 1")
+        more = f.op(f"icmp ult i64 {j1}, {f.W}")
+        f.e(f"br i1 {more}, label {head}, label {done}")
         f.label(done)
 
     def refresh_exec(self) -> None:

@@ -63,6 +63,9 @@ class Cache:
 
 
 _shared_cache: dict[str, set] = {}
+# regions of every ICache in the process, by (family, wave64, PC of each of their instructions): a new shader core
+# (one per dispatch in standalone runs) reuses them once the code lines' bytes are checked equal
+KNOWN: dict[tuple[str, bool, int], list[tuple[tuple, list[Block], Compiled, int, str]]] = {}
 
 
 def _shared(isa) -> set:
@@ -138,13 +141,43 @@ def _region(cache: Cache, icache, pc: int, wave64: bool) -> bool:
         return gen.text()
     compiled = get(key, [b.name for b in blocks], make_ir)
     deps = tuple({d for i in insts for d in icache.deps.get((i.pc, wave64), ())})
+    lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
+    entry = (lines, blocks, compiled, root, key)
+    for i in insts:
+        known = KNOWN.setdefault((family, wave64, i.pc), [])
+        if len(known) >= 8:
+            del known[0]
+        known.append(entry)
+    _install(cache, icache, entry, deps, wave64)
+    return True
+
+
+def _install(cache: Cache, icache, entry, deps: tuple, wave64: bool) -> None:
+    lines, blocks, compiled, root, key = entry
     region = Region(root, blocks, compiled, deps, icache.gen, key)
-    region.base = root
     cache.regions.append(region)
     for b in blocks:
         for j, i in enumerate(b.insts):
             cache.at.setdefault((i.pc, wave64), (region, b, j))
-    return True
+
+
+def _known(cache: Cache, icache, pc: int, wave64: bool) -> bool:
+    """Install a region another ICache compiled for the same bytes at pc; False if there is none."""
+    from ....errors import GPUFault
+    for entry in reversed(KNOWN.get((icache.isa.name, wave64, pc), ())):
+        deps = []
+        try:
+            for line, data in entry[0]:
+                got, ver = icache._line(line)
+                if got != data:
+                    break
+                deps.append((line, ver))
+            else:
+                _install(cache, icache, entry, tuple(deps), wave64)
+                return True
+        except GPUFault:
+            continue
+    return False
 
 
 def lookup(icache, pc: int, wave64: bool):
@@ -166,6 +199,10 @@ def lookup(icache, pc: int, wave64: bool):
             return hit
     if cache.none.get(key) == icache.gen:
         return None
+    if _known(cache, icache, pc, wave64):
+        hit = cache.at.get(key)
+        if hit is not None:
+            return hit
     if not _region(cache, icache, pc, wave64):
         cache.none[key] = icache.gen
         return None
