@@ -40,6 +40,8 @@ ENV = {
     "AMDQ_FIRMWARE_PATH": "directories searched first for GPU firmware (os.pathsep-separated)",
     "AMDQ_FIRMWARE_CACHE": "where scripts/fetch_firmware.sh unpacks firmware (default ~/.cache/amdq)",
     "AMDQ_SYSFS_PCI": "the sysfs PCI device directory the PCI interface scans (default /sys/bus/pci/devices)",
+    "AMDQ_SIM_JIT": "`0` forces the shader core's interpreter (default `1`: basic blocks run as host code compiled by llvmlite)",
+    "AMDQ_SIM_JIT_CACHE": "where the shader JIT keeps compiled code (default $AMDQ_CACHE/jit; `0` keeps it in memory only)",
     "AMDQ_SIM_MODE": "`async` (default: the simulated GPU on a worker thread) or `sync` (on the host's threads)",
     "AMDQ_SIM_INJECT": "simulator fault injections, `kind[:key=value...],...`",
     "AMDQ_SIM_STATE": "where simulated PCI functions keep their state between processes",

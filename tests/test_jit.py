@@ -27,7 +27,7 @@ ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,)}
 @pytest.fixture(autouse=True)
 def _jit_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit"))
-    monkeypatch.delenv("AMDQ_SIM_JIT", raising=False)
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")         # compiled before first use: every case runs compiled code
 
 
 class Capture:
@@ -63,7 +63,7 @@ def _differential(monkeypatch, used: list):
         except GPUException as e:
             err_ref = e
         ref_states = cap.states
-        monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+        monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
         cap.states = []
         before = runtime.counts["wave_instructions"]
         try:
@@ -136,7 +136,7 @@ def test_jit_covers_the_bench_kernels():
 
 def _run_both(monkeypatch, fn):
     out = {}
-    for jit in ("0", "1"):
+    for jit in ("0", "sync"):
         monkeypatch.setenv("AMDQ_SIM_JIT", jit)
         with pytest.raises(GPUException) as e:
             fn()
@@ -153,9 +153,9 @@ def test_page_fault_same_address(monkeypatch):
         harness.run_cl("vadd.cl", "vadd", [bad, np.ones(n, np.float32), np.zeros(n, np.float32), 2.0, n],
                        (n // 256, 1, 1), (256, 1, 1))
     e = _run_both(monkeypatch, go)
-    assert str(e["0"]) == str(e["1"])
-    assert e["0"].address == e["1"].address == bad
-    assert e["0"].info.get("pc") == e["1"].info.get("pc")
+    assert str(e["0"]) == str(e["sync"])
+    assert e["0"].address == e["sync"].address == bad
+    assert e["0"].info.get("pc") == e["sync"].info.get("pc")
 
 
 def test_store_fault_writes_nothing_more(monkeypatch):
@@ -170,13 +170,13 @@ def test_store_fault_writes_nothing_more(monkeypatch):
                         [np.ones(n, np.float32), np.ones(n, np.float32), bad, 2.0, n], (n // 256, 1, 1), (256, 1, 1),
                         mem=mem)
     errs = {}
-    for jit in ("0", "1"):
+    for jit in ("0", "sync"):
         monkeypatch.setenv("AMDQ_SIM_JIT", jit)
         with pytest.raises(GPUException) as e:
             go(jit)
         errs[jit] = e.value
-    assert str(errs["0"]) == str(errs["1"]) and errs["0"].address == bad
-    assert np.array_equal(mems["0"].buf, mems["1"].buf)
+    assert str(errs["0"]) == str(errs["sync"]) and errs["0"].address == bad
+    assert np.array_equal(mems["0"].buf, mems["sync"].buf)
 
 
 def _patched(monkeypatch, patch):
@@ -216,8 +216,8 @@ def test_illegal_instruction_same_pc(monkeypatch):
         mem.write(at, np.array([0xFFFFFFFF], np.uint32).tobytes())
     _patched(monkeypatch, patch)
     e = _run_both(monkeypatch, _vadd)
-    assert str(e["0"]) == str(e["1"])
-    assert e["0"].info.get("pc") == e["1"].info.get("pc") is not None
+    assert str(e["0"]) == str(e["sync"])
+    assert e["0"].info.get("pc") == e["sync"].info.get("pc") is not None
 
 
 def test_code_change_recompiles(monkeypatch):
@@ -229,7 +229,7 @@ def test_code_change_recompiles(monkeypatch):
     x, y, out = _vadd()
     assert np.array_equal(out, x + np.float32(2) * y)
     _patched(monkeypatch, to_add)
-    for jit in ("1", "0"):
+    for jit in ("sync", "0"):
         monkeypatch.setenv("AMDQ_SIM_JIT", jit)
         x, y, out = _vadd()
         assert np.array_equal(out, np.float32(2) + y), jit
@@ -241,7 +241,7 @@ def test_icache_rules_hold_for_compiled_code(monkeypatch):
     without it."""
     results = {}
     orig = C.ShaderCore.dispatch
-    for jit in ("0", "1"):
+    for jit in ("0", "sync"):
         monkeypatch.setenv("AMDQ_SIM_JIT", jit)
         mem = harness.FlatMemory(1 << 24)
         core = C.ShaderCore(mem)
@@ -263,11 +263,11 @@ def test_icache_rules_hold_for_compiled_code(monkeypatch):
         c = out()
         results[jit] = (a, b, c)
         assert np.array_equal(c, np.float32(2) + y), jit
-    for jit in ("0", "1"):
+    for jit in ("0", "sync"):
         a, b, c = results[jit]
         assert np.array_equal(a, b), jit
     for i in range(3):
-        assert np.array_equal(results["0"][i], results["1"][i])
+        assert np.array_equal(results["0"][i], results["sync"][i])
 
 
 def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
@@ -286,6 +286,30 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
         assert compiled.stats["disk_hits"] > hits
         assert np.array_equal(out, x + np.float32(2) * y)
         assert sorted(p.name for p in d.iterdir()) == files
+    finally:
+        compiled.MEMORY.update(saved)
+
+
+def test_background_compile_switches_over(monkeypatch):
+    """Default mode: the first dispatch runs interpreted while its region compiles on the worker thread; a later
+    dispatch runs the compiled code, with the same results."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    saved = dict(compiled.MEMORY)
+    compiled.MEMORY.clear()
+    try:
+        x, y, out = _vadd(1024)
+        assert np.array_equal(out, x + np.float32(2) * y)
+        import time
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            before = runtime.counts["wave_instructions"]
+            x, y, out = _vadd(1024)
+            assert np.array_equal(out, x + np.float32(2) * y)
+            if runtime.counts["wave_instructions"] > before:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the region never came into use")
     finally:
         compiled.MEMORY.update(saved)
 

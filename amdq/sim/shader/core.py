@@ -325,7 +325,7 @@ class Batch:
             if jit is not None:         # ---- JIT hook: the compiled block at pc, if there is one (jit/runtime.py)
                 done = jit(self, icache, sel, pc, k, limit)
                 if done is not None:
-                    ninst, nbytes, control = done
+                    ninst, nbytes, control, wave_instructions = done
                     if control:
                         uniform = group = None
                     else:
@@ -335,8 +335,8 @@ class Batch:
                         elif group is not None:
                             group = (sel, pc + nbytes, group[2]) if pc + nbytes < group[2] else None
                     stats.steps += ninst
-                    stats.wave_instructions += k * ninst
-                    stats.lane_steps += (lanes_all if k == n else k * self.lanes) * ninst
+                    stats.wave_instructions += wave_instructions
+                    stats.lane_steps += wave_instructions * self.lanes
                     steps += ninst
                     if max_steps is not None and steps >= max_steps:
                         self.uniform = uniform

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from ....hw.isa.decode import Inst, Operand
 from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn
 
-VERSION = 1          # bump when the generated code changes meaning (part of every cache key)
+CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
+VERSION = 3          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -21,6 +22,8 @@ class Block:
     kinds: list[str]
     pcs: list[int] = field(default_factory=list)
     floats: bool = False         # some instruction needs MODE: f32 denormals kept, round to nearest even
+    gstores: bool = False        # writes global memory
+    lstores: bool = False        # writes LDS
     max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
     name: str = ""
 
@@ -49,7 +52,50 @@ def _vregs(inst: Inst) -> int:
 def finish(b: Block) -> Block:
     b.floats = any(k == "alu" and ("f32" in i.key) for i, k in zip(b.insts, b.kinds))
     b.max_vgpr = max((_vregs(i) for i in b.insts), default=0)
+    b.gstores = "gstore" in b.kinds
+    b.lstores = any(k == "ds" and i.key.startswith("ds_store") for i, k in zip(b.insts, b.kinds))
     return b
+
+
+# The exported function: the block for tiles of ctx[tile] waves (all waves when 0), from wave ctx[tile_from] on; the
+# first tile from instruction `start`, the others from ctx[start0] = the index the call began at. A tile that stops
+# before a memory instruction leaves its first wave's index in ctx[miss_tile].
+TILES = """define i32 @{name}(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) {{
+entry:
+  %pt = getelementptr i64, ptr %ctx, i64 {tile}
+  %t0 = load i64, ptr %pt
+  %z = icmp eq i64 %t0, 0
+  %T = select i1 %z, i64 %nw, i64 %t0
+  %pf = getelementptr i64, ptr %ctx, i64 {tile_from}
+  %from = load i64, ptr %pf
+  %ps = getelementptr i64, ptr %ctx, i64 {miss_tile}
+  %pst = getelementptr i64, ptr %ctx, i64 {start0}
+  br label %loop
+loop:
+  %tb = phi i64 [%from, %entry], [%tb1, %next]
+  %st = phi i32 [%start, %entry], [%st0, %next]
+  %res = phi i32 [-1, %entry], [%r, %next]
+  %more = icmp ult i64 %tb, %nw
+  br i1 %more, label %body, label %done
+body:
+  %left = sub i64 %nw, %tb
+  %lt = icmp ult i64 %left, %T
+  %cnt = select i1 %lt, i64 %left, i64 %T
+  %wp = getelementptr i64, ptr %waves, i64 %tb
+  %r = call i32 @{name}_b(ptr %ctx, ptr %wp, i64 %cnt, i32 %st, i32 %end)
+  %miss = icmp sge i32 %r, 0
+  br i1 %miss, label %stop, label %next
+stop:
+  store i64 %tb, ptr %ps
+  ret i32 %r
+next:
+  %tb1 = add i64 %tb, %cnt
+  %st0 = load i32, ptr %pst
+  br label %loop
+done:
+  ret i32 %res
+}}
+"""
 
 
 class ModuleGen:
@@ -117,7 +163,7 @@ class ModuleGen:
         name = f"blk_{b.pc - self.root:x}"
         b.name = name
         f = Fn(self.lanes)
-        f.lines.append(f"define i32 @{name}(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) {{")
+        f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) alwaysinline {{")
         f.lines.append("entry:")
         for key, ty in (("v", "ptr"), ("s", "ptr"), ("scc", "ptr"), ("em", "ptr"), ("full", "ptr"), ("pc", "ptr"),
                         ("n", "i64"), ("lds", "ptr"), ("lds_base", "ptr"), ("lds_size", "i64"), ("rtab", "ptr"),
@@ -171,6 +217,8 @@ class ModuleGen:
         f.lines.append("}")
         f.lines[2:2] = f.allocas
         self.funcs.append("\n".join(f.lines))
+        self.funcs.append(TILES.format(name=name, tile=CTX["tile"], tile_from=CTX["tile_from"], miss_tile=CTX["miss_tile"],
+                                       start0=CTX["start0"]))
         return name
 
     def _wave_loop(self, f: Fn, body, tail=None) -> None:
@@ -349,16 +397,13 @@ class ModuleGen:
                         hp = f.op(f"add {V64} {a}, {f.splat(hint_at(2), 'i64')}")
                         for j in range(words):
                             hj = f.op(f"add {V64} {hp}, {f.splat(str(4 * j), 'i64')}") if j else hp
-                            ptrs = f.op(f"inttoptr {V64} {hj} to <{f.W} x ptr>")
                             if write:
                                 v = em.vget(Operand("v", inst.data.reg + j))
-                                f.e(f"call void @llvm.masked.scatter.v{f.W}i32.v{f.W}p0({f.VT} {v}, <{f.W} x ptr> {ptrs}, "
-                                    f"i32 1, {f.MT} {m})")
+                                self._scatter(f, v, hj, m)
                             else:
                                 p = em.chunk_ptr(inst.dst[0].reg + j)
                                 old = f.op(f"load {f.VT}, ptr {p}, align 4")
-                                g = f.op(f"call {f.VT} @llvm.masked.gather.v{f.W}i32.v{f.W}p0(<{f.W} x ptr> {ptrs}, i32 1, "
-                                         f"{f.MT} {m}, {f.VT} {old})")
+                                g = self._gather(f, hj, m, old)
                                 f.e(f"store {f.VT} {g}, ptr {p}, align 4")
                     f.e(f"br label {join}")
                     f.label(slow)
@@ -406,6 +451,7 @@ class ModuleGen:
         M32 = f.splat(str(0xFFFFFFFF), "i64")
         lim = f.splat("%lds_size", "i64")
         wbv = f.splat(wbase, "i64")
+        ldsv = f.splat(f.op("ptrtoint ptr %ldsp to i64"), "i64")
 
         def body():
             m = em.mask_vec(e)
@@ -417,15 +463,14 @@ class ModuleGen:
                 inr = f.op(f"icmp ule {V64} {self._vadd(f, aj, 4)}, {lim}")
                 mm = f.op(f"and {f.MT} {m}, {inr}")
                 off = f.op(f"add {V64} {aj}, {wbv}")
-                return f.op(f"getelementptr i8, ptr %ldsp, {V64} {off}"), mm
+                return f.op(f"add {V64} {off}, {ldsv}"), mm
             if load:
                 vals = []
                 for o in offs:
                     ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
                     for j in range(nw):
                         ptrs, mm = ptrs_of(self._vadd(f, ao, 4 * j) if j else ao)
-                        vals.append(f.op(f"call {f.VT} @llvm.masked.gather.v{f.W}i32.v{f.W}p0(<{f.W} x ptr> {ptrs}, i32 1, "
-                                         f"{f.MT} {mm}, {f.VT} zeroinitializer)"))
+                        vals.append(self._gather(f, ptrs, mm, "zeroinitializer"))
                 for j, v in enumerate(vals):
                     p = em.chunk_ptr(inst.dst[0].reg + j)
                     old = f.op(f"load {f.VT}, ptr {p}, align 4")
@@ -435,9 +480,30 @@ class ModuleGen:
                     ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
                     ptrs, mm = ptrs_of(ao)
                     v = em.vget(Operand("v", r))
-                    f.e(f"call void @llvm.masked.scatter.v{f.W}i32.v{f.W}p0({f.VT} {v}, <{f.W} x ptr> {ptrs}, i32 1, "
-                        f"{f.MT} {mm})")
+                    self._scatter(f, v, ptrs, mm)
         em.chunk_loop(body)
+
+    def _gather(self, f: Fn, addrs: str, ok: str, other: str) -> str:
+        """Dwords at the host addresses of the lanes where ok is set, `other`'s elsewhere: branch-free scalar loads
+        (a lane that is not ok reads the context block instead, and that value is dropped)."""
+        safe = f.op("ptrtoint ptr %ctx to i64")
+        vec = "poison"
+        for j in range(f.W):
+            a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
+            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
+            p = f.op(f"inttoptr i64 {f.op(f'select i1 {o}, i64 {a}, i64 {safe}')} to ptr")
+            vec = f.op(f"insertelement {f.VT} {vec}, i32 {f.op(f'load i32, ptr {p}, align 1')}, i64 {j}")
+        return f.op(f"select {f.MT} {ok}, {f.VT} {vec}, {f.VT} {other}")
+
+    def _scatter(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
+        """Store the lanes where ok is set, in lane order (later lanes win); the others write a spare context slot."""
+        spare = f.op(f"ptrtoint ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX_SPARE}')} to i64")
+        for j in range(f.W):
+            a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
+            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
+            p = f.op(f"inttoptr i64 {f.op(f'select i1 {o}, i64 {a}, i64 {spare}')} to ptr")
+            v = f.op(f"extractelement {f.VT} {vals}, i64 {j}")
+            f.e(f"store i32 {v}, ptr {p}, align 1")
 
     def _vadd(self, f: Fn, v: str, c: int) -> str:
         return f.op(f"add <{f.W} x i64> {v}, {f.splat(str(c), 'i64')}")

@@ -19,7 +19,7 @@ import time
 _lock = threading.Lock()
 _state: dict = {}
 MEMORY: dict[str, "Compiled"] = {}          # key -> compiled region (this process)
-stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0}
+stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "load_seconds": 0.0}
 
 FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32)
 
@@ -91,6 +91,25 @@ def _optimise(llvm, tm, mod) -> None:
     pm.run(mod, pb)
 
 
+_pool = None
+
+
+def submit(key: str, names: list[str], make_ir):
+    """A future of get(key, names, make_ir), compiled on the JIT's worker thread (LLVM releases the interpreter lock
+    while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key` is in memory."""
+    global _pool
+    from concurrent.futures import Future, ThreadPoolExecutor
+    hit = MEMORY.get(key)
+    if hit is not None:
+        f = Future()
+        f.set_result(hit)
+        return f
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdq-jit")
+    return _pool.submit(get, key, names, make_ir)
+
+
 def get(key: str, names: list[str], make_ir) -> Compiled:
     """The compiled region of `key`: from memory, from disk, or compiled from make_ir() (and stored)."""
     with _lock:
@@ -132,8 +151,7 @@ def get(key: str, names: list[str], make_ir) -> Compiled:
             if path:
                 _store(path, obj)
         dt = time.perf_counter() - t
-        if source == "compiled":
-            stats["compile_seconds"] += dt
+        stats["compile_seconds" if source == "compiled" else "load_seconds"] += dt
         c = MEMORY[key] = Compiled(eng, names, dt, source)
         return c
 

@@ -30,8 +30,9 @@ VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252
 # context block slots (int64 each): filled by runtime.Context
 CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, "lds_base": 8, "lds_size": 9,
        "rtab": 10, "rcount": 11, "wtab": 12, "wcount": 13, "miss_addr": 14, "miss_bytes": 15, "miss_write": 16,
-       "base_pc": 17}
-CTX_SLOTS = 20
+       "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20,
+       "start0": 23}
+CTX_SLOTS = 24
 
 NOPS = frozenset(("s_nop", "s_delay_alu", "s_clause", "buffer_gl0_inv", "buffer_gl1_inv", "s_set_inst_prefetch_distance",
                   "s_inst_prefetch"))

@@ -26,7 +26,7 @@ import os
 import numpy as np
 
 from .block import VERSION, Block, ModuleGen, finish
-from .compiled import Compiled, get, region_key
+from .compiled import Compiled, get, region_key, submit
 from .ir import CTX, CTX_SLOTS, kind_of
 
 MAX_BLOCKS = 128
@@ -42,6 +42,12 @@ def enabled() -> bool:
     return os.environ.get("AMDQ_SIM_JIT", "1").strip().lower() not in ("0", "off", "no", "false")
 
 
+def synchronous() -> bool:
+    """AMDQ_SIM_JIT=sync: a region is compiled before its first use (tests, benchmarks); otherwise it is compiled
+    on the JIT's worker thread while the interpreter runs it, and used from the first lookup after it is ready."""
+    return os.environ.get("AMDQ_SIM_JIT", "1").strip().lower() == "sync"
+
+
 class Region:
     def __init__(self, root: int, blocks: list[Block], compiled: Compiled, deps: tuple, gen: int, key: str):
         self.root, self.blocks, self.compiled, self.deps, self.gen, self.key = root, blocks, compiled, deps, gen, key
@@ -55,6 +61,8 @@ class Cache:
         self.at: dict[tuple[int, bool], tuple[Region, Block, int]] = {}
         self.none: dict[tuple[int, bool], int] = {}      # PCs known not to start a block (by ICache generation)
         self.regions: list[Region] = []
+        self.pending: dict[tuple[int, bool], object] = {}   # PC -> the region being compiled for it (see _region)
+        self.jobs: list = []
 
     def drop(self, region: Region) -> None:
         self.regions.remove(region)
@@ -123,7 +131,7 @@ def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
 
 
 def _region(cache: Cache, icache, pc: int, wave64: bool) -> bool:
-    covered = {k: True for k in cache.at}
+    covered = {k: True for k in (*cache.at, *cache.pending)}
     blocks = _discover(icache, pc, wave64, covered)
     if not blocks:
         return False
@@ -139,9 +147,21 @@ def _region(cache: Cache, icache, pc: int, wave64: bool) -> bool:
         for b in blocks:
             gen.add(b)
         return gen.text()
-    compiled = get(key, [b.name for b in blocks], make_ir)
     deps = tuple({d for i in insts for d in icache.deps.get((i.pc, wave64), ())})
     lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
+    names = [b.name for b in blocks]
+    job = get(key, names, make_ir) if synchronous() else submit(key, names, make_ir)
+    if not synchronous() and not job.done():
+        job = (job, lines, blocks, root, key, deps, family, insts, icache.gen)
+        cache.jobs.append(job)
+        for i in insts:
+            cache.pending[(i.pc, wave64)] = job
+        return True
+    _finish(cache, icache, job if synchronous() else job.result(), lines, blocks, root, key, deps, family, insts, wave64)
+    return True
+
+
+def _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64) -> None:
     entry = (lines, blocks, compiled, root, key)
     for i in insts:
         known = KNOWN.setdefault((family, wave64, i.pc), [])
@@ -149,7 +169,24 @@ def _region(cache: Cache, icache, pc: int, wave64: bool) -> bool:
             del known[0]
         known.append(entry)
     _install(cache, icache, entry, deps, wave64)
-    return True
+
+
+def _collect(cache: Cache, icache, wave64: bool) -> None:
+    """Install the regions whose compilation finished (dropping those whose code changed meanwhile)."""
+    for job in [j for j in cache.jobs if j[0].done()]:
+        cache.jobs.remove(job)
+        fut, lines, blocks, root, key, deps, family, insts, gen = job
+        for pc_key in [k for k, v in cache.pending.items() if v is job]:
+            del cache.pending[pc_key]
+        try:
+            compiled = fut.result()
+        except Exception:              # a compile failure leaves these PCs to the interpreter
+            for i in insts:
+                cache.none[(i.pc, wave64)] = icache.gen
+            continue
+        if gen != icache.gen and not icache._valid(deps):
+            continue
+        _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64)
 
 
 def _install(cache: Cache, icache, entry, deps: tuple, wave64: bool) -> None:
@@ -199,6 +236,13 @@ def lookup(icache, pc: int, wave64: bool):
             return hit
     if cache.none.get(key) == icache.gen:
         return None
+    if cache.jobs:
+        _collect(cache, icache, wave64)
+        hit = cache.at.get(key)
+        if hit is not None:
+            return hit
+    if key in cache.pending:
+        return None
     if _known(cache, icache, pc, wave64):
         hit = cache.at.get(key)
         if hit is not None:
@@ -207,7 +251,7 @@ def lookup(icache, pc: int, wave64: bool):
         cache.none[key] = icache.gen
         return None
     hit = cache.at.get(key)
-    if hit is None:
+    if hit is None and key not in cache.pending:
         cache.none[key] = icache.gen
     return hit
 
@@ -257,8 +301,25 @@ def _mode_ok(w, sel) -> bool:
     return bool(((m & (FULL_F32 | ROUND_F32)) == FULL_F32).all())
 
 
+TILE_WAVES = 64          # waves per tile: a tile's registers stay in the caches while the block runs over it
+
+
+def _tile(batch, blk: Block, sel) -> int:
+    """Waves per tile for this call (0: all waves as one). A tile runs the whole block before the next starts, which
+    differs from running every instruction for every wave only through memory other tiles write: so tiles are used
+    for blocks without global stores, and blocks storing to LDS only when tiles are whole workgroups (every wave of
+    the batch in the step: LDS belongs to one workgroup)."""
+    if blk.gstores:
+        return 0
+    if blk.lstores and not isinstance(sel, slice):
+        return 0
+    wpg = batch.wpg
+    return max(wpg, TILE_WAVES // wpg * wpg)
+
+
 def step(batch, icache, sel, pc: int, k: int, limit: int | None):
-    """Run the compiled block at pc for the waves sel (see the module docstring); None: not here."""
+    """Run the compiled block at pc for the waves sel (see the module docstring); None: not here. Else
+    (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions executed)."""
     w = batch.w
     wave64 = batch.lanes == 64
     hit = lookup(icache, pc, wave64)
@@ -278,25 +339,41 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     ctx = getattr(batch, "_jit_ctx", None)
     if ctx is None:
         ctx = batch._jit_ctx = Context(batch)
-    ctx.ctx[CTX["base_pc"]] = region.root
+    c = ctx.ctx
+    c[CTX["base_pc"]] = region.root
+    tile = _tile(batch, blk, sel)
+    c[CTX["tile"]], c[CTX["tile_from"]], c[CTX["start0"]] = tile, 0, i
     waves = ctx.all if isinstance(sel, slice) else np.ascontiguousarray(sel, np.int64)
     fn = region.fns[blk.pc]
     start = i
+    stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
     while True:
-        r = fn(ctx.ctx.ctypes.data, waves.ctypes.data, k, start, end)
+        r = fn(c.ctypes.data, waves.ctypes.data, k, start, end)
         counts["calls"] += 1
-        if r >= 0:
-            counts["misses"] += 1
-            if ctx.resolve():
-                start = r
-                continue
-            counts["fallbacks"] += 1
-            if r == i:
-                return None
-            counts["wave_instructions"] += (r - i) * k
-            return r - i, blk.pcs[r] - pc, False
-        counts["wave_instructions"] += (end - i) * k
-        if r == -2:
-            return end - i, 0, True
-        stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
-        return end - i, stop - pc, False
+        if r < 0:
+            break
+        counts["misses"] += 1
+        tb = int(c[CTX["miss_tile"]])
+        if ctx.resolve():
+            c[CTX["tile_from"]] = tb
+            start = r
+            continue
+        # the memory model would fault (or split the access): the interpreter runs instruction r. Waves of earlier
+        # tiles finished the block, this tile's waves stopped before r, later tiles did not start.
+        counts["fallbacks"] += 1
+        if tb == 0 and r == i:
+            return None
+        t_end = min(k, tb + (tile or k))
+        done = tb * (end - i) + (t_end - tb) * (r - i)
+        counts["wave_instructions"] += done
+        if tile == 0 or tb == 0 and t_end >= k:
+            return r - i, blk.pcs[r] - pc, False, done
+        idx = waves if not isinstance(sel, slice) else ctx.all
+        if blk.kinds[end - 1] != "branch" or end < n:
+            w.pc[idx[:tb]] = stop
+        w.pc[idx[tb:t_end]] = blk.pcs[r]
+        return end - i, 0, True, done
+    counts["wave_instructions"] += (end - i) * k
+    if r == -2:
+        return end - i, 0, True, (end - i) * k
+    return end - i, stop - pc, False, (end - i) * k
