@@ -794,15 +794,40 @@ class Emitter:
     def _isnan(self, fv: str) -> str:
         return self.f.op(f"fcmp uno {self.f.FT} {fv}, {fv}")
 
+    def _cold(self, result_bits: str, fix) -> str:
+        """result_bits, or fix() where some lane of it is a NaN (computed only then: a branch around it)."""
+        f = self.f
+        rf = f.op(f"bitcast {f.VT} {result_bits} to {f.FT}")
+        any8 = f.op(f"bitcast {f.MT} {self._isnan(rf)} to i8")
+        c = f.op(f"icmp ne i8 {any8}, 0")
+        pre, cold, join = f.t("np"), f.t("nc"), f.t("nj")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br i1 {c}, label {cold}, label {join}")
+        f.label(cold)
+        fixed = fix()
+        last = f.t("nl")
+        f.e(f"br label {last}")
+        f.label(last)
+        f.e(f"br label {join}")
+        f.label(join)
+        return f.op(f"phi {f.VT} [{result_bits}, {pre}], [{fixed}, {last}]")
+
     def _nan2(self, a, fa, b, fb, r) -> str:
         """A binary op's result with numpy's NaN: the first NaN operand quieted (an invalid op keeps x86's)."""
         f = self.f
-        r = f.op(f"select {f.MT} {self._isnan(fb)}, {f.VT} {self._quiet(b)}, {f.VT} {r}")
-        return f.op(f"select {f.MT} {self._isnan(fa)}, {f.VT} {self._quiet(a)}, {f.VT} {r}")
+
+        def fix():
+            t = f.op(f"select {f.MT} {self._isnan(fb)}, {f.VT} {self._quiet(b)}, {f.VT} {r}")
+            return f.op(f"select {f.MT} {self._isnan(fa)}, {f.VT} {self._quiet(a)}, {f.VT} {t}")
+        return self._cold(r, fix)
 
     def _nan_fma(self, x, fx, y, fy, c, fc, r, rb) -> str:
         """fma's NaN as the interpreter's f64 (x*y)+c gives it: x, y NaN quieted in that order; an invalid
         product is the default NaN; then c quieted; an invalid sum the default NaN."""
+        return self._cold(rb, lambda: self._nan_fma_fix(x, fx, y, fy, c, fc, r, rb))
+
+    def _nan_fma_fix(self, x, fx, y, fy, c, fc, r, rb) -> str:
         f = self.f
         VT, MT = f.VT, f.MT
         dflt = f.splat(str(0xFFC00000))

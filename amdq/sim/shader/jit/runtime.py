@@ -22,6 +22,7 @@ model would fault, the interpreter runs the instruction and raises the same faul
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -34,7 +35,7 @@ MAX_INSTS = 512          # per block
 RANGES = 64              # translated ranges per table
 FULL_F32 = 0x30          # MODE.FP_DENORM f32 field: denormals kept
 ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
-counts = {"calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
+counts = {"fn_seconds": 0.0, "calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
 
 
 def enabled() -> bool:
@@ -348,7 +349,9 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     start = i
     stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
     while True:
+        t0 = time.thread_time()
         r = fn(c.ctypes.data, waves.ctypes.data, k, start, end)
+        counts["fn_seconds"] += time.thread_time() - t0
         counts["calls"] += 1
         if r < 0:
             break
