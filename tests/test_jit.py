@@ -320,3 +320,34 @@ def test_env_var_forces_the_interpreter(monkeypatch):
     x, y, out = _vadd()
     assert runtime.counts["calls"] == before
     assert np.array_equal(out, x + np.float32(2) * y)
+
+
+NAN_OPS = """
+__kernel void nanops(__global const float *a, __global const float *b, __global const float *c, __global float *o,
+                     float s) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i], z = c[i];
+  o[8 * i + 0] = x + y; o[8 * i + 1] = x - y; o[8 * i + 2] = x * y; o[8 * i + 3] = fma(x, y, z);
+  o[8 * i + 4] = fma(s, y, z); o[8 * i + 5] = x * s; o[8 * i + 6] = y - s; o[8 * i + 7] = fma(x, s, z);
+}
+"""
+SPECIAL = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0xFF812345, 0x7F800000, 0xFF800000, 0, 0x80000000,
+                    0x00000001, 0x807FFFFF, 0x3F800000, 0x7F7FFFFF, 0xBF000000], np.uint32)
+
+
+@pytest.mark.parametrize("wave", [32, 64])
+@pytest.mark.parametrize("s", [float("nan"), float("inf"), 0.0, 2.0])
+def test_nan_payloads_and_specials(monkeypatch, s, wave):
+    """f32 add/sub/mul/fma over every pair (and triple) of NaN payloads, infinities, zeros, denormals: the JIT's
+    results are the interpreter's bit for bit (the differential dispatch compares all of memory)."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    k = len(SPECIAL)
+    ia, ib, ic = np.meshgrid(np.arange(k), np.arange(k), np.arange(k), indexing="ij")
+    a, b, c = (SPECIAL[i.ravel()].view(np.float32) for i in (ia, ib, ic))
+    n = len(a)
+    pad = -n % 64
+    a, b, c = (np.concatenate([x, np.ones(pad, np.float32)]) for x in (a, b, c))
+    harness.run_cl(NAN_OPS, "nanops", [a, b, c, np.zeros(8 * len(a), np.float32), s], (len(a) // 64, 1, 1), (64, 1, 1),
+                   flags=suite.wf(wave))
+    assert used and used[0] > 0

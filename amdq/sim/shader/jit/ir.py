@@ -709,8 +709,7 @@ class Emitter:
                 c = Operand("v", d.reg)
             else:
                 a, b, c = inst.src
-            # the interpreter's f64 product puts the VGPR operand first when the other is a scalar/constant
-            x, y = (b, a) if (a.kind != "v" and b.kind == "v") else (a, b)
+            x, y = a, b          # the interpreter's NaN order: src0, src1, then the addend (tests/test_jit.py)
             xa, yb, cc = self.fget(x), self.fget(y), self.fget(c)
             fx, fy, fc = (f.op(f"bitcast {VT} {v} to {f.FT}") for v in (xa, yb, cc))
             r = f.op(f"call {f.FT} @llvm.fma.{self._suffix(f.FT)}({f.FT} {fx}, {f.FT} {fy}, {f.FT} {fc})")
