@@ -19,8 +19,9 @@ JIT (sim/shader/jit): every kernel runs twice, by the interpreter (AMDQ_SIM_JIT=
 each kernel's figures are the JIT's, with `interp_*` beside them (the same measurements for the interpreter) and
 `jit_speedup` = interpreter seconds / JIT seconds. JIT compile time per kernel: `jit_compile_ms` (cold: an empty
 memory and disk cache), `jit_disk_ms` (a fresh process's load from the disk cache), `jit_cached_ms` (compiled code
-in memory: the next dispatch pays nothing). Compiled code runs on `jit_threads` threads (one: the dispatch's host
-thread; the ctypes calls release the interpreter lock). The JIT's efficiency counts its steps as the interpreter's.
+in memory: the next dispatch pays nothing). Compiled code runs on `jit_threads` threads (the dispatch's host
+thread, plus AMDQ_SIM_JIT_THREADS - 1 workers for calls over whole workgroups without global memory access; the
+ctypes calls release the interpreter lock). The JIT's efficiency counts its steps as the interpreter's.
 
     python bench/shader.py [--quick] [--profile] [--arch gfx1100,gfx1201,gfx942]
 """
@@ -127,7 +128,8 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
     res.update({f"interp_{k}": v for k, v in interp.items() if k not in ("wave_instructions", "steps")})
     res["jit_speedup"] = round(interp["seconds"] / max(jit["seconds"], 1e-9), 2)
     res.update({f"jit_{k}_ms": round(v * 1e3, 1) for k, v in times.items()})
-    res["jit_threads"] = 1
+    from amdq.sim.shader.jit import runtime
+    res["jit_threads"] = runtime.threads()
     return outs, res
 
 
@@ -235,7 +237,7 @@ def _run_arch(arch: str, a, meter) -> dict:
               f"{'valid' if ok[k] else 'WRONG'}  | interpreter {st['interp_seconds']:7.3f} s "
               f"{st['interp_wave_instructions_per_s'] / 1e6:6.2f} M/s  JIT x{st['jit_speedup']:.1f}  compile "
               f"{st['jit_compile_ms']:.0f} ms (disk {st['jit_disk_ms']:.0f}, cached {st['jit_cached_ms']:.0f}), "
-              f"{st['jit_threads']} thread")
+              f"{st['jit_threads']} threads")
     if a.profile:
         for mn, t in sorted(meter.by_inst.items(), key=lambda kv: -kv[1])[:25]:
             print(f"  {mn:32s} {t * 1e3:9.2f} ms  {meter.count[mn]:6d} steps", file=sys.stderr)

@@ -351,3 +351,16 @@ def test_nan_payloads_and_specials(monkeypatch, s, wave):
     harness.run_cl(NAN_OPS, "nanops", [a, b, c, np.zeros(8 * len(a), np.float32), s], (len(a) // 64, 1, 1), (64, 1, 1),
                    flags=suite.wf(wave))
     assert used and used[0] > 0
+
+
+def test_two_threads_match_the_interpreter(monkeypatch):
+    """Calls split across two threads (every qualifying call: whole workgroups, no global memory) give the
+    interpreter's memory and registers."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_THREADS", "2")
+    monkeypatch.setattr(runtime, "PARALLEL_MIN", 0)
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    before = runtime.counts["parallel_calls"]
+    suite.test_matmul_tiled()
+    suite.test_lds_reduce(32)
+    assert runtime.counts["parallel_calls"] > before

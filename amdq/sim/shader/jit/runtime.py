@@ -22,7 +22,6 @@ model would fault, the interpreter runs the instruction and raises the same faul
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 
@@ -35,7 +34,7 @@ MAX_INSTS = 512          # per block
 RANGES = 64              # translated ranges per table
 FULL_F32 = 0x30          # MODE.FP_DENORM f32 field: denormals kept
 ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
-counts = {"fn_seconds": 0.0, "calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
+counts = {"parallel_calls": 0, "calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
 
 
 def enabled() -> bool:
@@ -303,6 +302,52 @@ def _mode_ok(w, sel) -> bool:
 
 
 TILE_WAVES = 64          # waves per tile: a tile's registers stay in the caches while the block runs over it
+PARALLEL_MIN = 1 << 14   # wave-instructions in a call before it is split across threads (below: not worth a hand-off)
+_workers = None
+
+
+def threads() -> int:
+    """AMDQ_SIM_JIT_THREADS: host threads compiled blocks may run on (default: up to 2, the CPUs there are)."""
+    v = os.environ.get("AMDQ_SIM_JIT_THREADS", "").strip()
+    if v.isdigit() and int(v) > 0:
+        return int(v)
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def _pool(n: int):
+    global _workers
+    if _workers is None or _workers[0] != n:
+        from concurrent.futures import ThreadPoolExecutor
+        _workers = (n, ThreadPoolExecutor(max_workers=n - 1, thread_name_prefix="amdq-jit-run"))
+    return _workers[1]
+
+
+def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end: int, tile: int) -> bool:
+    """Run the call on several threads when that cannot change anything: a block with no global memory access
+    (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
+    boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
+    nt = threads()
+    if nt < 2 or tile == 0 or "gload" in blk.kinds or "gstore" in blk.kinds or k * (end - i) < PARALLEL_MIN:
+        return False
+    per = -(-k // nt)
+    per = -(-per // tile) * tile
+    parts = [(lo, min(k, lo + per)) for lo in range(0, k, per)]
+    if len(parts) < 2:
+        return False
+    ctxs = getattr(ctx, "thread_ctx", None)
+    if ctxs is None or len(ctxs) < len(parts):
+        ctxs = ctx.thread_ctx = [ctx.ctx.copy() for _ in parts]
+    for cc in ctxs:
+        cc[:] = ctx.ctx
+    pool = _pool(nt)
+    futs = [pool.submit(fn, ctxs[j].ctypes.data, waves[lo:hi].ctypes.data, hi - lo, i, end)
+            for j, (lo, hi) in enumerate(parts[1:], 1)]
+    lo, hi = parts[0]
+    rs = [fn(ctxs[0].ctypes.data, waves[lo:hi].ctypes.data, hi - lo, i, end)] + [f.result() for f in futs]
+    if any(r >= 0 for r in rs):         # cannot happen without global memory instructions
+        raise AssertionError(f"a block without global memory access stopped at instruction {rs}")
+    counts["parallel_calls"] += 1
+    return -2 if -2 in rs else -1
 
 
 def _tile(batch, blk: Block, sel) -> int:
@@ -348,10 +393,12 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     fn = region.fns[blk.pc]
     start = i
     stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
+    par = _parallel(batch, ctx, blk, fn, waves, k, i, end, tile)
     while True:
-        t0 = time.thread_time()
-        r = fn(c.ctypes.data, waves.ctypes.data, k, start, end)
-        counts["fn_seconds"] += time.thread_time() - t0
+        if par is not False:
+            r, par = par, False
+        else:
+            r = fn(c.ctypes.data, waves.ctypes.data, k, start, end)
         counts["calls"] += 1
         if r < 0:
             break
