@@ -21,7 +21,8 @@ each kernel's figures are the JIT's, with `interp_*` beside them (the same measu
 memory and disk cache), `jit_disk_ms` (a fresh process's load from the disk cache), `jit_cached_ms` (compiled code
 in memory: the next dispatch pays nothing). Compiled code runs on `jit_threads` threads (the dispatch's host
 thread, plus AMDQ_SIM_JIT_THREADS - 1 workers for calls over whole workgroups without global memory access; the
-ctypes calls release the interpreter lock). The JIT's efficiency counts its steps as the interpreter's.
+ctypes calls release the interpreter lock). `jit_coverage`: the share of wave-instructions that ran as compiled code
+(the rest ran in the interpreter). The JIT's efficiency counts its steps as the interpreter's.
 
     python bench/shader.py [--quick] [--profile] [--arch gfx1100,gfx1201,gfx942]
 """
@@ -125,7 +126,7 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
         else:
             os.environ["AMDQ_SIM_JIT"] = old
     res = dict(jit)
-    res.update({f"interp_{k}": v for k, v in interp.items() if k not in ("wave_instructions", "steps")})
+    res.update({f"interp_{k}": v for k, v in interp.items() if k not in ("wave_instructions", "steps", "jit_coverage")})
     res["jit_speedup"] = round(interp["seconds"] / max(jit["seconds"], 1e-9), 2)
     res.update({f"jit_{k}_ms": round(v * 1e3, 1) for k, v in times.items()})
     from amdq.sim.shader.jit import runtime
@@ -146,6 +147,8 @@ def _bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat:
         spent.append((time.perf_counter() - t, time.process_time() - c))
         return r
     C.ShaderCore.dispatch = timed_dispatch
+    from amdq.sim.shader.jit import runtime
+    compiled_before = runtime.counts["wave_instructions"]
     try:
         for _ in range(repeat):
             meter.steps.clear()
@@ -158,6 +161,7 @@ def _bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat:
     finally:
         meter.on = False
         C.ShaderCore.dispatch = orig
+    coverage = (runtime.counts["wave_instructions"] - compiled_before) / max(1, repeat * stats.wave_instructions)
     ideal = sum(numpy_op_time(n) for n in meter.steps)
     if stats.steps > len(meter.steps):       # steps run as compiled code (not timed one by one): their mean lanes
         rest = stats.steps - len(meter.steps)
@@ -168,7 +172,7 @@ def _bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat:
     return outs, {"wave_instructions": stats.wave_instructions, "steps": stats.steps, "seconds": round(best, 4),
                   "cpu_seconds": round(best_cpu, 4), "wave_instructions_per_s": round(stats.wave_instructions / best),
                   "lane_instructions_per_s": round(stats.wave_instructions * lanes / best),
-                  "efficiency": round(ideal / best, 3)}
+                  "efficiency": round(ideal / best, 3), "jit_coverage": round(coverage, 3)}
 
 
 def main() -> None:
@@ -237,7 +241,7 @@ def _run_arch(arch: str, a, meter) -> dict:
               f"{'valid' if ok[k] else 'WRONG'}  | interpreter {st['interp_seconds']:7.3f} s "
               f"{st['interp_wave_instructions_per_s'] / 1e6:6.2f} M/s  JIT x{st['jit_speedup']:.1f}  compile "
               f"{st['jit_compile_ms']:.0f} ms (disk {st['jit_disk_ms']:.0f}, cached {st['jit_cached_ms']:.0f}), "
-              f"{st['jit_threads']} threads")
+              f"{st['jit_threads']} threads, {100 * st['jit_coverage']:.0f}% compiled")
     if a.profile:
         for mn, t in sorted(meter.by_inst.items(), key=lambda kv: -kv[1])[:25]:
             print(f"  {mn:32s} {t * 1e3:9.2f} ms  {meter.count[mn]:6d} steps", file=sys.stderr)

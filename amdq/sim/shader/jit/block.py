@@ -11,7 +11,7 @@ from ....hw.isa.decode import Inst, Operand
 from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 5          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 6          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -483,9 +483,44 @@ class ModuleGen:
                     self._scatter(f, v, ptrs, mm)
         em.chunk_loop(body)
 
+    def _ramp(self, f: Fn, addrs: str, ok: str, step: int) -> tuple[str, str]:
+        """(first address, whether every lane is ok and lane j's address is the first + step * j)."""
+        a0 = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 0")
+        ramp = "<" + ", ".join(f"i64 {step * j}" for j in range(f.W)) + ">"
+        want = f.op(f"add <{f.W} x i64> {f.splat(a0, 'i64')}, {ramp}")
+        same = f.op(f"icmp eq <{f.W} x i64> {addrs}, {want}")
+        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to i8")
+        return a0, f.op(f"icmp eq i8 {both}, -1")
+
     def _gather(self, f: Fn, addrs: str, ok: str, other: str) -> str:
-        """Dwords at the host addresses of the lanes where ok is set, `other`'s elsewhere: branch-free scalar loads
-        (a lane that is not ok reads the context block instead, and that value is dropped)."""
+        """Dwords at the host addresses of the lanes where ok is set, `other`'s elsewhere. Every lane ok on
+        consecutive dwords: one vector load; every lane ok on one dword: one load; else scalar loads."""
+        a0, contig = self._ramp(f, addrs, ok, 4)
+        _, bcast = self._ramp(f, addrs, ok, 0)
+        pre, vec, one, sc, join = f.t("gp"), f.t("gv"), f.t("go"), f.t("gs"), f.t("gj")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br i1 {contig}, label {vec}, label {one}")
+        f.label(vec)
+        v1 = f.op(f"load {f.VT}, ptr {f.op(f'inttoptr i64 {a0} to ptr')}, align 1")
+        f.e(f"br label {join}")
+        f.label(one)
+        one_end = f.t("ge")
+        f.e(f"br i1 {bcast}, label {one_end}, label {sc}")
+        f.label(one_end)
+        v2 = f.splat(f.op(f"load i32, ptr {f.op(f'inttoptr i64 {a0} to ptr')}, align 1"))
+        f.e(f"br label {join}")
+        f.label(sc)
+        v3 = self._gather_lanes(f, addrs, ok, other)
+        sc_end = f.t("gz")
+        f.e(f"br label {sc_end}")
+        f.label(sc_end)
+        f.e(f"br label {join}")
+        f.label(join)
+        return f.op(f"phi {f.VT} [{v1}, {vec}], [{v2}, {one_end}], [{v3}, {sc_end}]")
+
+    def _gather_lanes(self, f: Fn, addrs: str, ok: str, other: str) -> str:
+        """Branch-free scalar loads (a lane that is not ok reads the context block instead; the value is dropped)."""
         safe = f.op("ptrtoint ptr %ctx to i64")
         vec = "poison"
         for j in range(f.W):
@@ -496,7 +531,20 @@ class ModuleGen:
         return f.op(f"select {f.MT} {ok}, {f.VT} {vec}, {f.VT} {other}")
 
     def _scatter(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
-        """Store the lanes where ok is set, in lane order (later lanes win); the others write a spare context slot."""
+        """Store the lanes where ok is set, in lane order (later lanes win): one vector store when every lane is ok
+        on consecutive dwords; else lane by lane, the lanes not ok writing a spare context slot."""
+        a0, contig = self._ramp(f, addrs, ok, 4)
+        vec, sc, join = f.t("sv"), f.t("ss"), f.t("sj")
+        f.e(f"br i1 {contig}, label {vec}, label {sc}")
+        f.label(vec)
+        f.e(f"store {f.VT} {vals}, ptr {f.op(f'inttoptr i64 {a0} to ptr')}, align 1")
+        f.e(f"br label {join}")
+        f.label(sc)
+        self._scatter_lanes(f, vals, addrs, ok)
+        f.e(f"br label {join}")
+        f.label(join)
+
+    def _scatter_lanes(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
         spare = f.op(f"ptrtoint ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX_SPARE}')} to i64")
         for j in range(f.W):
             a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
