@@ -11,7 +11,7 @@ from ....hw.isa.decode import Inst, Operand
 from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 6          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 7          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass

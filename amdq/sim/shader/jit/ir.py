@@ -24,6 +24,7 @@ Anything else is refused by `translatable` and runs in the interpreter.
 from __future__ import annotations
 
 from ....hw.isa.decode import Inst, Operand
+from ..valu_fast import is_plain, is_plain_cmp
 
 VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252, 251
 
@@ -35,7 +36,7 @@ CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, 
 CTX_SLOTS = 24
 
 NOPS = frozenset(("s_nop", "s_delay_alu", "s_clause", "buffer_gl0_inv", "buffer_gl1_inv", "s_set_inst_prefetch_distance",
-                  "s_inst_prefetch"))
+                  "s_inst_prefetch", "global_inv", "global_wb", "global_wbinv"))   # no-ops in the interpreter too
 WAITS = frozenset(("s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt",
                    "s_waitcnt_depctr", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt",
                    "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", "s_wait_samplecnt", "s_wait_bvhcnt",
@@ -128,6 +129,8 @@ def kind_of(inst: Inst) -> str | None:
     if k in BRANCHES:
         return "branch"
     enc = inst.enc
+    if any(d.bits == 16 for d in inst.dst if isinstance(d, Operand)) or getattr(inst, "sdwa", None) is not None:
+        return None                 # 16-bit destinations (gfx9 zeroes or keeps the high half) and SDWA
     if enc in ("SOP1", "SOP2", "SOPC", "SOPK"):
         return "alu" if _salu_ok(inst) else None
     if enc in ("VOP1", "VOP2", "VOP3", "VOPC", "VOP3SD"):
@@ -246,6 +249,11 @@ def _ds_ok(inst: Inst) -> bool:
             return _vdst_ok(inst, 2 * (2 if k.endswith("b64") else 1))
         return inst.data is not None and len(inst.data) >= 2 and all(d.kind == "v" for d in inst.data[:2])
     return False
+
+
+def _fast_carry(inst: Inst, cin: bool) -> bool:
+    """The interpreter's carry fast path runs this instruction (and leaves a carry nothing reads unwritten)."""
+    return is_plain(inst, 3 if cin else 2) and inst.dst[1].kind == "s"
 
 
 # ---------------------------------------------------------------- the emitter
@@ -736,7 +744,7 @@ class Emitter:
             s32 = f.splat("32", "i64")
             hi = f.op(f"lshr {V64} {r}, {s32}")
             out = f.op(f"icmp ne {V64} {hi}, zeroinitializer")
-            if not inst.dead_sdst and inst.dst[1].reg != NULL:
+            if not (inst.dead_sdst and _fast_carry(inst, cin)) and inst.dst[1].reg != NULL:
                 em = self.mask_vec(self.exec_bits())
                 carry = f.op(f"and {f.MT} {out}, {em}")
             else:
@@ -753,7 +761,7 @@ class Emitter:
             p = f.op(f"mul {V64} {a}, {b}")
             r = f.op(f"add {V64} {p}, {c}")
             carry = None
-            if not inst.dead_sdst and inst.dst[1].reg != NULL:
+            if inst.dst[1].reg != NULL:      # the interpreter writes it even when nothing reads it
                 ov = f.op(f"icmp ult {V64} {r}, {c}")
                 carry = f.op(f"and {f.MT} {ov}, {self.mask_vec(self.exec_bits())}")
             self.vput64(d.reg, r)
@@ -769,8 +777,8 @@ class Emitter:
             return
         if k.startswith("v_cmp"):
             _, cx, op, typ = k.split("_")
-            if inst.dead_sdst and cx == "cmp":
-                return
+            if inst.dead_sdst and cx == "cmp" and is_plain_cmp(inst):
+                return                  # as the interpreter's fast path: nothing reads the mask
             if typ == "f32":
                 a = f.op(f"bitcast {VT} {self.fget(inst.src[0])} to {f.FT}")
                 b = f.op(f"bitcast {VT} {self.fget(inst.src[1])} to {f.FT}")

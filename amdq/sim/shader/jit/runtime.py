@@ -27,7 +27,7 @@ import numpy as np
 
 from .block import VERSION, Block, ModuleGen, finish
 from .compiled import Compiled, get, region_key, submit
-from .ir import CTX, CTX_SLOTS, kind_of
+from .ir import CTX, CTX_SLOTS, WAITS, kind_of
 
 MAX_BLOCKS = 128
 MAX_INSTS = 512          # per block
@@ -77,12 +77,25 @@ KNOWN: dict[tuple[str, bool, int], list[tuple[tuple, list[Block], Compiled, int,
 
 
 def _shared(isa) -> set:
-    """Handler keys whose builder in this family is RDNA3's own."""
+    """Handler keys whose semantics in this family are RDNA3's: RDNA3's own builders; for RDNA4 every common key
+    it does not override (rdna4.OVERRIDES; its VALU builders are made again from the same code), plus its wait
+    instructions (no-ops in the simulator, as RDNA3's s_waitcnt); for CDNA3 the RDNA3 builders it takes over
+    unchanged (cdna.table: not the gfx9 ones, v_cmpx, buffers, MODE access), which its 16-bit-destination
+    and SDWA wrapper leaves alone for the 32-bit, non-SDWA forms the JIT translates (ir.kind_of)."""
     s = _shared_cache.get(isa.name)
     if s is None:
         from ..isa import for_isa
         base = for_isa("rdna3").handlers
-        s = {k for k, b in isa.handlers.items() if base.get(k) is b}
+        if isa.name == "rdna4":
+            from .. import rdna4
+            s = {k for k in isa.handlers if k in base and k not in rdna4.OVERRIDES}
+            s |= {k for k in isa.handlers if k in WAITS or k in rdna4.WAITS}
+        elif isa.name == "cdna3":
+            from .. import cdna
+            s = {k for k in isa.handlers if k in base and k not in cdna.H9 and
+                 not k.startswith(("buffer_", "v_cmpx_", "s_getreg", "s_setreg"))}
+        else:
+            s = {k for k, b in isa.handlers.items() if base.get(k) is b}
         _shared_cache[isa.name] = s
     return s
 
