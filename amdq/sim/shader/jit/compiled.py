@@ -103,6 +103,7 @@ def _optimise(llvm, tm, mod) -> None:
 
 
 _pool = None
+_pool_lock = threading.Lock()
 
 
 def submit(key: str, names: list[str], make_ir):
@@ -115,7 +116,7 @@ def submit(key: str, names: list[str], make_ir):
         f = Future()
         f.set_result(hit)
         return f
-    with _lock:
+    with _pool_lock:                 # not _lock: the worker holds that for a whole compilation
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdq-jit")
     return _pool.submit(get, key, names, make_ir)
