@@ -15,6 +15,15 @@ kernel in fewer, wider instructions, so its wave-instruction rate, lane rate and
 the family check (`family_vs_gfx1100` in the JSON: the lowest work rate over the kernels, target 0.8) is on
 the work rate.
 
+JIT (sim/shader/jit): every kernel runs twice, by the interpreter (AMDQ_SIM_JIT=0) and with the JIT (the default);
+each kernel's figures are the JIT's, with `interp_*` beside them (the same measurements for the interpreter) and
+`jit_speedup` = interpreter seconds / JIT seconds. JIT compile time per kernel: `jit_compile_ms` (cold: an empty
+memory and disk cache), `jit_disk_ms` (a fresh process's load from the disk cache), `jit_cached_ms` (compiled code
+in memory: the next dispatch pays nothing). Compiled code runs on `jit_threads` threads (the dispatch's host
+thread, plus AMDQ_SIM_JIT_THREADS - 1 workers for calls over whole workgroups without global memory access; the
+ctypes calls release the interpreter lock). `jit_coverage`: the share of wave-instructions that ran as compiled code
+(the rest ran in the interpreter). The JIT's efficiency counts its steps as the interpreter's.
+
     python bench/shader.py [--quick] [--profile] [--arch gfx1100,gfx1201,gfx942]
 """
 from __future__ import annotations
@@ -22,7 +31,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -82,6 +93,48 @@ class Meter:
 
 
 def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 5, arch: str = "gfx1100"):
+    """The interpreter's figures (`interp_*`) beside the JIT's (see the module docstring)."""
+    from amdq.sim.shader.jit import compiled
+    old = os.environ.get("AMDQ_SIM_JIT")
+    try:
+        os.environ["AMDQ_SIM_JIT"] = "0"
+        _, interp = _bench(name, src, kernel, args, grid, block, meter, flags, repeat, arch)
+        os.environ["AMDQ_SIM_JIT"] = "sync"            # compiled before first use: the timed runs are the JIT's
+        run_cl = functools.partial(_run_cl, arch=arch)
+        times = {}
+        with tempfile.TemporaryDirectory() as d:              # cold: nothing compiled in memory or on disk
+            saved, old_dir = dict(compiled.MEMORY), os.environ.get("AMDQ_SIM_JIT_CACHE")
+            os.environ["AMDQ_SIM_JIT_CACHE"] = d
+            try:
+                for what in ("compile", "disk", "cached"):
+                    if what != "cached":
+                        compiled.MEMORY.clear()
+                    c0 = compiled.stats["compile_seconds"] + compiled.stats["load_seconds"]
+                    run_cl(src, kernel, args, grid, block, flags=flags)
+                    times[what] = compiled.stats["compile_seconds"] + compiled.stats["load_seconds"] - c0
+            finally:
+                compiled.MEMORY.clear()
+                compiled.MEMORY.update(saved)
+                if old_dir is None:
+                    os.environ.pop("AMDQ_SIM_JIT_CACHE", None)
+                else:
+                    os.environ["AMDQ_SIM_JIT_CACHE"] = old_dir
+        outs, jit = _bench(name, src, kernel, args, grid, block, meter, flags, repeat, arch)
+    finally:
+        if old is None:
+            os.environ.pop("AMDQ_SIM_JIT", None)
+        else:
+            os.environ["AMDQ_SIM_JIT"] = old
+    res = dict(jit)
+    res.update({f"interp_{k}": v for k, v in interp.items() if k not in ("wave_instructions", "steps", "jit_coverage")})
+    res["jit_speedup"] = round(interp["seconds"] / max(jit["seconds"], 1e-9), 2)
+    res.update({f"jit_{k}_ms": round(v * 1e3, 1) for k, v in times.items()})
+    from amdq.sim.shader.jit import runtime
+    res["jit_threads"] = runtime.threads()
+    return outs, res
+
+
+def _bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 5, arch: str = "gfx1100"):
     """Best of `repeat` timed runs (after one warm-up run): wall and CPU seconds of the compute units alone."""
     run_cl = functools.partial(_run_cl, arch=arch)
     run_cl(src, kernel, args, grid, block, flags=flags)               # compile, warm the decode cache
@@ -94,6 +147,8 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
         spent.append((time.perf_counter() - t, time.process_time() - c))
         return r
     C.ShaderCore.dispatch = timed_dispatch
+    from amdq.sim.shader.jit import runtime
+    compiled_before = runtime.counts["wave_instructions"]
     try:
         for _ in range(repeat):
             meter.steps.clear()
@@ -106,13 +161,18 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
     finally:
         meter.on = False
         C.ShaderCore.dispatch = orig
+    coverage = (runtime.counts["wave_instructions"] - compiled_before) / max(1, repeat * stats.wave_instructions)
     ideal = sum(numpy_op_time(n) for n in meter.steps)
+    if stats.steps > len(meter.steps):       # steps run as compiled code (not timed one by one): their mean lanes
+        rest = stats.steps - len(meter.steps)
+        lanes_rest = max(1, (stats.lane_steps - sum(meter.steps)) // rest)
+        ideal += rest * numpy_op_time(int(lanes_rest))
     from amdq.hw.targets import get_target
     lanes = 32 if get_target(arch).gen.wave32 else 64
     return outs, {"wave_instructions": stats.wave_instructions, "steps": stats.steps, "seconds": round(best, 4),
                   "cpu_seconds": round(best_cpu, 4), "wave_instructions_per_s": round(stats.wave_instructions / best),
                   "lane_instructions_per_s": round(stats.wave_instructions * lanes / best),
-                  "efficiency": round(ideal / best, 3)}
+                  "efficiency": round(ideal / best, 3), "jit_coverage": round(coverage, 3)}
 
 
 def main() -> None:
@@ -141,7 +201,9 @@ def main() -> None:
         res["family_vs_gfx1100"] = {arch: min(st["work_vs_gfx1100"] for st in r.values()
                                               if isinstance(st, dict) and "work_vs_gfx1100" in st)
                                     for arch, r in per.items() if "unsupported" not in r}
-    res["targets"] = {"vadd_wave_instructions_per_s": 5_000_000, "vadd_efficiency": 0.3, "family_vs_gfx1100": 0.8}
+    res["targets"] = {"vadd_wave_instructions_per_s": 5_000_000, "vadd_efficiency": 0.3, "family_vs_gfx1100": 0.8,
+                      "jit_vadd_wave_instructions_per_s": 100_000_000, "jit_matmul_wave_instructions_per_s": 100_000_000,
+                      "jit_lds_reduce_wave_instructions_per_s": 80_000_000, "jit_compile_ms": 50}
     print(json.dumps(res))
 
 
@@ -176,7 +238,10 @@ def _run_arch(arch: str, a, meter) -> dict:
         st["valid"] = ok[k]
         print(f"{arch:8s} {k:11s} {st['wave_instructions']:>9} wave-instr  {st['seconds']:8.3f} s ({st['cpu_seconds']:.3f} cpu)  "
               f"{st['wave_instructions_per_s'] / 1e6:7.2f} M/s  efficiency {st['efficiency']:.2f}  "
-              f"{'valid' if ok[k] else 'WRONG'}")
+              f"{'valid' if ok[k] else 'WRONG'}  | interpreter {st['interp_seconds']:7.3f} s "
+              f"{st['interp_wave_instructions_per_s'] / 1e6:6.2f} M/s  JIT x{st['jit_speedup']:.1f}  compile "
+              f"{st['jit_compile_ms']:.0f} ms (disk {st['jit_disk_ms']:.0f}, cached {st['jit_cached_ms']:.0f}), "
+              f"{st['jit_threads']} threads, {100 * st['jit_coverage']:.0f}% compiled")
     if a.profile:
         for mn, t in sorted(meter.by_inst.items(), key=lambda kv: -kv[1])[:25]:
             print(f"  {mn:32s} {t * 1e3:9.2f} ms  {meter.count[mn]:6d} steps", file=sys.stderr)

@@ -229,6 +229,14 @@ class MMU:
                         address=va, write=write, client=client, vmid=self.vmid)
 
     # -- the shader core's memory protocol ------------------------------------------------------
+    def jit_span(self, addr: int, nbytes: int, write: bool) -> tuple[int, int, int] | None:
+        """(lo, hi, host address of lo): the translated run holding [addr, addr + nbytes) (writable for a write),
+        which translate maps linearly; None when translate would fault or split the access (the shader JIT's
+        translated-range table, sim/shader/jit/runtime.py; the interpreter then runs the access and faults)."""
+        r = self._run_for(addr)
+        if r is None or addr + nbytes > r.end or (write and not r.writable):
+            return None
+        return r.va, r.end, r.arena.buf.ctypes.data + r.pa
     def translate(self, addr: np.ndarray, nbytes: int, write: bool, client: str = "shader") -> list:
         addr = np.asarray(addr, np.uint64)
         lo, hi = int(addr.min()), int(addr.max()) + nbytes - 1

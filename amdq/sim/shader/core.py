@@ -277,11 +277,13 @@ class Batch:
         every = slice(None)
         uniform = self.uniform          # the PC every wave is at while all run together, else None
         group = None                    # (waves, PC, lowest PC of the other runnable waves) in straight-line code
+        jit = _jit_hook()
+        limit = None                    # lowest PC of the runnable waves not in this step (None: every wave is in it)
         while True:
             if uniform is not None:
-                pc, sel, k = uniform, every, n
+                pc, sel, k, limit = uniform, every, n, None
             elif group is not None:
-                sel, pc, _ = group
+                sel, pc, limit = group
                 k = len(sel)
             elif n <= SMALL:
                 st, pcs = w.status.tolist(), w.pc.tolist()
@@ -296,9 +298,10 @@ class Batch:
                 pc = min(pcs[i] for i in live)
                 at = [i for i in live if pcs[i] == pc]
                 if len(at) == n:
-                    sel, k, uniform = every, n, pc
+                    sel, k, uniform, limit = every, n, pc, None
                 else:
                     sel, k = np.array(at, np.intp), len(at)
+                    limit = min((pcs[i] for i in live if pcs[i] != pc), default=None)
             else:
                 runnable = w.status == RUN
                 if not runnable.any():
@@ -311,13 +314,34 @@ class Batch:
                 pcs = w.pc[runnable]
                 pc = int(pcs.min())
                 if pcs.max() == pc and runnable.all():
-                    sel, k, uniform = every, n, pc
+                    sel, k, uniform, limit = every, n, pc, None
                 else:
                     at = w.pc == pc
                     sel = np.flatnonzero(runnable & at)
                     k = len(sel)
                     rest = pcs[pcs != pc]
                     group = (sel, pc, int(rest.min()) if len(rest) else 1 << 64)
+                    limit = group[2]
+            if jit is not None:         # ---- JIT hook: the compiled block at pc, if there is one (jit/runtime.py)
+                done = jit(self, icache, sel, pc, k, limit)
+                if done is not None:
+                    ninst, nbytes, control, wave_instructions = done
+                    if control:
+                        uniform = group = None
+                    else:
+                        w.pc[sel] += nbytes
+                        if uniform is not None:
+                            uniform += nbytes
+                        elif group is not None:
+                            group = (sel, pc + nbytes, group[2]) if pc + nbytes < group[2] else None
+                    stats.steps += ninst
+                    stats.wave_instructions += wave_instructions
+                    stats.lane_steps += wave_instructions * self.lanes
+                    steps += ninst
+                    if max_steps is not None and steps >= max_steps:
+                        self.uniform = uniform
+                        return False
+                    continue            # ---- end of the JIT hook
             fn, inst, control, _ = icache.get(pc, wave64)
             try:
                 fn(w, sel)
@@ -362,6 +386,15 @@ class Batch:
         waiting = np.bincount(w.wg[at], minlength=self.nwg)
         ready = (waiting == alive) & (alive > 0)
         w.status[at & ready[w.wg]] = RUN
+
+
+def _jit_hook():
+    """The JIT's step function (jit/runtime.py), or None when AMDQ_SIM_JIT=0 or the JIT cannot load."""
+    try:
+        from . import jit
+    except ImportError:                 # llvmlite missing: the interpreter runs everything
+        return None
+    return jit.step if jit.enabled() else None
 
 
 class ShaderCore:

@@ -65,6 +65,15 @@ class FlatMemory:
     def read(self, addr: int, nbytes: int) -> bytes:
         return self.buf[addr - self.base:addr - self.base + nbytes].tobytes()
 
+    def jit_span(self, addr: int, nbytes: int, write: bool) -> tuple[int, int, int] | None:
+        """(lo, hi, host address of lo): the allocation holding [addr, addr + nbytes), which translate maps
+        linearly; None when translate would fault (the shader JIT's translated-range table, jit/runtime.py)."""
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i < 0 or addr + nbytes > self.ends[i]:
+            return None
+        lo = self.starts[i]
+        return lo, self.ends[i], self.buf.ctypes.data + (lo - self.base)
+
     def translate(self, addr: np.ndarray, nbytes: int, write: bool) -> list[Chunk]:
         addr = np.asarray(addr, U64)
         lo, hi = int(addr.min()), int(addr.max()) + nbytes

@@ -1,0 +1,15 @@
+"""A JIT for the shader core: basic blocks of real AMDGPU code translated to host machine code (llvmlite).
+
+- ir.py: which instructions translate and the IR of each (one vector operation per instruction per wave).
+- block.py: a block's phases, wave and lane loops, memory and branches; a region's module.
+- compiled.py: IR -> machine code, cached in memory and on disk (keyed by the code bytes).
+- runtime.py: the scheduler's hook (core.Batch.run asks for the block at a PC, falls back to the interpreter).
+
+The interpreter stays the reference: the JIT's results are the interpreter's, bit for bit (tests/test_jit.py).
+AMDQ_SIM_JIT=0 forces the interpreter.
+"""
+from __future__ import annotations
+
+from .runtime import enabled, step
+
+__all__ = ["enabled", "step"]

@@ -1,0 +1,718 @@
+"""Basic blocks -> one LLVM module: the phases of each block, the wave loops around them, memory and branches.
+
+See ir.py for the function's contract. A phase is a run of ALU instructions (executed wave by wave), or one
+memory instruction (its own loops over the waves), or the block's closing branch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ....hw.isa.decode import Inst, Operand
+from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn
+
+CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
+VERSION = 7          # bump when the generated code changes meaning (part of every cache key)
+
+
+@dataclass
+class Block:
+    """Translatable instructions from `pc` on; `kinds[i]` as ir.kind_of says."""
+    pc: int
+    insts: list[Inst]
+    kinds: list[str]
+    pcs: list[int] = field(default_factory=list)
+    floats: bool = False         # some instruction needs MODE: f32 denormals kept, round to nearest even
+    gstores: bool = False        # writes global memory
+    lstores: bool = False        # writes LDS
+    max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
+    name: str = ""
+
+    def __post_init__(self):
+        self.pcs = [i.pc for i in self.insts]
+
+
+def _vregs(inst: Inst) -> int:
+    top = 0
+    ops = list(inst.dst) + list(inst.src)
+    for o in (inst.addr, inst.data):
+        if isinstance(o, Operand):
+            ops.append(o)
+        elif isinstance(o, tuple):
+            ops.extend(x for x in o if isinstance(x, Operand))
+    for o in ops:
+        if isinstance(o, Operand) and o.kind == "v":
+            top = max(top, o.reg + max(o.n, 1))
+    if inst.key == "v_fmac_f32":
+        top = max(top, inst.dst[0].reg + 1)
+    if inst.key.startswith(("global_store", "ds_store")):
+        top = max(top, top + 4)          # data registers past the operand's n (conservative)
+    return top
+
+
+def finish(b: Block) -> Block:
+    b.floats = any(k == "alu" and ("f32" in i.key) for i, k in zip(b.insts, b.kinds))
+    b.max_vgpr = max((_vregs(i) for i in b.insts), default=0)
+    b.gstores = "gstore" in b.kinds
+    b.lstores = any(k == "ds" and i.key.startswith("ds_store") for i, k in zip(b.insts, b.kinds))
+    return b
+
+
+# The exported function: the block for tiles of ctx[tile] waves (all waves when 0), from wave ctx[tile_from] on; the
+# first tile from instruction `start`, the others from ctx[start0] = the index the call began at. A tile that stops
+# before a memory instruction leaves its first wave's index in ctx[miss_tile].
+TILES = """define i32 @{name}(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) {{
+entry:
+  %pt = getelementptr i64, ptr %ctx, i64 {tile}
+  %t0 = load i64, ptr %pt
+  %z = icmp eq i64 %t0, 0
+  %T = select i1 %z, i64 %nw, i64 %t0
+  %pf = getelementptr i64, ptr %ctx, i64 {tile_from}
+  %from = load i64, ptr %pf
+  %ps = getelementptr i64, ptr %ctx, i64 {miss_tile}
+  %pst = getelementptr i64, ptr %ctx, i64 {start0}
+  br label %loop
+loop:
+  %tb = phi i64 [%from, %entry], [%tb1, %next]
+  %st = phi i32 [%start, %entry], [%st0, %next]
+  %res = phi i32 [-1, %entry], [%r, %next]
+  %more = icmp ult i64 %tb, %nw
+  br i1 %more, label %body, label %done
+body:
+  %left = sub i64 %nw, %tb
+  %lt = icmp ult i64 %left, %T
+  %cnt = select i1 %lt, i64 %left, i64 %T
+  %wp = getelementptr i64, ptr %waves, i64 %tb
+  %r = call i32 @{name}_b(ptr %ctx, ptr %wp, i64 %cnt, i32 %st, i32 %end)
+  %miss = icmp sge i32 %r, 0
+  br i1 %miss, label %stop, label %next
+stop:
+  store i64 %tb, ptr %ps
+  ret i32 %r
+next:
+  %tb1 = add i64 %tb, %cnt
+  %st0 = load i32, ptr %pst
+  br label %loop
+done:
+  ret i32 %res
+}}
+"""
+
+
+class ModuleGen:
+    """Functions of one region (all blocks discovered from a root PC), as IR text."""
+
+    def __init__(self, lanes: int, root: int):
+        self.lanes, self.root = lanes, root
+        self.funcs: list[str] = []
+
+    def header(self) -> str:
+        L = self.lanes
+        return "\n".join([
+            f"declare <{L} x float> @llvm.fma.v{L}f32(<{L} x float>, <{L} x float>, <{L} x float>)",
+            f"declare <{L} x float> @llvm.fabs.v{L}f32(<{L} x float>)",
+            *(f"declare <{L} x i32> @llvm.{m}.v{L}i32(<{L} x i32>, <{L} x i32>)" for m in ("umin", "umax", "smin", "smax")),
+            *(f"declare i32 @llvm.{m}.i32(i32, i32)" for m in ("umin", "umax", "smin", "smax")),
+            "declare <8 x i32> @llvm.masked.gather.v8i32.v8p0(<8 x ptr>, i32, <8 x i1>, <8 x i32>)",
+            "declare void @llvm.masked.scatter.v8i32.v8p0(<8 x i32>, <8 x ptr>, i32, <8 x i1>)",
+            "",
+            "define internal i64 @lookup(ptr %tab, i64 %cnt, i64 %a, i64 %nb, ptr %hint) noinline {",
+            "entry:",
+            "  %end = add i64 %a, %nb",
+            "  %wrap = icmp ult i64 %end, %a",
+            "  br i1 %wrap, label %miss, label %loop",
+            "loop:",
+            "  %i = phi i64 [0, %entry], [%i1, %next]",
+            "  %more = icmp ult i64 %i, %cnt",
+            "  br i1 %more, label %body, label %miss",
+            "body:",
+            "  %o = mul i64 %i, 3",
+            "  %plo = getelementptr i64, ptr %tab, i64 %o",
+            "  %lo = load i64, ptr %plo",
+            "  %o1 = add i64 %o, 1",
+            "  %phi = getelementptr i64, ptr %tab, i64 %o1",
+            "  %hi = load i64, ptr %phi",
+            "  %o2 = add i64 %o, 2",
+            "  %pd = getelementptr i64, ptr %tab, i64 %o2",
+            "  %d = load i64, ptr %pd",
+            "  %ge = icmp uge i64 %a, %lo",
+            "  %le = icmp ule i64 %end, %hi",
+            "  %in = and i1 %ge, %le",
+            "  %i1 = add i64 %i, 1",
+            "  br i1 %in, label %hit, label %next",
+            "next:",
+            "  br label %loop",
+            "hit:",
+            "  %h = add i64 %a, %d",
+            "  store i64 %lo, ptr %hint",
+            "  %hh = getelementptr i64, ptr %hint, i64 1",
+            "  store i64 %hi, ptr %hh",
+            "  %hd = getelementptr i64, ptr %hint, i64 2",
+            "  store i64 %d, ptr %hd",
+            "  ret i64 %h",
+            "miss:",
+            "  ret i64 0",
+            "}",
+            "",
+        ])
+
+    def text(self) -> str:
+        return self.header() + "\n".join(self.funcs)
+
+    # ---------------------------------------------------------------- one block
+    def add(self, b: Block) -> str:
+        name = f"blk_{b.pc - self.root:x}"
+        b.name = name
+        f = Fn(self.lanes)
+        f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) alwaysinline {{")
+        f.lines.append("entry:")
+        for key, ty in (("v", "ptr"), ("s", "ptr"), ("scc", "ptr"), ("em", "ptr"), ("full", "ptr"), ("pc", "ptr"),
+                        ("n", "i64"), ("lds", "ptr"), ("lds_base", "ptr"), ("lds_size", "i64"), ("rtab", "ptr"),
+                        ("rcount", "i64"), ("wtab", "ptr"), ("wcount", "i64"), ("base_pc", "i64")):
+            p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[key]}")
+            f.e(f"%{key}{'p' if ty == 'ptr' else ''} = load {ty}, ptr {p}")
+        f.e(f"%nl = mul i64 %n, {self.lanes}")
+        f.e("%ctl = alloca i32")
+        f.e("store i32 0, ptr %ctl")
+        # phases
+        phases: list[tuple[str, list[int]]] = []
+        for i, k in enumerate(b.kinds):
+            if k in ("alu", "nop", "wait"):
+                if phases and phases[-1][0] == "alu":
+                    phases[-1][1].append(i)
+                else:
+                    phases.append(("alu", [i]))
+            elif k == "ds" and b.insts[i].key.startswith("ds_store_2addr"):
+                phases.append(("ds0", [i]))
+                phases.append(("ds1", [i]))
+            else:
+                phases.append((k, [i]))
+        nxt = f.t("ph")
+        f.e(f"br label {nxt}")
+        for kind, idx in phases:
+            f.label(nxt)
+            nxt = f.t("ph")
+            lo, hi = idx[0], idx[-1] + 1
+            c1 = f.op(f"icmp slt i32 %start, {hi}")
+            c2 = f.op(f"icmp sgt i32 %end, {lo}")
+            go = f.op(f"and i1 {c1}, {c2}")
+            body = f.t("do")
+            f.e(f"br i1 {go}, label {body}, label {nxt}")
+            f.label(body)
+            if kind == "alu":
+                self._alu_phase(f, b, idx)
+            elif kind == "branch":
+                self._wave_loop(f, lambda em, i=idx[0]: self._branch(em, b.insts[i], b))
+                f.e("store i32 1, ptr %ctl")
+            elif kind in ("gload", "gstore"):
+                self._global(f, b, idx[0], kind)
+            else:
+                part = 1 if kind == "ds1" else 0
+                self._wave_loop(f, lambda em, i=idx[0]: self._ds(em, b.insts[i], part))
+            f.e(f"br label {nxt}")
+        f.label(nxt)
+        c = f.op("load i32, ptr %ctl")
+        z = f.op(f"icmp ne i32 {c}, 0")
+        f.e(f"%ret = select i1 {z}, i32 -2, i32 -1")
+        f.e("ret i32 %ret")
+        f.lines.append("}")
+        f.lines[2:2] = f.allocas
+        self.funcs.append("\n".join(f.lines))
+        self.funcs.append(TILES.format(name=name, tile=CTX["tile"], tile_from=CTX["tile_from"], miss_tile=CTX["miss_tile"],
+                                       start0=CTX["start0"]))
+        return name
+
+    def _wave_loop(self, f: Fn, body, tail=None) -> None:
+        """for i in 0..nw: %w = waves[i]; body(emitter)."""
+        head, loop, done = f.t("L"), f.t("B"), f.t("D")
+        pre = f.t("P")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        i = f.t("i")
+        i1 = f.t("i")
+        f.e(f"{i} = phi i64 [0, {pre}], [{i1}, {loop}_end]")
+        c = f.op(f"icmp ult i64 {i}, %nw")
+        f.e(f"br i1 {c}, label {loop}, label {done}")
+        f.label(loop)
+        wp = f.op(f"getelementptr i64, ptr %waves, i64 {i}")
+        w = f.op(f"load i64, ptr {wp}")
+        em = _WaveEmitter(f, w, i)
+        body(em)
+        f.e(f"br label {loop}_end")
+        f.label(f"{loop}_end")
+        f.e(f"{i1} = add i64 {i}, 1")
+        f.e(f"br label {head}")
+        f.label(done)
+
+    def _alu_phase(self, f: Fn, b: Block, idx: list[int]) -> None:
+        def body(em: "_WaveEmitter"):
+            for i in idx:
+                inst, k = b.insts[i], b.kinds[i]
+                if k != "alu":
+                    continue
+                c1 = f.op(f"icmp sle i32 %start, {i}")
+                c2 = f.op(f"icmp sgt i32 %end, {i}")
+                go = f.op(f"and i1 {c1}, {c2}")
+                yes, no = f.t("x"), f.t("y")
+                f.e(f"br i1 {go}, label {yes}, label {no}")
+                f.label(yes)
+                if inst.enc.startswith("SOP"):
+                    em.salu(inst)
+                else:
+                    em.valu(inst)
+                f.e(f"br label {no}")
+                f.label(no)
+            if em.writes_exec:
+                em.refresh_exec()
+        self._wave_loop(f, body)
+
+    # ---------------------------------------------------------------- branches
+    def _branch(self, em: "_WaveEmitter", inst: Inst, b: Block) -> None:
+        f, k = em.f, inst.key
+        tgt = f.op(f"add i64 %base_pc, {inst.target - self.root}")
+        nxt = f.op(f"add i64 %base_pc, {inst.pc + inst.size - self.root}")
+        if k == "s_branch":
+            pc = tgt
+        else:
+            if k in ("s_cbranch_scc0", "s_cbranch_scc1"):
+                v = em.scc_get()
+                z = f.op(f"icmp eq i32 {v}, 0")
+            elif k in ("s_cbranch_vccz", "s_cbranch_vccnz"):
+                v = em.mask_bits(Operand("s", VCC, 2 if f.L == 64 else 1))
+                z = f.op(f"icmp eq {f.IT} {v}, 0")
+            else:
+                v = em.exec_bits()
+                z = f.op(f"icmp eq {f.IT} {v}, 0")
+            taken = z if k.endswith(("scc0", "vccz", "execz")) else f.op(f"xor i1 {z}, true")
+            pc = f.op(f"select i1 {taken}, i64 {tgt}, i64 {nxt}")
+        p = f.op(f"getelementptr i64, ptr %pcp, i64 {em.w}")
+        f.e(f"store i64 {pc}, ptr {p}")
+
+    # ---------------------------------------------------------------- global memory
+    def _gaddr(self, em: "_WaveEmitter", inst: Inst, lane: str) -> str:
+        f = em.f
+        off = inst.offset & (2 ** 64 - 1)
+        if inst.saddr is not None and inst.saddr.reg != NULL:
+            lo = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, lane)}, align 4")
+            a = f.op(f"zext i32 {lo} to i64")
+            base = em.sget64(Operand("s", inst.saddr.reg, 2))
+            a = f.op(f"add i64 {a}, {base}")
+        else:
+            lo = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, lane)}, align 4")
+            hi = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg + 1, lane)}, align 4")
+            lo64, hi64 = f.op(f"zext i32 {lo} to i64"), f.op(f"zext i32 {hi} to i64")
+            hs = f.op(f"shl i64 {hi64}, 32")
+            a = f.op(f"or i64 {lo64}, {hs}")
+        return f.op(f"add i64 {a}, {off}") if off else a
+
+    def _global(self, f: Fn, b: Block, i: int, kind: str) -> None:
+        inst = b.insts[i]
+        words = GWIDTH[inst.key.split("_")[-1]]
+        nbytes = 4 * words
+        write = kind == "gstore"
+        tab, cnt = ("%wtabp", "%wcount") if write else ("%rtabp", "%rcount")
+        hint = f.alloca("[3 x i64]")           # the range the last lane hit: (lo, hi, host - lo)
+        f.allocas.append(f"  store [3 x i64] [i64 1, i64 0, i64 0], ptr {hint}")
+        V64 = f"<{f.W} x i64>"
+
+        def hint_at(j: int) -> str:
+            return f.op(f"load i64, ptr {f.op(f'getelementptr i64, ptr {hint}, i64 {j}')}")
+
+        def find(a: str) -> str:
+            lo, hi = hint_at(0), hint_at(1)
+            e = f.op(f"add i64 {a}, {nbytes}")
+            c1, c2, c3 = f.op(f"icmp uge i64 {a}, {lo}"), f.op(f"icmp ule i64 {e}, {hi}"), f.op(f"icmp uge i64 {e}, {a}")
+            inr = f.op(f"and i1 {f.op(f'and i1 {c1}, {c2}')}, {c3}")
+            fast, slow, join = f.t("hf"), f.t("hs"), f.t("hj")
+            f.e(f"br i1 {inr}, label {fast}, label {slow}")
+            f.label(fast)
+            h1 = f.op(f"add i64 {a}, {hint_at(2)}")
+            f.e(f"br label {join}")
+            f.label(slow)
+            h2 = f.op(f"call i64 @lookup(ptr {tab}, i64 {cnt}, i64 {a}, i64 {nbytes}, ptr {hint})")
+            f.e(f"br label {join}")
+            f.label(join)
+            return f.op(f"phi i64 [{h1}, {fast}], [{h2}, {slow}]")
+
+        def lane_check(em, l):
+            a = self._gaddr(em, inst, l)
+            h = find(a)
+            miss = f.op(f"icmp eq i64 {h}, 0")
+            bad, ok = f.t("m"), f.t("k")
+            f.e(f"br i1 {miss}, label {bad}, label {ok}")
+            f.label(bad)
+            for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", str(int(write)))):
+                p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[slot]}")
+                f.e(f"store i64 {val}, ptr {p}")
+            f.e(f"ret i32 {i}")
+            f.label(ok)
+
+        def lane_access(em, l):
+            a = self._gaddr(em, inst, l)
+            hp = f.op(f"inttoptr i64 {find(a)} to ptr")
+            if write:
+                vals = [f.op(f"load i32, ptr {em.lane_ptr(inst.data.reg + j, l)}, align 4") for j in range(words)]
+                for j, v in enumerate(vals):
+                    q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
+                    f.e(f"store i32 {v}, ptr {q}, align 1")
+            else:
+                vals = []
+                for j in range(words):
+                    q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
+                    vals.append(f.op(f"load i32, ptr {q}, align 1"))
+                for j, v in enumerate(vals):
+                    f.e(f"store i32 {v}, ptr {em.lane_ptr(inst.dst[0].reg + j, l)}, align 4")
+
+        def chunk_addr(em) -> str:
+            if inst.saddr is not None and inst.saddr.reg != NULL:
+                lo = f.op(f"zext {f.VT} {em.vget(inst.addr)} to {V64}")
+                a = f.op(f"add {V64} {lo}, {f.splat(em.sget64(Operand('s', inst.saddr.reg, 2)), 'i64')}")
+            else:
+                a = em.vget64(Operand("v", inst.addr.reg, 2))
+            off = inst.offset & (2 ** 64 - 1)
+            return f.op(f"add {V64} {a}, {f.splat(str(off), 'i64')}") if off else a
+
+        def phase(access: bool):
+            def wave(em):
+                e = em.exec_bits()
+
+                def body():
+                    m = em.mask_vec(e)
+                    a = chunk_addr(em)
+                    ae = f.op(f"add {V64} {a}, {f.splat(str(nbytes), 'i64')}")
+                    c1 = f.op(f"icmp uge {V64} {a}, {f.splat(hint_at(0), 'i64')}")
+                    c2 = f.op(f"icmp ule {V64} {ae}, {f.splat(hint_at(1), 'i64')}")
+                    c3 = f.op(f"icmp uge {V64} {ae}, {a}")
+                    inr = f.op(f"and {f.MT} {f.op(f'and {f.MT} {c1}, {c2}')}, {c3}")
+                    notm = f.op(f"xor {f.MT} {m}, {f.splat('true', 'i1')}")
+                    ok = f.op(f"bitcast {f.MT} {f.op(f'or {f.MT} {inr}, {notm}')} to i8")
+                    allok = f.op(f"icmp eq i8 {ok}, -1")
+                    if access and write and words > 1:
+                        allok = "false"          # multi-dword stores go lane by lane (the interpreter's order)
+                    fast, slow, join = f.t("gf"), f.t("gs"), f.t("gj")
+                    f.e(f"br i1 {allok}, label {fast}, label {slow}")
+                    f.label(fast)
+                    if access:
+                        hp = f.op(f"add {V64} {a}, {f.splat(hint_at(2), 'i64')}")
+                        for j in range(words):
+                            hj = f.op(f"add {V64} {hp}, {f.splat(str(4 * j), 'i64')}") if j else hp
+                            if write:
+                                v = em.vget(Operand("v", inst.data.reg + j))
+                                self._scatter(f, v, hj, m)
+                            else:
+                                p = em.chunk_ptr(inst.dst[0].reg + j)
+                                old = f.op(f"load {f.VT}, ptr {p}, align 4")
+                                g = self._gather(f, hj, m, old)
+                                f.e(f"store {f.VT} {g}, ptr {p}, align 4")
+                    f.e(f"br label {join}")
+                    f.label(slow)
+                    em.chunk_lanes(e, lambda l: (lane_access if access else lane_check)(em, l))
+                    f.e(f"br label {join}")
+                    f.label(join)
+                em.chunk_loop(body)
+            return wave
+        self._wave_loop(f, phase(False))
+        self._wave_loop(f, phase(True))
+
+    # ---------------------------------------------------------------- LDS
+    def _ds(self, em: "_WaveEmitter", inst: Inst, part: int) -> None:
+        f, k = em.f, inst.key
+        if k in DS_2:
+            size = 8 if k.endswith("b64") else 4
+            unit = size * (64 if "stride64" in k else 1)
+            offs = (inst.offset0 * unit, inst.offset1 * unit)
+            base_off = 0
+        else:
+            size = 4 * (DS_LOAD.get(k) or DS_STORE[k])
+            offs = (0,)
+            base_off = inst.offset
+        nw = size // 4
+        wb = f.op(f"getelementptr i64, ptr %lds_basep, i64 {em.w}")
+        wbase = f.op(f"load i64, ptr {wb}")
+        load = "load" in k
+        regs = [d.reg for d in inst.data] if not load else []
+        sel = [(offs[part], regs[part])] if (k in DS_2 and not load) else ([(0, regs[0])] if not load else [])
+        e = em.exec_bits()
+        if not load and nw > 1:             # multi-dword stores lane by lane, in the interpreter's order
+            def lane(l):
+                a32 = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, l)}, align 4")
+                a = f.op(f"zext i32 {a32} to i64")
+                if base_off:
+                    a = self._mask32(f, f.op(f"add i64 {a}, {base_off}"))
+                for o, r in sel:
+                    ao = self._mask32(f, f.op(f"add i64 {a}, {o}")) if o else a
+                    vals = [f.op(f"load i32, ptr {em.lane_ptr(r + j, l)}, align 4") for j in range(nw)]
+                    for j, v in enumerate(vals):
+                        self._lds_write(f, ao, 4 * j, wbase, v)
+            em.lane_loop(lane)
+            return
+        V64 = f"<{f.W} x i64>"
+        M32 = f.splat(str(0xFFFFFFFF), "i64")
+        lim = f.splat("%lds_size", "i64")
+        wbv = f.splat(wbase, "i64")
+        ldsv = f.splat(f.op("ptrtoint ptr %ldsp to i64"), "i64")
+
+        def body():
+            m = em.mask_vec(e)
+            a = f.op(f"zext {f.VT} {em.vget(inst.addr)} to {V64}")
+            if base_off:
+                a = f.op(f"and {V64} {self._vadd(f, a, base_off)}, {M32}")
+
+            def ptrs_of(aj):
+                inr = f.op(f"icmp ule {V64} {self._vadd(f, aj, 4)}, {lim}")
+                mm = f.op(f"and {f.MT} {m}, {inr}")
+                off = f.op(f"add {V64} {aj}, {wbv}")
+                return f.op(f"add {V64} {off}, {ldsv}"), mm
+            if load:
+                vals = []
+                for o in offs:
+                    ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
+                    for j in range(nw):
+                        ptrs, mm = ptrs_of(self._vadd(f, ao, 4 * j) if j else ao)
+                        vals.append(self._gather(f, ptrs, mm, "zeroinitializer"))
+                for j, v in enumerate(vals):
+                    p = em.chunk_ptr(inst.dst[0].reg + j)
+                    old = f.op(f"load {f.VT}, ptr {p}, align 4")
+                    f.e(f"store {f.VT} {f.op(f'select {f.MT} {m}, {f.VT} {v}, {f.VT} {old}')}, ptr {p}, align 4")
+            else:
+                for o, r in sel:
+                    ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
+                    ptrs, mm = ptrs_of(ao)
+                    v = em.vget(Operand("v", r))
+                    self._scatter(f, v, ptrs, mm)
+        em.chunk_loop(body)
+
+    def _ramp(self, f: Fn, addrs: str, ok: str, step: int) -> tuple[str, str]:
+        """(first address, whether every lane is ok and lane j's address is the first + step * j)."""
+        a0 = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 0")
+        ramp = "<" + ", ".join(f"i64 {step * j}" for j in range(f.W)) + ">"
+        want = f.op(f"add <{f.W} x i64> {f.splat(a0, 'i64')}, {ramp}")
+        same = f.op(f"icmp eq <{f.W} x i64> {addrs}, {want}")
+        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to i8")
+        return a0, f.op(f"icmp eq i8 {both}, -1")
+
+    def _gather(self, f: Fn, addrs: str, ok: str, other: str) -> str:
+        """Dwords at the host addresses of the lanes where ok is set, `other`'s elsewhere. Every lane ok on
+        consecutive dwords: one vector load; every lane ok on one dword: one load; else scalar loads."""
+        a0, contig = self._ramp(f, addrs, ok, 4)
+        _, bcast = self._ramp(f, addrs, ok, 0)
+        pre, vec, one, sc, join = f.t("gp"), f.t("gv"), f.t("go"), f.t("gs"), f.t("gj")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br i1 {contig}, label {vec}, label {one}")
+        f.label(vec)
+        v1 = f.op(f"load {f.VT}, ptr {f.op(f'inttoptr i64 {a0} to ptr')}, align 1")
+        f.e(f"br label {join}")
+        f.label(one)
+        one_end = f.t("ge")
+        f.e(f"br i1 {bcast}, label {one_end}, label {sc}")
+        f.label(one_end)
+        v2 = f.splat(f.op(f"load i32, ptr {f.op(f'inttoptr i64 {a0} to ptr')}, align 1"))
+        f.e(f"br label {join}")
+        f.label(sc)
+        v3 = self._gather_lanes(f, addrs, ok, other)
+        sc_end = f.t("gz")
+        f.e(f"br label {sc_end}")
+        f.label(sc_end)
+        f.e(f"br label {join}")
+        f.label(join)
+        return f.op(f"phi {f.VT} [{v1}, {vec}], [{v2}, {one_end}], [{v3}, {sc_end}]")
+
+    def _gather_lanes(self, f: Fn, addrs: str, ok: str, other: str) -> str:
+        """Branch-free scalar loads (a lane that is not ok reads the context block instead; the value is dropped)."""
+        safe = f.op("ptrtoint ptr %ctx to i64")
+        vec = "poison"
+        for j in range(f.W):
+            a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
+            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
+            p = f.op(f"inttoptr i64 {f.op(f'select i1 {o}, i64 {a}, i64 {safe}')} to ptr")
+            vec = f.op(f"insertelement {f.VT} {vec}, i32 {f.op(f'load i32, ptr {p}, align 1')}, i64 {j}")
+        return f.op(f"select {f.MT} {ok}, {f.VT} {vec}, {f.VT} {other}")
+
+    def _scatter(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
+        """Store the lanes where ok is set, in lane order (later lanes win): one vector store when every lane is ok
+        on consecutive dwords; else lane by lane, the lanes not ok writing a spare context slot."""
+        a0, contig = self._ramp(f, addrs, ok, 4)
+        vec, sc, join = f.t("sv"), f.t("ss"), f.t("sj")
+        f.e(f"br i1 {contig}, label {vec}, label {sc}")
+        f.label(vec)
+        f.e(f"store {f.VT} {vals}, ptr {f.op(f'inttoptr i64 {a0} to ptr')}, align 1")
+        f.e(f"br label {join}")
+        f.label(sc)
+        self._scatter_lanes(f, vals, addrs, ok)
+        f.e(f"br label {join}")
+        f.label(join)
+
+    def _scatter_lanes(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
+        spare = f.op(f"ptrtoint ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX_SPARE}')} to i64")
+        for j in range(f.W):
+            a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
+            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
+            p = f.op(f"inttoptr i64 {f.op(f'select i1 {o}, i64 {a}, i64 {spare}')} to ptr")
+            v = f.op(f"extractelement {f.VT} {vals}, i64 {j}")
+            f.e(f"store i32 {v}, ptr {p}, align 1")
+
+    def _vadd(self, f: Fn, v: str, c: int) -> str:
+        return f.op(f"add <{f.W} x i64> {v}, {f.splat(str(c), 'i64')}")
+
+    def _mask32(self, f: Fn, x: str) -> str:
+        return f.op(f"and i64 {x}, {0xFFFFFFFF}")
+
+    def _lds_read(self, f: Fn, a: str, j: int, wbase: str) -> str:
+        aj = f.op(f"add i64 {a}, {j}") if j else a
+        lim = f.op(f"add i64 {aj}, 4")
+        ok = f.op(f"icmp ule i64 {lim}, %lds_size")
+        yes, join = f.t("r"), f.t("j")
+        pre = f.t("q")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br i1 {ok}, label {yes}, label {join}")
+        f.label(yes)
+        off = f.op(f"add i64 {aj}, {wbase}")
+        p = f.op(f"getelementptr i8, ptr %ldsp, i64 {off}")
+        v = f.op(f"load i32, ptr {p}, align 1")
+        f.e(f"br label {join}")
+        f.label(join)
+        return f.op(f"phi i32 [0, {pre}], [{v}, {yes}]")
+
+    def _lds_write(self, f: Fn, a: str, j: int, wbase: str, v: str) -> None:
+        aj = f.op(f"add i64 {a}, {j}") if j else a
+        lim = f.op(f"add i64 {aj}, 4")
+        ok = f.op(f"icmp ule i64 {lim}, %lds_size")
+        yes, join = f.t("r"), f.t("j")
+        f.e(f"br i1 {ok}, label {yes}, label {join}")
+        f.label(yes)
+        off = f.op(f"add i64 {aj}, {wbase}")
+        p = f.op(f"getelementptr i8, ptr %ldsp, i64 {off}")
+        f.e(f"store i32 {v}, ptr {p}, align 1")
+        f.e(f"br label {join}")
+        f.label(join)
+
+
+class _WaveEmitter(Emitter):
+    """Emitter bound to the wave loop's current wave."""
+
+    def __init__(self, f: Fn, w: str, i: str):
+        super().__init__(f, None)
+        self.w, self.i = w, i
+        wl = f.op(f"mul i64 {w}, {f.L}")
+        self._wl = wl
+
+    def vrow(self, r: int) -> str:
+        f = self.f
+        off = f.op(f"mul i64 %nl, {r}")
+        idx = f.op(f"add i64 {off}, {self._wl}")
+        return f.op(f"getelementptr i32, ptr %vp, i64 {idx}")
+
+    def srow(self, r: int) -> str:
+        f = self.f
+        off = f.op(f"mul i64 %n, {r}")
+        idx = f.op(f"add i64 {off}, {self.w}")
+        return f.op(f"getelementptr i32, ptr %sp, i64 {idx}")
+
+    def lane_ptr(self, r: int, lane: str) -> str:
+        f = self.f
+        row = self.vrow(r)
+        return f.op(f"getelementptr i32, ptr {row}, i64 {lane}")
+
+    def sget(self, op: Operand) -> str:
+        if op.kind == "x" and op.reg == 253:
+            f = self.f
+            p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
+            return f.op(f"load i32, ptr {p}, align 4")
+        return super().sget(op)
+
+    def scc_put(self, bit: str) -> None:
+        f = self.f
+        z = f.op(f"zext i1 {bit} to i32")
+        p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
+        f.e(f"store i32 {z}, ptr {p}, align 4")
+
+    def lane_loop(self, body) -> None:
+        """for lane in 0..L: if EXEC bit: body(lane) (EXEC read once, before the first lane)."""
+        f = self.f
+        e = self.exec_bits()
+        pre, head, lb, skip, done = f.t("lp"), f.t("lh"), f.t("lb"), f.t("ls"), f.t("ld")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        l, l1 = f.t("l"), f.t("l")
+        f.e(f"{l} = phi i64 [0, {pre}], [{l1}, {skip}]")
+        lt = f.op(f"trunc i64 {l} to {f.IT}") if f.L == 32 else l
+        bit = f.op(f"lshr {f.IT} {e}, {lt}")
+        b1 = f.op(f"trunc {f.IT} {bit} to i1")
+        f.e(f"br i1 {b1}, label {lb}, label {skip}")
+        f.label(lb)
+        body(l)
+        f.e(f"br label {skip}")
+        f.label(skip)
+        f.e(f"{l1} = add i64 {l}, 1")
+        c = f.op(f"icmp ult i64 {l1}, {f.L}")
+        f.e(f"br i1 {c}, label {head}, label {done}")
+        f.label(done)
+
+    def chunk_loop(self, body) -> None:
+        """for chunk in 0..L/W: body() with self.c the chunk index."""
+        f = self.f
+        pre, head, tail, done = f.t("kp"), f.t("kh"), f.t("kt"), f.t("kd")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        c, c1 = f.t("c"), f.t("c")
+        f.e(f"{c} = phi i64 [0, {pre}], [{c1}, {tail}]")
+        self.c = c
+        body()
+        f.e(f"br label {tail}")
+        f.label(tail)
+        f.e(f"{c1} = add i64 {c}, 1")
+        more = f.op(f"icmp ult i64 {c1}, {f.NC}")
+        f.e(f"br i1 {more}, label {head}, label {done}")
+        f.label(done)
+        self.c = None
+
+    def chunk_lanes(self, e: str, body) -> None:
+        """for the W lanes of the current chunk whose EXEC bit (in e) is set: body(lane)."""
+        f = self.f
+        c = self.c
+        pre, head, lb, skip, done = f.t("jp"), f.t("jh"), f.t("jb"), f.t("js"), f.t("jd")
+        base = f.op(f"shl i64 {c}, 3")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        j, j1 = f.t("j"), f.t("j")
+        f.e(f"{j} = phi i64 [0, {pre}], [{j1}, {skip}]")
+        lane = f.op(f"add i64 {base}, {j}")
+        lt = f.op(f"trunc i64 {lane} to {f.IT}") if f.L == 32 else lane
+        bit = f.op(f"trunc {f.IT} {f.op(f'lshr {f.IT} {e}, {lt}')} to i1")
+        f.e(f"br i1 {bit}, label {lb}, label {skip}")
+        f.label(lb)
+        saved = self.c
+        body(lane)
+        self.c = saved
+        f.e(f"br label {skip}")
+        f.label(skip)
+        f.e(f"{j1} = add i64 {j}, 1")
+        more = f.op(f"icmp ult i64 {j1}, {f.W}")
+        f.e(f"br i1 {more}, label {head}, label {done}")
+        f.label(done)
+
+    def refresh_exec(self) -> None:
+        """em[wave] and full[wave] from the EXEC SGPR image (what WaveState.refresh_exec does)."""
+        f = self.f
+        e = self.exec_bits()
+        off = f.op(f"mul i64 {self.w}, {f.L}")
+        for c in range(f.NC):
+            self.c = str(c)
+            m = self.mask_vec(e)
+            m8 = f.op(f"zext {f.MT} {m} to <{f.W} x i8>")
+            p = f.op(f"getelementptr i8, ptr %emp, i64 {f.op(f'add i64 {off}, {c * f.W}')}")
+            f.e(f"store <{f.W} x i8> {m8}, ptr {p}, align 1")
+        self.c = None
+        full = f.op(f"icmp eq {f.IT} {e}, -1")
+        fz = f.op(f"zext i1 {full} to i8")
+        q = f.op(f"getelementptr i8, ptr %fullp, i64 {self.w}")
+        f.e(f"store i8 {fz}, ptr {q}, align 1")

@@ -1,0 +1,853 @@
+"""Decoded instructions -> LLVM IR: one function per basic block, executing it for a list of waves.
+
+A block is a run of translatable instructions: ALU instructions are grouped into phases executed wave by
+wave (each wave runs the phase's instructions in order, one <lanes x i32> vector operation each, EXEC
+applied as a select); every memory instruction is a phase of its own looping over all the waves, so memory
+is touched in the interpreter's order (instruction by instruction, waves in batch order, lanes ascending).
+A global access first checks every lane of every wave against the translated-range table (nothing is
+touched yet); a lane outside the table returns the instruction's index so the caller can translate it and
+resume there, or let the interpreter run that instruction (and raise the same fault the same way).
+
+Registers live in the interpreter's own arrays (pointers in a context block, CTX below); the function is
+
+    i32 block(i64 *ctx, i64 *waves, i64 nwaves, i32 start, i32 end)
+
+executing instructions [start, end) of the block; it returns -1 (done), -2 (done, the last one was a branch
+that set every wave's PC) or the index of a memory instruction it stopped before.
+
+Semantics follow the interpreter's handlers (salu.py, valu*.py, lds.py, vmem.py): integer ops wrap at 32/64
+bits, f32 arithmetic is IEEE with denormals kept and round-to-nearest-even (the block is only run when MODE
+says so), FMA is `llvm.fma` (one rounding), a NaN result carries the payload numpy's operand order gives
+(the first NaN operand, quieted; an invalid operation gives x86's default NaN 0xFFC00000, as numpy's does).
+Anything else is refused by `translatable` and runs in the interpreter.
+"""
+from __future__ import annotations
+
+from ....hw.isa.decode import Inst, Operand
+from ..valu_fast import is_plain, is_plain_cmp
+
+VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252, 251
+
+# context block slots (int64 each): filled by runtime.Context
+CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, "lds_base": 8, "lds_size": 9,
+       "rtab": 10, "rcount": 11, "wtab": 12, "wcount": 13, "miss_addr": 14, "miss_bytes": 15, "miss_write": 16,
+       "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20,
+       "start0": 23}
+CTX_SLOTS = 24
+
+NOPS = frozenset(("s_nop", "s_delay_alu", "s_clause", "buffer_gl0_inv", "buffer_gl1_inv", "s_set_inst_prefetch_distance",
+                  "s_inst_prefetch", "global_inv", "global_wb", "global_wbinv"))   # no-ops in the interpreter too
+WAITS = frozenset(("s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt",
+                   "s_waitcnt_depctr", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt",
+                   "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", "s_wait_samplecnt", "s_wait_bvhcnt",
+                   "s_wait_expcnt", "s_wait_alu"))
+BRANCHES = frozenset(("s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz",
+                      "s_cbranch_execz", "s_cbranch_execnz"))
+
+# ---------------------------------------------------------------- what translates
+
+SOP2 = {  # key: (IR expression over %a %b (i32), scc rule) ; scc 'nz' = result != 0
+    "s_and_b32": ("and", "nz"), "s_or_b32": ("or", "nz"), "s_xor_b32": ("xor", "nz"),
+    "s_and_not1_b32": ("andn", "nz"), "s_or_not1_b32": ("orn", "nz"), "s_nand_b32": ("nand", "nz"),
+    "s_nor_b32": ("nor", "nz"), "s_xnor_b32": ("xnor", "nz"),
+    "s_lshl_b32": ("shl", "nz"), "s_lshr_b32": ("lshr", "nz"), "s_ashr_i32": ("ashr", "nz"),
+    "s_mul_i32": ("mul", None),
+    "s_min_i32": ("smin", "slt"), "s_min_u32": ("umin", "ult"), "s_max_i32": ("smax", "sgt"), "s_max_u32": ("umax", "ugt"),
+}
+SOP2_64 = {"s_and_b64": "and", "s_or_b64": "or", "s_xor_b64": "xor", "s_and_not1_b64": "andn", "s_or_not1_b64": "orn",
+           "s_lshl_b64": "shl", "s_lshr_b64": "lshr"}
+ADDSUB = ("s_add_u32", "s_addc_u32", "s_sub_u32", "s_subb_u32", "s_add_i32", "s_sub_i32")
+SCMP = {"eq": "eq", "lg": "ne", "gt": "gt", "ge": "ge", "lt": "lt", "le": "le"}
+SAVEEXEC = {"and": lambda s, e: ("and", s, e), "or": lambda s, e: ("or", s, e), "xor": lambda s, e: ("xor", s, e),
+            "and_not1": lambda s, e: ("andn", s, e), "or_not1": lambda s, e: ("orn", s, e)}
+
+VBIN = {  # key: op over (src0, src1) as IR (vector i32)
+    "v_add_nc_u32": "add", "v_sub_nc_u32": "sub", "v_subrev_nc_u32": "subrev", "v_and_b32": "and", "v_or_b32": "or",
+    "v_xor_b32": "xor", "v_mul_lo_u32": "mul", "v_lshlrev_b32": "shlrev", "v_lshrrev_b32": "lshrrev",
+    "v_ashrrev_i32": "ashrrev", "v_min_u32": "umin", "v_max_u32": "umax", "v_min_i32": "smin", "v_max_i32": "smax",
+    "v_mul_u32_u24": "mul24", "v_mul_hi_u32": "mulhi",
+}
+VTRI = ("v_add3_u32", "v_lshl_add_u32", "v_lshl_or_b32", "v_and_or_b32", "v_or3_b32", "v_xad_u32", "v_bfe_u32",
+        "v_mad_u32_u24", "v_add_lshl_u32")
+VFLT = {"v_add_f32": "fadd", "v_sub_f32": "fsub", "v_subrev_f32": "fsubrev", "v_mul_f32": "fmul"}
+FMA = ("v_fmac_f32", "v_fma_f32", "v_fmaak_f32", "v_fmamk_f32")
+CARRY = {"v_add_co_u32": (True, False, False), "v_sub_co_u32": (False, False, False),
+         "v_subrev_co_u32": (False, True, False), "v_add_co_ci_u32": (True, False, True),
+         "v_sub_co_ci_u32": (False, False, True), "v_subrev_co_ci_u32": (False, True, True)}
+ICMP = {"eq": "eq", "ne": "ne", "lg": "ne", "gt": "gt", "ge": "ge", "lt": "lt", "le": "le"}
+FCMP = {"eq": "oeq", "lg": "one", "gt": "ogt", "ge": "oge", "lt": "olt", "le": "ole", "neq": "une"}
+SHIFT64 = {"v_lshlrev_b64": "shl", "v_lshrrev_b64": "lshr", "v_ashrrev_i64": "ashr"}
+GWIDTH = {"b32": 1, "b64": 2, "b96": 3, "b128": 4}
+DS_LOAD = {"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b96": 3, "ds_load_b128": 4}
+DS_STORE = {"ds_store_b32": 1, "ds_store_b64": 2, "ds_store_b96": 3, "ds_store_b128": 4}
+DS_2 = ("ds_load_2addr_b32", "ds_load_2addr_stride64_b32", "ds_store_2addr_b32", "ds_store_2addr_stride64_b32",
+        "ds_load_2addr_b64", "ds_load_2addr_stride64_b64", "ds_store_2addr_b64", "ds_store_2addr_stride64_b64")
+
+
+def _plain_src(op: Operand, floats: bool = False) -> bool:
+    if op.kind == "v":
+        return 0 <= op.reg < 256
+    if op.kind == "s":
+        return 0 <= op.reg < 128 and op.reg not in (EXEC, EXEC + 1) or op.reg in (EXEC, EXEC + 1)
+    if op.kind == "c":
+        return True
+    return op.kind == "x" and op.reg in (SCC_SRC, EXECZ_SRC, VCCZ_SRC)
+
+
+def _mods_ok(inst: Inst, floats: bool) -> bool:
+    if inst.dpp is not None or inst.clamp or inst.omod or inst.opsel or getattr(inst, "neg_hi", 0):
+        return False
+    if getattr(inst, "sdwa", None) is not None:
+        return False
+    for s in inst.src:
+        if (s.neg or s.abs) and not floats:
+            return False
+        if s.kind == "c" and floats and s.value is not None:
+            bits = s.value & 0xFFFFFFFF
+            if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:
+                return False            # a NaN constant: keep its payload rules in the interpreter
+    return True
+
+
+def _vdst_ok(inst: Inst, n: int = 1) -> bool:
+    return bool(inst.dst) and inst.dst[0].kind == "v" and inst.dst[0].n == n and inst.dst[0].reg + n <= 256
+
+
+def _src_ok(inst: Inst, count: int, bits=(32,)) -> bool:
+    if len(inst.src) != count:
+        return False
+    return all(_plain_src(s) for s in inst.src)
+
+
+def kind_of(inst: Inst) -> str | None:
+    """'alu', 'nop', 'wait', 'branch', 'gload', 'gstore', 'ds' for an instruction the JIT translates, else None."""
+    k = inst.key
+    if k in NOPS:
+        return "nop"
+    if k in WAITS:
+        return "wait"
+    if k in BRANCHES:
+        return "branch"
+    enc = inst.enc
+    if any(d.bits == 16 for d in inst.dst if isinstance(d, Operand)) or getattr(inst, "sdwa", None) is not None:
+        return None                 # 16-bit destinations (gfx9 zeroes or keeps the high half) and SDWA
+    if enc in ("SOP1", "SOP2", "SOPC", "SOPK"):
+        return "alu" if _salu_ok(inst) else None
+    if enc in ("VOP1", "VOP2", "VOP3", "VOPC", "VOP3SD"):
+        return "alu" if _valu_ok(inst) else None
+    if enc == "GLOBAL":
+        return _global_ok(inst)
+    if enc == "DS":
+        return "ds" if _ds_ok(inst) else None
+    return None
+
+
+def _sdst_ok(op: Operand, n: int = 1) -> bool:
+    return op.kind == "s" and op.reg + n <= 128
+
+
+def _salu_ok(inst: Inst) -> bool:
+    k = inst.key
+    if not all(_plain_src(s) for s in inst.src):
+        return False
+    if k in SOP2 or k in ADDSUB:
+        return len(inst.src) == 2 and _sdst_ok(inst.dst[0]) and all(s.n == 1 for s in inst.src)
+    if k in SOP2_64:
+        return len(inst.src) == 2 and _sdst_ok(inst.dst[0], 2) and inst.src[0].n == 2 and \
+            inst.src[1].n == (1 if k in ("s_lshl_b64", "s_lshr_b64") else 2)
+    if k in ("s_mov_b32", "s_cselect_b32", "s_not_b32"):
+        n = 2 if k == "s_cselect_b32" else 1
+        return len(inst.src) == n and _sdst_ok(inst.dst[0]) and all(s.n == 1 for s in inst.src)
+    if k in ("s_mov_b64", "s_cselect_b64"):
+        n = 2 if k == "s_cselect_b64" else 1
+        return len(inst.src) == n and _sdst_ok(inst.dst[0], 2) and all(s.n == 2 or s.kind == "c" for s in inst.src)
+    if k.startswith("s_cmp_") and k[-3:] in ("i32", "u32"):
+        return k.split("_")[2] in SCMP and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
+    if k in ("s_movk_i32",):
+        return _sdst_ok(inst.dst[0]) and inst.simm16 is not None
+    if k.endswith("_saveexec_b32") or k.endswith("_saveexec_b64"):
+        op = k[2:].rsplit("_saveexec_", 1)[0]
+        n = 2 if k.endswith("64") else 1
+        return op in SAVEEXEC and len(inst.src) == 1 and _sdst_ok(inst.dst[0], n) and \
+            (inst.src[0].n == n or inst.src[0].kind == "c")
+    return False
+
+
+def _valu_ok(inst: Inst) -> bool:
+    k = inst.key
+    floats = k in VFLT or k in FMA or k.endswith("_f32")
+    if not _mods_ok(inst, floats):
+        return False
+    if not all(_plain_src(s) for s in inst.src):
+        return False
+    if any(s.kind == "v" and s.reg + s.n > 256 for s in inst.src):
+        return False
+    if k in VBIN:
+        return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
+    if k in VTRI:
+        return _vdst_ok(inst) and len(inst.src) == 3 and all(s.n == 1 for s in inst.src)
+    if k in ("v_mov_b32", "v_not_b32", "v_cvt_f32_u32", "v_cvt_f32_i32"):
+        return _vdst_ok(inst) and len(inst.src) == 1 and inst.src[0].n == 1
+    if k in VFLT:
+        return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
+    if k in FMA:
+        n = 2 if k == "v_fmac_f32" else 3
+        return _vdst_ok(inst) and len(inst.src) == n and all(s.n == 1 for s in inst.src)
+    if k == "v_cndmask_b32":
+        return _vdst_ok(inst) and len(inst.src) == 3 and inst.src[2].kind in ("s", "c") and \
+            all(s.n == 1 for s in inst.src[:2]) and not (inst.src[0].neg or inst.src[0].abs or inst.src[1].neg or inst.src[1].abs)
+    if k in CARRY:
+        cin = CARRY[k][2]
+        return _vdst_ok(inst) and len(inst.dst) == 2 and _sdst_ok(inst.dst[1], 1) and \
+            len(inst.src) == (3 if cin else 2) and all(s.n == 1 for s in inst.src[:2]) and \
+            (not cin or inst.src[2].kind in ("s", "c"))
+    if k == "v_mad_u64_u32":
+        return _vdst_ok(inst, 2) and len(inst.dst) == 2 and _sdst_ok(inst.dst[1], 1) and len(inst.src) == 3 and \
+            inst.src[0].n == 1 and inst.src[1].n == 1 and (inst.src[2].n == 2 or inst.src[2].kind == "c")
+    if k in SHIFT64:
+        return _vdst_ok(inst, 2) and len(inst.src) == 2 and inst.src[0].n == 1 and \
+            (inst.src[1].n == 2 or inst.src[1].kind == "c")
+    if k.startswith("v_cmp_") or k.startswith("v_cmpx_"):
+        parts = k.split("_")
+        if len(parts) != 4 or len(inst.src) != 2 or not inst.dst or not all(s.n == 1 for s in inst.src):
+            return False
+        op, typ = parts[2], parts[3]
+        d = inst.dst[0]
+        if d.kind != "s":
+            return False
+        if typ in ("i32", "u32"):
+            return op in ICMP and not any(s.neg or s.abs for s in inst.src)
+        if typ == "f32":
+            return op in FCMP
+    return False
+
+
+def _global_ok(inst: Inst) -> str | None:
+    k = inst.key
+    if inst.addr is None or inst.addr.kind != "v" or getattr(inst, "sve", 0):
+        return None
+    if inst.saddr is not None and (inst.saddr.kind != "s" or inst.saddr.reg == NULL):
+        if not (inst.saddr.kind == "s" and inst.saddr.reg == NULL):
+            return None
+    if k.startswith("global_load_") and k[12:] in GWIDTH:
+        return "gload" if _vdst_ok(inst, GWIDTH[k[12:]]) else None
+    if k.startswith("global_store_") and k[13:] in GWIDTH:
+        return "gstore" if inst.data is not None and inst.data.kind == "v" and inst.data.reg + GWIDTH[k[13:]] <= 256 else None
+    return None
+
+
+def _ds_ok(inst: Inst) -> bool:
+    k = inst.key
+    if inst.gds or inst.addr is None or inst.addr.kind != "v":
+        return False
+    if k in DS_LOAD:
+        return _vdst_ok(inst, DS_LOAD[k])
+    if k in DS_STORE:
+        return inst.data is not None and len(inst.data) >= 1 and inst.data[0].kind == "v"
+    if k in DS_2:
+        if "load" in k:
+            return _vdst_ok(inst, 2 * (2 if k.endswith("b64") else 1))
+        return inst.data is not None and len(inst.data) >= 2 and all(d.kind == "v" for d in inst.data[:2])
+    return False
+
+
+def _fast_carry(inst: Inst, cin: bool) -> bool:
+    """The interpreter's carry fast path runs this instruction (and leaves a carry nothing reads unwritten)."""
+    return is_plain(inst, 3 if cin else 2) and inst.dst[1].kind == "s"
+
+
+# ---------------------------------------------------------------- the emitter
+
+class Fn:
+    """Lines of one function, with fresh SSA names."""
+
+    W = 8            # lanes per vector operation: one AVX2 register of i32 (a wave is lanes / W chunks)
+
+    def __init__(self, lanes: int):
+        self.lines: list[str] = []
+        self.allocas: list[str] = []
+        self.k = 0
+        self.L = lanes
+        self.NC = lanes // self.W
+        self.VT = f"<{self.W} x i32>"
+        self.FT = f"<{self.W} x float>"
+        self.MT = f"<{self.W} x i1>"
+        self.IT = f"i{lanes}"
+
+    def alloca(self, ty: str) -> str:
+        r = self.t("a")
+        self.allocas.append(f"  {r} = alloca {ty}")
+        return r
+
+    def t(self, p: str = "t") -> str:
+        self.k += 1
+        return f"%{p}{self.k}"
+
+    def e(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name[1:]}:")
+
+    def op(self, text: str, p: str = "t") -> str:
+        r = self.t(p)
+        self.e(f"{r} = {text}")
+        return r
+
+    def splat(self, scalar: str, ty: str = "i32") -> str:
+        n = self.W
+        v = self.op(f"insertelement <{n} x {ty}> poison, {ty} {scalar}, i64 0")
+        return self.op(f"shufflevector <{n} x {ty}> {v}, <{n} x {ty}> poison, <{n} x i32> zeroinitializer")
+
+
+class Emitter:
+    """Per-wave code of one block: register access for the wave `%w` (its index in the batch)."""
+
+    def __init__(self, f: Fn, inst_pc):
+        self.f = f
+        self.inst_pc = inst_pc     # pc -> offset from the region's root (for branch targets)
+        self.writes_exec = False
+        self.c = None              # the chunk index (i64) inside a VALU instruction's chunk loop
+        self.pending: dict[int, str] = {}     # SGPR -> accumulator of the lane mask being written
+        self._init_at = 0
+
+    # -- addresses
+    def vrow(self, r: int) -> str:
+        f = self.f
+        off = f.op(f"mul i64 %nl, {r}")
+        idx = f.op(f"add i64 {off}, %wl")
+        return f.op(f"getelementptr i32, ptr %vp, i64 {idx}")
+
+    def srow(self, r: int) -> str:
+        f = self.f
+        off = f.op(f"mul i64 %n, {r}")
+        idx = f.op(f"add i64 {off}, %w")
+        return f.op(f"getelementptr i32, ptr %sp, i64 {idx}")
+
+    # -- scalar operands
+    def sget(self, op: Operand) -> str:
+        f = self.f
+        if op.kind == "c":
+            return str(op.value & 0xFFFFFFFF)
+        if op.kind == "x":
+            if op.reg == SCC_SRC:
+                p = f.op("getelementptr i32, ptr %sccp, i64 %w")
+                return f.op(f"load i32, ptr {p}, align 4")
+            if op.reg == EXECZ_SRC:
+                e = self.exec_bits()
+                z = f.op(f"icmp eq {f.IT} {e}, 0")
+                return f.op(f"zext i1 {z} to i32")
+            if op.reg == VCCZ_SRC:
+                e = self.mask_bits(Operand("s", VCC, 2 if f.L == 64 else 1))
+                z = f.op(f"icmp eq {f.IT} {e}, 0")
+                return f.op(f"zext i1 {z} to i32")
+            raise AssertionError(op)
+        if op.reg == NULL:
+            return "0"
+        return f.op(f"load i32, ptr {self.srow(op.reg)}, align 4")
+
+    def sget64(self, op: Operand) -> str:
+        f = self.f
+        if op.kind == "c":
+            return str(op.value & (2 ** 64 - 1))
+        if op.kind == "s" and op.reg == NULL:
+            return "0"
+        if op.kind == "s" and op.n == 2:
+            lo = f.op(f"zext i32 {self.sget(op)} to i64")
+            hi = f.op(f"zext i32 {self.sget(Operand('s', op.reg + 1))} to i64")
+            hs = f.op(f"shl i64 {hi}, 32")
+            return f.op(f"or i64 {lo}, {hs}")
+        return f.op(f"zext i32 {self.sget(op)} to i64")
+
+    def sput(self, r: int, val: str) -> None:
+        if r == NULL:
+            return
+        if r in (EXEC, EXEC + 1):
+            self.writes_exec = True
+        self.f.e(f"store i32 {val}, ptr {self.srow(r)}, align 4")
+
+    def sput64(self, r: int, val: str) -> None:
+        f = self.f
+        if r == NULL:
+            return
+        lo = f.op(f"trunc i64 {val} to i32")
+        sh = f.op(f"lshr i64 {val}, 32")
+        hi = f.op(f"trunc i64 {sh} to i32")
+        self.sput(r, lo)
+        self.sput(r + 1, hi)
+
+    def scc_put(self, bit: str) -> None:
+        f = self.f
+        z = f.op(f"zext i1 {bit} to i32")
+        p = f.op("getelementptr i32, ptr %sccp, i64 %w")
+        f.e(f"store i32 {z}, ptr {p}, align 4")
+
+    def scc_get(self) -> str:
+        return self.sget(Operand("x", SCC_SRC))
+
+    # -- masks (iL)
+    def exec_bits(self) -> str:
+        return self.mask_bits(Operand("s", EXEC, 2 if self.f.L == 64 else 1))
+
+    def mask_bits(self, op: Operand) -> str:
+        f = self.f
+        if op.kind == "c":
+            return str(op.value & ((1 << f.L) - 1))
+        if f.L == 32:
+            return self.sget(Operand("s", op.reg))
+        return self.sget64(Operand("s", op.reg, 2))
+
+    def mask_vec(self, bits: str) -> str:
+        """The current chunk's lanes of an iL lane mask, as <W x i1>."""
+        f = self.f
+        sh = f.op(f"shl {f.IT} {f.op(f'trunc i64 {self.c} to {f.IT}') if f.L == 32 else self.c}, 3")
+        part = f.op(f"lshr {f.IT} {bits}, {sh}")
+        p32 = f.op(f"trunc {f.IT} {part} to i32") if f.L == 64 else part
+        sp = f.splat(p32)
+        bitsv = "<" + ", ".join(f"i32 {1 << j}" for j in range(f.W)) + ">"
+        a = f.op(f"and {f.VT} {sp}, {bitsv}")
+        return f.op(f"icmp ne {f.VT} {a}, zeroinitializer")
+
+    def mask_put(self, r: int, m: str) -> None:
+        """Accumulate the chunk's lanes of a lane mask for SGPR (pair) r; written after the chunk loop."""
+        f = self.f
+        acc = self.pending.get(r)
+        if acc is None:
+            acc = self.pending[r] = f.alloca(f.IT)
+            f.lines.insert(self._init_at, f"  store {f.IT} 0, ptr {acc}")
+        b8 = f.op(f"bitcast {f.MT} {m} to i8")
+        z = f.op(f"zext i8 {b8} to {f.IT}")
+        sh = f.op(f"shl {f.IT} {f.op(f'trunc i64 {self.c} to {f.IT}') if f.L == 32 else self.c}, 3")
+        z = f.op(f"shl {f.IT} {z}, {sh}")
+        old = f.op(f"load {f.IT}, ptr {acc}")
+        f.e(f"store {f.IT} {f.op(f'or {f.IT} {old}, {z}')}, ptr {acc}")
+
+    def _flush_masks(self) -> None:
+        f = self.f
+        for r, acc in self.pending.items():
+            bits = f.op(f"load {f.IT}, ptr {acc}")
+            if f.L == 32:
+                self.sput(r, bits)
+            else:
+                self.sput64(r, bits)
+        self.pending = {}
+
+    def chunk_ptr(self, r: int) -> str:
+        f = self.f
+        off = f.op(f"shl i64 {self.c}, 3")
+        return f.op(f"getelementptr i32, ptr {self.vrow(r)}, i64 {off}")
+
+    # -- vector operands
+    def vget(self, op: Operand) -> str:
+        f = self.f
+        if op.kind == "v":
+            return f.op(f"load {f.VT}, ptr {self.chunk_ptr(op.reg)}, align 4")
+        return f.splat(self.sget(op))
+
+    def vget64(self, op: Operand) -> str:
+        f = self.f
+        VT64 = f"<{f.W} x i64>"
+        if op.kind == "v":
+            lo = f.op(f"zext {f.VT} {self.vget(op)} to {VT64}")
+            hi = f.op(f"zext {f.VT} {self.vget(Operand('v', op.reg + 1))} to {VT64}")
+            hs = f.op(f"shl {VT64} {hi}, {f.splat('32', 'i64')}")
+            return f.op(f"or {VT64} {lo}, {hs}")
+        return f.splat(self.sget64(op), "i64")
+
+    def fget(self, op: Operand) -> str:
+        """f32 source as the bits (vector i32) with NEG/ABS applied (sign bit operations)."""
+        f = self.f
+        v = self.vget(op)
+        if op.abs:
+            v = f.op(f"and {f.VT} {v}, {f.splat(str(0x7FFFFFFF))}")
+        if op.neg:
+            v = f.op(f"xor {f.VT} {v}, {f.splat(str(0x80000000))}")
+        return v
+
+    def vput(self, r: int, val: str) -> None:
+        """EXEC-masked write of VGPR r."""
+        f = self.f
+        p = self.chunk_ptr(r)
+        old = f.op(f"load {f.VT}, ptr {p}, align 4")
+        m = self.mask_vec(self.exec_bits())
+        new = f.op(f"select {f.MT} {m}, {f.VT} {val}, {f.VT} {old}")
+        f.e(f"store {f.VT} {new}, ptr {p}, align 4")
+
+    def vput64(self, r: int, val: str) -> None:
+        f = self.f
+        VT64 = f"<{f.W} x i64>"
+        lo = f.op(f"trunc {VT64} {val} to {f.VT}")
+        sh = f.op(f"lshr {VT64} {val}, {f.splat('32', 'i64')}")
+        hi = f.op(f"trunc {VT64} {sh} to {f.VT}")
+        self.vput(r, lo)
+        self.vput(r + 1, hi)
+
+    # ---------------------------------------------------------------- SALU
+    def salu(self, inst: Inst) -> None:
+        f, k = self.f, inst.key
+        d = inst.dst[0] if inst.dst else None
+        if k in SOP2:
+            opn, scc = SOP2[k]
+            a, b = self.sget(inst.src[0]), self.sget(inst.src[1])
+            r = self._int_op(opn, a, b, "i32")
+            self.sput(d.reg, r)
+            if scc == "nz":
+                self.scc_put(f.op(f"icmp ne i32 {r}, 0"))
+            elif scc:
+                self.scc_put(f.op(f"icmp {scc} i32 {a}, {b}"))
+            return
+        if k in SOP2_64:
+            opn = SOP2_64[k]
+            a = self.sget64(inst.src[0])
+            if opn in ("shl", "lshr"):
+                b = f.op(f"zext i32 {self.sget(inst.src[1])} to i64")
+                b = f.op(f"and i64 {b}, 63")
+                r = f.op(f"{opn} i64 {a}, {b}")
+            else:
+                r = self._int_op(opn, a, self.sget64(inst.src[1]), "i64")
+            self.sput64(d.reg, r)
+            self.scc_put(f.op(f"icmp ne i64 {r}, 0"))
+            return
+        if k in ADDSUB:
+            sub, cin, signed = "sub" in k, k in ("s_addc_u32", "s_subb_u32"), k.endswith("i32")
+            a = f.op(f"zext i32 {self.sget(inst.src[0])} to i64")
+            b = f.op(f"zext i32 {self.sget(inst.src[1])} to i64")
+            r = f.op(f"{'sub' if sub else 'add'} i64 {a}, {b}")
+            if cin:
+                c = f.op(f"zext i32 {self.scc_get()} to i64")
+                r = f.op(f"{'sub' if sub else 'add'} i64 {r}, {c}")
+            r32 = f.op(f"trunc i64 {r} to i32")
+            self.sput(d.reg, r32)
+            if signed:
+                a32, b32 = f.op(f"trunc i64 {a} to i32"), f.op(f"trunc i64 {b} to i32")
+                sa, sb = f.op(f"icmp slt i32 {a32}, 0"), f.op(f"icmp slt i32 {b32}, 0")
+                sr = f.op(f"icmp slt i32 {r32}, 0")
+                same = f.op(f"icmp {'ne' if sub else 'eq'} i1 {sa}, {sb}")
+                flip = f.op(f"icmp ne i1 {sr}, {sa}")
+                self.scc_put(f.op(f"and i1 {same}, {flip}"))
+            else:
+                self.scc_put(f.op(f"icmp {'slt' if sub else 'ugt'} i64 {r}, {'0' if sub else str(0xFFFFFFFF)}"))
+            return
+        if k == "s_mov_b32":
+            self.sput(d.reg, self.sget(inst.src[0]))
+            return
+        if k == "s_movk_i32":
+            self.sput(d.reg, str(inst.simm16 & 0xFFFFFFFF))
+            return
+        if k == "s_not_b32":
+            r = f.op(f"xor i32 {self.sget(inst.src[0])}, -1")
+            self.sput(d.reg, r)
+            self.scc_put(f.op(f"icmp ne i32 {r}, 0"))
+            return
+        if k == "s_mov_b64":
+            self.sput64(d.reg, self.sget64(inst.src[0]))
+            return
+        if k in ("s_cselect_b32", "s_cselect_b64"):
+            w64 = k.endswith("64")
+            a = (self.sget64 if w64 else self.sget)(inst.src[0])
+            b = (self.sget64 if w64 else self.sget)(inst.src[1])
+            c = f.op(f"icmp ne i32 {self.scc_get()}, 0")
+            ty = "i64" if w64 else "i32"
+            r = f.op(f"select i1 {c}, {ty} {a}, {ty} {b}")
+            (self.sput64 if w64 else self.sput)(d.reg, r)
+            return
+        if k.startswith("s_cmp_"):
+            _, _, op, typ = k.split("_")
+            a, b = self.sget(inst.src[0]), self.sget(inst.src[1])
+            pred = SCMP[op]
+            if pred not in ("eq", "ne"):
+                pred = ("s" if typ == "i32" else "u") + pred
+            self.scc_put(f.op(f"icmp {pred} i32 {a}, {b}"))
+            return
+        if "_saveexec_" in k:
+            w64 = k.endswith("64")
+            ty = "i64" if w64 else "i32"
+            opn = SAVEEXEC[k[2:].rsplit("_saveexec_", 1)[0]]("s", "e")[0]
+            s = (self.sget64 if w64 else self.sget)(inst.src[0])
+            e = self.sget64(Operand("s", EXEC, 2)) if w64 else self.sget(Operand("s", EXEC))
+            (self.sput64 if w64 else self.sput)(d.reg, e)
+            new = self._int_op(opn, s, e, ty)
+            if w64:
+                self.sput64(EXEC, new)
+            else:
+                self.sput(EXEC, new)
+            self.scc_put(f.op(f"icmp ne {ty} {new}, 0"))
+            return
+        raise AssertionError(k)
+
+    def _int_op(self, opn: str, a: str, b: str, ty: str) -> str:
+        f = self.f
+        bits = 64 if ty.endswith("i64") else 32
+        scal = ty in ("i32", "i64")
+        ones = "-1" if scal else f.splat("-1", "i64" if bits == 64 else "i32")
+        if opn in ("and", "or", "xor", "mul"):
+            return f.op(f"{opn} {ty} {a}, {b}")
+        if opn == "andn":
+            nb = f.op(f"xor {ty} {b}, {ones}")
+            return f.op(f"and {ty} {a}, {nb}")
+        if opn == "orn":
+            nb = f.op(f"xor {ty} {b}, {ones}")
+            return f.op(f"or {ty} {a}, {nb}")
+        if opn in ("nand", "nor", "xnor"):
+            r = f.op(f"{opn[1:] if opn != 'xnor' else 'xor'} {ty} {a}, {b}")
+            return f.op(f"xor {ty} {r}, {ones}")
+        if opn in ("shl", "lshr", "ashr"):
+            m = str(bits - 1) if scal else f.splat(str(bits - 1))
+            sb = f.op(f"and {ty} {b}, {m}")
+            return f.op(f"{opn} {ty} {a}, {sb}")
+        if opn in ("smin", "umin", "smax", "umax"):
+            return f.op(f"call {ty} @llvm.{opn}.{self._suffix(ty)}({ty} {a}, {ty} {b})")
+        raise AssertionError(opn)
+
+    def _suffix(self, ty: str) -> str:
+        if ty.startswith("<"):
+            n, t = ty[1:-1].split(" x ")
+            return f"v{n}{t}"
+        return ty
+
+    # ---------------------------------------------------------------- VALU
+    def valu(self, inst: Inst) -> None:
+        """One VALU instruction: a loop over the wave's chunks of W lanes; lane masks it writes are stored after."""
+        f = self.f
+        pre, head, done = f.t("cp"), f.t("ch"), f.t("cd")
+        self._init_at = len(f.lines)
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br label {head}")
+        f.label(head)
+        c, c1 = f.t("c"), f.t("c")
+        tail = f.t("ct")
+        f.e(f"{c} = phi i64 [0, {pre}], [{c1}, {tail}]")
+        self.c = c
+        self._valu(inst)
+        f.e(f"br label {tail}")
+        f.label(tail)
+        f.e(f"{c1} = add i64 {c}, 1")
+        more = f.op(f"icmp ult i64 {c1}, {f.NC}")
+        f.e(f"br i1 {more}, label {head}, label {done}")
+        f.label(done)
+        self.c = None
+        self._flush_masks()
+
+    def _valu(self, inst: Inst) -> None:
+        f, k = self.f, inst.key
+        VT = f.VT
+        d = inst.dst[0]
+        if k in VBIN:
+            a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
+            opn = VBIN[k]
+            if opn == "subrev":
+                r = f.op(f"sub {VT} {b}, {a}")
+            elif opn == "sub" or opn == "add":
+                r = f.op(f"{opn} {VT} {a}, {b}")
+            elif opn in ("shlrev", "lshrrev", "ashrrev"):
+                r = self._int_op(opn[:-3], b, a, VT)
+            elif opn == "mul24":
+                m = f.splat(str(0xFFFFFF))
+                am, bm = f.op(f"and {VT} {a}, {m}"), f.op(f"and {VT} {b}, {m}")
+                r = f.op(f"mul {VT} {am}, {bm}")
+            elif opn == "mulhi":
+                V64 = f"<{f.W} x i64>"
+                a64, b64 = f.op(f"zext {VT} {a} to {V64}"), f.op(f"zext {VT} {b} to {V64}")
+                p = f.op(f"mul {V64} {a64}, {b64}")
+                s32 = f.splat("32", "i64")
+                hi = f.op(f"lshr {V64} {p}, {s32}")
+                r = f.op(f"trunc {V64} {hi} to {VT}")
+            else:
+                r = self._int_op(opn, a, b, VT)
+            self.vput(d.reg, r)
+            return
+        if k in VTRI:
+            a, b, c = (self.vget(s) for s in inst.src)
+            m31 = f.splat("31")
+            B = lambda o, x, y: f.op(f"{o} {VT} {x}, {y}")  # noqa: E731
+            if k == "v_add3_u32":
+                r = B("add", B("add", a, b), c)
+            elif k == "v_lshl_add_u32":
+                r = B("add", B("shl", a, B("and", b, m31)), c)
+            elif k == "v_add_lshl_u32":
+                r = B("shl", B("add", a, b), B("and", c, m31))
+            elif k == "v_lshl_or_b32":
+                r = B("or", B("shl", a, B("and", b, m31)), c)
+            elif k == "v_and_or_b32":
+                r = B("or", B("and", a, b), c)
+            elif k == "v_or3_b32":
+                r = B("or", B("or", a, b), c)
+            elif k == "v_xad_u32":
+                r = B("add", B("xor", a, b), c)
+            elif k == "v_mad_u32_u24":
+                m = f.splat(str(0xFFFFFF))
+                r = B("add", B("mul", B("and", a, m), B("and", b, m)), c)
+            elif k == "v_bfe_u32":
+                o = B("and", b, m31)
+                n = B("and", c, m31)
+                one = f.splat("1")
+                nn = f.op(f"call {VT} @llvm.umax.{self._suffix(VT)}({VT} {n}, {VT} {one})")
+                sh = B("sub", f.splat("32"), nn)
+                msk = B("lshr", f.splat("-1"), sh)
+                z = f.op(f"icmp eq {VT} {n}, zeroinitializer")
+                msk = f.op(f"select {f.MT} {z}, {VT} zeroinitializer, {VT} {msk}")
+                r = B("and", B("lshr", a, o), msk)
+            else:
+                raise AssertionError(k)
+            self.vput(d.reg, r)
+            return
+        if k == "v_mov_b32":
+            self.vput(d.reg, self.vget(inst.src[0]))
+            return
+        if k == "v_not_b32":
+            self.vput(d.reg, f.op(f"xor {VT} {self.vget(inst.src[0])}, {f.splat('-1')}"))
+            return
+        if k in ("v_cvt_f32_u32", "v_cvt_f32_i32"):
+            x = f.op(f"{'uitofp' if k.endswith('u32') else 'sitofp'} {VT} {self.vget(inst.src[0])} to {f.FT}")
+            self.vput(d.reg, f.op(f"bitcast {f.FT} {x} to {VT}"))
+            return
+        if k in VFLT:
+            a, b = self.fget(inst.src[0]), self.fget(inst.src[1])
+            opn = VFLT[k]
+            if opn == "fsubrev":
+                opn, a, b = "fsub", b, a
+            fa, fb = f.op(f"bitcast {VT} {a} to {f.FT}"), f.op(f"bitcast {VT} {b} to {f.FT}")
+            r = f.op(f"{opn} {f.FT} {fa}, {fb}")
+            self.vput(d.reg, self._nan2(a, fa, b, fb, f.op(f"bitcast {f.FT} {r} to {VT}")))
+            return
+        if k in FMA:
+            if k == "v_fmac_f32":
+                a, b = inst.src
+                c = Operand("v", d.reg)
+            else:
+                a, b, c = inst.src
+            x, y = a, b          # the interpreter's NaN order: src0, src1, then the addend (tests/test_jit.py)
+            xa, yb, cc = self.fget(x), self.fget(y), self.fget(c)
+            fx, fy, fc = (f.op(f"bitcast {VT} {v} to {f.FT}") for v in (xa, yb, cc))
+            r = f.op(f"call {f.FT} @llvm.fma.{self._suffix(f.FT)}({f.FT} {fx}, {f.FT} {fy}, {f.FT} {fc})")
+            rb = f.op(f"bitcast {f.FT} {r} to {VT}")
+            self.vput(d.reg, self._nan_fma(xa, fx, yb, fy, cc, fc, r, rb))
+            return
+        if k == "v_cndmask_b32":
+            a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
+            m = self.mask_vec(self.mask_bits(inst.src[2]))
+            self.vput(d.reg, f.op(f"select {f.MT} {m}, {VT} {b}, {VT} {a}"))
+            return
+        if k in CARRY:
+            add, rev, cin = CARRY[k]
+            a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
+            if rev:
+                a, b = b, a
+            V64 = f"<{f.W} x i64>"
+            a64, b64 = f.op(f"zext {VT} {a} to {V64}"), f.op(f"zext {VT} {b} to {V64}")
+            r = f.op(f"{'add' if add else 'sub'} {V64} {a64}, {b64}")
+            if cin:
+                ci = self.mask_vec(self.mask_bits(inst.src[2]))
+                ci64 = f.op(f"zext {f.MT} {ci} to {V64}")
+                r = f.op(f"{'add' if add else 'sub'} {V64} {r}, {ci64}")
+            s32 = f.splat("32", "i64")
+            hi = f.op(f"lshr {V64} {r}, {s32}")
+            out = f.op(f"icmp ne {V64} {hi}, zeroinitializer")
+            if not (inst.dead_sdst and _fast_carry(inst, cin)) and inst.dst[1].reg != NULL:
+                em = self.mask_vec(self.exec_bits())
+                carry = f.op(f"and {f.MT} {out}, {em}")
+            else:
+                carry = None
+            self.vput(d.reg, f.op(f"trunc {V64} {r} to {VT}"))
+            if carry is not None:
+                self.mask_put(inst.dst[1].reg, carry)
+            return
+        if k == "v_mad_u64_u32":
+            V64 = f"<{f.W} x i64>"
+            a = f.op(f"zext {VT} {self.vget(inst.src[0])} to {V64}")
+            b = f.op(f"zext {VT} {self.vget(inst.src[1])} to {V64}")
+            c = self.vget64(inst.src[2])
+            p = f.op(f"mul {V64} {a}, {b}")
+            r = f.op(f"add {V64} {p}, {c}")
+            carry = None
+            if inst.dst[1].reg != NULL:      # the interpreter writes it even when nothing reads it
+                ov = f.op(f"icmp ult {V64} {r}, {c}")
+                carry = f.op(f"and {f.MT} {ov}, {self.mask_vec(self.exec_bits())}")
+            self.vput64(d.reg, r)
+            if carry is not None:
+                self.mask_put(inst.dst[1].reg, carry)
+            return
+        if k in SHIFT64:
+            V64 = f"<{f.W} x i64>"
+            s = f.op(f"zext {VT} {self.vget(inst.src[0])} to {V64}")
+            s = f.op(f"and {V64} {s}, {f.splat('63', 'i64')}")
+            v = self.vget64(inst.src[1])
+            self.vput64(d.reg, f.op(f"{SHIFT64[k]} {V64} {v}, {s}"))
+            return
+        if k.startswith("v_cmp"):
+            _, cx, op, typ = k.split("_")
+            if inst.dead_sdst and cx == "cmp" and is_plain_cmp(inst):
+                return                  # as the interpreter's fast path: nothing reads the mask
+            if typ == "f32":
+                a = f.op(f"bitcast {VT} {self.fget(inst.src[0])} to {f.FT}")
+                b = f.op(f"bitcast {VT} {self.fget(inst.src[1])} to {f.FT}")
+                m = f.op(f"fcmp {FCMP[op]} {f.FT} {a}, {b}")
+            else:
+                a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
+                pred = ICMP[op]
+                if pred not in ("eq", "ne"):
+                    pred = ("s" if typ == "i32" else "u") + pred
+                m = f.op(f"icmp {pred} {VT} {a}, {b}")
+            m = f.op(f"and {f.MT} {m}, {self.mask_vec(self.exec_bits())}")
+            if d.reg != NULL:
+                self.mask_put(d.reg, m)
+            return
+        raise AssertionError(k)
+
+    def _quiet(self, bits: str) -> str:
+        return self.f.op(f"or {self.f.VT} {bits}, {self.f.splat(str(0x400000))}")
+
+    def _isnan(self, fv: str) -> str:
+        return self.f.op(f"fcmp uno {self.f.FT} {fv}, {fv}")
+
+    def _cold(self, result_bits: str, fix) -> str:
+        """result_bits, or fix() where some lane of it is a NaN (computed only then: a branch around it)."""
+        f = self.f
+        rf = f.op(f"bitcast {f.VT} {result_bits} to {f.FT}")
+        any8 = f.op(f"bitcast {f.MT} {self._isnan(rf)} to i8")
+        c = f.op(f"icmp ne i8 {any8}, 0")
+        pre, cold, join = f.t("np"), f.t("nc"), f.t("nj")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br i1 {c}, label {cold}, label {join}")
+        f.label(cold)
+        fixed = fix()
+        last = f.t("nl")
+        f.e(f"br label {last}")
+        f.label(last)
+        f.e(f"br label {join}")
+        f.label(join)
+        return f.op(f"phi {f.VT} [{result_bits}, {pre}], [{fixed}, {last}]")
+
+    def _nan2(self, a, fa, b, fb, r) -> str:
+        """A binary op's result with numpy's NaN: the first NaN operand quieted (an invalid op keeps x86's)."""
+        f = self.f
+
+        def fix():
+            t = f.op(f"select {f.MT} {self._isnan(fb)}, {f.VT} {self._quiet(b)}, {f.VT} {r}")
+            return f.op(f"select {f.MT} {self._isnan(fa)}, {f.VT} {self._quiet(a)}, {f.VT} {t}")
+        return self._cold(r, fix)
+
+    def _nan_fma(self, x, fx, y, fy, c, fc, r, rb) -> str:
+        """fma's NaN as the interpreter's f64 (x*y)+c gives it: x, y NaN quieted in that order; an invalid
+        product is the default NaN; then c quieted; an invalid sum the default NaN."""
+        return self._cold(rb, lambda: self._nan_fma_fix(x, fx, y, fy, c, fc, r, rb))
+
+    def _nan_fma_fix(self, x, fx, y, fy, c, fc, r, rb) -> str:
+        f = self.f
+        VT, MT = f.VT, f.MT
+        dflt = f.splat(str(0xFFC00000))
+        t = f.op(f"select {MT} {self._isnan(fc)}, {VT} {self._quiet(c)}, {VT} {dflt}")
+        zero = f"{f.FT} zeroinitializer"
+        inf = f.splat("0x7FF0000000000000", "float")
+        ax = f.op(f"call {f.FT} @llvm.fabs.{self._suffix(f.FT)}({f.FT} {fx})")
+        ay = f.op(f"call {f.FT} @llvm.fabs.{self._suffix(f.FT)}({f.FT} {fy})")
+        xi, yi = f.op(f"fcmp oeq {f.FT} {ax}, {inf}"), f.op(f"fcmp oeq {f.FT} {ay}, {inf}")
+        xz, yz = f.op(f"fcmp oeq {zero}, {fx}"), f.op(f"fcmp oeq {zero}, {fy}")
+        i1, i2 = f.op(f"and {MT} {xi}, {yz}"), f.op(f"and {MT} {xz}, {yi}")
+        inv = f.op(f"or {MT} {i1}, {i2}")
+        t = f.op(f"select {MT} {inv}, {VT} {dflt}, {VT} {t}")
+        t = f.op(f"select {MT} {self._isnan(fy)}, {VT} {self._quiet(y)}, {VT} {t}")
+        t = f.op(f"select {MT} {self._isnan(fx)}, {VT} {self._quiet(x)}, {VT} {t}")
+        return f.op(f"select {MT} {self._isnan(r)}, {VT} {t}, {VT} {rb}")

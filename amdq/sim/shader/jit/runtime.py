@@ -1,0 +1,442 @@
+"""The glue between the scheduler and compiled blocks: find the block at a PC, call it, handle its misses.
+
+`step(batch, icache, sel, pc, k, limit)` is the scheduler's one hook (core.Batch.run): it runs the compiled
+block holding `pc` for the waves `sel` (k of them), at most up to `limit` (the lowest PC of the other runnable
+waves, so waves still merge where the interpreter would merge them), and returns (instructions executed,
+bytes the PC advanced, whether a branch set the PCs), or None when the interpreter must take this PC.
+
+Regions: the first time a PC is asked for, the blocks reachable from it (straight-line code, fall-through and
+branch targets, up to MAX_BLOCKS) are found by fetching through the ICache (so code comes through the memory
+model as the interpreter's does) and compiled together, keyed by their bytes (compiled.py). A region
+remembers the ICache lines it was decoded from; after an instruction-cache invalidate it is revalidated line
+by line, the ICache's rule, and thrown away when any byte changed.
+
+Instructions are translated only where the family's handler is RDNA3's own (the same builder object, so the
+same semantics); anything else ends the block and runs in the interpreter.
+
+Global memory goes through a table of translated ranges per batch (the memory model's `jit_span`: an
+allocation of FlatMemory, a run of the GPU MMU). A lane outside the table stops the block before that
+instruction (nothing of it done yet); the range is translated and the block resumes there, or, when the memory
+model would fault, the interpreter runs the instruction and raises the same fault.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .block import VERSION, Block, ModuleGen, finish
+from .compiled import Compiled, get, region_key, submit
+from .ir import CTX, CTX_SLOTS, WAITS, kind_of
+
+MAX_BLOCKS = 128
+MAX_INSTS = 512          # per block
+RANGES = 64              # translated ranges per table
+FULL_F32 = 0x30          # MODE.FP_DENORM f32 field: denormals kept
+ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
+counts = {"parallel_calls": 0, "calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
+
+
+def enabled() -> bool:
+    """AMDQ_SIM_JIT=0 (or off/no/false) forces the interpreter."""
+    return os.environ.get("AMDQ_SIM_JIT", "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def synchronous() -> bool:
+    """AMDQ_SIM_JIT=sync: a region is compiled before its first use (tests, benchmarks); otherwise it is compiled
+    on the JIT's worker thread while the interpreter runs it, and used from the first lookup after it is ready."""
+    return os.environ.get("AMDQ_SIM_JIT", "1").strip().lower() == "sync"
+
+
+class Region:
+    def __init__(self, root: int, blocks: list[Block], compiled: Compiled, deps: tuple, gen: int, key: str):
+        self.root, self.blocks, self.compiled, self.deps, self.gen, self.key = root, blocks, compiled, deps, gen, key
+        self.fns = {b.pc: compiled.fns[b.name] for b in blocks}
+
+
+class Cache:
+    """Per ICache (one ISA family of one shader core): regions and where each PC sits in them."""
+
+    def __init__(self):
+        self.at: dict[tuple[int, bool], tuple[Region, Block, int]] = {}
+        self.none: dict[tuple[int, bool], int] = {}      # PCs known not to start a block (by ICache generation)
+        self.regions: list[Region] = []
+        self.pending: dict[tuple[int, bool], object] = {}   # PC -> the region being compiled for it (see _region)
+        self.jobs: list = []
+
+    def drop(self, region: Region) -> None:
+        self.regions.remove(region)
+        for key in [k for k, v in self.at.items() if v[0] is region]:
+            del self.at[key]
+
+
+_shared_cache: dict[str, set] = {}
+# regions of every ICache in the process, by (family, wave64, PC of each of their instructions): a new shader core
+# (one per dispatch in standalone runs) reuses them once the code lines' bytes are checked equal
+KNOWN: dict[tuple[str, bool, int], list[tuple[tuple, list[Block], Compiled, int, str]]] = {}
+
+
+def _shared(isa) -> set:
+    """Handler keys whose semantics in this family are RDNA3's: RDNA3's own builders; for RDNA4 every common key
+    it does not override (rdna4.OVERRIDES; its VALU builders are made again from the same code), plus its wait
+    instructions (no-ops in the simulator, as RDNA3's s_waitcnt); for CDNA3 the RDNA3 builders it takes over
+    unchanged (cdna.table: not the gfx9 ones, v_cmpx, buffers, MODE access), which its 16-bit-destination
+    and SDWA wrapper leaves alone for the 32-bit, non-SDWA forms the JIT translates (ir.kind_of)."""
+    s = _shared_cache.get(isa.name)
+    if s is None:
+        from ..isa import for_isa
+        base = for_isa("rdna3").handlers
+        if isa.name == "rdna4":
+            from .. import rdna4
+            s = {k for k in isa.handlers if k in base and k not in rdna4.OVERRIDES}
+            s |= {k for k in isa.handlers if k in WAITS or k in rdna4.WAITS}
+        elif isa.name == "cdna3":
+            from .. import cdna
+            s = {k for k in isa.handlers if k in base and k not in cdna.H9 and
+                 not k.startswith(("buffer_", "v_cmpx_", "s_getreg", "s_setreg"))}
+        else:
+            s = {k for k, b in isa.handlers.items() if base.get(k) is b}
+        _shared_cache[isa.name] = s
+    return s
+
+
+def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
+    shared = _shared(icache.isa)
+    blocks: list[Block] = []
+    work, seen = [root], set()
+    while work and len(blocks) < MAX_BLOCKS:
+        pc = work.pop(0)
+        if pc in seen or (pc, wave64) in covered:
+            continue
+        seen.add(pc)
+        insts, kinds, p = [], [], pc
+        while len(insts) < MAX_INSTS:
+            if insts and (p in seen or (p, wave64) in covered):
+                work.append(p)
+                break
+            try:
+                _, inst, control, _ = icache.get(p, wave64)
+            except Exception:           # an instruction that does not decode or build: the interpreter says so
+                break
+            k = kind_of(inst) if inst.key in shared else None
+            if k is None:
+                if not control:
+                    work.append(p + inst.size)
+                elif inst.target is not None:
+                    work += [inst.target, p + inst.size]
+                break
+            insts.append(inst)
+            kinds.append(k)
+            p += inst.size
+            if k == "branch":
+                work.append(inst.target)
+                if inst.key != "s_branch":
+                    work.append(p)
+                break
+            if k == "wait":
+                work.append(p)
+                break
+        if insts and any(k in ("alu", "gload", "gstore", "ds", "branch") for k in kinds):
+            blocks.append(finish(Block(pc, insts, kinds)))
+            for i in insts:
+                covered[(i.pc, wave64)] = True
+    return blocks
+
+
+def _region(cache: Cache, icache, pc: int, wave64: bool) -> bool:
+    covered = {k: True for k in (*cache.at, *cache.pending)}
+    blocks = _discover(icache, pc, wave64, covered)
+    if not blocks:
+        return False
+    root = min(b.pc for b in blocks)
+    insts = [i for b in blocks for i in b.insts]
+    family = icache.isa.name
+    key = region_key(family, wave64, root, sorted(insts, key=lambda i: i.pc), VERSION)
+    gen = ModuleGen(64 if wave64 else 32, root)
+    for b in blocks:
+        b.name = f"blk_{b.pc - root:x}"
+
+    def make_ir() -> str:
+        for b in blocks:
+            gen.add(b)
+        return gen.text()
+    deps = tuple({d for i in insts for d in icache.deps.get((i.pc, wave64), ())})
+    lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
+    names = [b.name for b in blocks]
+    job = get(key, names, make_ir) if synchronous() else submit(key, names, make_ir)
+    if not synchronous() and not job.done():
+        job = (job, lines, blocks, root, key, deps, family, insts, icache.gen)
+        cache.jobs.append(job)
+        for i in insts:
+            cache.pending[(i.pc, wave64)] = job
+        return True
+    _finish(cache, icache, job if synchronous() else job.result(), lines, blocks, root, key, deps, family, insts, wave64)
+    return True
+
+
+def _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64) -> None:
+    entry = (lines, blocks, compiled, root, key)
+    for i in insts:
+        known = KNOWN.setdefault((family, wave64, i.pc), [])
+        if len(known) >= 8:
+            del known[0]
+        known.append(entry)
+    _install(cache, icache, entry, deps, wave64)
+
+
+def _collect(cache: Cache, icache, wave64: bool) -> None:
+    """Install the regions whose compilation finished (dropping those whose code changed meanwhile)."""
+    for job in [j for j in cache.jobs if j[0].done()]:
+        cache.jobs.remove(job)
+        fut, lines, blocks, root, key, deps, family, insts, gen = job
+        for pc_key in [k for k, v in cache.pending.items() if v is job]:
+            del cache.pending[pc_key]
+        try:
+            compiled = fut.result()
+        except Exception:              # a compile failure leaves these PCs to the interpreter
+            for i in insts:
+                cache.none[(i.pc, wave64)] = icache.gen
+            continue
+        if gen != icache.gen and not icache._valid(deps):
+            continue
+        _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64)
+
+
+def _install(cache: Cache, icache, entry, deps: tuple, wave64: bool) -> None:
+    lines, blocks, compiled, root, key = entry
+    region = Region(root, blocks, compiled, deps, icache.gen, key)
+    cache.regions.append(region)
+    for b in blocks:
+        for j, i in enumerate(b.insts):
+            cache.at.setdefault((i.pc, wave64), (region, b, j))
+
+
+def _known(cache: Cache, icache, pc: int, wave64: bool) -> bool:
+    """Install a region another ICache compiled for the same bytes at pc; False if there is none."""
+    from ....errors import GPUFault
+    for entry in reversed(KNOWN.get((icache.isa.name, wave64, pc), ())):
+        deps = []
+        try:
+            for line, data in entry[0]:
+                got, ver = icache._line(line)
+                if got != data:
+                    break
+                deps.append((line, ver))
+            else:
+                _install(cache, icache, entry, tuple(deps), wave64)
+                return True
+        except GPUFault:
+            continue
+    return False
+
+
+def lookup(icache, pc: int, wave64: bool):
+    """(region, block, index) of the compiled code holding pc, compiling its region on first use; or None."""
+    cache = getattr(icache, "jit", None)
+    if cache is None:
+        cache = icache.jit = Cache()
+    key = (pc, wave64)
+    hit = cache.at.get(key)
+    if hit is not None:
+        region = hit[0]
+        if region.gen != icache.gen:
+            if icache._valid(region.deps):
+                region.gen = icache.gen
+            else:
+                cache.drop(region)
+                hit = None
+        if hit is not None:
+            return hit
+    if cache.none.get(key) == icache.gen:
+        return None
+    if cache.jobs:
+        _collect(cache, icache, wave64)
+        hit = cache.at.get(key)
+        if hit is not None:
+            return hit
+    if key in cache.pending:
+        return None
+    if _known(cache, icache, pc, wave64):
+        hit = cache.at.get(key)
+        if hit is not None:
+            return hit
+    if not _region(cache, icache, pc, wave64):
+        cache.none[key] = icache.gen
+        return None
+    hit = cache.at.get(key)
+    if hit is None and key not in cache.pending:
+        cache.none[key] = icache.gen
+    return hit
+
+
+class Context:
+    """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables."""
+
+    def __init__(self, batch):
+        w = batch.w
+        self.w, self.mem = w, w.mem
+        self.ctx = np.zeros(CTX_SLOTS, np.int64)
+        self.rtab = np.zeros(3 * RANGES, np.int64)
+        self.wtab = np.zeros(3 * RANGES, np.int64)
+        self.all = np.arange(w.n, dtype=np.int64)
+        c = self.ctx
+        for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
+                          ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", self.rtab), ("wtab", self.wtab)):
+            assert arr.flags.c_contiguous
+            c[CTX[name]] = arr.ctypes.data
+        c[CTX["n"]] = w.n
+        c[CTX["lds_size"]] = w.lds_size
+        self.span = getattr(self.mem, "jit_span", None)
+
+    def resolve(self) -> bool:
+        """Add the range of the last miss to its table; False when the memory model would fault there."""
+        c = self.ctx
+        if self.span is None:
+            return False
+        addr, nbytes, write = int(c[CTX["miss_addr"]]) & (2 ** 64 - 1), int(c[CTX["miss_bytes"]]), bool(c[CTX["miss_write"]])
+        sp = self.span(addr, nbytes, write)
+        if sp is None:
+            return False
+        lo, hi, host = sp
+        tab, slot = (self.wtab, "wcount") if write else (self.rtab, "rcount")
+        n = int(c[CTX[slot]])
+        if n >= RANGES:                 # full: start again (the ranges in use come back on their next miss)
+            n = 0
+        tab[3 * n:3 * n + 3] = (np.int64(lo - (1 << 64) if lo >= 1 << 63 else lo),
+                                np.int64(hi - (1 << 64) if hi >= 1 << 63 else hi),
+                                np.int64(((host - lo + (1 << 63)) % (1 << 64)) - (1 << 63)))
+        c[CTX[slot]] = n + 1
+        return True
+
+
+def _mode_ok(w, sel) -> bool:
+    m = w.mode[sel]
+    return bool(((m & (FULL_F32 | ROUND_F32)) == FULL_F32).all())
+
+
+TILE_WAVES = 64          # waves per tile: a tile's registers stay in the caches while the block runs over it
+PARALLEL_MIN = 1 << 14   # wave-instructions in a call before it is split across threads (below: not worth a hand-off)
+_workers = None
+
+
+def threads() -> int:
+    """AMDQ_SIM_JIT_THREADS: host threads compiled blocks may run on (default: up to 2, the CPUs there are)."""
+    v = os.environ.get("AMDQ_SIM_JIT_THREADS", "").strip()
+    if v.isdigit() and int(v) > 0:
+        return int(v)
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def _pool(n: int):
+    global _workers
+    if _workers is None or _workers[0] != n:
+        from concurrent.futures import ThreadPoolExecutor
+        _workers = (n, ThreadPoolExecutor(max_workers=n - 1, thread_name_prefix="amdq-jit-run"))
+    return _workers[1]
+
+
+def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end: int, tile: int) -> bool:
+    """Run the call on several threads when that cannot change anything: a block with no global memory access
+    (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
+    boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
+    nt = threads()
+    if nt < 2 or tile == 0 or "gload" in blk.kinds or "gstore" in blk.kinds or k * (end - i) < PARALLEL_MIN:
+        return False
+    per = -(-k // nt)
+    per = -(-per // tile) * tile
+    parts = [(lo, min(k, lo + per)) for lo in range(0, k, per)]
+    if len(parts) < 2:
+        return False
+    ctxs = getattr(ctx, "thread_ctx", None)
+    if ctxs is None or len(ctxs) < len(parts):
+        ctxs = ctx.thread_ctx = [ctx.ctx.copy() for _ in parts]
+    for cc in ctxs:
+        cc[:] = ctx.ctx
+    pool = _pool(nt)
+    futs = [pool.submit(fn, ctxs[j].ctypes.data, waves[lo:hi].ctypes.data, hi - lo, i, end)
+            for j, (lo, hi) in enumerate(parts[1:], 1)]
+    lo, hi = parts[0]
+    rs = [fn(ctxs[0].ctypes.data, waves[lo:hi].ctypes.data, hi - lo, i, end)] + [f.result() for f in futs]
+    if any(r >= 0 for r in rs):         # cannot happen without global memory instructions
+        raise AssertionError(f"a block without global memory access stopped at instruction {rs}")
+    counts["parallel_calls"] += 1
+    return -2 if -2 in rs else -1
+
+
+def _tile(batch, blk: Block, sel) -> int:
+    """Waves per tile for this call (0: all waves as one). A tile runs the whole block before the next starts, which
+    differs from running every instruction for every wave only through memory other tiles write: so tiles are used
+    for blocks without global stores, and blocks storing to LDS only when tiles are whole workgroups (every wave of
+    the batch in the step: LDS belongs to one workgroup)."""
+    if blk.gstores:
+        return 0
+    if blk.lstores and not isinstance(sel, slice):
+        return 0
+    wpg = batch.wpg
+    return max(wpg, TILE_WAVES // wpg * wpg)
+
+
+def step(batch, icache, sel, pc: int, k: int, limit: int | None):
+    """Run the compiled block at pc for the waves sel (see the module docstring); None: not here. Else
+    (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions executed)."""
+    w = batch.w
+    wave64 = batch.lanes == 64
+    hit = lookup(icache, pc, wave64)
+    if hit is None:
+        return None
+    region, blk, i = hit
+    if blk.max_vgpr > w.v.shape[0] or (blk.floats and not _mode_ok(w, sel)):
+        return None
+    n = len(blk.insts)
+    end = n
+    if limit is not None:
+        end = i
+        while end < n and blk.pcs[end] < limit:
+            end += 1
+        if end == i:
+            return None
+    ctx = getattr(batch, "_jit_ctx", None)
+    if ctx is None:
+        ctx = batch._jit_ctx = Context(batch)
+    c = ctx.ctx
+    c[CTX["base_pc"]] = region.root
+    tile = _tile(batch, blk, sel)
+    c[CTX["tile"]], c[CTX["tile_from"]], c[CTX["start0"]] = tile, 0, i
+    waves = ctx.all if isinstance(sel, slice) else np.ascontiguousarray(sel, np.int64)
+    fn = region.fns[blk.pc]
+    start = i
+    stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
+    par = _parallel(batch, ctx, blk, fn, waves, k, i, end, tile)
+    while True:
+        if par is not False:
+            r, par = par, False
+        else:
+            r = fn(c.ctypes.data, waves.ctypes.data, k, start, end)
+        counts["calls"] += 1
+        if r < 0:
+            break
+        counts["misses"] += 1
+        tb = int(c[CTX["miss_tile"]])
+        if ctx.resolve():
+            c[CTX["tile_from"]] = tb
+            start = r
+            continue
+        # the memory model would fault (or split the access): the interpreter runs instruction r. Waves of earlier
+        # tiles finished the block, this tile's waves stopped before r, later tiles did not start.
+        counts["fallbacks"] += 1
+        if tb == 0 and r == i:
+            return None
+        t_end = min(k, tb + (tile or k))
+        done = tb * (end - i) + (t_end - tb) * (r - i)
+        counts["wave_instructions"] += done
+        if tile == 0 or tb == 0 and t_end >= k:
+            return r - i, blk.pcs[r] - pc, False, done
+        idx = waves if not isinstance(sel, slice) else ctx.all
+        if blk.kinds[end - 1] != "branch" or end < n:
+            w.pc[idx[:tb]] = stop
+        w.pc[idx[tb:t_end]] = blk.pcs[r]
+        return end - i, 0, True, done
+    counts["wave_instructions"] += (end - i) * k
+    if r == -2:
+        return end - i, 0, True, (end - i) * k
+    return end - i, stop - pc, False, (end - i) * k

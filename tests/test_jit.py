@@ -1,0 +1,366 @@
+"""The shader JIT against the interpreter (the reference): every case of the kernel suite
+(tests/test_shader_kernels.py, as tests/test_targets_suite.py enumerates it) for gfx1100, gfx1201 and gfx942,
+each dispatch run twice, by the interpreter (AMDQ_SIM_JIT=0) on a copy of memory and with the JIT; all of
+memory and every batch's final register state (VGPRs, SGPRs, SCC, PC, status, EXEC mask, MODE) must be
+identical, and the suite's own numpy checks run on the JIT's outputs. Plus: faults under the JIT are the
+interpreter's (page fault address, illegal-instruction PC), compiled code follows the instruction-cache
+rules when code bytes change, and the disk cache is reused and keyed by the bytes.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import harness
+import test_shader_kernels as suite
+from amdq.errors import GPUException
+from amdq.sim.shader import core as C
+from amdq.sim.shader import wave as W
+from amdq.sim.shader.jit import compiled, runtime
+from test_targets_suite import _cases
+
+ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,)}
+
+
+@pytest.fixture(autouse=True)
+def _jit_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit"))
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")         # compiled before first use: every case runs compiled code
+
+
+class Capture:
+    """Final register state of every batch (taken when the batch hands its arrays back)."""
+
+    def __init__(self, monkeypatch):
+        self.states: list | None = None
+        orig = W.WaveState.release
+        cap = self
+
+        def release(w):
+            if cap.states is not None:
+                cap.states.append({k: np.array(getattr(w, k)) for k in
+                                   ("v", "s", "scc", "pc", "status", "em", "full", "mode")})
+            orig(w)
+        monkeypatch.setattr(W.WaveState, "release", release)
+
+
+def _differential(monkeypatch, used: list):
+    cap = Capture(monkeypatch)
+    orig = C.ShaderCore.dispatch
+
+    def dispatch(core, d, max_steps=None):
+        mem = core.mem
+        ref_mem = copy.copy(mem)
+        ref_mem.buf = mem.buf.copy()
+        ref_mem.starts, ref_mem.ends = list(mem.starts), list(mem.ends)
+        monkeypatch.setenv("AMDQ_SIM_JIT", "0")
+        cap.states = []
+        err_ref = None
+        try:
+            ref = orig(C.ShaderCore(ref_mem), d, max_steps)
+        except GPUException as e:
+            err_ref = e
+        ref_states = cap.states
+        monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+        cap.states = []
+        before = runtime.counts["wave_instructions"]
+        try:
+            got = orig(core, d, max_steps)
+        except GPUException as e:
+            assert err_ref is not None and str(e) == str(err_ref), (e, err_ref)
+            raise
+        finally:
+            jit_states, cap.states = cap.states, None
+        assert err_ref is None, f"the interpreter failed, the JIT did not: {err_ref}"
+        used.append(runtime.counts["wave_instructions"] - before)
+        assert (got.steps, got.wave_instructions, got.waves) == (ref.steps, ref.wave_instructions, ref.waves)
+        top = mem.top
+        diff = np.flatnonzero(mem.buf[:top] != ref_mem.buf[:top])
+        assert not len(diff), f"memory differs at {len(diff)} bytes, first at {mem.base + int(diff[0]):#x}"
+        assert len(jit_states) == len(ref_states)
+        for b, (x, y) in enumerate(zip(jit_states, ref_states)):
+            for k in x:
+                bad = np.argwhere(x[k] != y[k])
+                assert not len(bad), f"batch {b}: {k} differs at {bad[:4].tolist()}"
+        return got
+    monkeypatch.setattr(C.ShaderCore, "dispatch", dispatch)
+
+
+def _params():
+    for arch, waves in ARCHS.items():
+        for name, kw in _cases():
+            if "wave" in kw and kw["wave"] not in waves:
+                continue
+            cid = "-".join([name.removeprefix("test_")] + [f"{k}{v}" for k, v in kw.items()])
+            yield pytest.param(arch, name, kw, id=f"{arch}-{cid}")
+
+
+@pytest.mark.parametrize("arch, name, kw", list(_params()))
+def test_jit_matches_interpreter(arch, name, kw, monkeypatch):
+    """One suite case: interpreter and JIT give the same memory and final registers (and pass the suite's checks)."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    waves64 = ARCHS[arch] == (64,)
+
+    def run_cl(*a, **k):
+        flags = tuple(k.pop("flags", ()))
+        if waves64:
+            flags = tuple(f for f in flags if "wavefrontsize" not in f)
+        return harness.run_cl(*a, **{**k, "flags": flags, "arch": arch})
+    monkeypatch.setattr(suite, "run_cl", run_cl)
+    getattr(suite, name)(**kw)
+    assert used, "no dispatch ran"
+
+
+def test_jit_covers_the_bench_kernels():
+    """vadd, the tiled matmul and the LDS reduction run mostly compiled on gfx1100 (else the JIT does nothing)."""
+    r = np.random.default_rng(0)
+    n = 4096
+    x, y = r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
+    before = runtime.counts["wave_instructions"]
+    (_, _, out), st = harness.run_cl("vadd.cl", "vadd", [x, y, np.zeros(n, np.float32), 2.0, n], (n // 256, 1, 1),
+                                     (256, 1, 1))
+    assert np.array_equal(out, x + np.float32(2) * y)
+    assert runtime.counts["wave_instructions"] - before > 0.6 * st.wave_instructions
+    m = 32
+    A, B = r.standard_normal((m, m)).astype(np.float32), r.standard_normal((m, m)).astype(np.float32)
+    before = runtime.counts["wave_instructions"]
+    _, st = harness.run_cl("matmul_tiled.cl", "matmul_tiled", [A, B, np.zeros((m, m), np.float32), m],
+                           (m // 16, m // 16, 1), (16, 16, 1))
+    assert runtime.counts["wave_instructions"] - before > 0.8 * st.wave_instructions
+
+
+# ---------------------------------------------------------------- faults
+
+def _run_both(monkeypatch, fn):
+    out = {}
+    for jit in ("0", "sync"):
+        monkeypatch.setenv("AMDQ_SIM_JIT", jit)
+        with pytest.raises(GPUException) as e:
+            fn()
+        out[jit] = e.value
+    return out
+
+
+def test_page_fault_same_address(monkeypatch):
+    """A load from an unmapped address faults naming the same address and PC with or without the JIT."""
+    n = 512
+    bad = 0x7777_0000_0000
+
+    def go():
+        harness.run_cl("vadd.cl", "vadd", [bad, np.ones(n, np.float32), np.zeros(n, np.float32), 2.0, n],
+                       (n // 256, 1, 1), (256, 1, 1))
+    e = _run_both(monkeypatch, go)
+    assert str(e["0"]) == str(e["sync"])
+    assert e["0"].address == e["sync"].address == bad
+    assert e["0"].info.get("pc") == e["sync"].info.get("pc")
+
+
+def test_store_fault_writes_nothing_more(monkeypatch):
+    """A store to an unmapped address: same fault, and the memory the JIT leaves is the interpreter's."""
+    n = 512
+    bad = 0x7777_0000_0000
+    mems = {}
+
+    def go(jit):
+        mem = mems[jit] = harness.FlatMemory(1 << 24)
+        harness.run(harness.compile_cl("vadd.cl", "gfx1100"), "vadd",
+                        [np.ones(n, np.float32), np.ones(n, np.float32), bad, 2.0, n], (n // 256, 1, 1), (256, 1, 1),
+                        mem=mem)
+    errs = {}
+    for jit in ("0", "sync"):
+        monkeypatch.setenv("AMDQ_SIM_JIT", jit)
+        with pytest.raises(GPUException) as e:
+            go(jit)
+        errs[jit] = e.value
+    assert str(errs["0"]) == str(errs["sync"]) and errs["0"].address == bad
+    assert np.array_equal(mems["0"].buf, mems["sync"].buf)
+
+
+def _patched(monkeypatch, patch):
+    """Dispatches whose code is changed by patch(mem, pgm_addr) first."""
+    orig = C.ShaderCore.dispatch
+
+    def dispatch(core, d, max_steps=None):
+        patch(core.mem, d.pgm_addr)
+        return orig(core, d, max_steps)
+    monkeypatch.setattr(C.ShaderCore, "dispatch", dispatch)
+
+
+def _vadd(n=512, mem=None):
+    r = np.random.default_rng(3)
+    x, y = r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
+    (_, _, out), _ = harness.run(harness.compile_cl("vadd.cl", "gfx1100"), "vadd",
+                                 [x, y, np.zeros(n, np.float32), 2.0, n], (n // 256, 1, 1), (256, 1, 1), mem=mem)
+    return x, y, out
+
+
+def _find(mem, pc, word_pred, limit=64):
+    """Address of the first instruction dword from pc satisfying word_pred (a linear scan of dwords)."""
+    for i in range(limit):
+        w = int(np.frombuffer(mem.read(pc + 4 * i, 4), np.uint32)[0])
+        if word_pred(w):
+            return pc + 4 * i, w
+    raise AssertionError("instruction not found")
+
+
+FMAC = lambda w: (w >> 25) == 0x2B     # noqa: E731  VOP2 v_fmac_f32 (RDNA3 opcode 43, bit 31 clear)
+
+
+def test_illegal_instruction_same_pc(monkeypatch):
+    """An illegal encoding in the middle of a translated block stops at the same PC with the same error."""
+    def patch(mem, pc):
+        at, _ = _find(mem, pc, FMAC)
+        mem.write(at, np.array([0xFFFFFFFF], np.uint32).tobytes())
+    _patched(monkeypatch, patch)
+    e = _run_both(monkeypatch, _vadd)
+    assert str(e["0"]) == str(e["sync"])
+    assert e["0"].info.get("pc") == e["sync"].info.get("pc") is not None
+
+
+def test_code_change_recompiles(monkeypatch):
+    """Changed code bytes at the same address: the JIT runs the new code (a fresh core decodes them again),
+    and the result is the interpreter's."""
+    def to_add(mem, pc):
+        at, w = _find(mem, pc, FMAC)
+        mem.write(at, np.array([(w & ~(0x3F << 25)) | 3 << 25], np.uint32).tobytes())    # v_add_f32
+    x, y, out = _vadd()
+    assert np.array_equal(out, x + np.float32(2) * y)
+    _patched(monkeypatch, to_add)
+    for jit in ("sync", "0"):
+        monkeypatch.setenv("AMDQ_SIM_JIT", jit)
+        x, y, out = _vadd()
+        assert np.array_equal(out, np.float32(2) + y), jit
+
+
+def test_icache_rules_hold_for_compiled_code(monkeypatch):
+    """On one core, one dispatch replayed: code rewritten in memory keeps running as before until the
+    instruction cache is invalidated (as the interpreter's ICache does), then the new bytes run, under the JIT as
+    without it."""
+    results = {}
+    orig = C.ShaderCore.dispatch
+    for jit in ("0", "sync"):
+        monkeypatch.setenv("AMDQ_SIM_JIT", jit)
+        mem = harness.FlatMemory(1 << 24)
+        core = C.ShaderCore(mem)
+        monkeypatch.setattr(harness, "ShaderCore", lambda m: core)
+        seen = []
+        monkeypatch.setattr(C.ShaderCore, "dispatch", lambda c, d, max_steps=None: seen.append(d) or orig(c, d, max_steps))
+        n = 512
+        x, y, a = _vadd(n, mem=mem)
+        d = seen[0]
+        kernarg = d.user_data[0] | d.user_data[1] << 32
+        c_addr = int(np.frombuffer(mem.read(kernarg + 16, 8), np.uint64)[0])
+        out = lambda: np.frombuffer(mem.read(c_addr, 4 * n), np.float32).copy()   # noqa: E731
+        at, w = _find(mem, d.pgm_addr, FMAC)
+        mem.write(at, np.array([(w & ~(0x3F << 25)) | 3 << 25], np.uint32).tobytes())
+        orig(core, d)
+        b = out()                                    # stale: the ICache still holds the old lines
+        core.invalidate_icache()
+        orig(core, d)
+        c = out()
+        results[jit] = (a, b, c)
+        assert np.array_equal(c, np.float32(2) + y), jit
+    for jit in ("0", "sync"):
+        a, b, c = results[jit]
+        assert np.array_equal(a, b), jit
+    for i in range(3):
+        assert np.array_equal(results["0"][i], results["sync"][i])
+
+
+def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
+    """Compiled code lands in AMDQ_SIM_JIT_CACHE; a process without it in memory loads it from disk."""
+    d = tmp_path / "jit2"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
+    saved = dict(compiled.MEMORY)
+    compiled.MEMORY.clear()
+    try:
+        _vadd()
+        files = sorted(p.name for p in d.iterdir())
+        assert files and all(f.endswith(".o") for f in files)
+        compiled.MEMORY.clear()
+        hits = compiled.stats["disk_hits"]
+        x, y, out = _vadd()
+        assert compiled.stats["disk_hits"] > hits
+        assert np.array_equal(out, x + np.float32(2) * y)
+        assert sorted(p.name for p in d.iterdir()) == files
+    finally:
+        compiled.MEMORY.update(saved)
+
+
+def test_background_compile_switches_over(monkeypatch):
+    """Default mode: the first dispatch runs interpreted while its region compiles on the worker thread; a later
+    dispatch runs the compiled code, with the same results."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    saved = dict(compiled.MEMORY)
+    compiled.MEMORY.clear()
+    try:
+        x, y, out = _vadd(1024)
+        assert np.array_equal(out, x + np.float32(2) * y)
+        import time
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            before = runtime.counts["wave_instructions"]
+            x, y, out = _vadd(1024)
+            assert np.array_equal(out, x + np.float32(2) * y)
+            if runtime.counts["wave_instructions"] > before:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the region never came into use")
+    finally:
+        compiled.MEMORY.update(saved)
+
+
+def test_env_var_forces_the_interpreter(monkeypatch):
+    monkeypatch.setenv("AMDQ_SIM_JIT", "0")
+    before = runtime.counts["calls"]
+    x, y, out = _vadd()
+    assert runtime.counts["calls"] == before
+    assert np.array_equal(out, x + np.float32(2) * y)
+
+
+NAN_OPS = """
+__kernel void nanops(__global const float *a, __global const float *b, __global const float *c, __global float *o,
+                     float s) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i], z = c[i];
+  o[8 * i + 0] = x + y; o[8 * i + 1] = x - y; o[8 * i + 2] = x * y; o[8 * i + 3] = fma(x, y, z);
+  o[8 * i + 4] = fma(s, y, z); o[8 * i + 5] = x * s; o[8 * i + 6] = y - s; o[8 * i + 7] = fma(x, s, z);
+}
+"""
+SPECIAL = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0xFF812345, 0x7F800000, 0xFF800000, 0, 0x80000000,
+                    0x00000001, 0x807FFFFF, 0x3F800000, 0x7F7FFFFF, 0xBF000000], np.uint32)
+
+
+@pytest.mark.parametrize("wave", [32, 64])
+@pytest.mark.parametrize("s", [float("nan"), float("inf"), 0.0, 2.0])
+def test_nan_payloads_and_specials(monkeypatch, s, wave):
+    """f32 add/sub/mul/fma over every pair (and triple) of NaN payloads, infinities, zeros, denormals: the JIT's
+    results are the interpreter's bit for bit (the differential dispatch compares all of memory)."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    k = len(SPECIAL)
+    ia, ib, ic = np.meshgrid(np.arange(k), np.arange(k), np.arange(k), indexing="ij")
+    a, b, c = (SPECIAL[i.ravel()].view(np.float32) for i in (ia, ib, ic))
+    n = len(a)
+    pad = -n % 64
+    a, b, c = (np.concatenate([x, np.ones(pad, np.float32)]) for x in (a, b, c))
+    harness.run_cl(NAN_OPS, "nanops", [a, b, c, np.zeros(8 * len(a), np.float32), s], (len(a) // 64, 1, 1), (64, 1, 1),
+                   flags=suite.wf(wave))
+    assert used and used[0] > 0
+
+
+def test_two_threads_match_the_interpreter(monkeypatch):
+    """Calls split across two threads (every qualifying call: whole workgroups, no global memory) give the
+    interpreter's memory and registers."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_THREADS", "2")
+    monkeypatch.setattr(runtime, "PARALLEL_MIN", 0)
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    before = runtime.counts["parallel_calls"]
+    suite.test_matmul_tiled()
+    suite.test_lds_reduce(32)
+    assert runtime.counts["parallel_calls"] > before
