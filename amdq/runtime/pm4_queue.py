@@ -184,6 +184,8 @@ class PM4Queue(HWQueue):
     def _launch_inline(self, p: "Plan", kernel, args: tuple, ts: int | None) -> tuple[int, float]:
         """`launch` with the kernel arguments in the ring: [filler NOP] NOP(padding, arguments) dispatch."""
         kd = ((p.size + 63) & ~63) // 4                 # argument dwords (64-byte multiple)
+        blob = bytearray(4 * kd)
+        kernel.pack_into(p, args, blob, 0)              # (checked first: bad arguments take no timeline value)
         most = 2 * (16 + kd) + len(p.dw)                # the most it can take (a filler NOP to the end included)
         w = self.wptr
         self.room(most)
@@ -199,8 +201,6 @@ class PM4Queue(HWQueue):
         n = fill + 1 + body + len(p.dw)
         at = (self.wptr + fill + 1 + lead) % self.ring_dw           # the arguments' first dword
         ka = self.q.ring.va + 4 * at
-        blob = bytearray(4 * kd)
-        kernel.pack_into(p, args, blob, 0)
         dw = p.dw
         if p.ka_idx is not None:
             dw[p.ka_idx], dw[p.ka_idx + 1] = ka & 0xFFFFFFFF, ka >> 32
