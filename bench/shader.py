@@ -15,7 +15,7 @@ kernel in fewer, wider instructions, so its wave-instruction rate, lane rate and
 the family check (`family_vs_gfx1100` in the JSON: the lowest work rate over the kernels, target 0.8) is on
 the work rate.
 
-JIT (sim/shader/jit): every kernel runs twice, by the interpreter (AMDQ_SIM_JIT=0) and with the JIT (the default);
+JIT (sim/shader/jit): every kernel runs twice, by the interpreter (AMDQ_SIM_JIT=0, the default) and with the JIT (sync);
 each kernel's figures are the JIT's, with `interp_*` beside them (the same measurements for the interpreter) and
 `jit_speedup` = interpreter seconds / JIT seconds. JIT compile time per kernel: `jit_compile_ms` (cold: an empty
 memory and disk cache), `jit_disk_ms` (a fresh process's load from the disk cache), `jit_cached_ms` (compiled code

@@ -37,15 +37,22 @@ ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
 counts = {"parallel_calls": 0, "calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
 
 
+# Off unless asked for (AMDQ_SIM_JIT=1 or sync), for now: a kernel's cold compile costs ~0.4-1.4 s of CPU and
+# the compiled code runs 1-6x the interpreter's speed, so for the short kernels most runs are made of (the test
+# suite, the demo) the background compiles cost more than they save, and on a 2-core machine they compete with the
+# simulated GPU itself (bench/shader.py and bench/kernels.py measure both). The default turns on once the JIT wins.
+DEFAULT = "0"
+
+
 def enabled() -> bool:
-    """AMDQ_SIM_JIT=0 (or off/no/false) forces the interpreter."""
-    return os.environ.get("AMDQ_SIM_JIT", "1").strip().lower() not in ("0", "off", "no", "false")
+    """AMDQ_SIM_JIT=1 (or sync) runs basic blocks as compiled code; unset or 0 (off/no/false): the interpreter."""
+    return os.environ.get("AMDQ_SIM_JIT", DEFAULT).strip().lower() not in ("0", "off", "no", "false", "")
 
 
 def synchronous() -> bool:
     """AMDQ_SIM_JIT=sync: a region is compiled before its first use (tests, benchmarks); otherwise it is compiled
     on the JIT's worker thread while the interpreter runs it, and used from the first lookup after it is ready."""
-    return os.environ.get("AMDQ_SIM_JIT", "1").strip().lower() == "sync"
+    return os.environ.get("AMDQ_SIM_JIT", DEFAULT).strip().lower() == "sync"
 
 
 class Region:
