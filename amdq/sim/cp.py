@@ -27,18 +27,19 @@ from .shader.memory import load, store
 PACKET_MEMO = 1 << 12          # decoded packets remembered per queue (by their dwords)
 MEMO_DWORDS = 64               # longer packets are decoded every time (large IBs of data, WRITE_DATA blobs)
 _TYPE, _COUNT = pm4.HEADER["TYPE"], pm4.HEADER["COUNT"]
+_TYPE_MASK, _TYPE_LO, _COUNT_MASK, _COUNT_LO = _TYPE.mask, _TYPE.lo, _COUNT.mask, _COUNT.lo
 _NOP1 = pm4.NOP_ONE_DWORD_COUNT
 
 
 def packet_size(h: int) -> int | None:
     """Dwords of the packet whose header is `h` (the type-3 COUNT + 2, a type-2 filler or a one-dword NOP: 1);
     None for a header the decoder will refuse."""
-    t = _TYPE.get(h)
+    t = (h & _TYPE_MASK) >> _TYPE_LO
     if t == 2:
         return 1
     if t != 3:
         return None
-    c = _COUNT.get(h)
+    c = (h & _COUNT_MASK) >> _COUNT_LO
     return 1 if c == _NOP1 else c + 2
 
 
@@ -360,6 +361,7 @@ class PM4Queue(PM4Executor):
         self.ring_va, self.ring_dw = ring_va, ring_bytes // 4
         self.rptr_va, self.wptr_va = rptr_va, wptr_va
         self.rptr = self.wptr = 0
+        self._ring_dws: np.ndarray | None = None     # the ring as dwords (valid with _views_tlb)
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -371,7 +373,10 @@ class PM4Queue(PM4Executor):
 
     # -- fetching ------------------------------------------------------------------------------
     def _ring(self) -> np.ndarray:
-        return self._view(self.ring_va, self.ring_dw * 4).view(np.uint32)
+        if self._views_tlb is self.mmu._tlb and self._ring_dws is not None:
+            return self._ring_dws
+        self._ring_dws = self._view(self.ring_va, self.ring_dw * 4).view(np.uint32)
+        return self._ring_dws
 
     def _ring_packet(self):
         if self.rptr == self.wptr:
