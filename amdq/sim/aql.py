@@ -490,7 +490,10 @@ class MultiXCCQueue:
     def step(self, budget: int) -> int:
         if self.stopped or not self.xccs:
             return 0
-        share, work = max(1, budget // len(self.xccs)), 0
+        # the slice is shared by the XCCs that have work (an idle one returns at once): one die running a small
+        # grid gets the whole slice, not an eighth of it
+        busy = sum(1 for e in self.xccs if e.busy) or 1
+        share, work = max(1, budget // busy), 0
         for e in self.xccs:
             work += e.step(share)
             if self.exception is not None:    # a fault on one XCC stops the queue at once

@@ -184,7 +184,7 @@ class SimGPU:
                 time.sleep(0.0001)                   # let the host thread that waits for the lock take it
                 continue
             with self.lock:
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 share = min(budget, self._budget)
                 work = 0
                 for eng in list(self.engines.values()):
@@ -192,11 +192,16 @@ class SimGPU:
                         work += eng.step(share)
                     except Exception as e:          # a simulator bug must not stop the GPU silently
                         self._internal_error(eng, e)
-                dt = time.perf_counter() - t0
+                dt = time.thread_time() - t0
+            # the budget follows the CPU time a slice of it took (this thread's: a loaded host's waits for a core are
+            # not work), towards SLICE_S: halved above it, grown in proportion below it (at most doubled). The old
+            # fixed band (double only below SLICE_S / 4, wall time) stuck at 1-2 steps per slice wherever a slice's
+            # own overhead (8 XCC packet processors on CDNA, a busy machine) was above it: most time was overhead.
             if dt > SLICE_S and self._budget > 1:
                 self._budget //= 2
-            elif dt < SLICE_S / 4 and work >= share and self._budget < 1 << 14:
-                self._budget *= 2
+            elif dt < SLICE_S and work >= share and self._budget < 1 << 14:
+                self._budget = min(1 << 14, self._budget * 2,
+                                   max(self._budget + 1, int(self._budget * SLICE_S / max(dt, 1e-9))))
             if not work:
                 break
             moved = True

@@ -76,6 +76,8 @@ class ICache:
         self.lines: dict[int, tuple[bytes, int, int]] = {}    # line -> (bytes, generation fetched, version)
         self.pages: dict[int, tuple[bytes, int]] = {}
         self.cells: dict[int, list] = {}          # page -> [generation it was last found unchanged in, its bytes]
+        self._views: dict[int, np.ndarray] = {}   # page -> its bytes in memory, valid with _views_tlb
+        self._views_tlb = None
         self.version = 0
 
     def invalidate(self) -> None:
@@ -87,9 +89,19 @@ class ICache:
         hit = self.pages.get(page)
         if hit is not None and hit[1] == self.gen:
             return hit[0]
-        chunks = self.mem.translate(np.array([page], np.uint64), PAGE, False)
-        buf, _, off = chunks[0]
-        data = buf[int(off[0]):int(off[0]) + PAGE].tobytes()
+        # the page's translation is kept while the memory's TLB is (an MMU replaces it whole on every invalidate):
+        # the bytes are read again each generation, the page tables walked again only after a TLB invalidate
+        tlb = getattr(self.mem, "_tlb", None)
+        if tlb is None or tlb is not self._views_tlb:
+            self._views, self._views_tlb = {}, tlb
+        view = self._views.get(page) if tlb is not None else None
+        if view is None:
+            chunks = self.mem.translate(np.array([page], np.uint64), PAGE, False)
+            buf, _, off = chunks[0]
+            view = buf[int(off[0]):int(off[0]) + PAGE]
+            if tlb is not None:
+                self._views[page] = view
+        data = view.tobytes()
         self.pages[page] = (data, self.gen)
         return data
 
