@@ -294,6 +294,10 @@ class AQLQueue(PM4Executor):
             return self._bad(f"workgroup size {block} has a zero dimension")
         if group > self.gpu.target.lds_bytes:
             return self._bad(f"group_segment_size {group} exceeds the {self.gpu.target.lds_bytes} bytes of LDS")
+        if self.link is not None and not self.master:   # a die with no workgroup of this grid has nothing to set up
+            grid = tuple(-(-g // b) for g, b in zip(items, block))      # (the master XCC reads and checks the rest)
+            if 0 in grid or not len(_share(grid[0] * grid[1] * grid[2], self.logical, self.n_xcc, self.chunk)):
+                return self._complete(s)
         kd = self._read(kobj, 64)
         k = self._kd.get(kd)
         if k is None:

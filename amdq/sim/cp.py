@@ -361,11 +361,25 @@ class PM4Queue(PM4Executor):
         self.ring_va, self.ring_dw = ring_va, ring_bytes // 4
         self.rptr_va, self.wptr_va = rptr_va, wptr_va
         self.rptr = self.wptr = 0
+        self._reported = 0                           # the read pointer last written to rptr_va
         self._ring_dws: np.ndarray | None = None     # the ring as dwords (valid with _views_tlb)
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
         self.wptr = int(value)
+
+    def step(self, budget: int) -> int:
+        """PM4Executor.step, with the read pointer reported once at the end of the slice (and so also where the
+        queue stopped or blocked) rather than after every packet: the host sees it between slices, as it sees
+        everything else the slice did."""
+        try:
+            return super().step(budget)
+        finally:
+            if self._reported != self.rptr:
+                try:
+                    self._report_rptr()
+                except AmdqError as e:
+                    self.stop_on(e, "CP")
 
     @property
     def busy(self) -> bool:
@@ -391,10 +405,10 @@ class PM4Queue(PM4Executor):
 
     def _advance(self, size: int) -> None:
         self.rptr += size
-        self._report_rptr()
 
     def _report_rptr(self) -> None:
         self._store64(self.rptr_va, self.rptr)
+        self._reported = self.rptr
 
     def _where(self) -> str:
         if self._cur is None:

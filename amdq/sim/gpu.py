@@ -194,14 +194,13 @@ class SimGPU:
                         self._internal_error(eng, e)
                 dt = time.thread_time() - t0
             # the budget follows the CPU time a slice of it took (this thread's: a loaded host's waits for a core are
-            # not work), towards SLICE_S: halved above it, grown in proportion below it (at most doubled). The old
-            # fixed band (double only below SLICE_S / 4, wall time) stuck at 1-2 steps per slice wherever a slice's
-            # own overhead (8 XCC packet processors on CDNA, a busy machine) was above it: most time was overhead.
+            # not work): halved above SLICE_S, doubled below half of it. (Wall time and a band of a quarter left it at
+            # 1-2 steps wherever a slice's own overhead -- 8 XCC packet processors on CDNA, a busy machine -- was
+            # above that: most of the time went to the overhead.) Budgets stay powers of two.
             if dt > SLICE_S and self._budget > 1:
                 self._budget //= 2
-            elif dt < SLICE_S and work >= share and self._budget < 1 << 14:
-                self._budget = min(1 << 14, self._budget * 2,
-                                   max(self._budget + 1, int(self._budget * SLICE_S / max(dt, 1e-9))))
+            elif dt < SLICE_S / 2 and work >= share and self._budget < 1 << 14:
+                self._budget *= 2
             if not work:
                 break
             moved = True
