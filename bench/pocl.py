@@ -26,6 +26,7 @@ class PoCL:
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
         self.programs: dict[str, object] = {}
+        self.kernels: dict[tuple[int, str], object] = {}
 
     @classmethod
     def open(cls) -> tuple["PoCL | None", str]:
@@ -63,7 +64,10 @@ class PoCL:
         """Run `kernel` once to warm up, then `repeat` times; (outputs of the arrays in args, best seconds).
         Python floats are passed as float, ints as int (the kernels' scalar types)."""
         cl = self.cl
-        k = getattr(self.program(src, options), kernel)
+        prg = self.program(src, options)
+        k = self.kernels.get((id(prg), kernel))
+        if k is None:
+            k = self.kernels[(id(prg), kernel)] = cl.Kernel(prg, kernel)
         grid = tuple(grid) + (1,) * (3 - len(tuple(grid))) if not isinstance(grid, int) else (grid, 1, 1)
         block = tuple(block) + (1,) * (3 - len(tuple(block))) if not isinstance(block, int) else (block, 1, 1)
         mf = cl.mem_flags
