@@ -24,6 +24,16 @@ thread, plus AMDQ_SIM_JIT_THREADS - 1 workers for calls over whole workgroups wi
 ctypes calls release the interpreter lock). `jit_coverage`: the share of wave-instructions that ran as compiled code
 (the rest ran in the interpreter). The JIT's efficiency counts its steps as the interpreter's.
 
+The limit: with pyopencl and PoCL installed, the same OpenCL kernels (same source, sizes and inputs) also run
+compiled natively for this CPU by PoCL in this process (bench/pocl.py); each kernel's `vs_pocl` is amdq's
+seconds over PoCL's (goals: vadd within 10x, the tiled matmul within 3x). Without them the column is skipped
+with a note (`pocl` in the JSON says why).
+
+The fixed cost of a dispatch: per target, a one-wave kernel of about 100 instructions is launched through the
+whole device (SIM:<arch>, engines on the launching thread) and its simulated GPU time (the dispatch's start
+and end timestamps) is reported, median and best of the launches (goal: at most 100 us), beside PoCL's time
+for the same kernel as one workgroup.
+
     python bench/shader.py [--quick] [--profile] [--arch gfx1100,gfx1201,gfx942]
 """
 from __future__ import annotations
@@ -41,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from amdq.sim.shader import core as C  # noqa: E402
 from harness import run_cl as _run_cl  # noqa: E402
@@ -137,6 +147,7 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
 def _bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 5, arch: str = "gfx1100"):
     """Best of `repeat` timed runs (after one warm-up run): wall and CPU seconds of the compute units alone."""
     run_cl = functools.partial(_run_cl, arch=arch)
+    CASES[name] = (src, kernel, args, grid, block)                    # the same kernel again for PoCL
     run_cl(src, kernel, args, grid, block, flags=flags)               # compile, warm the decode cache
     orig = C.ShaderCore.dispatch
     best = best_cpu = float("inf")
@@ -204,6 +215,8 @@ def main() -> None:
     res["targets"] = {"vadd_wave_instructions_per_s": 5_000_000, "vadd_efficiency": 0.3, "family_vs_gfx1100": 0.8,
                       "jit_vadd_wave_instructions_per_s": 100_000_000, "jit_matmul_wave_instructions_per_s": 100_000_000,
                       "jit_lds_reduce_wave_instructions_per_s": 80_000_000, "jit_compile_ms": 50}
+    res["targets"].update(LIMIT_TARGETS)
+    res["pocl"] = POCL_NOTE[0]
     print(json.dumps(res))
 
 
@@ -246,7 +259,126 @@ def _run_arch(arch: str, a, meter) -> dict:
         for mn, t in sorted(meter.by_inst.items(), key=lambda kv: -kv[1])[:25]:
             print(f"  {mn:32s} {t * 1e3:9.2f} ms  {meter.count[mn]:6d} steps", file=sys.stderr)
     res["sizes"] = {"vadd": n, "matmul": m, "lds_reduce": n}
+    pocl_column(res, arch, {"vadd": out, "matmul": Cm, "lds_reduce": part}, a.repeat)
+    res["one_wave"] = one_wave_dispatch(arch, 10 if a.quick else 40)
     return res
+
+
+# -- the limits: PoCL on this CPU, and the fixed cost of one dispatch ------------------------------------------
+
+CASES: dict[str, tuple] = {}            # kernel name -> (source, kernel, args, grid, block) as bench() ran it
+POCL_NOTE = ["not tried"]
+LIMIT_TARGETS = {"vadd_vs_pocl": 10, "matmul_vs_pocl": 3, "one_wave_dispatch_us": 100}
+_pocl: list = []
+_pocl_times: dict[str, tuple] = {}      # kernel name -> (PoCL seconds, outputs): measured once per run
+
+
+def _open_pocl():
+    """The PoCL device of this run (None, with POCL_NOTE saying why, when pyopencl or PoCL is missing)."""
+    if not _pocl:
+        from pocl import PoCL
+        dev, why = PoCL.open()
+        _pocl.append(dev)
+        POCL_NOTE[0] = why
+        if dev is None:
+            print(f"PoCL column skipped: {why}")
+    return _pocl[0]
+
+
+def pocl_column(res: dict, arch: str, outs: dict, repeat: int) -> None:
+    """Each kernel of `res` also on PoCL (same source, sizes, inputs): pocl_seconds, vs_pocl (amdq / PoCL) and
+    whether PoCL's outputs agree with amdq's."""
+    dev = _open_pocl()
+    if dev is None:
+        return
+    for k, st in res.items():
+        if k not in CASES or not isinstance(st, dict):
+            continue
+        if k not in _pocl_times:
+            src, kernel, args, grid, block = CASES[k]
+            got, t = dev.run(src, kernel, args, grid, block, repeat=repeat)
+            _pocl_times[k] = (t, got)
+        t, got = _pocl_times[k]
+        mine, theirs = outs[k], got[-1]               # the kernel's output: its last array argument
+        st["pocl_seconds"] = round(t, 6)
+        st["vs_pocl"] = round(st["seconds"] / t, 2)
+        st["pocl_agrees"] = bool(np.allclose(np.asarray(theirs).reshape(np.shape(mine)), mine, rtol=1e-4, atol=1e-4))
+        print(f"{arch:8s} {k:11s} PoCL {t * 1e3:8.3f} ms ({dev.threads} threads)  amdq/PoCL {st['vs_pocl']:7.1f}x"
+              f"{'' if st['pocl_agrees'] else '  (PoCL output differs)'}")
+
+
+ONE_WAVE_SRC = r"""
+__kernel void one_wave(__global uint *a) {
+  uint i = get_global_id(0);
+  uint x = a[i] + i;
+  #pragma unroll
+  for (int j = 0; j < 6; j++) { x ^= x << 13; x ^= x >> 17; x ^= x << 5; }
+  a[i] = x;
+}
+"""
+
+
+def _xorshift(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint32) + np.arange(len(x), dtype=np.uint32)
+    for _ in range(6):
+        x ^= x << np.uint32(13)
+        x ^= x >> np.uint32(17)
+        x ^= x << np.uint32(5)
+    return x
+
+
+def one_wave_dispatch(arch: str, launches: int) -> dict:
+    """Simulated GPU time of a one-wave dispatch of about 100 instructions through the whole device (SIM:<arch>,
+    engines on the launching thread), median and best over `launches` launches after a warm-up."""
+    import os
+    import statistics
+
+    import amdq
+    from amdq.errors import AmdqError
+    from amdq.hw.targets import get_target
+    lanes = 32 if get_target(arch).gen.wave32 else 64
+    old = os.environ.get("AMDQ_SIM_MODE")
+    os.environ["AMDQ_SIM_MODE"] = "sync"
+    try:
+        dev = amdq.open_device(f"SIM:{arch}")
+    finally:
+        if old is None:
+            os.environ.pop("AMDQ_SIM_MODE", None)
+        else:
+            os.environ["AMDQ_SIM_MODE"] = old
+    try:
+        try:
+            k = dev.load(amdq.compile(ONE_WAVE_SRC, dev.arch, lang="opencl"))["one_wave"]
+        except AmdqError as e:
+            print(f"{arch:8s} one-wave dispatch: not compiled ({e})")
+            return {"unsupported": str(e)}
+        x = np.arange(lanes, dtype=np.uint32) * np.uint32(2654435761)
+        buf = dev.upload(x)
+        k(buf, grid=1, block=lanes, wait=True)                      # warm: load, decode
+        gpu = []
+        for _ in range(launches):
+            buf.write(x)
+            gpu.append(k(buf, grid=1, block=lanes, wait=True).record.gpu)
+        valid = bool((buf.numpy(np.uint32) == _xorshift(x)).all())
+        engines = getattr(getattr(dev.sim, "gpu", dev.sim), "engines", {})
+        queue = next(iter(engines.values()), None)
+        stats = getattr(queue, "last_stats", None)
+        n = stats.wave_instructions if stats is not None else None
+    finally:
+        dev.close()
+    out = {"wave_instructions": n, "lanes": lanes, "launches": launches,
+           "gpu_us_median": round(statistics.median(gpu) * 1e6, 1), "gpu_us_best": round(min(gpu) * 1e6, 1),
+           "valid": valid}
+    out["vs_goal"] = round(out["gpu_us_median"] / LIMIT_TARGETS["one_wave_dispatch_us"], 2)
+    pdev = _open_pocl()
+    if pdev is not None:
+        _, t = pdev.run(ONE_WAVE_SRC, "one_wave", [x], (1, 1, 1), (lanes, 1, 1), repeat=launches)
+        out["pocl_us"] = round(t * 1e6, 1)
+        out["vs_pocl"] = round(out["gpu_us_median"] / (t * 1e6), 1)
+    print(f"{arch:8s} one-wave dispatch ({n} wave-instructions): {out['gpu_us_median']:8.1f} us simulated GPU time "
+          f"(best {out['gpu_us_best']:.1f}; goal {LIMIT_TARGETS['one_wave_dispatch_us']} us)"
+          + (f"  PoCL {out['pocl_us']:.1f} us" if "pocl_us" in out else "") + ("" if valid else "  WRONG"))
+    return out
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ class Bits:
         self.name, self.width = name, width
         items = fields.items() if isinstance(fields, Mapping) else ((f.name, (f.lo, f.hi)) for f in fields)
         self.fields: dict[str, Field] = {n: Field(n, lo, hi) for n, (lo, hi) in items}
+        self._plan = tuple((n, f.mask, f.lo) for n, f in self.fields.items())     # what decode extracts
 
     def __getitem__(self, name: str) -> Field:
         return self.fields[name]
@@ -60,7 +61,7 @@ class Bits:
         return word
 
     def decode(self, word: int) -> dict[str, int]:
-        return {n: f.get(word) for n, f in self.fields.items()}
+        return {n: (word & m) >> lo for n, m, lo in self._plan}
 
     def __repr__(self) -> str:
         return f"Bits({self.name}, {list(self.fields)})"
@@ -317,8 +318,8 @@ class Words:
         out: dict[str, Any] = {}
         for k in range(min(n, nfixed)):
             w = words[k]
-            for fname, f in self.words[k].fields.items():
-                out[fname] = f.get(w)
+            for fname, m, lo in self.words[k]._plan:
+                out[fname] = (w & m) >> lo
         for k, parts in self.wide.items():
             if all(p in out for p, _ in parts):
                 out[k] = sum(out.pop(p) << s for p, s in parts)

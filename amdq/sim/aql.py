@@ -65,6 +65,24 @@ CONDITIONS = {A.HSA_SIGNAL_CONDITION_EQ: lambda v, r: v == r, A.HSA_SIGNAL_CONDI
               A.HSA_SIGNAL_CONDITION_LT: lambda v, r: v < r, A.HSA_SIGNAL_CONDITION_GTE: lambda v, r: v >= r}
 
 
+_SHARES: dict[tuple[int, int, int, int], np.ndarray] = {}
+
+
+def _share(total: int, logical: int, n: int, chunk: int) -> np.ndarray:
+    """XCC.share, remembered for grids of up to 64 K workgroups (read-only arrays: every launch of a shape
+    asks for the same split)."""
+    key = (total, logical, n, chunk)
+    ids = _SHARES.get(key)
+    if ids is None:
+        ids = XCC.share(total, logical, n, chunk)
+        if total <= 1 << 16:
+            if len(_SHARES) >= 1024:
+                _SHARES.clear()
+            ids.flags.writeable = False
+            _SHARES[key] = ids
+    return ids
+
+
 class Slot:
     """A packet taken from the ring and not yet released."""
     __slots__ = ("index", "type", "signal", "run", "seen", "wait", "done", "mine", "what", "kobj")
@@ -120,6 +138,8 @@ class AQLQueue(PM4Executor):
         self.tmpring = A.bits_for(A.COMPUTE_TMPRING_SIZE, self.gen)
         self.scratch_unit = gpu.target.gen.scratch_unit
         self._kd: dict[bytes, tuple] = {}
+        self._tmpring: dict[int, dict] = {}          # COMPUTE_TMPRING_SIZE value -> its fields
+        self._held: tuple[int, bytes] | None = None  # (index, bytes) of a packet read but held by its barrier
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -159,6 +179,8 @@ class AQLQueue(PM4Executor):
     def step(self, budget: int) -> int:
         if self.stopped:
             return 0
+        if self.fetch >= self.wr and not self.inflight and self.vendor is None and not self.pm4_active:
+            return 0                                    # idle: nothing rung, nothing in flight
         work = 0
         try:
             while work < budget and self.exception is None and not (self.hang_at is not None and self.stopped):
@@ -181,9 +203,9 @@ class AQLQueue(PM4Executor):
 
     # -- memory --------------------------------------------------------------------------------
     def _mem(self, va: int, n: int, write: bool = False) -> tuple[np.ndarray, int]:
-        """(backing buffer, offset) of n bytes at GPU address va, through the MMU."""
-        buf, _, off = self.mmu.translate(np.array([va], np.uint64), n, write, "CP")[0]
-        return buf, int(off[0])
+        """(backing buffer, offset) of n bytes at GPU address va, through the MMU (the translation is kept
+        until the context's TLB is invalidated: PM4Executor._view)."""
+        return self._view(va, n, write), 0
 
     def _read(self, va: int, n: int) -> bytes:
         buf, o = self._mem(va, n)
@@ -208,16 +230,20 @@ class AQLQueue(PM4Executor):
                             f"the read index {self.rd}")
                 return n
             va = self.ring_va + (self.fetch % self.slots) * SLOT
-            buf, o = self._mem(va, SLOT)
-            hdr = int(buf[o]) | int(buf[o + 1]) << 8
+            held = self._held
+            if held is not None and held[0] == self.fetch:
+                raw = held[1]                           # read before and held back: not read again
+            else:
+                raw = self._mem(va, SLOT)[0].tobytes()
+            hdr = raw[0] | raw[1] << 8
             typ = hdr & 0xFF
             if typ == A.HSA_PACKET_TYPE_INVALID:
                 break                                   # reserved but not yet written: wait at this slot
-            if hdr >> A.HSA_PACKET_HEADER_BARRIER & 1 and any(not s.done for s in self.inflight):
+            if (hdr >> A.HSA_PACKET_HEADER_BARRIER & 1 and any(not s.done for s in self.inflight)) or \
+                    (typ == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC and self.vendor is not None):
+                self._held = (self.fetch, raw)          # a valid packet waits for its barrier: kept as read
                 break
-            if typ == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC and self.vendor is not None:
-                break
-            raw = buf[o:o + SLOT].tobytes()
+            self._held = None
             if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3:
                 self.gpu.core(self.vmid).invalidate_icache()
             s = self.at = Slot(self.fetch, typ, A.COMPLETION_SIGNAL.unpack_from(raw)[0])
@@ -268,6 +294,10 @@ class AQLQueue(PM4Executor):
             return self._bad(f"workgroup size {block} has a zero dimension")
         if group > self.gpu.target.lds_bytes:
             return self._bad(f"group_segment_size {group} exceeds the {self.gpu.target.lds_bytes} bytes of LDS")
+        if self.link is not None and not self.master:   # a die with no workgroup of this grid has nothing to set up
+            grid = tuple(-(-g // b) for g, b in zip(items, block))      # (the master XCC reads and checks the rest)
+            if 0 in grid or not len(_share(grid[0] * grid[1] * grid[2], self.logical, self.n_xcc, self.chunk)):
+                return self._complete(s)
         kd = self._read(kobj, 64)
         k = self._kd.get(kd)
         if k is None:
@@ -278,7 +308,9 @@ class AQLQueue(PM4Executor):
                                 bool(props["ENABLE_WAVEFRONT_SIZE32"]) and self.gpu.target.gen.wave32)
         entry, rsrc1, rsrc2, rsrc3, user_sgprs, wave32 = k
         _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(self._queue(), QSTATE.size))
-        tmp = self.tmpring.decode(tmpring)
+        tmp = self._tmpring.get(tmpring)
+        if tmp is None:
+            tmp = self._tmpring[tmpring] = self.tmpring.decode(tmpring)
         wave_bytes = tmp["WAVESIZE"] * self.scratch_unit
         need = priv * (32 if wave32 else 64)
         if need > wave_bytes:
@@ -309,7 +341,7 @@ class AQLQueue(PM4Executor):
             self._signal_ts(s.signal, SIG_START)
         ids = None
         if self.link is not None:                       # this XCC's workgroups of the grid
-            ids = XCC.share(grid[0] * grid[1] * grid[2], self.logical, self.n_xcc, self.chunk)
+            ids = _share(grid[0] * grid[1] * grid[2], self.logical, self.n_xcc, self.chunk)
         if 0 in grid or (ids is not None and not len(ids)):
             return self._complete(s)
         if self.gpu.inject.take("kill_wave") is not None:
@@ -462,7 +494,10 @@ class MultiXCCQueue:
     def step(self, budget: int) -> int:
         if self.stopped or not self.xccs:
             return 0
-        share, work = max(1, budget // len(self.xccs)), 0
+        # the slice is shared by the XCCs that have work (an idle one returns at once): one die running a small
+        # grid gets the whole slice, not an eighth of it
+        busy = sum(1 for e in self.xccs if e.busy) or 1
+        share, work = max(1, budget // busy), 0
         for e in self.xccs:
             work += e.step(share)
             if self.exception is not None:    # a fault on one XCC stops the queue at once

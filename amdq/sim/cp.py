@@ -4,12 +4,18 @@ register writes, dispatches, memory writes, waits and interrupts.
 Packets are decoded with amdq.hw.pm4, the same tables the driver encodes with. The queue's read
 pointer counts dwords consumed and is reported to the address the driver gave; it moves past a
 packet only when the packet has finished, so a hung queue's read pointer names the stuck packet.
+
+The fixed cost per packet is kept small the way a real CP keeps it: the packet's size comes from its
+header, so only that many dwords are read; a packet whose dwords were seen before is not decoded again
+(decoding is a pure function of the dwords); the ring, the read-pointer report and other small CP
+accesses keep their translation until the VM context's TLB is invalidated (as the CP's UTCL2 does),
+so a remapped or unmapped ring still faults after the driver's invalidate.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AmdqError
+from ..errors import AmdqError, GPUFault
 from ..hw import faults as F
 from ..hw import pm4, regs
 from ..hw.kd import LDS_GRANULE
@@ -17,6 +23,25 @@ from ..hw.targets import GENERATIONS
 from .engine import QueueEngine
 from .shader.core import DispatchRegs
 from .shader.memory import load, store
+
+PACKET_MEMO = 1 << 12          # decoded packets remembered per queue (by their dwords)
+MEMO_DWORDS = 64               # longer packets are decoded every time (large IBs of data, WRITE_DATA blobs)
+_TYPE, _COUNT = pm4.HEADER["TYPE"], pm4.HEADER["COUNT"]
+_TYPE_MASK, _TYPE_LO, _COUNT_MASK, _COUNT_LO = _TYPE.mask, _TYPE.lo, _COUNT.mask, _COUNT.lo
+_NOP1 = pm4.NOP_ONE_DWORD_COUNT
+
+
+def packet_size(h: int) -> int | None:
+    """Dwords of the packet whose header is `h` (the type-3 COUNT + 2, a type-2 filler or a one-dword NOP: 1);
+    None for a header the decoder will refuse."""
+    t = (h & _TYPE_MASK) >> _TYPE_LO
+    if t == 2:
+        return 1
+    if t != 3:
+        return None
+    c = (h & _COUNT_MASK) >> _COUNT_LO
+    return 1 if c == _NOP1 else c + 2
+
 
 COMPARE = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
            4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
@@ -59,6 +84,10 @@ class PM4Executor(QueueEngine):
         self.last_index = -1                      # AQL index of the dispatch last_stats describes
         self._waves = 0                           # waves of finished dispatches
         self._cur = None
+        self._memo: dict[bytes, pm4.Packet] = {}  # decoded packets by their dwords
+        self._views: dict[tuple[int, int, bool], np.ndarray] = {}   # (va, bytes, write) -> host view
+        self._views_tlb = None                    # the MMU's TLB the views were translated with
+        self._dispatch_memo: dict[tuple, tuple] = {}
 
     @property
     def pm4_active(self) -> bool:
@@ -126,11 +155,62 @@ class PM4Executor(QueueEngine):
         return None                               # no ring of its own: IBs only
 
     def _decode(self, dws, pos: int, where: str):
+        size = packet_size(int(dws[pos])) if 0 <= pos < len(dws) else None
+        key = None
+        if size is not None and size <= MEMO_DWORDS and pos + size <= len(dws):
+            key = dws[pos:pos + size].tobytes()
+            p = self._memo.get(key)
+            if p is not None:
+                return p
         try:
-            return self.pm4.decode(dws, pos)
+            p = self.pm4.decode(dws, pos)
         except pm4.BadPacket as e:
             self._bad(f"bad PM4 packet at {where}: {e}")
             return None
+        if key is not None:
+            if len(self._memo) >= PACKET_MEMO:
+                self._memo.clear()
+            self._memo[key] = p
+        return p
+
+    def _view(self, va: int, nbytes: int, write: bool = False) -> np.ndarray:
+        """The host bytes behind [va, va + nbytes) for a CP access, translated once per TLB generation (a
+        translation is kept until the driver invalidates the context's TLB, as the CP's own TLB keeps it).
+        Raises the GPU page fault of the MMU for an unmapped or read-only range."""
+        tlb = self.mmu._tlb                       # replaced whole by every invalidate
+        if tlb is not self._views_tlb:
+            self._views, self._views_tlb = {}, tlb
+        o = va & 4095
+        if o + nbytes <= 4096:                    # within one page (the unit of mapping): the page's view
+            page = self._views.get((va - o, write))
+            if page is None:
+                try:
+                    page = self._translated(va - o, 4096, write)
+                except GPUFault:
+                    self._translated(va, nbytes, write)     # the fault names the address accessed
+                    raise
+                self._views[(va - o, write)] = page
+            return page[o:o + nbytes]
+        key = (va, nbytes, write)
+        v = self._views.get(key)
+        if v is None:
+            v = self._views[key] = self._translated(va, nbytes, write)
+        return v
+
+    def _translated(self, va: int, nbytes: int, write: bool) -> np.ndarray:
+        """A host view of [va, va + nbytes), through the MMU (its fault when it does not translate)."""
+        chunks = self.mmu.translate(np.array([va], np.uint64), nbytes, write, "CP")
+        if len(chunks) != 1:                      # split over memories: no single view
+            raise GPUFault(f"CP access at {va:#x} spans discontiguous memory", address=va, client="CP")
+        buf, _, off = chunks[0]
+        return buf[int(off[0]):int(off[0]) + nbytes]
+
+    def _store64(self, va: int, value: int) -> None:
+        """An aligned 64-bit CP write (read-pointer report, timestamp, fence value)."""
+        if va & 7:
+            store(self.mmu, np.array([va], np.uint64), np.array([[value & 0xFFFFFFFF, value >> 32]], np.uint32), 8)
+            return
+        self._view(va, 8, True).view(np.uint64)[0] = value & 0xFFFFFFFFFFFFFFFF
 
     def _finish_packet(self) -> None:
         self.retired += 1
@@ -197,7 +277,11 @@ class PM4Executor(QueueEngine):
             if sel >= 3:
                 data = self.gpu.clock()
             n = 4 if sel == 1 else 8
-            store(self.mmu, np.array([addr], np.uint64), np.array([[data & 0xFFFFFFFF, data >> 32]], np.uint32)[:, :n // 4], n)
+            if n == 8 and not addr & 7:
+                self._store64(addr, data)
+            else:
+                store(self.mmu, np.array([addr], np.uint64),
+                      np.array([[data & 0xFFFFFFFF, data >> 32]], np.uint32)[:, :n // 4], n)
         if f["INT_SEL"]:
             self.gpu.interrupt("CP_EOP", f["INT_CTXID"], self.vmid, queue=self.name)
 
@@ -231,25 +315,34 @@ class PM4Executor(QueueEngine):
         return self.regs.get(self.cregs.addr[name] + i, 0)
 
     def _dispatch(self, gx: int, gy: int, gz: int, initiator: int) -> None:
-        c = self.cregs
-        ini = c.initiator.decode(initiator)
-        nt = [c.num_thread.decode(self._reg(f"COMPUTE_NUM_THREAD_{d}")) for d in "XYZ"]
-        block = tuple(max(1, t["NUM_THREAD_FULL"]) for t in nt)
-        partial = tuple(t["NUM_THREAD_PARTIAL"] if ini.get("PARTIAL_TG_EN") else 0 for t in nt)
-        rsrc2 = self._reg("COMPUTE_PGM_RSRC2")
-        tmp = c.tmpring.decode(self._reg("COMPUTE_TMPRING_SIZE"))
-        gen = self.gpu.target.gen
-        unit = gen.scratch_unit
+        r = self.regs.get
+        a = self.cregs.addr
+        key = (initiator, r(a["COMPUTE_NUM_THREAD_X"], 0), r(a["COMPUTE_NUM_THREAD_Y"], 0),
+               r(a["COMPUTE_NUM_THREAD_Z"], 0), r(a["COMPUTE_PGM_RSRC2"], 0), r(a["COMPUTE_TMPRING_SIZE"], 0))
+        fixed = self._dispatch_memo.get(key)
+        if fixed is None:                       # the register fields, decoded once per distinct register state
+            c = self.cregs
+            ini = c.initiator.decode(initiator)
+            nt = [c.num_thread.decode(v) for v in key[1:4]]
+            block = tuple(max(1, t["NUM_THREAD_FULL"]) for t in nt)
+            partial = tuple(t["NUM_THREAD_PARTIAL"] if ini.get("PARTIAL_TG_EN") else 0 for t in nt)
+            tmp = c.tmpring.decode(key[5])
+            gen = self.gpu.target.gen
+            fixed = (block, partial, not ini.get("CS_W32_EN", 0) if gen.wave32 else True,
+                     c.rsrc2.decode(key[4])["LDS_SIZE"] * LDS_GRANULE, tmp["WAVESIZE"] * gen.scratch_unit, tmp["WAVES"])
+            if len(self._dispatch_memo) >= 256:
+                self._dispatch_memo.clear()
+            self._dispatch_memo[key] = fixed
+        block, partial, wave64, lds_bytes, wave_bytes, waves = fixed
         pgm = (self._reg("COMPUTE_PGM_LO") | self._reg("COMPUTE_PGM_HI") << 32) << 8
         scratch = (self._reg("COMPUTE_DISPATCH_SCRATCH_BASE_LO") | self._reg("COMPUTE_DISPATCH_SCRATCH_BASE_HI") << 32) << 8
+        u0 = a["COMPUTE_USER_DATA_0"]
         d = DispatchRegs(
-            pgm_addr=pgm, rsrc1=self._reg("COMPUTE_PGM_RSRC1"), rsrc2=rsrc2, rsrc3=self._reg("COMPUTE_PGM_RSRC3"),
-            grid=(gx, gy, gz), block=block, user_data=[self._reg("COMPUTE_USER_DATA_0", i) for i in range(16)],
-            wave64=not ini.get("CS_W32_EN", 0) if gen.wave32 else True,
-            lds_bytes=c.rsrc2.decode(rsrc2)["LDS_SIZE"] * LDS_GRANULE,
-            scratch_base=scratch, scratch_wave_bytes=tmp["WAVESIZE"] * unit, scratch_waves=tmp["WAVES"],
-            start=tuple(self._reg(f"COMPUTE_START_{d}") for d in "XYZ"), partial=partial, gfx=self.gen,
-            isa=self.gpu.target.isa)
+            pgm_addr=pgm, rsrc1=self._reg("COMPUTE_PGM_RSRC1"), rsrc2=key[4], rsrc3=self._reg("COMPUTE_PGM_RSRC3"),
+            grid=(gx, gy, gz), block=block, user_data=[r(u0 + i, 0) for i in range(16)], wave64=wave64,
+            lds_bytes=lds_bytes, scratch_base=scratch, scratch_wave_bytes=wave_bytes, scratch_waves=waves,
+            start=(self._reg("COMPUTE_START_X"), self._reg("COMPUTE_START_Y"), self._reg("COMPUTE_START_Z")),
+            partial=partial, gfx=self.gen, isa=self.gpu.target.isa)
         if gx * gy * gz == 0:
             return
         if self.gpu.inject.take("kill_wave") is not None:
@@ -268,10 +361,25 @@ class PM4Queue(PM4Executor):
         self.ring_va, self.ring_dw = ring_va, ring_bytes // 4
         self.rptr_va, self.wptr_va = rptr_va, wptr_va
         self.rptr = self.wptr = 0
+        self._reported = 0                           # the read pointer last written to rptr_va
+        self._ring_dws: np.ndarray | None = None     # the ring as dwords (valid with _views_tlb)
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
         self.wptr = int(value)
+
+    def step(self, budget: int) -> int:
+        """PM4Executor.step, with the read pointer reported once at the end of the slice (and so also where the
+        queue stopped or blocked) rather than after every packet: the host sees it between slices, as it sees
+        everything else the slice did."""
+        try:
+            return super().step(budget)
+        finally:
+            if self._reported != self.rptr:
+                try:
+                    self._report_rptr()
+                except AmdqError as e:
+                    self.stop_on(e, "CP")
 
     @property
     def busy(self) -> bool:
@@ -279,27 +387,28 @@ class PM4Queue(PM4Executor):
 
     # -- fetching ------------------------------------------------------------------------------
     def _ring(self) -> np.ndarray:
-        chunks = self.mmu.translate(np.array([self.ring_va], np.uint64), self.ring_dw * 4, False, "CP")
-        buf, _, off = chunks[0]
-        return buf[int(off[0]):int(off[0]) + self.ring_dw * 4].view(np.uint32)
+        if self._views_tlb is self.mmu._tlb and self._ring_dws is not None:
+            return self._ring_dws
+        self._ring_dws = self._view(self.ring_va, self.ring_dw * 4).view(np.uint32)
+        return self._ring_dws
 
     def _ring_packet(self):
         if self.rptr == self.wptr:
             return None
         ring = self._ring()
         i = self.rptr % self.ring_dw
-        n = min(self.wptr - self.rptr, 1 << 14)
-        window = np.take(ring, np.arange(i, i + n) % self.ring_dw)
+        # the header says how many dwords the packet has: only those are read (a malformed header: up to 16 K)
+        n = min(self.wptr - self.rptr, packet_size(int(ring[i])) or 1 << 14, 1 << 14)
+        window = ring[i:i + n] if i + n <= self.ring_dw else np.take(ring, np.arange(i, i + n) % self.ring_dw)
         self._cur = ("ring", self.rptr, None)
         return self._decode(window, 0, f"ring dword {i}")
 
     def _advance(self, size: int) -> None:
         self.rptr += size
-        self._report_rptr()
 
     def _report_rptr(self) -> None:
-        store(self.mmu, np.array([self.rptr_va], np.uint64),
-              np.array([[self.rptr & 0xFFFFFFFF, self.rptr >> 32]], np.uint32), 8)
+        self._store64(self.rptr_va, self.rptr)
+        self._reported = self.rptr
 
     def _where(self) -> str:
         if self._cur is None:

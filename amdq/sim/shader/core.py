@@ -60,8 +60,11 @@ class Stats:
 class ICache:
     """Decoded and built instructions by PC, fetched through the memory model as hardware fetches them.
 
-    An instruction-cache invalidate (ACQUIRE_MEM with GLI_INV) does not throw the work away: each
-    entry is revalidated against memory the next time its PC runs, and rebuilt only if the bytes changed.
+    An instruction-cache invalidate (ACQUIRE_MEM with GLI_INV) does not throw the work away: the next time
+    a PC runs, the 4 KiB page holding it is fetched again; if the page's bytes are what its steps were decoded
+    from, every step of that page is valid again at once (one fetch per page, not one check per PC: the fixed
+    cost of a dispatch, which invalidates). Otherwise each step is checked line by line and rebuilt only if
+    its bytes changed. A page that no longer translates faults at the PC that runs there, as before.
     """
 
     LINE = 64
@@ -72,6 +75,9 @@ class ICache:
         self.deps: dict[tuple[int, bool], tuple] = {}        # (line, version) pairs each step was decoded from
         self.lines: dict[int, tuple[bytes, int, int]] = {}    # line -> (bytes, generation fetched, version)
         self.pages: dict[int, tuple[bytes, int]] = {}
+        self.cells: dict[int, list] = {}          # page -> [generation it was last found unchanged in, its bytes]
+        self._views: dict[int, np.ndarray] = {}   # page -> its bytes in memory, valid with _views_tlb
+        self._views_tlb = None
         self.version = 0
 
     def invalidate(self) -> None:
@@ -83,9 +89,19 @@ class ICache:
         hit = self.pages.get(page)
         if hit is not None and hit[1] == self.gen:
             return hit[0]
-        chunks = self.mem.translate(np.array([page], np.uint64), PAGE, False)
-        buf, _, off = chunks[0]
-        data = buf[int(off[0]):int(off[0]) + PAGE].tobytes()
+        # the page's translation is kept while the memory's TLB is (an MMU replaces it whole on every invalidate):
+        # the bytes are read again each generation, the page tables walked again only after a TLB invalidate
+        tlb = getattr(self.mem, "_tlb", None)
+        if tlb is None or tlb is not self._views_tlb:
+            self._views, self._views_tlb = {}, tlb
+        view = self._views.get(page) if tlb is not None else None
+        if view is None:
+            chunks = self.mem.translate(np.array([page], np.uint64), PAGE, False)
+            buf, _, off = chunks[0]
+            view = buf[int(off[0]):int(off[0]) + PAGE]
+            if tlb is not None:
+                self._views[page] = view
+        data = view.tobytes()
         self.pages[page] = (data, self.gen)
         return data
 
@@ -127,14 +143,45 @@ class ICache:
         except GPUFault:
             return False
 
+    def _page_cell(self, page: int) -> list | None:
+        """The validity cell of a page for this generation (None if the page does not translate): the one its
+        steps share while its bytes stay those they were decoded from, else a new one."""
+        cell = self.cells.get(page)
+        if cell is not None and cell[0] == self.gen:
+            return cell
+        try:
+            data = self._page(page)
+        except GPUFault:
+            return None
+        if cell is not None and cell[1] == data:
+            cell[0] = self.gen
+            return cell
+        cell = self.cells[page] = [self.gen, data]
+        return cell
+
+    def _cell_for(self, deps: tuple) -> list:
+        """The cell a step decoded from `deps` (in this generation) hangs on: its page's, or its own when it
+        spans two pages."""
+        page = deps[0][0] & ~(PAGE - 1)
+        if all(line & ~(PAGE - 1) == page for line, _ in deps):
+            cell = self._page_cell(page)
+            if cell is not None:
+                return cell
+        return [self.gen, None]
+
     def get(self, pc: int, wave64: bool):
+        """(step function, instruction, is-control, validity cell) of the instruction at pc."""
         key = (pc, wave64)
         st = self.steps.get(key)
         if st is not None:
-            if st[3] == self.gen:
+            cell = st[3]
+            if cell[0] == self.gen:
                 return st
-            if self._valid(self.deps[key]):          # revalidated line by line after an invalidate
-                st = (st[0], st[1], st[2], self.gen)
+            deps = self.deps[key]
+            if cell[1] is not None and self._page_cell(deps[0][0] & ~(PAGE - 1)) is cell:
+                return st                             # its page is unchanged: valid again
+            if self._valid(deps):                     # revalidated line by line (its page changed elsewhere)
+                st = (st[0], st[1], st[2], self._cell_for(deps))
                 self.steps[key] = st
                 return st
         code, base, deps = self._fetch(pc, self.LINE)
@@ -151,7 +198,7 @@ class ICache:
                 BUILT.clear()
             BUILT[bkey] = hit
         self.deps[key] = deps
-        st = hit + (self.gen,)
+        st = hit + (self._cell_for(deps),)
         self.steps[key] = st
         return st
 
@@ -169,45 +216,124 @@ def _rsrc(gfx: int, rsrc1: int, rsrc2: int) -> tuple[int, dict, dict]:
 SMALL = 16            # batches of up to this many waves are scheduled with Python lists
 
 
+class Layout:
+    """What the initial state of a batch of `nwg` whole workgroups of one dispatch shape is, computed once per
+    shape: register counts, the system-SGPR positions (AMDGPUUsage "Initial Kernel Execution State"), the
+    work-item ids of v0, EXEC, MODE and the LDS and scratch slots. Only the workgroup ids and the user SGPRs
+    differ from one batch (or launch) of the shape to the next. The arrays are read-only."""
+
+    def __init__(self, gfx: int, rsrc1: int, rsrc2: int, rsrc3: int, block: tuple[int, int, int], wave64: bool,
+                 nwg: int, lds_bytes: int, scratch_wave_bytes: int):
+        gen, r1, r2 = _rsrc(gfx, rsrc1, rsrc2)
+        self.gen = gen
+        lanes = self.lanes = 64 if wave64 else 32
+        granule = 8 if (gen >= 11 and lanes == 32) or gen == 9 else 4
+        nvgpr = (r1["GRANULATED_WORKITEM_VGPR_COUNT"] + 1) * granule
+        if gen == 9:        # unified ArchVGPR+AccVGPR file: a[i] (at v[accum_offset + i]) is row ACC_BASE + i
+            from ...hw.isa.decode_cdna import ACC_BASE
+            acc = nvgpr - (KD.RSRC3[9].decode(rsrc3)["ACCUM_OFFSET"] + 1) * 4
+            nvgpr = ACC_BASE + acc if acc > 0 else nvgpr
+        self.nvgpr = nvgpr
+        bx, by, bz = block
+        self.threads = threads = bx * by * bz
+        self.wpg = wpg = -(-threads // lanes)                  # waves per workgroup
+        self.nwg, self.n = nwg, nwg * wpg
+        self.wg = np.repeat(np.arange(nwg), wpg)
+        t = np.arange(wpg * lanes)
+        self.tid = (t % bx, (t // bx) % by, t // (bx * by))
+        self.valid = t < threads                               # lanes of one workgroup inside its size
+        self.whole = threads == wpg * lanes
+        # user SGPRs, then system SGPRs: which come, and where
+        self.nuser = n = r2["USER_SGPR_COUNT"]
+        self.wgid_sgpr: list[tuple[int, int]] = []             # (dimension, SGPR)
+        for dim, flag in enumerate(("ENABLE_SGPR_WORKGROUP_ID_X", "ENABLE_SGPR_WORKGROUP_ID_Y",
+                                    "ENABLE_SGPR_WORKGROUP_ID_Z")):
+            if r2[flag]:
+                self.wgid_sgpr.append((dim, n))
+                n += 1
+        self.info_sgpr = n if r2["ENABLE_SGPR_WORKGROUP_INFO"] else None
+        n += self.info_sgpr is not None
+        # scratch: one slot (of TMPRING_SIZE.WAVES) per resident wave
+        self.scratch_slot = np.arange(nwg * wpg, dtype=np.int64)
+        self.private_sgpr = n if r2["ENABLE_PRIVATE_SEGMENT"] else None
+        self.scratch_off = (self.scratch_slot * scratch_wave_bytes).astype(np.uint64)
+        # gfx12 TTMP8[29:25]: the wave's id within its workgroup (what LLVM's llvm.amdgcn.wave.id reads)
+        self.wave_id = (np.tile(np.arange(wpg, dtype=np.uint32), nwg) & 0x1F) << 25
+        # work-item ids: gfx11+ and gfx90a+ pack x | y << 10 | z << 20 into v0
+        dims = r2["ENABLE_VGPR_WORKITEM_ID"]
+        tx, ty, tz = self.tid
+        ids = tx.astype(np.uint32)
+        if dims >= 1:
+            ids = ids | ty.astype(np.uint32) << 10
+        if dims >= 2:
+            ids = ids | tz.astype(np.uint32) << 20
+        self.ids = ids
+        # MODE: FP_ROUND 3:0, FP_DENORM 7:4, DX10_CLAMP 8, IEEE 9 (the last two exist up to gfx11: gfx12's RSRC1
+        # has no such fields, so its MODE has neither bit)
+        self.mode = np.uint32(r1["FLOAT_ROUND_MODE_32"] | r1["FLOAT_ROUND_MODE_16_64"] << 2 |
+                              r1["FLOAT_DENORM_MODE_32"] << 4 | r1["FLOAT_DENORM_MODE_16_64"] << 6 |
+                              r1.get("ENABLE_DX10_CLAMP", 0) << 8 | r1.get("ENABLE_IEEE_MODE", 0) << 9)
+        # LDS, one block per workgroup
+        self.lds_base = (self.wg * lds_bytes).astype(np.int64)
+        self.lds_words = (np.arange(nwg, dtype=np.uint32) * np.uint32(lds_bytes // 4))[:, None] \
+            if lds_bytes % 4 == 0 else None
+        for a in (self.wg, self.valid, self.ids, self.scratch_slot, self.scratch_off, self.wave_id, self.lds_base,
+                  self.lds_words, *self.tid):
+            if a is not None:
+                a.flags.writeable = False
+
+
+_LAYOUTS: dict[tuple, Layout] = {}
+LAYOUT_LANES = 1 << 16          # layouts of batches up to this many lanes are kept (larger ones are built each time)
+
+
+def layout(d: DispatchRegs, nwg: int) -> Layout:
+    """The Layout of a batch of `nwg` workgroups of dispatch `d` (cached per shape)."""
+    key = (d.gfx, d.rsrc1, d.rsrc2, d.rsrc3, d.block, d.wave64, nwg, d.lds_bytes, d.scratch_wave_bytes)
+    lay = _LAYOUTS.get(key)
+    if lay is None:
+        lay = Layout(*key)
+        if lay.n * lay.lanes <= LAYOUT_LANES:
+            if len(_LAYOUTS) >= 256:
+                _LAYOUTS.clear()
+            _LAYOUTS[key] = lay
+    return lay
+
+
 class Batch:
     """A set of whole workgroups resident together."""
 
     def __init__(self, d: DispatchRegs, wg_ids: np.ndarray, core: "ShaderCore"):
         self.d, self.core = d, core
-        gen, r1, r2 = _rsrc(d.gfx, d.rsrc1, d.rsrc2)
-        lanes = 64 if d.wave64 else 32
-        granule = 8 if (gen >= 11 and lanes == 32) or gen == 9 else 4
-        nvgpr = (r1["GRANULATED_WORKITEM_VGPR_COUNT"] + 1) * granule
-        if gen == 9:        # unified ArchVGPR+AccVGPR file: a[i] (at v[accum_offset + i]) is row ACC_BASE + i
-            from ...hw.isa.decode_cdna import ACC_BASE
-            acc = nvgpr - (KD.RSRC3[9].decode(d.rsrc3)["ACCUM_OFFSET"] + 1) * 4
-            nvgpr = ACC_BASE + acc if acc > 0 else nvgpr
-        bx, by, bz = d.block
-        threads = bx * by * bz
-        wpg = -(-threads // lanes)                     # waves per workgroup
         nwg = len(wg_ids)
-        w = self.w = WaveState(nwg * wpg, lanes, nvgpr, v0_written=True)
-        w.wg = np.repeat(np.arange(nwg), wpg)
+        lay = layout(d, nwg)
+        lanes, wpg, gen = lay.lanes, lay.wpg, lay.gen
+        w = self.w = WaveState(nwg * wpg, lanes, lay.nvgpr, v0_written=True)
+        w.wg = lay.wg
         w.pc[:] = d.pgm_addr
         self.nwg, self.wpg, self.lanes = nwg, wpg, lanes
         gx, gy, _ = d.grid
-        wgx = d.start[0] + wg_ids % gx
-        wgy = d.start[1] + (wg_ids // gx) % gy
-        wgz = d.start[2] + wg_ids // (gx * gy)
-        # work-item ids of every lane; lanes past the workgroup's size (and past partial edges) are off
-        t = np.arange(wpg * lanes)
-        tx, ty, tz = t % bx, (t // bx) % by, t // (bx * by)
+        if nwg == 1:                                   # one workgroup: its ids as Python ints
+            i = int(wg_ids[0])
+            wgx = np.array([d.start[0] + i % gx])
+            wgy = np.array([d.start[1] + (i // gx) % gy])
+            wgz = np.array([d.start[2] + i // (gx * gy)])
+        else:
+            wgx = d.start[0] + wg_ids % gx
+            wgy = d.start[1] + (wg_ids // gx) % gy
+            wgz = d.start[2] + wg_ids // (gx * gy)
+        # lanes past the workgroup's size (and past partial edges) are off
         edges = [dim for dim in range(3) if d.partial[dim]]
-        if threads == wpg * lanes and not edges:
+        if lay.whole and not edges:
             w.s[EXEC] = np.uint32(0xFFFFFFFF)
             if lanes == 64:
                 w.s[EXEC + 1] = np.uint32(0xFFFFFFFF)
             w.em[:] = True
             w.full[:] = True
         else:
-            valid = np.tile(t < threads, (nwg, 1))
+            valid = np.tile(lay.valid, (nwg, 1))
             for dim in edges:
-                tid, wgd = (tx, ty, tz)[dim], (wgx, wgy, wgz)[dim]
+                tid, wgd = lay.tid[dim], (wgx, wgy, wgz)[dim]
                 last = wgd == d.start[dim] + d.grid[dim] - 1
                 valid &= ~(last[:, None] & (tid[None, :] >= d.partial[dim]))
             valid = valid.reshape(nwg * wpg, lanes)
@@ -218,52 +344,35 @@ class Batch:
             w.em[:] = valid
             w.full[:] = (bits == np.uint32(0xFFFFFFFF)).all(1)
         # user SGPRs, then system SGPRs (AMDGPUUsage "Initial Kernel Execution State")
-        nuser = r2["USER_SGPR_COUNT"]
-        for i in range(min(nuser, len(d.user_data))):
-            w.s[i] = np.uint32(d.user_data[i] & 0xFFFFFFFF)
-        n = nuser
-        for flag, vals in (("ENABLE_SGPR_WORKGROUP_ID_X", wgx), ("ENABLE_SGPR_WORKGROUP_ID_Y", wgy),
-                           ("ENABLE_SGPR_WORKGROUP_ID_Z", wgz)):
-            if r2[flag]:
-                w.s[n] = np.repeat(vals, wpg)
-                n += 1
+        nuser = min(lay.nuser, len(d.user_data))
+        if nuser:
+            w.s[:nuser] = np.array([u & 0xFFFFFFFF for u in d.user_data[:nuser]], np.uint32)[:, None]
+        for dim, n in lay.wgid_sgpr:
+            vals = (wgx, wgy, wgz)[dim]
+            w.s[n] = vals if wpg == 1 else np.repeat(vals, wpg)
         if gen >= 12:     # architected SGPRs (AMDGPUUsage, GFX12): TTMP9 = workgroup id X, TTMP7 = Y | Z << 16,
-            # TTMP8[29:25] = the wave's id within its workgroup (what LLVM's llvm.amdgcn.wave.id reads)
+            # TTMP8[29:25] = the wave's id within its workgroup
             w.s[TTMP0 + 9] = np.repeat(wgx, wpg).astype(np.uint32)
             w.s[TTMP0 + 7] = np.repeat((wgy & 0xFFFF) | (wgz & 0xFFFF) << 16, wpg).astype(np.uint32)
-            w.s[TTMP0 + 8] = (np.tile(np.arange(wpg, dtype=np.uint32), nwg) & 0x1F) << 25
-        if r2["ENABLE_SGPR_WORKGROUP_INFO"]:
-            w.s[n] = np.uint32(threads)
-            n += 1
-        # scratch: one slot (of TMPRING_SIZE.WAVES) per resident wave
-        self.scratch_slot = np.arange(nwg * wpg, dtype=np.int64)
-        if r2["ENABLE_PRIVATE_SEGMENT"]:
-            w.s[n] = (self.scratch_slot * d.scratch_wave_bytes).astype(np.uint32)
-            n += 1
-        # work-item ids: gfx11+ and gfx90a+ pack x | y << 10 | z << 20 into v0
-        dims = r2["ENABLE_VGPR_WORKITEM_ID"]
-        ids = tx.astype(np.uint32)
-        if dims >= 1:
-            ids = ids | ty.astype(np.uint32) << 10
-        if dims >= 2:
-            ids = ids | tz.astype(np.uint32) << 20
-        w.v[0].reshape(nwg, wpg * lanes)[:] = ids
-        # MODE: FP_ROUND 3:0, FP_DENORM 7:4, DX10_CLAMP 8, IEEE 9 (the last two exist up to gfx11: gfx12's RSRC1
-        # has no such fields, so its MODE has neither bit)
-        w.mode[:] = r1["FLOAT_ROUND_MODE_32"] | r1["FLOAT_ROUND_MODE_16_64"] << 2 | \
-            r1["FLOAT_DENORM_MODE_32"] << 4 | r1["FLOAT_DENORM_MODE_16_64"] << 6 | \
-            r1.get("ENABLE_DX10_CLAMP", 0) << 8 | r1.get("ENABLE_IEEE_MODE", 0) << 9
+            w.s[TTMP0 + 8] = lay.wave_id
+        if lay.info_sgpr is not None:
+            w.s[lay.info_sgpr] = np.uint32(lay.threads)
+        self.scratch_slot = lay.scratch_slot
+        if lay.private_sgpr is not None:
+            w.s[lay.private_sgpr] = lay.scratch_off.astype(np.uint32)
+        w.v[0].reshape(nwg, wpg * lanes)[:] = lay.ids
+        w.mode[:] = lay.mode
         # LDS, one block per workgroup
         self.lds_bytes = d.lds_bytes
         self.lds = POOL.zeros((max(nwg * d.lds_bytes, 4),), np.uint8)
-        w.lds_base = (w.wg * d.lds_bytes).astype(np.int64)
+        w.lds_base = lay.lds_base
         w.lds_size = d.lds_bytes
-        if d.lds_bytes % 4 == 0:
+        if lay.lds_words is not None:
             w.lds_rows = wpg
-            w.lds_words = (np.arange(nwg, dtype=np.uint32) * np.uint32(d.lds_bytes // 4))[:, None]
+            w.lds_words = lay.lds_words
         w.lds = self.lds
         w.mem = core.mem
-        w.scratch_base = np.uint64(d.scratch_base) + (self.scratch_slot * d.scratch_wave_bytes).astype(np.uint64)
+        w.scratch_base = lay.scratch_off + np.uint64(d.scratch_base) if d.scratch_base else lay.scratch_off
         w.scratch_wave_bytes = d.scratch_wave_bytes
         w.xcc = d.xcc
         w.dispatch = d

@@ -109,6 +109,18 @@ def _clear(buf: np.ndarray, skip: int = 0) -> None:
         buf[a * PAGE:b * PAGE] = 0
 
 
+_LANES: dict[int, np.ndarray] = {}
+
+
+def _lane_ids(n: int) -> np.ndarray:
+    """0..n-1 as uint32 (one read-only array per wave size)."""
+    a = _LANES.get(n)
+    if a is None:
+        a = _LANES[n] = np.arange(n, dtype=np.uint32)
+        a.flags.writeable = False
+    return a
+
+
 class WaveState:
     def __init__(self, n_waves: int, wave_size: int, n_vgprs: int, v0_written: bool = False):
         """v0_written: the caller fills v0 of every wave itself (it need not be cleared)."""
@@ -118,12 +130,12 @@ class WaveState:
         self.s = POOL.zeros((128, n_waves), np.uint32)
         self.scc = np.zeros(n_waves, np.uint32)
         self.pc = np.zeros(n_waves, np.int64)
-        self.status = np.full(n_waves, RUN, np.int8)
+        self.status = np.zeros(n_waves, np.int8) if RUN == 0 else np.full(n_waves, RUN, np.int8)
         self.em = POOL.zeros((n_waves, wave_size), bool)
         self.full = np.zeros(n_waves, bool)
         self.mode = np.zeros(n_waves, np.uint32)          # MODE register (round and denorm fields)
         self.wg = np.zeros(n_waves, np.int64)             # workgroup of each wave (index in the batch)
-        self.lane_ids = np.arange(wave_size, dtype=np.uint32)
+        self.lane_ids = _lane_ids(wave_size)              # read-only, shared
         self.barrier_pending = False
         # set by the dispatch: memory model, LDS bytes and per-wave base, scratch per wave
         self.mem = None

@@ -1,0 +1,247 @@
+"""Wall time per kernel of the project's whole OpenCL kernel suite, and of the demo model end to end, with the
+shader JIT and with the interpreter, so a regression in either shows.
+
+The suite is the one the tests run (tests/test_shader_kernels.py: every kernel of tests/kernels, each test
+function with each choice of its parameters, outputs checked by the test's own assertions), on each target of
+--arch (as tests/test_targets_suite.py runs it: RDNA with both wave sizes, CDNA wave64), plus the family kernels
+of tests/kernels_cdna (gfx942: tests/test_cdna.py) and tests/kernels_rdna4 (gfx1201: tests/test_wmma.py). A
+case's time is the wall time of its kernel runs (load, upload, dispatch, read back; clang's compile is done
+before the clock starts, it is cached on disk), best of --repeat. --where core runs them on the shader core
+alone (tests/harness.py), --where device through the public API on a SIMKFD device in sync mode
+(tests/device_harness.py). The demo (`amdq demo`, amdq/demo.py) runs end to end on SIM:<first arch>: its wall
+time, and its simulated GPU time per launch.
+
+Each mode runs in a child process with AMDQ_SIM_JIT set (1: the JIT, 0: the interpreter); the JIT column is
+measured when the tree has the JIT package (amdq/sim/shader/jit) and says "absent" otherwise. The ratio
+reported is the JIT's time against the interpreter's in the same run (`jit_speedup` = interpreter seconds / JIT
+seconds). Last line: JSON.
+
+    python bench/kernels.py [--quick] [--arch gfx1100,gfx1201,gfx942] [--where core|device] [--repeat N]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+MODES = {"interp": "0", "jit": "1"}           # mode -> AMDQ_SIM_JIT
+FAMILY = {"gfx942": [("test_cdna", "test_mfma"), ("test_cdna", "test_mfma_chain_through_lds"),
+                     ("test_cdna", "test_sdwa_byte_short_vectors"), ("test_cdna", "test_atomic_add_f64")],
+          "gfx1201": [("test_wmma", "test_wmma_matmul")]}
+
+
+def has_jit() -> bool:
+    """The shader JIT package is in this tree."""
+    return importlib.util.find_spec("amdq.sim.shader.jit") is not None
+
+
+def _cases(fn) -> list[dict]:
+    """Keyword arguments of every parametrized variant of a test function (its pytest.mark.parametrize marks)."""
+    axes = []
+    for m in [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]:
+        names = [n.strip() for n in m.args[0].split(",")]
+        vals = [v.values if hasattr(v, "values") else v for v in m.args[1]]
+        axes.append([dict(zip(names, v if len(names) > 1 else (v,))) for v in vals])
+    return [dict(itertools.chain.from_iterable(d.items() for d in combo)) for combo in itertools.product(*axes)]
+
+
+class Timer:
+    """Wraps a run_cl: compiles first (not timed), then adds the run's wall time to `spent`."""
+
+    def __init__(self, run, arch: str | None = None, wave64_only: bool = False, device: bool = False):
+        self.run, self.arch, self.wave64_only, self.device = run, arch, wave64_only, device
+        self.spent = 0.0
+        self.kernels: list[str] = []
+
+    def __call__(self, src, kernel, args, grid=(1, 1, 1), block=(64, 1, 1), arch="gfx1100", flags=(), **kw):
+        from clang import compile_cl
+        arch = self.arch or arch
+        flags = tuple(flags)
+        if self.wave64_only:                           # gfx9: wave64 only, and clang's default there
+            flags = tuple(f for f in flags if "wavefrontsize" not in f)
+        compile_cl(src, arch, flags=flags)            # cached on disk: the clock starts after it
+        if self.device:
+            import device_harness
+            device_harness.device(kw.get("spec") or f"{kw.get('interface', 'SIMKFD')}+AMD:{arch}",
+                                  kw.get("spec_suffix", ""))
+        t = time.perf_counter()
+        try:
+            return self.run(src, kernel, args, grid, block, arch=arch, flags=flags, **kw)
+        finally:
+            self.spent += time.perf_counter() - t
+            self.kernels.append(kernel)
+
+
+def run_suite(archs: list[str], where: str, repeat: int, family: bool) -> dict:
+    """{case id: {"seconds": best wall seconds, "kernels": [...]} or {"skipped"/"error": why}} for this process."""
+    import pytest
+
+    import device_harness
+    import harness
+    import test_shader_kernels as suite
+    from amdq.hw.targets import get_target
+    run = harness.run_cl if where == "core" else device_harness.run_cl
+    out: dict[str, dict] = {}
+
+    def case(cid: str, call, timers: list[Timer]) -> None:
+        best, err = float("inf"), None
+        for _ in range(repeat):
+            for t in timers:
+                t.spent, t.kernels = 0.0, []
+            try:
+                call()
+            except pytest.skip.Exception as e:
+                out[cid] = {"skipped": str(e)}
+                return
+            except Exception as e:                       # a failing case is reported, the rest still run
+                err = f"{type(e).__name__}: {e}"
+                break
+            best = min(best, sum(t.spent for t in timers))
+        kernels = sorted({k for t in timers for k in t.kernels})
+        out[cid] = {"error": err[:300]} if err else {"seconds": round(best, 4), "kernels": kernels}
+
+    for arch in archs:
+        gen = get_target(arch).gen
+        waves = (32, 64) if gen.wave32 else (64,)
+        timer = Timer(run, arch, wave64_only=not gen.wave32, device=where == "device")
+        orig = suite.run_cl
+        suite.run_cl = timer
+        try:
+            for name in sorted(n for n in dir(suite) if n.startswith("test_")):
+                fn = getattr(suite, name)
+                for kw in _cases(fn):
+                    if "wave" in kw and kw["wave"] not in waves:
+                        continue
+                    cid = "-".join([arch, name.removeprefix("test_")] + [f"{k}{v}" for k, v in kw.items()])
+                    case(cid, lambda: fn(**kw), [timer])
+        finally:
+            suite.run_cl = orig
+        for modname, fname in FAMILY.get(arch, []) if family else []:
+            mod = __import__(modname)
+            fn = getattr(mod, fname)
+            timers = [Timer(harness.run_cl), Timer(device_harness.run_cl, device=True)]
+            saved = (harness.run_cl, device_harness.run_cl)
+            harness.run_cl, device_harness.run_cl = timers
+            try:
+                for kw in _cases(fn):
+                    cid = "-".join([arch, fname.removeprefix("test_")] + [f"{k}{v}" for k, v in kw.items()])
+                    case(cid, lambda: fn(**kw), timers)
+            finally:
+                harness.run_cl, device_harness.run_cl = saved
+    return out
+
+
+def run_demo(arch: str) -> dict:
+    """`amdq demo` on SIM:<arch> (engines on the launching thread): wall seconds, simulated GPU time per launch."""
+    import amdq.demo as demo
+    seen = []
+
+    class Stages(demo.Stages):
+        def __init__(self):
+            super().__init__()
+            seen.append(self)
+    old, old_mode = demo.Stages, os.environ.get("AMDQ_SIM_MODE")
+    demo.Stages, os.environ["AMDQ_SIM_MODE"] = Stages, "sync"
+    buf = io.StringIO()
+    try:
+        t = time.perf_counter()
+        rc = demo.run(f"SIM:{arch}", out=buf)
+        wall = time.perf_counter() - t
+    finally:
+        demo.Stages = old
+        if old_mode is None:
+            os.environ.pop("AMDQ_SIM_MODE", None)
+        else:
+            os.environ["AMDQ_SIM_MODE"] = old_mode
+    st = seen[-1]
+    n = st.n["gpu"] or 1
+    return {"seconds": round(wall, 3), "launches": st.n["gpu"], "gpu_ms_per_launch": round(st.t["gpu"] / n * 1e3, 3),
+            "valid": rc == 0}
+
+
+def child(a) -> None:
+    """One mode in this process: the suite and the demo, as JSON on the last line."""
+    archs = [x.strip() for x in a.arch.split(",") if x.strip()]
+    res = {"suite": run_suite(archs, a.where, a.repeat, not a.quick), "demo": run_demo(archs[0])}
+    print(json.dumps(res))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="gfx1100 only, one run per case, no family kernels (CI)")
+    ap.add_argument("--arch", default=None, help="comma-separated targets (default gfx1100,gfx1201,gfx942)")
+    ap.add_argument("--where", default="core", choices=("core", "device"))
+    ap.add_argument("--repeat", type=int, default=None, help="runs per case, the best counts (default 3, quick 1)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    a.arch = a.arch or ("gfx1100" if a.quick else "gfx1100,gfx1201,gfx942")
+    a.repeat = a.repeat or (1 if a.quick else 3)
+    if a.child:
+        return child(a)
+    jit = has_jit()
+    modes = ["interp"] + (["jit"] if jit else [])
+    got: dict[str, dict] = {}
+    for mode in modes:
+        env = {**os.environ, "AMDQ_SIM_JIT": MODES[mode], "PYTHONPATH": os.pathsep.join(
+            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+        cmd = [sys.executable, __file__, "--child", mode, "--arch", a.arch, "--where", a.where,
+               "--repeat", str(a.repeat)] + (["--quick"] if a.quick else [])
+        t = time.perf_counter()
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        lines = p.stdout.strip().splitlines()
+        if p.returncode or not lines:
+            sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
+            raise SystemExit(f"bench/kernels.py: the {mode} run failed (exit {p.returncode})")
+        got[mode] = json.loads(lines[-1])
+        got[mode]["run_seconds"] = round(time.perf_counter() - t, 1)
+    cases: dict[str, dict] = {}
+    for cid in got["interp"]["suite"]:
+        row = {"kernels": got["interp"]["suite"][cid].get("kernels", [])}
+        for mode in modes:
+            r = got[mode]["suite"].get(cid, {})
+            row[f"{mode}_s"] = r.get("seconds")
+            if "error" in r or "skipped" in r:
+                row[f"{mode}_{'error' if 'error' in r else 'skipped'}"] = r.get("error") or r.get("skipped")
+        if not jit:
+            row["jit_s"] = None
+        elif row.get("interp_s") and row.get("jit_s"):
+            row["jit_speedup"] = round(row["interp_s"] / row["jit_s"], 2)
+        cases[cid] = row
+    print(f"{'case':48s} {'interpreter s':>14s} {'JIT s':>10s} {'speedup':>8s}")
+    for cid, row in cases.items():
+        i, j = row.get("interp_s"), row.get("jit_s")
+        note = row.get("interp_error") or row.get("interp_skipped") or ""
+        print(f"{cid[:48]:48s} {i if i is not None else '-':>14} {j if j is not None else '-':>10} "
+              f"{row.get('jit_speedup', '-'):>8}" + (f"  {note[:60]}" if note else ""))
+    totals = {m: round(sum(r["seconds"] for r in got[m]["suite"].values() if "seconds" in r), 3) for m in modes}
+    demo = {m: got[m]["demo"] for m in modes}
+    for m in modes:
+        d = demo[m]
+        print(f"demo ({m}): {d['seconds']:.2f} s end to end, {d['launches']} launches, "
+              f"{d['gpu_ms_per_launch']:.2f} ms simulated GPU time per launch{'' if d['valid'] else '  WRONG'}")
+    failed = sorted(c for c, r in cases.items() if any(k.endswith("_error") for k in r))
+    print(f"suite total: " + ", ".join(f"{m} {totals[m]:.2f} s" for m in modes)
+          + ("" if jit else "  (no JIT in this tree: the JIT column is empty; AMDQ_SIM_JIT=1 measures it once it is)")
+          + (f"; {len(failed)} cases failed" if failed else ""))
+    res = {"where": a.where, "archs": a.arch.split(","), "repeat": a.repeat, "jit": "present" if jit else "absent",
+           "cases": cases, "totals": totals, "demo": demo, "failed": failed,
+           "jit_speedup_total": round(totals["interp"] / totals["jit"], 2) if jit and totals.get("jit") else None,
+           "demo_targets": {"gpu_ms_per_launch": 2.0},
+           "run_seconds": {m: got[m]["run_seconds"] for m in modes}}
+    print(json.dumps(res))
+    if failed or not all(d["valid"] for d in demo.values()):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
