@@ -8,6 +8,8 @@ the sequential result in that order.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -227,17 +229,48 @@ def test_atomics_global(wave):
     (g, gu, g64, _, old), _ = run_cl("atomics_global.cl", "atomics_global",
                                      [init.copy(), init.view(np.uint32).copy(), g64, v, np.zeros(13 * n, np.int32), n],
                                      grid=(4, 1, 1), block=(64, 1, 1), flags=wf(wave))
+    # the waves of different workgroups may take one address in any order (several XCCs run at once); within a
+    # wave the lanes go in order: the old values must be those of some order of the waves' blocks of lanes
+    blocks = [np.arange(b, min(b + wave, n)) for b in range(0, n, wave)]
     for k, op in enumerate(OPS13):
-        olds, fin = _seq_int(op, int(init[k]), v, extra=np.arange(n))
         mem = gu if op in ("umin", "umax", "inc", "dec") else g
-        assert int(mem[k]) & 0xFFFFFFFF == fin, op
-        assert (old[k * n:(k + 1) * n] == olds).all(), op
+        order = _block_order(op, int(init[k]), v, old[k * n:(k + 1) * n], int(mem[k]) & 0xFFFFFFFF, blocks)
+        assert order is not None, f"{op}: no order of the waves gives these old values and final value"
     M = (1 << 64) - 1
-    adds = _seq64(1 << 50, (v.astype(np.int64) << 33).tolist(), "add")
-    maxs = _seq64(-7, v.tolist(), "max")
-    assert int(g64[0]) & M == adds[-1] and int(g64[1]) & M == maxs[-1]
-    assert [int(x) & M for x in g64[3:]] == [(p + q) & M for p, q in zip(adds[:-1], maxs[:-1])]
+    a64, m64 = (v.astype(np.int64) << 33).tolist(), v.tolist()
+    sums = [int(x) & M for x in g64[3:]]
+    assert int(g64[0]) & M == _seq64(1 << 50, a64, "add")[-1] and int(g64[1]) & M == _seq64(-7, m64, "max")[-1]
+    if len(blocks) <= 4:                         # (24 x 24 orders at most)
+        assert any(sums == [(p + q) & M for p, q in zip(_seq64_order(1 << 50, a64, "add", oa, n),
+                                                        _seq64_order(-7, m64, "max", om, n))]
+                   for oa in itertools.permutations(blocks) for om in itertools.permutations(blocks))
     assert g64[2] == 1                           # only lane 0 finds the 0 it expects
+
+
+def _block_order(op: str, init: int, v: np.ndarray, olds: np.ndarray, fin: int, blocks: list) -> list | None:
+    """An order of the blocks (lane index arrays, each applied lane by lane) giving `olds` and `fin`, or None
+    (depth-first, blocks in index order first: the sequential order is found at once)."""
+    def go(cur: int, left: list) -> list | None:
+        if not left:
+            return [] if cur == fin else None
+        for j, b in enumerate(left):
+            o, nxt = _seq_int(op, cur, v[b], extra=b)
+            if (olds[b] == o).all():
+                rest = go(nxt, left[:j] + left[j + 1:])
+                if rest is not None:
+                    return [b] + rest
+        return None
+    return go(init & 0xFFFFFFFF, list(blocks))
+
+
+def _seq64_order(init: int, vals: list, op: str, order, n: int) -> list[int]:
+    """The old value of each lane of a 64-bit add/max applied block by block in `order`."""
+    lanes = [int(i) for b in order for i in b]
+    olds = _seq64(init, [vals[i] for i in lanes], op)[:-1]
+    out = [0] * n
+    for i, o in zip(lanes, olds):
+        out[i] = o
+    return out
 
 
 def _seq64(init: int, vals: list, op: str) -> list[int]:
