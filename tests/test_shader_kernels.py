@@ -244,7 +244,7 @@ def test_atomics_global(wave):
         assert any(sums == [(p + q) & M for p, q in zip(_seq64_order(1 << 50, a64, "add", oa, n),
                                                         _seq64_order(-7, m64, "max", om, n))]
                    for oa in itertools.permutations(blocks) for om in itertools.permutations(blocks))
-    assert g64[2] == 1                           # only lane 0 finds the 0 it expects
+    assert int(g64[2]) in {int(b[0]) + 1 for b in blocks}   # only the first lane of the first wave finds its 0
 
 
 def _block_order(op: str, init: int, v: np.ndarray, olds: np.ndarray, fin: int, blocks: list) -> list | None:
