@@ -595,39 +595,13 @@ class _WaveEmitter(Emitter):
 
     def __init__(self, f: Fn, w: str, i: str):
         super().__init__(f, None)
-        self.w, self.i = w, i
-        wl = f.op(f"mul i64 {w}, {f.L}")
-        self._wl = wl
-
-    def vrow(self, r: int) -> str:
-        f = self.f
-        off = f.op(f"mul i64 %nl, {r}")
-        idx = f.op(f"add i64 {off}, {self._wl}")
-        return f.op(f"getelementptr i32, ptr %vp, i64 {idx}")
-
-    def srow(self, r: int) -> str:
-        f = self.f
-        off = f.op(f"mul i64 %n, {r}")
-        idx = f.op(f"add i64 {off}, {self.w}")
-        return f.op(f"getelementptr i32, ptr %sp, i64 {idx}")
+        self.w, self.i = w, i                   # (the base class's register access, bound to this wave)
+        self.wl = f.op(f"mul i64 {w}, {f.L}")
 
     def lane_ptr(self, r: int, lane: str) -> str:
         f = self.f
         row = self.vrow(r)
         return f.op(f"getelementptr i32, ptr {row}, i64 {lane}")
-
-    def sget(self, op: Operand) -> str:
-        if op.kind == "x" and op.reg == 253:
-            f = self.f
-            p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
-            return f.op(f"load i32, ptr {p}, align 4")
-        return super().sget(op)
-
-    def scc_put(self, bit: str) -> None:
-        f = self.f
-        z = f.op(f"zext i1 {bit} to i32")
-        p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
-        f.e(f"store i32 {z}, ptr {p}, align 4")
 
     def lane_loop(self, body) -> None:
         """for lane in 0..L: if EXEC bit: body(lane) (EXEC read once, before the first lane)."""

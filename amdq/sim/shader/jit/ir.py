@@ -301,7 +301,10 @@ class Fn:
 
 
 class Emitter:
-    """Per-wave code of one block: register access for the wave `%w` (its index in the batch)."""
+    """Per-wave code of one block: register access for the wave `w` (its index in the batch; `%w` unless a
+    subclass binds another) whose VGPR rows start at lane `wl` (`w` times the wave size)."""
+
+    w, wl = "%w", "%wl"
 
     def __init__(self, f: Fn, inst_pc):
         self.f = f
@@ -315,13 +318,13 @@ class Emitter:
     def vrow(self, r: int) -> str:
         f = self.f
         off = f.op(f"mul i64 %nl, {r}")
-        idx = f.op(f"add i64 {off}, %wl")
+        idx = f.op(f"add i64 {off}, {self.wl}")
         return f.op(f"getelementptr i32, ptr %vp, i64 {idx}")
 
     def srow(self, r: int) -> str:
         f = self.f
         off = f.op(f"mul i64 %n, {r}")
-        idx = f.op(f"add i64 {off}, %w")
+        idx = f.op(f"add i64 {off}, {self.w}")
         return f.op(f"getelementptr i32, ptr %sp, i64 {idx}")
 
     # -- scalar operands
@@ -331,7 +334,7 @@ class Emitter:
             return str(op.value & 0xFFFFFFFF)
         if op.kind == "x":
             if op.reg == SCC_SRC:
-                p = f.op("getelementptr i32, ptr %sccp, i64 %w")
+                p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
                 return f.op(f"load i32, ptr {p}, align 4")
             if op.reg == EXECZ_SRC:
                 e = self.exec_bits()
@@ -379,7 +382,7 @@ class Emitter:
     def scc_put(self, bit: str) -> None:
         f = self.f
         z = f.op(f"zext i1 {bit} to i32")
-        p = f.op("getelementptr i32, ptr %sccp, i64 %w")
+        p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
         f.e(f"store i32 {z}, ptr {p}, align 4")
 
     def scc_get(self) -> str:
