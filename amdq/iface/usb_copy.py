@@ -76,11 +76,7 @@ class BridgeCopier:
                 vm.map(v, bus, size, flags)
             except BaseException:               # a transfer failed part-way: what was mapped goes again
                 self.maps[name] = (v, size)
-                if ctrl.lost is None:
-                    try:
-                        self.close()
-                    except Exception:           # the link's error is the one to report
-                        pass
+                self._abandon()
                 raise
             self.maps[name] = (v, size)
         self.sram_va = self.maps["sram"][0]
@@ -96,12 +92,16 @@ class BridgeCopier:
             for slot in U.COPYIN_WINDOW_SLOTS:
                 ctrl.sram_write(slot * U.F2_SLOT, bytes(U.COPYIN_WINDOW))
         except BaseException:                   # a transfer failed: the next copy starts over from nothing
-            if ctrl.lost is None:
-                try:
-                    self.close()
-                except Exception:               # the link's error is the one to report
-                    pass
+            self._abandon()
             raise
+
+    def _abandon(self) -> None:
+        """Unmap what was mapped after a failed transfer (while the link lives); the link's error is the one to report."""
+        if self.ctrl.lost is None:
+            try:
+                self.close()
+            except Exception:
+                pass
 
     def close(self) -> None:
         """The windows unmapped from the GPU's VM (also a partly made mapping) and their addresses given back."""
