@@ -66,13 +66,15 @@ class Cache:
 
     def __init__(self):
         self.at: dict[tuple[int, bool], tuple[Region, Block, int]] = {}
-        self.none: dict[tuple[int, bool], int] = {}      # PCs known not to start a block (by ICache generation)
+        # PCs known not to start a block: (ICache generation, the lines the search read, None if it could not tell)
+        self.none: dict[tuple[int, bool], tuple[int, tuple | None]] = {}
         self.regions: list[Region] = []
         self.pending: dict[tuple[int, bool], object] = {}   # PC -> the region being compiled for it (see _region)
         self.jobs: list = []
 
     def drop(self, region: Region) -> None:
         self.regions.remove(region)
+        self.none.clear()               # a search that stopped at the region's PCs may find a block now
         for key in [k for k, v in self.at.items() if v[0] is region]:
             del self.at[key]
 
@@ -107,7 +109,9 @@ def _shared(isa) -> set:
     return s
 
 
-def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
+def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None = None) -> list[Block]:
+    """The blocks reachable from root that are not covered yet; `read` collects the PCs whose instructions were
+    looked at (None appended for one that did not decode)."""
     shared = _shared(icache.isa)
     blocks: list[Block] = []
     work, seen = [root], set()
@@ -124,7 +128,11 @@ def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
             try:
                 _, inst, control, _ = icache.get(p, wave64)
             except Exception:           # an instruction that does not decode or build: the interpreter says so
+                if read is not None:
+                    read.append(None)
                 break
+            if read is not None:
+                read.append(p)
             k = kind_of(inst) if inst.key in shared else None
             if k is None:
                 if not control:
@@ -150,9 +158,9 @@ def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
     return blocks
 
 
-def _region(cache: Cache, icache, pc: int, wave64: bool) -> bool:
+def _region(cache: Cache, icache, pc: int, wave64: bool, read: list) -> bool:
     covered = {k: True for k in (*cache.at, *cache.pending)}
-    blocks = _discover(icache, pc, wave64, covered)
+    blocks = _discover(icache, pc, wave64, covered, read)
     if not blocks:
         return False
     root = min(b.pc for b in blocks)
@@ -202,9 +210,10 @@ def _collect(cache: Cache, icache, wave64: bool) -> None:
             compiled = fut.result()
         except Exception:              # a compile failure leaves these PCs to the interpreter
             for i in insts:
-                cache.none[(i.pc, wave64)] = icache.gen
+                cache.none[(i.pc, wave64)] = (icache.gen, None)
             continue
         if gen != icache.gen and not icache._valid(deps):
+            cache.none.clear()          # searches that stopped at its PCs may find a block now
             continue
         _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64)
 
@@ -254,7 +263,7 @@ def lookup(icache, pc: int, wave64: bool):
                 hit = None
         if hit is not None:
             return hit
-    if cache.none.get(key) == icache.gen:
+    if _known_none(cache, icache, key):
         return None
     if cache.jobs:
         _collect(cache, icache, wave64)
@@ -267,13 +276,37 @@ def lookup(icache, pc: int, wave64: bool):
         hit = cache.at.get(key)
         if hit is not None:
             return hit
-    if not _region(cache, icache, pc, wave64):
-        cache.none[key] = icache.gen
+    read: list = []
+    if not _region(cache, icache, pc, wave64, read):
+        _note_none(cache, icache, key, read)
         return None
     hit = cache.at.get(key)
     if hit is None and key not in cache.pending:
-        cache.none[key] = icache.gen
+        _note_none(cache, icache, key, read)
     return hit
+
+
+def _note_none(cache: Cache, icache, key: tuple[int, bool], read: list) -> None:
+    """Remember that no block starts at key's PC, with the ICache lines the search read (what it depends on)."""
+    deps = None
+    if None not in read:
+        deps = tuple({d for p in read for d in icache.deps.get((p, key[1]), ())})
+    cache.none[key] = (icache.gen, deps)
+
+
+def _known_none(cache: Cache, icache, key: tuple[int, bool]) -> bool:
+    """No block starts at key's PC: found so in this ICache generation, or in an earlier one from lines whose
+    bytes are unchanged (each dispatch invalidates the ICache: the search is not made again per dispatch)."""
+    hit = cache.none.get(key)
+    if hit is None:
+        return False
+    gen, deps = hit
+    if gen == icache.gen:
+        return True
+    if deps is not None and icache._valid(deps):
+        cache.none[key] = (icache.gen, deps)
+        return True
+    return False
 
 
 class Context:
