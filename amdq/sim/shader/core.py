@@ -303,6 +303,8 @@ def layout(d: DispatchRegs, nwg: int) -> Layout:
 class Batch:
     """A set of whole workgroups resident together."""
 
+    _jit_ctx = None                     # the shader JIT's context block of this batch (jit/runtime.py Context)
+
     def __init__(self, d: DispatchRegs, wg_ids: np.ndarray, core: "ShaderCore"):
         self.d, self.core = d, core
         nwg = len(wg_ids)

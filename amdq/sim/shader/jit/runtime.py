@@ -21,6 +21,8 @@ model would fault, the interpreter runs the instruction and raises the same faul
 """
 from __future__ import annotations
 
+import bisect
+import ctypes
 import os
 
 import numpy as np
@@ -309,6 +311,15 @@ def _known_none(cache: Cache, icache, key: tuple[int, bool]) -> bool:
     return False
 
 
+def _addr(a: np.ndarray) -> int:
+    """The address of a C-contiguous array's first byte (through ctypes' buffer protocol: a fraction of the cost
+    of ndarray.ctypes.data, which a read-only array still takes)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
 class Context:
     """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables."""
 
@@ -323,10 +334,11 @@ class Context:
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
                           ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", self.rtab), ("wtab", self.wtab)):
             assert arr.flags.c_contiguous
-            c[CTX[name]] = arr.ctypes.data
+            c[CTX[name]] = _addr(arr)
         c[CTX["n"]] = w.n
         c[CTX["lds_size"]] = w.lds_size
         self.span = getattr(self.mem, "jit_span", None)
+        self.ptr, self.all_ptr = _addr(c), _addr(self.all)     # what every call passes
 
     def resolve(self) -> bool:
         """Add the range of the last miss to its table; False when the memory model would fault there."""
@@ -359,12 +371,15 @@ PARALLEL_MIN = 1 << 14   # wave-instructions in a call before it is split across
 _workers = None
 
 
+CPUS = os.cpu_count() or 1
+
+
 def threads() -> int:
     """AMDQ_SIM_JIT_THREADS: host threads compiled blocks may run on (default: up to 2, the CPUs there are)."""
     v = os.environ.get("AMDQ_SIM_JIT_THREADS", "").strip()
     if v.isdigit() and int(v) > 0:
         return int(v)
-    return max(1, min(2, os.cpu_count() or 1))
+    return max(1, min(2, CPUS))
 
 
 def _pool(n: int):
@@ -379,8 +394,10 @@ def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end
     """Run the call on several threads when that cannot change anything: a block with no global memory access
     (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
     boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
+    if tile == 0 or k * (end - i) < PARALLEL_MIN or "gload" in blk.kinds or "gstore" in blk.kinds:
+        return False
     nt = threads()
-    if nt < 2 or tile == 0 or "gload" in blk.kinds or "gstore" in blk.kinds or k * (end - i) < PARALLEL_MIN:
+    if nt < 2:
         return False
     per = -(-k // nt)
     per = -(-per // tile) * tile
@@ -416,67 +433,79 @@ def _tile(batch, blk: Block, sel) -> int:
     return max(wpg, TILE_WAVES // wpg * wpg)
 
 
+_BASE_PC, _TILE, _TILE_FROM, _START0, _MISS_TILE = (CTX[k] for k in ("base_pc", "tile", "tile_from", "start0",
+                                                                       "miss_tile"))
+
+
 def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     """Run the compiled block at pc for the waves sel (see the module docstring); None: not here. Else
     (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions executed)."""
-    w = batch.w
-    wave64 = batch.lanes == 64
-    hit = lookup(icache, pc, wave64)
+    hit = lookup(icache, pc, batch.lanes == 64)
     if hit is None:
         return None
     region, blk, i = hit
+    w = batch.w
     if blk.max_vgpr > w.v.shape[0] or (blk.floats and not _mode_ok(w, sel)):
         return None
     n = len(blk.insts)
-    end = n
-    if limit is not None:
-        end = i
-        while end < n and blk.pcs[end] < limit:
-            end += 1
-        if end == i:
-            return None
-    ctx = getattr(batch, "_jit_ctx", None)
+    end = n if limit is None else bisect.bisect_left(blk.pcs, limit, i)   # (the block's PCs ascend)
+    if end == i:
+        return None
+    ctx = batch._jit_ctx
     if ctx is None:
         ctx = batch._jit_ctx = Context(batch)
     c = ctx.ctx
-    c[CTX["base_pc"]] = region.root
     tile = _tile(batch, blk, sel)
-    c[CTX["tile"]], c[CTX["tile_from"]], c[CTX["start0"]] = tile, 0, i
-    waves = ctx.all if isinstance(sel, slice) else np.ascontiguousarray(sel, np.int64)
+    c[_BASE_PC], c[_TILE], c[_TILE_FROM], c[_START0] = region.root, tile, 0, i
+    every = isinstance(sel, slice)
+    waves = ctx.all if every else np.ascontiguousarray(sel, np.int64)
+    wptr = ctx.all_ptr if every else waves.ctypes.data
     fn = region.fns[blk.pc]
     start = i
-    stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
     par = _parallel(batch, ctx, blk, fn, waves, k, i, end, tile)
+    calls = misses = 0
     while True:
         if par is not False:
             r, par = par, False
         else:
-            r = fn(c.ctypes.data, waves.ctypes.data, k, start, end)
-        counts["calls"] += 1
+            r = fn(ctx.ptr, wptr, k, start, end)
+        calls += 1
         if r < 0:
             break
-        counts["misses"] += 1
-        tb = int(c[CTX["miss_tile"]])
+        misses += 1
         if ctx.resolve():
-            c[CTX["tile_from"]] = tb
+            c[_TILE_FROM] = c[_MISS_TILE]
             start = r
             continue
-        # the memory model would fault (or split the access): the interpreter runs instruction r. Waves of earlier
-        # tiles finished the block, this tile's waves stopped before r, later tiles did not start.
-        counts["fallbacks"] += 1
-        if tb == 0 and r == i:
-            return None
-        t_end = min(k, tb + (tile or k))
-        done = tb * (end - i) + (t_end - tb) * (r - i)
-        counts["wave_instructions"] += done
-        if tile == 0 or tb == 0 and t_end >= k:
-            return r - i, blk.pcs[r] - pc, False, done
-        idx = waves if not isinstance(sel, slice) else ctx.all
-        if blk.kinds[end - 1] != "branch" or end < n:
-            w.pc[idx[:tb]] = stop
-        w.pc[idx[tb:t_end]] = blk.pcs[r]
-        return end - i, 0, True, done
-    counts["wave_instructions"] += (end - i) * k
+        counts["calls"] += calls
+        counts["misses"] += misses
+        return _fallback(batch, ctx, blk, sel, waves, pc, k, i, end, r, tile)
+    counts["calls"] += calls
+    counts["misses"] += misses
+    done = (end - i) * k
+    counts["wave_instructions"] += done
     if r == -2:
-        return end - i, 0, True, (end - i) * k
-    return end - i, stop - pc, False, (end - i) * k
+        return end - i, 0, True, done
+    return end - i, (blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size) - pc, False, done
+
+
+def _fallback(batch, ctx, blk: Block, sel, waves, pc: int, k: int, i: int, end: int, r: int, tile: int):
+    """The memory model would fault (or split the access) at instruction r: the interpreter runs it. Waves of
+    earlier tiles finished the block, this tile's waves stopped before r, later tiles did not start."""
+    counts["fallbacks"] += 1
+    tb = int(ctx.ctx[_MISS_TILE])
+    if tb == 0 and r == i:
+        return None
+    t_end = min(k, tb + (tile or k))
+    done = tb * (end - i) + (t_end - tb) * (r - i)
+    counts["wave_instructions"] += done
+    if tile == 0 or tb == 0 and t_end >= k:
+        return r - i, blk.pcs[r] - pc, False, done
+    n = len(blk.insts)
+    stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
+    idx = waves if not isinstance(sel, slice) else ctx.all
+    w = batch.w
+    if blk.kinds[end - 1] != "branch" or end < n:
+        w.pc[idx[:tb]] = stop
+    w.pc[idx[tb:t_end]] = blk.pcs[r]
+    return end - i, 0, True, done
