@@ -128,11 +128,12 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
                 work.append(p)
                 break
             try:
-                _, inst, control, _ = icache.get(p, wave64)
+                st = icache.get(p, wave64)
             except Exception:           # an instruction that does not decode or build: the interpreter says so
                 if read is not None:
                     read.append(None)
                 break
+            inst, control = st[1], st[2]
             if read is not None:
                 read.append(p)
             k = kind_of(inst) if inst.key in shared else None
