@@ -437,6 +437,11 @@ def span_index(inst: Inst, w, sel, nbytes: int):
 def run_view(mem, start: int, nbytes: int, write: bool) -> np.ndarray | None:
     """uint32 view of [start, start + nbytes) when one mapped, dword-aligned backing run holds it; else None
     (the caller takes the per-lane path, which reports a fault lane by lane)."""
+    one = getattr(mem, "translate_one", None)
+    hit = one(start, nbytes, write) if one is not None else None
+    if hit is not None:                                 # one run maps it all
+        buf, o = hit
+        return None if o & 3 else buf[o:o + nbytes].view(U32)
     try:
         chunks = mem.translate(np.array([start], U64), nbytes, write)
     except GPUFault:
