@@ -321,6 +321,30 @@ def _addr(a: np.ndarray) -> int:
         return a.ctypes.data
 
 
+class Tables:
+    """Translated-range tables (read, write: RANGES rows of lo, hi, host - lo) and their fill. Each entry is a run
+    of the memory model's TLB, so the tables serve every batch of a shader core until that TLB is replaced (an
+    MMU replaces it whole on every invalidate): as hardware keeps translations until the driver invalidates."""
+
+    def __init__(self, tlb):
+        self.tlb = tlb
+        self.rtab = np.zeros(3 * RANGES, np.int64)
+        self.wtab = np.zeros(3 * RANGES, np.int64)
+        self.count = {"rcount": 0, "wcount": 0}
+
+
+def _tables(batch, mem) -> Tables:
+    """The core's tables for the memory's current TLB (fresh ones for a memory without a TLB)."""
+    tlb = getattr(mem, "_tlb", None)
+    if tlb is None:
+        return Tables(None)
+    t = getattr(batch.core, "_jit_tables", None)
+    if t is None or t.tlb is not tlb:
+        t = Tables(tlb)
+        batch.core._jit_tables = t
+    return t
+
+
 class Context:
     """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables."""
 
@@ -328,16 +352,16 @@ class Context:
         w = batch.w
         self.w, self.mem = w, w.mem
         self.ctx = np.zeros(CTX_SLOTS, np.int64)
-        self.rtab = np.zeros(3 * RANGES, np.int64)
-        self.wtab = np.zeros(3 * RANGES, np.int64)
+        t = self.tables = _tables(batch, w.mem)
         self.all = np.arange(w.n, dtype=np.int64)
         c = self.ctx
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
-                          ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", self.rtab), ("wtab", self.wtab)):
+                          ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", t.rtab), ("wtab", t.wtab)):
             assert arr.flags.c_contiguous
             c[CTX[name]] = _addr(arr)
         c[CTX["n"]] = w.n
         c[CTX["lds_size"]] = w.lds_size
+        c[CTX["rcount"]], c[CTX["wcount"]] = t.count["rcount"], t.count["wcount"]
         self.span = getattr(self.mem, "jit_span", None)
         self.ptr, self.all_ptr = _addr(c), _addr(self.all)     # what every call passes
 
@@ -351,14 +375,16 @@ class Context:
         if sp is None:
             return False
         lo, hi, host = sp
-        tab, slot = (self.wtab, "wcount") if write else (self.rtab, "rcount")
-        n = int(c[CTX[slot]])
+        t = self.tables
+        tab, slot = (t.wtab, "wcount") if write else (t.rtab, "rcount")
+        # (another batch of the core may have filled the table further: every entry is valid, so either count is)
+        n = max(int(c[CTX[slot]]), t.count[slot])
         if n >= RANGES:                 # full: start again (the ranges in use come back on their next miss)
             n = 0
         tab[3 * n:3 * n + 3] = (np.int64(lo - (1 << 64) if lo >= 1 << 63 else lo),
                                 np.int64(hi - (1 << 64) if hi >= 1 << 63 else hi),
                                 np.int64(((host - lo + (1 << 63)) % (1 << 64)) - (1 << 63)))
-        c[CTX[slot]] = n + 1
+        c[CTX[slot]] = t.count[slot] = n + 1
         return True
 
 
