@@ -345,6 +345,7 @@ def _flat_addr(inst: Inst):
 # ---------------------------------------------------------------- consecutive lanes
 
 RUN_CHUNK = 1 << 16         # lanes per block of the consecutive-address check (stays in cache)
+SHORT = 256                 # lanes up to which the checks run on Python lists
 
 
 def _is_ramp(x: np.ndarray, stride: int, hi: np.ndarray | None = None) -> bool:
@@ -360,6 +361,8 @@ def _is_ramp(x: np.ndarray, stride: int, hi: np.ndarray | None = None) -> bool:
         h0 = int(hi[0])
         if int(hi[-1]) != h0:
             return False
+    if n <= SHORT:                  # a wave or a few: as Python lists (numpy's fixed cost per call dominates)
+        return x.tolist() == list(range(x0, x0 + stride * n, stride)) and (hi is None or _same(hi, h0))
     tmp, bad = np.empty(min(n, RUN_CHUNK), U32), np.empty(min(n, RUN_CHUNK), bool)
     st = U32(stride)
     for i in range(0, n, RUN_CHUNK):
@@ -376,6 +379,9 @@ def _is_ramp(x: np.ndarray, stride: int, hi: np.ndarray | None = None) -> bool:
 
 
 def _same(x: np.ndarray, v: int) -> bool:
+    """Every element of x (not empty) is v."""
+    if 0 < x.size <= SHORT:
+        return x.reshape(-1).tolist().count(v) == x.size
     return int(x.min()) == v == int(x.max())
 
 
