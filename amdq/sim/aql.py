@@ -379,6 +379,16 @@ class AQLQueue(PM4Executor):
                 work += 1
         return work
 
+    def settle(self) -> int:
+        """Complete and release the packets every XCC has finished (what the next step would do first)."""
+        if self.stopped:
+            return 0
+        try:
+            return self._sync() + self._retire()
+        except AmdqError as e:
+            self.stop_on(e, "CP")
+            return 1
+
     def _poll(self) -> int:
         return sum(self._poll_one(s) for s in self.inflight if s.wait is not None and not s.done)
 
@@ -510,6 +520,8 @@ class MultiXCCQueue:
             work += e.step(share)
             if self.exception is not None:    # a fault on one XCC stops the queue at once
                 break
+        if work and self.exception is None:   # a packet the later XCCs just finished their parts of completes now
+            work += sum(e.settle() for e in self.xccs)
         return work
 
     @property
