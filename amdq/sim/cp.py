@@ -88,6 +88,7 @@ class PM4Executor(QueueEngine):
         self._memo: dict[bytes, pm4.Packet] = {}  # decoded packets by their dwords
         self._tails: dict[tuple[bytes, int], pm4.Packet] = {}   # packets with a tail by their head dwords and size
         self._nfixed: dict[int, int | None] = {}  # IT_OPCODE -> dwords before the tail (None: no tail)
+        self._last: dict[tuple[int, int], tuple[list[int], pm4.Packet]] = {}   # (header, size) -> (body, packet)
         self._views: dict[tuple[int, int, bool], np.ndarray] = {}   # (va, bytes, write) -> host view
         self._views_tlb = None                    # the MMU's TLB the views were translated with
         self._dispatch_memo: dict[tuple, tuple] = {}
@@ -171,14 +172,19 @@ class PM4Executor(QueueEngine):
             if p is not None:
                 self._remember(key, p)
                 return p
+        h = int(dws[pos])
+        last = self._last.get((h, size)) if key is not None and nf is None else None
         try:
-            p = self.pm4.decode(dws, pos)
+            # the last packet with this header and size, decoded: only the dwords that changed are read again
+            p = self.pm4.redecode(dws, pos, last[1], last[0]) if last is not None else self.pm4.decode(dws, pos)
         except pm4.BadPacket as e:
             self._bad(f"bad PM4 packet at {where}: {e}")
             return None
         if nf is not None and size > 1 + nf:
             self._tails[(dws[pos:pos + 1 + nf].tobytes(), size)] = p
         if key is not None:
+            if nf is None and p.opcode >= 0:
+                self._last[(h, size)] = ([int(x) for x in dws[pos + 1:pos + size]], p)
             self._remember(key, p)
         return p
 
@@ -186,6 +192,7 @@ class PM4Executor(QueueEngine):
         if len(self._memo) >= PACKET_MEMO:
             self._memo.clear()
             self._tails.clear()
+            self._last.clear()
         self._memo[key] = p
 
     def _fixed_words(self, h: int) -> int | None:
