@@ -150,7 +150,7 @@ class PM4Executor(QueueEngine):
             dws, pos, base = self.ibs[-1]
             if pos < len(dws):
                 self._cur = ("ib", pos, base)
-                return self._decode(dws, pos, f"IB @ {base:#x} dword {pos}")
+                return self._decode(dws, pos, ("IB", base, pos))
             self.ibs.pop()
             self._cur = None
         return self._ring_packet()
@@ -158,7 +158,9 @@ class PM4Executor(QueueEngine):
     def _ring_packet(self):
         return None                               # no ring of its own: IBs only
 
-    def _decode(self, dws, pos: int, where: str):
+    def _decode(self, dws, pos: int, where: tuple):
+        """The packet at dws[pos] (None after a bad packet stopped the queue); `where` names the place for a
+        report: ("ring dword", index) or ("IB", base address, dword)."""
         size = packet_size(int(dws[pos])) if 0 <= pos < len(dws) else None
         key = None
         if size is not None and size <= MEMO_DWORDS and pos + size <= len(dws):
@@ -178,7 +180,8 @@ class PM4Executor(QueueEngine):
             # the last packet with this header and size, decoded: only the dwords that changed are read again
             p = self.pm4.redecode(dws, pos, last[1], last[0]) if last is not None else self.pm4.decode(dws, pos)
         except pm4.BadPacket as e:
-            self._bad(f"bad PM4 packet at {where}: {e}")
+            at = f"ring dword {where[1]}" if where[0] != "IB" else f"IB @ {where[1]:#x} dword {where[2]}"
+            self._bad(f"bad PM4 packet at {at}: {e}")
             return None
         if nf is not None and size > 1 + nf:
             self._tails[(dws[pos:pos + 1 + nf].tobytes(), size)] = p
@@ -444,7 +447,7 @@ class PM4Queue(PM4Executor):
         n = min(self.wptr - self.rptr, packet_size(int(ring[i])) or 1 << 14, 1 << 14)
         window = ring[i:i + n] if i + n <= self.ring_dw else np.take(ring, np.arange(i, i + n) % self.ring_dw)
         self._cur = ("ring", self.rptr, None)
-        return self._decode(window, 0, f"ring dword {i}")
+        return self._decode(window, 0, ("ring dword", i))
 
     def _advance(self, size: int) -> None:
         self.rptr += size

@@ -457,11 +457,12 @@ class Batch:
                         ninst, nbytes, control, wave_instructions = done
                         if control:
                             uniform = group = None
+                        elif uniform is not None:
+                            uniform += nbytes
+                            w.pc.fill(uniform)
                         else:
                             w.pc[sel] += nbytes
-                            if uniform is not None:
-                                uniform += nbytes
-                            elif group is not None:
+                            if group is not None:
                                 group = (sel, pc + nbytes, group[2]) if pc + nbytes < group[2] else None
                         steps += ninst
                         wave_insts += wave_instructions
