@@ -85,20 +85,22 @@ class Meter:
         meter, orig_get = self, C.ICache.get
 
         def get(icache, pc, wave64):
-            fn, inst, control, gen = orig_get(icache, pc, wave64)
+            fn, inst, control, whole, cell = orig_get(icache, pc, wave64)
             if not meter.on:
-                return fn, inst, control, gen
+                return fn, inst, control, whole, cell
 
-            def timed(w, sel):
-                t = time.perf_counter()
-                fn(w, sel)
-                dt = time.perf_counter() - t
-                k = w.n if isinstance(sel, slice) else len(sel)
-                meter.steps.append(k * w.lanes)
-                if profile:
-                    meter.by_inst[inst.mnemonic] += dt
-                    meter.count[inst.mnemonic] += 1
-            return timed, inst, control, gen
+            def timer(step):
+                def timed(w, sel):
+                    t = time.perf_counter()
+                    step(w, sel)
+                    dt = time.perf_counter() - t
+                    k = w.n if isinstance(sel, slice) else len(sel)
+                    meter.steps.append(k * w.lanes)
+                    if profile:
+                        meter.by_inst[inst.mnemonic] += dt
+                        meter.count[inst.mnemonic] += 1
+                return timed
+            return timer(fn), inst, control, timer(whole), cell
         C.ICache.get = get
 
 

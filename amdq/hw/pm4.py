@@ -93,6 +93,17 @@ class PM4Set:
                 fields["REG"] = REG_RANGES[name][0] + fields.pop("REG_OFFSET")
         return Packet(name, op, fields, size, hd["SHADER_TYPE"], hd["PREDICATE"])
 
+    def redecode(self, dwords: Sequence[int], i: int, prev: Packet, prev_body: Sequence[int]) -> Packet:
+        """decode(dwords, i) of a packet with the header of `prev`, whose body dwords were prev_body: only the
+        dwords that differ are read again (a RELEASE_MEM that writes a new timestamp slot each launch)."""
+        lay = self.layouts.get(prev.name)
+        if lay is None or lay.tail or prev.name in REG_RANGES or prev.size != len(prev_body) + 1 or \
+                i + prev.size > len(dwords):
+            return self.decode(dwords, i)
+        body = [int(x) & 0xFFFFFFFF for x in dwords[i + 1:i + prev.size]]
+        return Packet(prev.name, prev.opcode, lay.redecode(body, prev_body, prev.fields), prev.size,
+                      prev.shader_type, prev.predicate)
+
     def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:
         """(index, packet) for every packet in dwords[start:end]."""
         i, end = start, len(dwords) if end is None else end

@@ -152,6 +152,14 @@ class AQLQueue(PM4Executor):
     def waves_retired(self) -> int:
         return self._waves + sum(s.run.waves_retired for s in self.inflight if s.run is not None)
 
+    @property
+    def consuming(self) -> bool:
+        """Has work of its own to do now: packets to fetch, a dispatch or PM4 to run (not only packets it finished
+        its part of, waiting for the other XCCs, or a packet held back by its barrier bit)."""
+        fetch = self.fetch < self.wr and (self._held is None or self._held[0] != self.fetch)
+        return not self.stopped and (fetch or self.pm4_active or self.vendor is not None or
+                                     any(s.run is not None or s.wait is not None for s in self.inflight))
+
     def context(self) -> dict:
         s = self.at
         out = {"xcc": self.xcc} if self.link is not None else {}      # which die stopped, on a multi-XCC queue
@@ -371,6 +379,16 @@ class AQLQueue(PM4Executor):
                 work += 1
         return work
 
+    def settle(self) -> int:
+        """Complete and release the packets every XCC has finished (what the next step would do first)."""
+        if self.stopped:
+            return 0
+        try:
+            return self._sync() + self._retire()
+        except AmdqError as e:
+            self.stop_on(e, "CP")
+            return 1
+
     def _poll(self) -> int:
         return sum(self._poll_one(s) for s in self.inflight if s.wait is not None and not s.done)
 
@@ -494,14 +512,16 @@ class MultiXCCQueue:
     def step(self, budget: int) -> int:
         if self.stopped or not self.xccs:
             return 0
-        # the slice is shared by the XCCs that have work (an idle one returns at once): one die running a small
-        # grid gets the whole slice, not an eighth of it
-        busy = sum(1 for e in self.xccs if e.busy) or 1
+        # the slice is shared by the XCCs that have work of their own (an idle one, or one that only waits for the
+        # others to finish their parts, returns at once): one die running a small grid gets the whole slice
+        busy = sum(1 for e in self.xccs if e.consuming) or 1
         share, work = max(1, budget // busy), 0
         for e in self.xccs:
             work += e.step(share)
             if self.exception is not None:    # a fault on one XCC stops the queue at once
                 break
+        if work and self.exception is None:   # a packet the later XCCs just finished their parts of completes now
+            work += sum(e.settle() for e in self.xccs)
         return work
 
     @property

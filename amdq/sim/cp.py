@@ -29,6 +29,7 @@ MEMO_DWORDS = 64               # longer packets are decoded every time (large IB
 _TYPE, _COUNT = pm4.HEADER["TYPE"], pm4.HEADER["COUNT"]
 _TYPE_MASK, _TYPE_LO, _COUNT_MASK, _COUNT_LO = _TYPE.mask, _TYPE.lo, _COUNT.mask, _COUNT.lo
 _NOP1 = pm4.NOP_ONE_DWORD_COUNT
+_OP_MASK, _OP_LO = pm4.HEADER["IT_OPCODE"].mask, pm4.HEADER["IT_OPCODE"].lo
 
 
 def packet_size(h: int) -> int | None:
@@ -85,6 +86,9 @@ class PM4Executor(QueueEngine):
         self._waves = 0                           # waves of finished dispatches
         self._cur = None
         self._memo: dict[bytes, pm4.Packet] = {}  # decoded packets by their dwords
+        self._tails: dict[tuple[bytes, int], pm4.Packet] = {}   # packets with a tail by their head dwords and size
+        self._nfixed: dict[int, int | None] = {}  # IT_OPCODE -> dwords before the tail (None: no tail)
+        self._last: dict[tuple[int, int], tuple[list[int], pm4.Packet]] = {}   # (header, size) -> (body, packet)
         self._views: dict[tuple[int, int, bool], np.ndarray] = {}   # (va, bytes, write) -> host view
         self._views_tlb = None                    # the MMU's TLB the views were translated with
         self._dispatch_memo: dict[tuple, tuple] = {}
@@ -146,7 +150,7 @@ class PM4Executor(QueueEngine):
             dws, pos, base = self.ibs[-1]
             if pos < len(dws):
                 self._cur = ("ib", pos, base)
-                return self._decode(dws, pos, f"IB @ {base:#x} dword {pos}")
+                return self._decode(dws, pos, ("IB", base, pos))
             self.ibs.pop()
             self._cur = None
         return self._ring_packet()
@@ -154,7 +158,9 @@ class PM4Executor(QueueEngine):
     def _ring_packet(self):
         return None                               # no ring of its own: IBs only
 
-    def _decode(self, dws, pos: int, where: str):
+    def _decode(self, dws, pos: int, where: tuple):
+        """The packet at dws[pos] (None after a bad packet stopped the queue); `where` names the place for a
+        report: ("ring dword", index) or ("IB", base address, dword)."""
         size = packet_size(int(dws[pos])) if 0 <= pos < len(dws) else None
         key = None
         if size is not None and size <= MEMO_DWORDS and pos + size <= len(dws):
@@ -162,16 +168,56 @@ class PM4Executor(QueueEngine):
             p = self._memo.get(key)
             if p is not None:
                 return p
+        nf = self._fixed_words(int(dws[pos])) if key is not None else None
+        if nf is not None and size > 1 + nf:
+            p = self._with_tail(dws, pos, size, nf)
+            if p is not None:
+                self._remember(key, p)
+                return p
+        h = int(dws[pos])
+        last = self._last.get((h, size)) if key is not None and nf is None else None
         try:
-            p = self.pm4.decode(dws, pos)
+            # the last packet with this header and size, decoded: only the dwords that changed are read again
+            p = self.pm4.redecode(dws, pos, last[1], last[0]) if last is not None else self.pm4.decode(dws, pos)
         except pm4.BadPacket as e:
-            self._bad(f"bad PM4 packet at {where}: {e}")
+            at = f"ring dword {where[1]}" if where[0] != "IB" else f"IB @ {where[1]:#x} dword {where[2]}"
+            self._bad(f"bad PM4 packet at {at}: {e}")
             return None
+        if nf is not None and size > 1 + nf:
+            self._tails[(dws[pos:pos + 1 + nf].tobytes(), size)] = p
         if key is not None:
-            if len(self._memo) >= PACKET_MEMO:
-                self._memo.clear()
-            self._memo[key] = p
+            if nf is None and p.opcode >= 0:
+                self._last[(h, size)] = ([int(x) for x in dws[pos + 1:pos + size]], p)
+            self._remember(key, p)
         return p
+
+    def _remember(self, key: bytes, p) -> None:
+        if len(self._memo) >= PACKET_MEMO:
+            self._memo.clear()
+            self._tails.clear()
+            self._last.clear()
+        self._memo[key] = p
+
+    def _fixed_words(self, h: int) -> int | None:
+        """Body dwords before the tail (SET_SH_REG's VALUES, WRITE_DATA's DATA) of a type-3 packet with header h
+        whose layout ends in one; None for any other."""
+        op = (h & _OP_MASK) >> _OP_LO
+        nf = self._nfixed.get(op, -1)
+        if nf == -1:
+            lay = self.pm4.layouts.get(self.pm4.names.get(op, ""))
+            nf = self._nfixed[op] = len(lay.words) if lay is not None and lay.tail else None
+        return nf if (h & _TYPE_MASK) >> _TYPE_LO == 3 else None
+
+    def _with_tail(self, dws, pos: int, size: int, nf: int):
+        """The packet whose header and fixed dwords were decoded before, with these tail dwords (decoding is a pure
+        function of the dwords and a tail's values are not read by any other field: the kernel-argument address
+        of each launch costs no decode). None when that head was not seen."""
+        t = self._tails.get((dws[pos:pos + 1 + nf].tobytes(), size))
+        if t is None:
+            return None
+        tail = self.pm4.layouts[t.name].tail
+        return pm4.Packet(t.name, t.opcode, {**t.fields, tail: [int(x) & 0xFFFFFFFF for x in dws[pos + 1 + nf:pos + size]]},
+                          t.size, t.shader_type, t.predicate)
 
     def _view(self, va: int, nbytes: int, write: bool = False) -> np.ndarray:
         """The host bytes behind [va, va + nbytes) for a CP access, translated once per TLB generation (a
@@ -401,7 +447,7 @@ class PM4Queue(PM4Executor):
         n = min(self.wptr - self.rptr, packet_size(int(ring[i])) or 1 << 14, 1 << 14)
         window = ring[i:i + n] if i + n <= self.ring_dw else np.take(ring, np.arange(i, i + n) % self.ring_dw)
         self._cur = ("ring", self.rptr, None)
-        return self._decode(window, 0, f"ring dword {i}")
+        return self._decode(window, 0, ("ring dword", i))
 
     def _advance(self, size: int) -> None:
         self.rptr += size

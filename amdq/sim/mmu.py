@@ -237,6 +237,15 @@ class MMU:
         if r is None or addr + nbytes > r.end or (write and not r.writable):
             return None
         return r.va, r.end, r.arena.buf.ctypes.data + r.pa
+    def translate_one(self, va: int, nbytes: int, write: bool) -> tuple[np.ndarray, int] | None:
+        """(backing bytes, offset) of [va, va + nbytes) when one cached or walked run maps it all (and allows the
+        write): what translate gives for one lane, without its arrays; None otherwise (translate then faults
+        or splits the access)."""
+        r = self._run_for(va)
+        if r is None or va + nbytes > r.end or (write and not r.writable):
+            return None
+        return r.arena.buf, va - r.va + r.pa
+
     def translate(self, addr: np.ndarray, nbytes: int, write: bool, client: str = "shader") -> list:
         addr = np.asarray(addr, np.uint64)
         lo, hi = int(addr.min()), int(addr.max()) + nbytes - 1

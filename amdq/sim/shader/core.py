@@ -20,6 +20,7 @@ from ...hw.targets import GENERATIONS
 from ..progress import Progress
 from .isa import Isa, for_isa
 from .memory import GPUMemory
+from .valu import BLOCK_LANES, whole_step
 from .wave import BARRIER, DONE, EXEC, POOL, RUN, WaveState, mask_to_bits
 
 TTMP0 = 108      # ttmp0 in the SGPR operand space
@@ -170,18 +171,19 @@ class ICache:
         return [self.gen, None]
 
     def get(self, pc: int, wave64: bool):
-        """(step function, instruction, is-control, validity cell) of the instruction at pc."""
+        """(step function, instruction, is-control, the step for a small batch run under errstate(all="ignore"),
+        validity cell) of the instruction at pc."""
         key = (pc, wave64)
         st = self.steps.get(key)
         if st is not None:
-            cell = st[3]
+            cell = st[4]
             if cell[0] == self.gen:
                 return st
             deps = self.deps[key]
             if cell[1] is not None and self._page_cell(deps[0][0] & ~(PAGE - 1)) is cell:
                 return st                             # its page is unchanged: valid again
             if self._valid(deps):                     # revalidated line by line (its page changed elsewhere)
-                st = (st[0], st[1], st[2], self._cell_for(deps))
+                st = st[:4] + (self._cell_for(deps),)
                 self.steps[key] = st
                 return st
         code, base, deps = self._fetch(pc, self.LINE)
@@ -193,7 +195,8 @@ class ICache:
         if hit is None:
             inst = isa.decode(code, pc, base, wave64)
             inst.dead_sdst = isa.mask_dead(code, base, wave64, inst)
-            hit = (isa.build(inst), inst, inst.key in isa.control)
+            fn = isa.build(inst)
+            hit = (fn, inst, inst.key in isa.control, whole_step(fn) or fn)
             if len(BUILT) >= 1 << 16:
                 BUILT.clear()
             BUILT[bkey] = hit
@@ -203,7 +206,7 @@ class ICache:
         return st
 
 
-BUILT: dict[tuple[str, int, bool, bytes], tuple] = {}     # (ISA family, pc, wave64, code bytes) -> step
+BUILT: dict[tuple[str, int, bool, bytes], tuple] = {}     # (ISA family, pc, wave64, code bytes) -> steps
 PAGE = 4096
 
 
@@ -303,6 +306,8 @@ def layout(d: DispatchRegs, nwg: int) -> Layout:
 class Batch:
     """A set of whole workgroups resident together."""
 
+    _jit_ctx = None                     # the shader JIT's context block of this batch (jit/runtime.py Context)
+
     def __init__(self, d: DispatchRegs, wg_ids: np.ndarray, core: "ShaderCore"):
         self.d, self.core = d, core
         nwg = len(wg_ids)
@@ -380,108 +385,127 @@ class Batch:
 
     def run(self, stats: Stats, max_steps: int | None = None) -> bool:
         """Execute until every wave ended (True) or max_steps steps were taken (False)."""
+        counts = [0, 0, 0]              # steps, wave-instructions, lane steps of this call (added to stats at the end)
+        try:
+            with np.errstate(all="ignore"):     # IEEE exceptions are results here, not errors: set once per call
+                return self._run(counts, max_steps)
+        finally:
+            stats.steps += counts[0]
+            stats.wave_instructions += counts[1]
+            stats.lane_steps += counts[2]
+
+    def _run(self, counts: list[int], max_steps: int | None) -> bool:
         w, icache, wave64, n = self.w, self.core.icache_for(self.d), self.lanes == 64, self.w.n
-        lanes_all = n * self.lanes
-        steps = 0
+        lanes = self.lanes
+        lanes_all = n * lanes
+        direct = n <= 2 * max(1, BLOCK_LANES // lanes)     # no step is split into blocks: each runs whole
+        limit_steps = max_steps if max_steps is not None else 1 << 62
+        steps = wave_insts = lane_steps = 0
         every = slice(None)
         uniform = self.uniform          # the PC every wave is at while all run together, else None
         group = None                    # (waves, PC, lowest PC of the other runnable waves) in straight-line code
         jit = _jit_hook()
         limit = None                    # lowest PC of the runnable waves not in this step (None: every wave is in it)
-        while True:
-            if uniform is not None:
-                pc, sel, k, limit = uniform, every, n, None
-            elif group is not None:
-                sel, pc, limit = group
-                k = len(sel)
-            elif n <= SMALL:
-                st, pcs = w.status.tolist(), w.pc.tolist()
-                live = [i for i in range(n) if st[i] == RUN]
-                if not live:
-                    if all(x == DONE for x in st):
-                        return True
-                    self._release_barriers()
-                    if not (w.status == RUN).any():
-                        raise GPUException("all live waves wait at a barrier that can never complete")
-                    continue
-                pc = min(pcs[i] for i in live)
-                at = [i for i in live if pcs[i] == pc]
-                if len(at) == n:
-                    sel, k, uniform, limit = every, n, pc, None
-                else:
-                    sel, k = np.array(at, np.intp), len(at)
-                    limit = min((pcs[i] for i in live if pcs[i] != pc), default=None)
-            else:
-                runnable = w.status == RUN
-                if not runnable.any():
-                    if (w.status == DONE).all():
-                        return True
-                    self._release_barriers()
-                    if not (w.status == RUN).any():
-                        raise GPUException("all live waves wait at a barrier that can never complete")
-                    continue
-                pcs = w.pc[runnable]
-                pc = int(pcs.min())
-                if pcs.max() == pc and runnable.all():
-                    sel, k, uniform, limit = every, n, pc, None
-                else:
-                    at = w.pc == pc
-                    sel = np.flatnonzero(runnable & at)
-                    k = len(sel)
-                    rest = pcs[pcs != pc]
-                    group = (sel, pc, int(rest.min()) if len(rest) else 1 << 64)
-                    limit = group[2]
-            if jit is not None:         # ---- JIT hook: the compiled block at pc, if there is one (jit/runtime.py)
-                done = jit(self, icache, sel, pc, k, limit)
-                if done is not None:
-                    ninst, nbytes, control, wave_instructions = done
-                    if control:
-                        uniform = group = None
-                    else:
-                        w.pc[sel] += nbytes
-                        if uniform is not None:
-                            uniform += nbytes
-                        elif group is not None:
-                            group = (sel, pc + nbytes, group[2]) if pc + nbytes < group[2] else None
-                    stats.steps += ninst
-                    stats.wave_instructions += wave_instructions
-                    stats.lane_steps += wave_instructions * self.lanes
-                    steps += ninst
-                    if max_steps is not None and steps >= max_steps:
-                        self.uniform = uniform
-                        return False
-                    continue            # ---- end of the JIT hook
-            fn, inst, control, _ = icache.get(pc, wave64)
-            try:
-                fn(w, sel)
-            except IndexError as e:
-                raise GPUException(f"{inst.mnemonic} at pc {pc:#x}: register out of the wave's allocation ({e})",
-                                   pc=pc) from None
-            except GPUException as e:
-                e.info.setdefault("pc", pc)
-                e.info.setdefault("instruction", inst.mnemonic)
-                if f"pc {pc:#x}" not in str(e):
-                    e.args = (f"{e.args[0]} by {inst.mnemonic} at pc {pc:#x}",)
-                raise
-            if control:
-                uniform = group = None
-            else:
-                w.pc[sel] += inst.size
+        get = icache.get
+        try:
+            while True:
                 if uniform is not None:
+                    pc, sel, k, limit = uniform, every, n, None
+                elif group is not None:
+                    sel, pc, limit = group
+                    k = len(sel)
+                elif n <= SMALL:
+                    st, pcs = w.status.tolist(), w.pc.tolist()
+                    live = [i for i in range(n) if st[i] == RUN]
+                    if not live:
+                        if all(x == DONE for x in st):
+                            return True
+                        self._release_barriers()
+                        if not (w.status == RUN).any():
+                            raise GPUException("all live waves wait at a barrier that can never complete")
+                        continue
+                    pc = min(pcs[i] for i in live)
+                    at = [i for i in live if pcs[i] == pc]
+                    if len(at) == n:
+                        sel, k, uniform, limit = every, n, pc, None
+                    else:
+                        sel, k = np.array(at, np.intp), len(at)
+                        limit = min((pcs[i] for i in live if pcs[i] != pc), default=None)
+                else:
+                    runnable = w.status == RUN
+                    if not runnable.any():
+                        if (w.status == DONE).all():
+                            return True
+                        self._release_barriers()
+                        if not (w.status == RUN).any():
+                            raise GPUException("all live waves wait at a barrier that can never complete")
+                        continue
+                    pcs = w.pc[runnable]
+                    pc = int(pcs.min())
+                    if pcs.max() == pc and runnable.all():
+                        sel, k, uniform, limit = every, n, pc, None
+                    else:
+                        at = w.pc == pc
+                        sel = np.flatnonzero(runnable & at)
+                        k = len(sel)
+                        rest = pcs[pcs != pc]
+                        group = (sel, pc, int(rest.min()) if len(rest) else 1 << 64)
+                        limit = group[2]
+                if jit is not None:         # ---- JIT hook: the compiled block at pc, if there is one (jit/runtime.py)
+                    done = jit(self, icache, sel, pc, k, limit)
+                    if done is not None:
+                        ninst, nbytes, control, wave_instructions = done
+                        if control:
+                            uniform = group = None
+                        elif uniform is not None:
+                            uniform += nbytes
+                            w.pc.fill(uniform)
+                        else:
+                            w.pc[sel] += nbytes
+                            if group is not None:
+                                group = (sel, pc + nbytes, group[2]) if pc + nbytes < group[2] else None
+                        steps += ninst
+                        wave_insts += wave_instructions
+                        lane_steps += wave_instructions * lanes
+                        if steps >= limit_steps:
+                            self.uniform = uniform
+                            return False
+                        continue            # ---- end of the JIT hook
+                fn, inst, control, whole, _ = get(pc, wave64)
+                try:
+                    (whole if direct else fn)(w, sel)
+                except IndexError as e:
+                    raise GPUException(f"{inst.mnemonic} at pc {pc:#x}: register out of the wave's allocation ({e})",
+                                       pc=pc) from None
+                except GPUException as e:
+                    e.info.setdefault("pc", pc)
+                    e.info.setdefault("instruction", inst.mnemonic)
+                    if f"pc {pc:#x}" not in str(e):
+                        e.args = (f"{e.args[0]} by {inst.mnemonic} at pc {pc:#x}",)
+                    raise
+                if control:
+                    uniform = group = None
+                elif uniform is not None:       # every wave is at this PC: all move on together
                     uniform += inst.size
-                elif group is not None:         # the same waves go on while they stay below the others
-                    group = (sel, pc + inst.size, group[2]) if pc + inst.size < group[2] else None
-            stats.steps += 1
-            stats.wave_instructions += k
-            stats.lane_steps += lanes_all if k == n else k * self.lanes
-            if w.barrier_pending:
-                w.barrier_pending = False
-                uniform = group = None
-                self._release_barriers()
-            steps += 1
-            if max_steps is not None and steps >= max_steps:
-                self.uniform = uniform
-                return False
+                    w.pc.fill(uniform)
+                else:
+                    w.pc[sel] += inst.size
+                    if group is not None:       # the same waves go on while they stay below the others
+                        group = (sel, pc + inst.size, group[2]) if pc + inst.size < group[2] else None
+                steps += 1
+                wave_insts += k
+                lane_steps += lanes_all if k == n else k * lanes
+                if w.barrier_pending:
+                    w.barrier_pending = False
+                    uniform = group = None
+                    self._release_barriers()
+                if steps >= limit_steps:
+                    self.uniform = uniform
+                    return False
+        finally:
+            counts[0] += steps
+            counts[1] += wave_insts
+            counts[2] += lane_steps
 
     def _release_barriers(self) -> None:
         w = self.w

@@ -74,6 +74,13 @@ class FlatMemory:
         lo = self.starts[i]
         return lo, self.ends[i], self.buf.ctypes.data + (lo - self.base)
 
+    def translate_one(self, va: int, nbytes: int, write: bool) -> tuple[np.ndarray, int] | None:
+        """(backing bytes, offset) of [va, va + nbytes) inside one allocation, else None (translate faults)."""
+        i = bisect.bisect_right(self.starts, va) - 1
+        if i < 0 or va + nbytes > self.ends[i]:
+            return None
+        return self.buf, va - self.base
+
     def translate(self, addr: np.ndarray, nbytes: int, write: bool) -> list[Chunk]:
         addr = np.asarray(addr, U64)
         lo, hi = int(addr.min()), int(addr.max()) + nbytes

@@ -33,6 +33,11 @@ def _addr(inst: Inst):
 
 def load_one(mem, a: int, nbytes: int) -> np.ndarray:
     """nbytes (a dword multiple) at one dword-aligned address: (1, nbytes / 4) uint32."""
+    one = getattr(mem, "translate_one", None)
+    hit = one(a, nbytes, False) if one is not None else None
+    if hit is not None:                                 # one run maps it all
+        buf, o = hit
+        return buf[o:o + nbytes].copy().view(U32)[None, :]
     chunks = mem.translate(np.array([a], U64), nbytes, False)
     if len(chunks) == 1:
         buf, _, off = chunks[0]

@@ -426,8 +426,14 @@ def blocked(builder: Callable) -> Callable:
                 for i in range(0, len(sel), rows):
                     step(w, sel[i:i + rows])
             return None
+        run.whole = step        # the step itself, for a caller that ignores IEEE exceptions and never splits
         return run
     return build
+
+
+def whole_step(fn: Callable) -> Callable | None:
+    """The step a `blocked` step runs on a small batch (its `whole`), or None for any other step."""
+    return getattr(fn, "whole", None)
 
 
 def table() -> Table:

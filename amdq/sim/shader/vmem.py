@@ -345,6 +345,7 @@ def _flat_addr(inst: Inst):
 # ---------------------------------------------------------------- consecutive lanes
 
 RUN_CHUNK = 1 << 16         # lanes per block of the consecutive-address check (stays in cache)
+SHORT = 256                 # lanes up to which the checks run on Python lists
 
 
 def _is_ramp(x: np.ndarray, stride: int, hi: np.ndarray | None = None) -> bool:
@@ -360,6 +361,8 @@ def _is_ramp(x: np.ndarray, stride: int, hi: np.ndarray | None = None) -> bool:
         h0 = int(hi[0])
         if int(hi[-1]) != h0:
             return False
+    if n <= SHORT:                  # a wave or a few: as Python lists (numpy's fixed cost per call dominates)
+        return x.tolist() == list(range(x0, x0 + stride * n, stride)) and (hi is None or _same(hi, h0))
     tmp, bad = np.empty(min(n, RUN_CHUNK), U32), np.empty(min(n, RUN_CHUNK), bool)
     st = U32(stride)
     for i in range(0, n, RUN_CHUNK):
@@ -376,6 +379,9 @@ def _is_ramp(x: np.ndarray, stride: int, hi: np.ndarray | None = None) -> bool:
 
 
 def _same(x: np.ndarray, v: int) -> bool:
+    """Every element of x (not empty) is v."""
+    if 0 < x.size <= SHORT:
+        return x.reshape(-1).tolist().count(v) == x.size
     return int(x.min()) == v == int(x.max())
 
 
@@ -437,6 +443,11 @@ def span_index(inst: Inst, w, sel, nbytes: int):
 def run_view(mem, start: int, nbytes: int, write: bool) -> np.ndarray | None:
     """uint32 view of [start, start + nbytes) when one mapped, dword-aligned backing run holds it; else None
     (the caller takes the per-lane path, which reports a fault lane by lane)."""
+    one = getattr(mem, "translate_one", None)
+    hit = one(start, nbytes, write) if one is not None else None
+    if hit is not None:                                 # one run maps it all
+        buf, o = hit
+        return None if o & 3 else buf[o:o + nbytes].view(U32)
     try:
         chunks = mem.translate(np.array([start], U64), nbytes, write)
     except GPUFault:

@@ -179,8 +179,11 @@ class WaveState:
         return lo != 0 if self.lanes == 32 else (lo | self.s[EXEC + 1][sel]) != 0
 
     def all_on(self, sel) -> bool:
+        """Every lane of EXEC is on in each selected wave."""
         f = self.full[sel]
-        return bool(f.all()) if f.ndim else bool(f)
+        if not f.ndim:
+            return bool(f)
+        return all(f.tolist()) if len(f) <= 64 else bool(f.all())     # (a short list is cheaper than a reduce)
 
     def write_v(self, reg: int, sel, val) -> None:
         """EXEC-masked write of one VGPR for the selected waves."""

@@ -21,6 +21,8 @@ model would fault, the interpreter runs the instruction and raises the same faul
 """
 from __future__ import annotations
 
+import bisect
+import ctypes
 import os
 
 import numpy as np
@@ -66,13 +68,15 @@ class Cache:
 
     def __init__(self):
         self.at: dict[tuple[int, bool], tuple[Region, Block, int]] = {}
-        self.none: dict[tuple[int, bool], int] = {}      # PCs known not to start a block (by ICache generation)
+        # PCs known not to start a block: (ICache generation, the lines the search read, None if it could not tell)
+        self.none: dict[tuple[int, bool], tuple[int, tuple | None]] = {}
         self.regions: list[Region] = []
         self.pending: dict[tuple[int, bool], object] = {}   # PC -> the region being compiled for it (see _region)
         self.jobs: list = []
 
     def drop(self, region: Region) -> None:
         self.regions.remove(region)
+        self.none.clear()               # a search that stopped at the region's PCs may find a block now
         for key in [k for k, v in self.at.items() if v[0] is region]:
             del self.at[key]
 
@@ -107,7 +111,9 @@ def _shared(isa) -> set:
     return s
 
 
-def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
+def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None = None) -> list[Block]:
+    """The blocks reachable from root that are not covered yet; `read` collects the PCs whose instructions were
+    looked at (None appended for one that did not decode)."""
     shared = _shared(icache.isa)
     blocks: list[Block] = []
     work, seen = [root], set()
@@ -122,9 +128,14 @@ def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
                 work.append(p)
                 break
             try:
-                _, inst, control, _ = icache.get(p, wave64)
+                st = icache.get(p, wave64)
             except Exception:           # an instruction that does not decode or build: the interpreter says so
+                if read is not None:
+                    read.append(None)
                 break
+            inst, control = st[1], st[2]
+            if read is not None:
+                read.append(p)
             k = kind_of(inst) if inst.key in shared else None
             if k is None:
                 if not control:
@@ -150,9 +161,9 @@ def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
     return blocks
 
 
-def _region(cache: Cache, icache, pc: int, wave64: bool) -> bool:
+def _region(cache: Cache, icache, pc: int, wave64: bool, read: list) -> bool:
     covered = {k: True for k in (*cache.at, *cache.pending)}
-    blocks = _discover(icache, pc, wave64, covered)
+    blocks = _discover(icache, pc, wave64, covered, read)
     if not blocks:
         return False
     root = min(b.pc for b in blocks)
@@ -202,9 +213,10 @@ def _collect(cache: Cache, icache, wave64: bool) -> None:
             compiled = fut.result()
         except Exception:              # a compile failure leaves these PCs to the interpreter
             for i in insts:
-                cache.none[(i.pc, wave64)] = icache.gen
+                cache.none[(i.pc, wave64)] = (icache.gen, None)
             continue
         if gen != icache.gen and not icache._valid(deps):
+            cache.none.clear()          # searches that stopped at its PCs may find a block now
             continue
         _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64)
 
@@ -254,7 +266,7 @@ def lookup(icache, pc: int, wave64: bool):
                 hit = None
         if hit is not None:
             return hit
-    if cache.none.get(key) == icache.gen:
+    if _known_none(cache, icache, key):
         return None
     if cache.jobs:
         _collect(cache, icache, wave64)
@@ -267,13 +279,70 @@ def lookup(icache, pc: int, wave64: bool):
         hit = cache.at.get(key)
         if hit is not None:
             return hit
-    if not _region(cache, icache, pc, wave64):
-        cache.none[key] = icache.gen
+    read: list = []
+    if not _region(cache, icache, pc, wave64, read):
+        _note_none(cache, icache, key, read)
         return None
     hit = cache.at.get(key)
     if hit is None and key not in cache.pending:
-        cache.none[key] = icache.gen
+        _note_none(cache, icache, key, read)
     return hit
+
+
+def _note_none(cache: Cache, icache, key: tuple[int, bool], read: list) -> None:
+    """Remember that no block starts at key's PC, with the ICache lines the search read (what it depends on)."""
+    deps = None
+    if None not in read:
+        deps = tuple({d for p in read for d in icache.deps.get((p, key[1]), ())})
+    cache.none[key] = (icache.gen, deps)
+
+
+def _known_none(cache: Cache, icache, key: tuple[int, bool]) -> bool:
+    """No block starts at key's PC: found so in this ICache generation, or in an earlier one from lines whose
+    bytes are unchanged (each dispatch invalidates the ICache: the search is not made again per dispatch)."""
+    hit = cache.none.get(key)
+    if hit is None:
+        return False
+    gen, deps = hit
+    if gen == icache.gen:
+        return True
+    if deps is not None and icache._valid(deps):
+        cache.none[key] = (icache.gen, deps)
+        return True
+    return False
+
+
+def _addr(a: np.ndarray) -> int:
+    """The address of a C-contiguous array's first byte (through ctypes' buffer protocol: a fraction of the cost
+    of ndarray.ctypes.data, which a read-only array still takes)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
+class Tables:
+    """Translated-range tables (read, write: RANGES rows of lo, hi, host - lo) and their fill. Each entry is a run
+    of the memory model's TLB, so the tables serve every batch of a shader core until that TLB is replaced (an
+    MMU replaces it whole on every invalidate): as hardware keeps translations until the driver invalidates."""
+
+    def __init__(self, tlb):
+        self.tlb = tlb
+        self.rtab = np.zeros(3 * RANGES, np.int64)
+        self.wtab = np.zeros(3 * RANGES, np.int64)
+        self.count = {"rcount": 0, "wcount": 0}
+
+
+def _tables(batch, mem) -> Tables:
+    """The core's tables for the memory's current TLB (fresh ones for a memory without a TLB)."""
+    tlb = getattr(mem, "_tlb", None)
+    if tlb is None:
+        return Tables(None)
+    t = getattr(batch.core, "_jit_tables", None)
+    if t is None or t.tlb is not tlb:
+        t = Tables(tlb)
+        batch.core._jit_tables = t
+    return t
 
 
 class Context:
@@ -283,17 +352,18 @@ class Context:
         w = batch.w
         self.w, self.mem = w, w.mem
         self.ctx = np.zeros(CTX_SLOTS, np.int64)
-        self.rtab = np.zeros(3 * RANGES, np.int64)
-        self.wtab = np.zeros(3 * RANGES, np.int64)
+        t = self.tables = _tables(batch, w.mem)
         self.all = np.arange(w.n, dtype=np.int64)
         c = self.ctx
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
-                          ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", self.rtab), ("wtab", self.wtab)):
+                          ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", t.rtab), ("wtab", t.wtab)):
             assert arr.flags.c_contiguous
-            c[CTX[name]] = arr.ctypes.data
+            c[CTX[name]] = _addr(arr)
         c[CTX["n"]] = w.n
         c[CTX["lds_size"]] = w.lds_size
+        c[CTX["rcount"]], c[CTX["wcount"]] = t.count["rcount"], t.count["wcount"]
         self.span = getattr(self.mem, "jit_span", None)
+        self.ptr, self.all_ptr = _addr(c), _addr(self.all)     # what every call passes
 
     def resolve(self) -> bool:
         """Add the range of the last miss to its table; False when the memory model would fault there."""
@@ -305,14 +375,16 @@ class Context:
         if sp is None:
             return False
         lo, hi, host = sp
-        tab, slot = (self.wtab, "wcount") if write else (self.rtab, "rcount")
-        n = int(c[CTX[slot]])
+        t = self.tables
+        tab, slot = (t.wtab, "wcount") if write else (t.rtab, "rcount")
+        # (another batch of the core may have filled the table further: every entry is valid, so either count is)
+        n = max(int(c[CTX[slot]]), t.count[slot])
         if n >= RANGES:                 # full: start again (the ranges in use come back on their next miss)
             n = 0
         tab[3 * n:3 * n + 3] = (np.int64(lo - (1 << 64) if lo >= 1 << 63 else lo),
                                 np.int64(hi - (1 << 64) if hi >= 1 << 63 else hi),
                                 np.int64(((host - lo + (1 << 63)) % (1 << 64)) - (1 << 63)))
-        c[CTX[slot]] = n + 1
+        c[CTX[slot]] = t.count[slot] = n + 1
         return True
 
 
@@ -326,12 +398,15 @@ PARALLEL_MIN = 1 << 14   # wave-instructions in a call before it is split across
 _workers = None
 
 
+CPUS = os.cpu_count() or 1
+
+
 def threads() -> int:
     """AMDQ_SIM_JIT_THREADS: host threads compiled blocks may run on (default: up to 2, the CPUs there are)."""
     v = os.environ.get("AMDQ_SIM_JIT_THREADS", "").strip()
     if v.isdigit() and int(v) > 0:
         return int(v)
-    return max(1, min(2, os.cpu_count() or 1))
+    return max(1, min(2, CPUS))
 
 
 def _pool(n: int):
@@ -346,8 +421,10 @@ def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end
     """Run the call on several threads when that cannot change anything: a block with no global memory access
     (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
     boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
+    if tile == 0 or k * (end - i) < PARALLEL_MIN or "gload" in blk.kinds or "gstore" in blk.kinds:
+        return False
     nt = threads()
-    if nt < 2 or tile == 0 or "gload" in blk.kinds or "gstore" in blk.kinds or k * (end - i) < PARALLEL_MIN:
+    if nt < 2:
         return False
     per = -(-k // nt)
     per = -(-per // tile) * tile
@@ -383,67 +460,79 @@ def _tile(batch, blk: Block, sel) -> int:
     return max(wpg, TILE_WAVES // wpg * wpg)
 
 
+_BASE_PC, _TILE, _TILE_FROM, _START0, _MISS_TILE = (CTX[k] for k in ("base_pc", "tile", "tile_from", "start0",
+                                                                       "miss_tile"))
+
+
 def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     """Run the compiled block at pc for the waves sel (see the module docstring); None: not here. Else
     (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions executed)."""
-    w = batch.w
-    wave64 = batch.lanes == 64
-    hit = lookup(icache, pc, wave64)
+    hit = lookup(icache, pc, batch.lanes == 64)
     if hit is None:
         return None
     region, blk, i = hit
+    w = batch.w
     if blk.max_vgpr > w.v.shape[0] or (blk.floats and not _mode_ok(w, sel)):
         return None
     n = len(blk.insts)
-    end = n
-    if limit is not None:
-        end = i
-        while end < n and blk.pcs[end] < limit:
-            end += 1
-        if end == i:
-            return None
-    ctx = getattr(batch, "_jit_ctx", None)
+    end = n if limit is None else bisect.bisect_left(blk.pcs, limit, i)   # (the block's PCs ascend)
+    if end == i:
+        return None
+    ctx = batch._jit_ctx
     if ctx is None:
         ctx = batch._jit_ctx = Context(batch)
     c = ctx.ctx
-    c[CTX["base_pc"]] = region.root
     tile = _tile(batch, blk, sel)
-    c[CTX["tile"]], c[CTX["tile_from"]], c[CTX["start0"]] = tile, 0, i
-    waves = ctx.all if isinstance(sel, slice) else np.ascontiguousarray(sel, np.int64)
+    c[_BASE_PC], c[_TILE], c[_TILE_FROM], c[_START0] = region.root, tile, 0, i
+    every = isinstance(sel, slice)
+    waves = ctx.all if every else np.ascontiguousarray(sel, np.int64)
+    wptr = ctx.all_ptr if every else waves.ctypes.data
     fn = region.fns[blk.pc]
     start = i
-    stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
     par = _parallel(batch, ctx, blk, fn, waves, k, i, end, tile)
+    calls = misses = 0
     while True:
         if par is not False:
             r, par = par, False
         else:
-            r = fn(c.ctypes.data, waves.ctypes.data, k, start, end)
-        counts["calls"] += 1
+            r = fn(ctx.ptr, wptr, k, start, end)
+        calls += 1
         if r < 0:
             break
-        counts["misses"] += 1
-        tb = int(c[CTX["miss_tile"]])
+        misses += 1
         if ctx.resolve():
-            c[CTX["tile_from"]] = tb
+            c[_TILE_FROM] = c[_MISS_TILE]
             start = r
             continue
-        # the memory model would fault (or split the access): the interpreter runs instruction r. Waves of earlier
-        # tiles finished the block, this tile's waves stopped before r, later tiles did not start.
-        counts["fallbacks"] += 1
-        if tb == 0 and r == i:
-            return None
-        t_end = min(k, tb + (tile or k))
-        done = tb * (end - i) + (t_end - tb) * (r - i)
-        counts["wave_instructions"] += done
-        if tile == 0 or tb == 0 and t_end >= k:
-            return r - i, blk.pcs[r] - pc, False, done
-        idx = waves if not isinstance(sel, slice) else ctx.all
-        if blk.kinds[end - 1] != "branch" or end < n:
-            w.pc[idx[:tb]] = stop
-        w.pc[idx[tb:t_end]] = blk.pcs[r]
-        return end - i, 0, True, done
-    counts["wave_instructions"] += (end - i) * k
+        counts["calls"] += calls
+        counts["misses"] += misses
+        return _fallback(batch, ctx, blk, sel, waves, pc, k, i, end, r, tile)
+    counts["calls"] += calls
+    counts["misses"] += misses
+    done = (end - i) * k
+    counts["wave_instructions"] += done
     if r == -2:
-        return end - i, 0, True, (end - i) * k
-    return end - i, stop - pc, False, (end - i) * k
+        return end - i, 0, True, done
+    return end - i, (blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size) - pc, False, done
+
+
+def _fallback(batch, ctx, blk: Block, sel, waves, pc: int, k: int, i: int, end: int, r: int, tile: int):
+    """The memory model would fault (or split the access) at instruction r: the interpreter runs it. Waves of
+    earlier tiles finished the block, this tile's waves stopped before r, later tiles did not start."""
+    counts["fallbacks"] += 1
+    tb = int(ctx.ctx[_MISS_TILE])
+    if tb == 0 and r == i:
+        return None
+    t_end = min(k, tb + (tile or k))
+    done = tb * (end - i) + (t_end - tb) * (r - i)
+    counts["wave_instructions"] += done
+    if tile == 0 or tb == 0 and t_end >= k:
+        return r - i, blk.pcs[r] - pc, False, done
+    n = len(blk.insts)
+    stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
+    idx = waves if not isinstance(sel, slice) else ctx.all
+    w = batch.w
+    if blk.kinds[end - 1] != "branch" or end < n:
+        w.pc[idx[:tb]] = stop
+    w.pc[idx[tb:t_end]] = blk.pcs[r]
+    return end - i, 0, True, done
