@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
-from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn
+from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 7          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 8          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -246,23 +246,33 @@ class ModuleGen:
         f.label(done)
 
     def _alu_phase(self, f: Fn, b: Block, idx: list[int]) -> None:
+        """Wave by wave: the SALU instructions one by one, each maximal stretch of VALU ones between them as runs
+        (ir.fuse), each run one chunk loop."""
         def body(em: "_WaveEmitter"):
+            valu: list[tuple[int, Inst]] = []
+
+            def flush():
+                for run in fuse(valu, f.L):
+                    em.valu_run(run)
+                valu.clear()
             for i in idx:
                 inst, k = b.insts[i], b.kinds[i]
                 if k != "alu":
                     continue
+                if not inst.enc.startswith("SOP"):
+                    valu.append((i, inst))
+                    continue
+                flush()
                 c1 = f.op(f"icmp sle i32 %start, {i}")
                 c2 = f.op(f"icmp sgt i32 %end, {i}")
                 go = f.op(f"and i1 {c1}, {c2}")
                 yes, no = f.t("x"), f.t("y")
                 f.e(f"br i1 {go}, label {yes}, label {no}")
                 f.label(yes)
-                if inst.enc.startswith("SOP"):
-                    em.salu(inst)
-                else:
-                    em.valu(inst)
+                em.salu(inst)
                 f.e(f"br label {no}")
                 f.label(no)
+            flush()
             if em.writes_exec:
                 em.refresh_exec()
         self._wave_loop(f, body)

@@ -256,6 +256,73 @@ def _fast_carry(inst: Inst, cin: bool) -> bool:
     return is_plain(inst, 3 if cin else 2) and inst.dst[1].kind == "s"
 
 
+def mask_dsts(inst: Inst) -> tuple[int, ...]:
+    """The SGPR (pair) a VALU instruction may write a lane mask to (a superset: a run keeps it either way)."""
+    k = inst.key
+    if k in CARRY or k == "v_mad_u64_u32":
+        r = inst.dst[1].reg
+    elif k.startswith("v_cmp"):
+        r = inst.dst[0].reg
+    else:
+        return ()
+    return () if r == NULL else (r,)
+
+
+def _vgprs(inst: Inst) -> tuple[set[int], set[int]]:
+    """(VGPRs a VALU instruction reads, VGPRs it writes)."""
+    rd = {s.reg + j for s in inst.src if s.kind == "v" for j in range(max(1, s.n))}
+    d = inst.dst[0]
+    wr = {d.reg + j for j in range(max(1, d.n))} if d.kind == "v" else set()
+    if inst.key == "v_fmac_f32":
+        rd |= wr
+    return rd, wr
+
+
+def _lane_srcs(inst: Inst) -> tuple[int, ...]:
+    """Sources read as lane masks (the rest of the SGPR sources are scalars)."""
+    return (2,) if inst.key == "v_cndmask_b32" or (inst.key in CARRY and CARRY[inst.key][2]) else ()
+
+
+def fuse(items: list[tuple[int, Inst]], lanes: int) -> list[list[tuple[int, Inst]]]:
+    """Consecutive VALU instructions split into runs one chunk loop can execute: a run ends before an instruction
+    reading as a scalar (or as VCCZ/EXECZ) an SGPR a lane mask of the run was written to, or reading/writing a lane
+    mask that overlaps one of the run's without being the same SGPR (pair)."""
+    nm = 2 if lanes == 64 else 1
+
+    def span(r: int) -> set[int]:
+        return {r + t for t in range(nm)}
+    out: list[list[tuple[int, Inst]]] = []
+    cur: list[tuple[int, Inst]] = []
+    W: set[int] = set()
+    K = {EXEC}
+    for i, inst in items:
+        scal, lane = set(), []
+        ls = _lane_srcs(inst)
+        for j, s in enumerate(inst.src):
+            if s.kind == "s" and s.reg != NULL:
+                if j in ls:
+                    lane.append(s.reg)
+                else:
+                    scal |= {s.reg + t for t in range(max(1, s.n))}
+            elif s.kind == "x" and s.reg == EXECZ_SRC:
+                scal |= {EXEC, EXEC + 1}
+            elif s.kind == "x" and s.reg == VCCZ_SRC:
+                scal |= {VCC, VCC + 1}
+        kspan = set().union(*(span(k) for k in K))
+        ok = not scal & W and all(r in K or not span(r) & W for r in lane) and \
+            all(r in K or not span(r) & kspan for r in mask_dsts(inst))
+        if not ok and cur:
+            out.append(cur)
+            cur, W, K = [], set(), {EXEC}
+        cur.append((i, inst))
+        for r in mask_dsts(inst):
+            K.add(r)
+            W |= span(r)
+    if cur:
+        out.append(cur)
+    return out
+
+
 # ---------------------------------------------------------------- the emitter
 
 class Fn:
@@ -310,9 +377,11 @@ class Emitter:
         self.f = f
         self.inst_pc = inst_pc     # pc -> offset from the region's root (for branch targets)
         self.writes_exec = False
-        self.c = None              # the chunk index (i64) inside a VALU instruction's chunk loop
-        self.pending: dict[int, str] = {}     # SGPR -> accumulator of the lane mask being written
-        self._init_at = 0
+        self.c = None              # the chunk index (i64) inside a VALU run's chunk loop
+        self.regs: dict[int, str] | None = None    # inside a run: VGPR -> alloca of its chunk
+        self.masks: dict[int, str] | None = None   # inside a run: SGPR (pair) -> alloca of its lane mask's chunk
+        self.pre: list[str] | None = None          # inside a run: lines hoisted before the chunk loop
+        self.scache: dict = {}
 
     # -- addresses
     def vrow(self, r: int) -> str:
@@ -332,6 +401,16 @@ class Emitter:
         f = self.f
         if op.kind == "c":
             return str(op.value & 0xFFFFFFFF)
+        if self.pre is not None:           # inside a run: scalars are loop-invariant (fuse() checks), read once before it
+            key = (op.kind, op.reg)
+            if key not in self.scache:
+                body, f.lines, pre = f.lines, self.pre, self.pre
+                self.pre = None
+                try:
+                    self.scache[key] = self.sget(op)
+                finally:
+                    f.lines, self.pre = body, pre
+            return self.scache[key]
         if op.kind == "x":
             if op.reg == SCC_SRC:
                 p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
@@ -412,28 +491,20 @@ class Emitter:
         return f.op(f"icmp ne {f.VT} {a}, zeroinitializer")
 
     def mask_put(self, r: int, m: str) -> None:
-        """Accumulate the chunk's lanes of a lane mask for SGPR (pair) r; written after the chunk loop."""
-        f = self.f
-        acc = self.pending.get(r)
-        if acc is None:
-            acc = self.pending[r] = f.alloca(f.IT)
-            f.lines.insert(self._init_at, f"  store {f.IT} 0, ptr {acc}")
-        b8 = f.op(f"bitcast {f.MT} {m} to i8")
-        z = f.op(f"zext i8 {b8} to {f.IT}")
-        sh = f.op(f"shl {f.IT} {f.op(f'trunc i64 {self.c} to {f.IT}') if f.L == 32 else self.c}, 3")
-        z = f.op(f"shl {f.IT} {z}, {sh}")
-        old = f.op(f"load {f.IT}, ptr {acc}")
-        f.e(f"store {f.IT} {f.op(f'or {f.IT} {old}, {z}')}, ptr {acc}")
+        """Inside a run: the chunk's lanes of the lane mask of SGPR (pair) r (written to the SGPR after the run)."""
+        self.f.e(f"store {self.f.MT} {m}, ptr {self.masks[r]}")
 
-    def _flush_masks(self) -> None:
-        f = self.f
-        for r, acc in self.pending.items():
-            bits = f.op(f"load {f.IT}, ptr {acc}")
-            if f.L == 32:
-                self.sput(r, bits)
-            else:
-                self.sput64(r, bits)
-        self.pending = {}
+    def exec_vec(self) -> str:
+        """The current chunk's EXEC lanes (<W x i1>)."""
+        if self.masks is not None:
+            return self.f.op(f"load {self.f.MT}, ptr {self.masks[EXEC]}")
+        return self.exec_vec()
+
+    def lane_mask(self, op: Operand) -> str:
+        """The current chunk's lanes of a lane-mask operand (<W x i1>): a mask written earlier in the run directly."""
+        if self.masks is not None and op.kind == "s" and op.reg in self.masks:
+            return self.f.op(f"load {self.f.MT}, ptr {self.masks[op.reg]}")
+        return self.mask_vec(self.mask_bits(op))
 
     def chunk_ptr(self, r: int) -> str:
         f = self.f
@@ -444,6 +515,8 @@ class Emitter:
     def vget(self, op: Operand) -> str:
         f = self.f
         if op.kind == "v":
+            if self.regs is not None:
+                return f.op(f"load {f.VT}, ptr {self.regs[op.reg]}")
             return f.op(f"load {f.VT}, ptr {self.chunk_ptr(op.reg)}, align 4")
         return f.splat(self.sget(op))
 
@@ -470,11 +543,10 @@ class Emitter:
     def vput(self, r: int, val: str) -> None:
         """EXEC-masked write of VGPR r."""
         f = self.f
-        p = self.chunk_ptr(r)
-        old = f.op(f"load {f.VT}, ptr {p}, align 4")
-        m = self.mask_vec(self.exec_bits())
-        new = f.op(f"select {f.MT} {m}, {f.VT} {val}, {f.VT} {old}")
-        f.e(f"store {f.VT} {new}, ptr {p}, align 4")
+        p = self.regs[r]
+        old = f.op(f"load {f.VT}, ptr {p}")
+        new = f.op(f"select {f.MT} {self.exec_vec()}, {f.VT} {val}, {f.VT} {old}")
+        f.e(f"store {f.VT} {new}, ptr {p}")
 
     def vput64(self, r: int, val: str) -> None:
         f = self.f
@@ -609,28 +681,76 @@ class Emitter:
         return ty
 
     # ---------------------------------------------------------------- VALU
-    def valu(self, inst: Inst) -> None:
-        """One VALU instruction: a loop over the wave's chunks of W lanes; lane masks it writes are stored after."""
+    def valu_run(self, run: list[tuple[int, Inst]]) -> None:
+        """A run of VALU instructions (fuse() made it; (index in the block, instruction) each) as one loop over the
+        wave's chunks of W lanes: per chunk every VGPR it touches is loaded once, the instructions work on allocas
+        (SSA values once promoted), the VGPRs written are stored back once; EXEC and the lane masks written are
+        <W x i1> chunks the later instructions read, written to their SGPRs after the loop. Each instruction keeps
+        its own start/end guard (loop-invariant)."""
         f = self.f
-        pre, head, done = f.t("cp"), f.t("ch"), f.t("cd")
-        self._init_at = len(f.lines)
+        nm = 2 if f.L == 64 else 1
+        touched, written = set(), set()
+        for _, inst in run:
+            rd, wr = _vgprs(inst)
+            touched |= rd | wr
+            written |= wr
+        wkeys = sorted({r for _, inst in run for r in mask_dsts(inst)})
+        mkeys = sorted({EXEC, *wkeys})
+        pre, head, tail, done = f.t("rp"), f.t("rh"), f.t("rt"), f.t("rd")
         f.e(f"br label {pre}")
         f.label(pre)
+        at = len(f.lines)
+        self.pre, self.scache = [], {}
+        go = []
+        for i, _ in run:
+            c1, c2 = f.op(f"icmp sle i32 %start, {i}"), f.op(f"icmp sgt i32 %end, {i}")
+            go.append(f.op(f"and i1 {c1}, {c2}"))
+        bits0 = {r: self.mask_bits(Operand("s", r, nm)) for r in mkeys}
+        rows = {r: self.vrow(r) for r in sorted(touched)}
+        self.regs = {r: f.alloca(f.VT) for r in rows}
+        self.masks = {r: f.alloca(f.MT) for r in mkeys}
+        acc = {r: f.alloca(f.IT) for r in wkeys}
+        for r in wkeys:
+            f.e(f"store {f.IT} 0, ptr {acc[r]}")
         f.e(f"br label {head}")
         f.label(head)
         c, c1 = f.t("c"), f.t("c")
-        tail = f.t("ct")
         f.e(f"{c} = phi i64 [0, {pre}], [{c1}, {tail}]")
         self.c = c
-        self._valu(inst)
+        off = f.op(f"shl i64 {c}, 3")
+        ptr = {r: f.op(f"getelementptr i32, ptr {row}, i64 {off}") for r, row in rows.items()}
+        for r, p in ptr.items():
+            f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 4')}, ptr {self.regs[r]}")
+        for r in mkeys:
+            f.e(f"store {f.MT} {self.mask_vec(bits0[r])}, ptr {self.masks[r]}")
+        for g, (_, inst) in zip(go, run):
+            yes, no = f.t("x"), f.t("y")
+            f.e(f"br i1 {g}, label {yes}, label {no}")
+            f.label(yes)
+            self._valu(inst)
+            f.e(f"br label {no}")
+            f.label(no)
         f.e(f"br label {tail}")
         f.label(tail)
+        for r in sorted(written):
+            f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {self.regs[r]}')}, ptr {ptr[r]}, align 4")
+        sh = f.op(f"trunc i64 {off} to {f.IT}") if f.L == 32 else off
+        for r in wkeys:
+            m = f.op(f"load {f.MT}, ptr {self.masks[r]}")
+            z = f.op(f"zext i8 {f.op(f'bitcast {f.MT} {m} to i8')} to {f.IT}")
+            z = f.op(f"shl {f.IT} {z}, {sh}")
+            old = f.op(f"load {f.IT}, ptr {acc[r]}")
+            f.e(f"store {f.IT} {f.op(f'or {f.IT} {old}, {z}')}, ptr {acc[r]}")
         f.e(f"{c1} = add i64 {c}, 1")
         more = f.op(f"icmp ult i64 {c1}, {f.NC}")
         f.e(f"br i1 {more}, label {head}, label {done}")
         f.label(done)
-        self.c = None
-        self._flush_masks()
+        f.lines[at:at] = self.pre
+        self.c = self.regs = self.masks = self.pre = None
+        self.scache = {}
+        for r in wkeys:
+            bits = f.op(f"load {f.IT}, ptr {acc[r]}")
+            (self.sput if f.L == 32 else self.sput64)(r, bits)
 
     def _valu(self, inst: Inst) -> None:
         f, k = self.f, inst.key
@@ -729,7 +849,7 @@ class Emitter:
             return
         if k == "v_cndmask_b32":
             a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
-            m = self.mask_vec(self.mask_bits(inst.src[2]))
+            m = self.lane_mask(inst.src[2])
             self.vput(d.reg, f.op(f"select {f.MT} {m}, {VT} {b}, {VT} {a}"))
             return
         if k in CARRY:
@@ -741,14 +861,14 @@ class Emitter:
             a64, b64 = f.op(f"zext {VT} {a} to {V64}"), f.op(f"zext {VT} {b} to {V64}")
             r = f.op(f"{'add' if add else 'sub'} {V64} {a64}, {b64}")
             if cin:
-                ci = self.mask_vec(self.mask_bits(inst.src[2]))
+                ci = self.lane_mask(inst.src[2])
                 ci64 = f.op(f"zext {f.MT} {ci} to {V64}")
                 r = f.op(f"{'add' if add else 'sub'} {V64} {r}, {ci64}")
             s32 = f.splat("32", "i64")
             hi = f.op(f"lshr {V64} {r}, {s32}")
             out = f.op(f"icmp ne {V64} {hi}, zeroinitializer")
             if not (inst.dead_sdst and _fast_carry(inst, cin)) and inst.dst[1].reg != NULL:
-                em = self.mask_vec(self.exec_bits())
+                em = self.exec_vec()
                 carry = f.op(f"and {f.MT} {out}, {em}")
             else:
                 carry = None
@@ -766,7 +886,7 @@ class Emitter:
             carry = None
             if inst.dst[1].reg != NULL:      # the interpreter writes it even when nothing reads it
                 ov = f.op(f"icmp ult {V64} {r}, {c}")
-                carry = f.op(f"and {f.MT} {ov}, {self.mask_vec(self.exec_bits())}")
+                carry = f.op(f"and {f.MT} {ov}, {self.exec_vec()}")
             self.vput64(d.reg, r)
             if carry is not None:
                 self.mask_put(inst.dst[1].reg, carry)
@@ -792,7 +912,7 @@ class Emitter:
                 if pred not in ("eq", "ne"):
                     pred = ("s" if typ == "i32" else "u") + pred
                 m = f.op(f"icmp {pred} {VT} {a}, {b}")
-            m = f.op(f"and {f.MT} {m}, {self.mask_vec(self.exec_bits())}")
+            m = f.op(f"and {f.MT} {m}, {self.exec_vec()}")
             if d.reg != NULL:
                 self.mask_put(d.reg, m)
             return
