@@ -11,6 +11,7 @@ from ....hw.isa.decode import Inst, Operand
 from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
+DEBUG = 0
 VERSION = 8          # bump when the generated code changes meaning (part of every cache key)
 
 
@@ -188,6 +189,7 @@ class ModuleGen:
                 phases.append((k, [i]))
         nxt = f.t("ph")
         f.e(f"br label {nxt}")
+        phases = [(kind, idx) for kind, idx in phases if kind != "alu" or any(b.kinds[i] == "alu" for i in idx)]
         for kind, idx in phases:
             f.label(nxt)
             nxt = f.t("ph")
@@ -457,41 +459,117 @@ class ModuleGen:
                         self._lds_write(f, ao, 4 * j, wbase, v)
             em.lane_loop(lane)
             return
-        V64 = f"<{f.W} x i64>"
-        M32 = f.splat(str(0xFFFFFFFF), "i64")
-        lim = f.splat("%lds_size", "i64")
-        wbv = f.splat(wbase, "i64")
-        ldsv = f.splat(f.op("ptrtoint ptr %ldsp to i64"), "i64")
+        VT = f.VT
+        lds = f.op(f"getelementptr i8, ptr %ldsp, i64 {wbase}")      # the wave's workgroup's LDS
+        lims: dict[int, str] = {}
+
+        def lim(extra: int) -> str:
+            """Lanes whose (32-bit) address a is below this have a + extra + 4 <= the LDS size (no 32-bit wrap)."""
+            if extra not in lims:
+                x = f.op(f"sub i64 %lds_size, {3 + extra}")
+                x = f.op(f"select i1 {f.op(f'icmp slt i64 {x}, 0')}, i64 0, i64 {x}")
+                lims[extra] = f.splat(f.op(f"trunc i64 {x} to i32"))
+            return lims[extra]
+        for extra in sorted({4 * j for j in range(nw)}):
+            lim(extra)
+
+        def add(v: str, c: int) -> str:
+            return f.op(f"add {VT} {v}, {f.splat(str(c))}") if c else v
 
         def body():
             m = em.mask_vec(e)
-            a = f.op(f"zext {f.VT} {em.vget(inst.addr)} to {V64}")
-            if base_off:
-                a = f.op(f"and {V64} {self._vadd(f, a, base_off)}, {M32}")
-
-            def ptrs_of(aj):
-                inr = f.op(f"icmp ule {V64} {self._vadd(f, aj, 4)}, {lim}")
-                mm = f.op(f"and {f.MT} {m}, {inr}")
-                off = f.op(f"add {V64} {aj}, {wbv}")
-                return f.op(f"add {V64} {off}, {ldsv}"), mm
+            a = add(em.vget(inst.addr), base_off)          # 32-bit wrap, as the interpreter's & 0xFFFFFFFF
             if load:
                 vals = []
                 for o in offs:
-                    ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
+                    ao = add(a, o)
                     for j in range(nw):
-                        ptrs, mm = ptrs_of(self._vadd(f, ao, 4 * j) if j else ao)
-                        vals.append(self._gather(f, ptrs, mm, "zeroinitializer"))
+                        mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(4 * j)}')}")
+                        vals.append(self._gather32(f, lds, add(ao, 4 * j), mm))
+                full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {m} to i8')}, -1")
+                yes, no, join = f.t("df"), f.t("dp"), f.t("dj")
+                f.e(f"br i1 {full}, label {yes}, label {no}")
+                f.label(yes)                        # every lane active: plain stores (a masked store is slow on Zen)
+                for j, v in enumerate(vals):
+                    f.e(f"store {f.VT} {v}, ptr {em.chunk_ptr(inst.dst[0].reg + j)}, align 4")
+                f.e(f"br label {join}")
+                f.label(no)
                 for j, v in enumerate(vals):
                     p = em.chunk_ptr(inst.dst[0].reg + j)
                     old = f.op(f"load {f.VT}, ptr {p}, align 4")
                     f.e(f"store {f.VT} {f.op(f'select {f.MT} {m}, {f.VT} {v}, {f.VT} {old}')}, ptr {p}, align 4")
+                f.e(f"br label {join}")
+                f.label(join)
             else:
                 for o, r in sel:
-                    ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
-                    ptrs, mm = ptrs_of(ao)
-                    v = em.vget(Operand("v", r))
-                    self._scatter(f, v, ptrs, mm)
+                    ao = add(a, o)
+                    mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(0)}')}")
+                    self._scatter32(f, em.vget(Operand("v", r)), lds, ao, mm)
         em.chunk_loop(body)
+
+    def _ramp32(self, f: Fn, offs: str, ok: str, step: int) -> tuple[str, str]:
+        """(lane 0's offset, whether every lane is ok and lane j's offset is lane 0's + step * j), on i32 offsets."""
+        a0 = f.op(f"extractelement {f.VT} {offs}, i64 0")
+        ramp = "<" + ", ".join(f"i32 {step * j}" for j in range(f.W)) + ">"
+        want = f.op(f"add {f.VT} {f.splat(a0)}, {ramp}") if step else f.splat(a0)
+        same = f.op(f"icmp eq {f.VT} {offs}, {want}")
+        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to i8")
+        return a0, f.op(f"icmp eq i8 {both}, -1")
+
+    def _gather32(self, f: Fn, base: str, offs: str, ok: str) -> str:
+        """Dwords at base + the lanes' i32 byte offsets where ok is set, 0 elsewhere (as _gather)."""
+        a0, contig = self._ramp32(f, offs, ok, 4)
+        _, bcast = self._ramp32(f, offs, ok, 0)
+        p0 = f.op(f"getelementptr i8, ptr {base}, i32 {a0}")
+        pre, vec, one, sc, join = f.t("gp"), f.t("gv"), f.t("go"), f.t("gs"), f.t("gj")
+        f.e(f"br label {pre}")
+        f.label(pre)
+        f.e(f"br i1 {contig}, label {vec}, label {one}")
+        f.label(vec)
+        v1 = f.op(f"load {f.VT}, ptr {p0}, align 1")
+        f.e(f"br label {join}")
+        f.label(one)
+        one_end = f.t("ge")
+        f.e(f"br i1 {bcast}, label {one_end}, label {sc}")
+        f.label(one_end)
+        v2 = f.splat(f.op(f"load i32, ptr {p0}, align 1"))
+        f.e(f"br label {join}")
+        f.label(sc)
+        if DEBUG:
+            dp = f.op("getelementptr i64, ptr %ctx, i64 21")
+            dv = f.op(f"load i64, ptr {dp}")
+            f.e(f"store i64 {f.op(f'add i64 {dv}, 1')}, ptr {dp}")
+        vec3 = "poison"
+        for j in range(f.W):
+            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
+            pj = f.op(f"getelementptr i8, ptr {base}, i32 {f.op(f'extractelement {f.VT} {offs}, i64 {j}')}")
+            pj = f.op(f"select i1 {o}, ptr {pj}, ptr %ctx")     # a lane not ok reads the context block (dropped)
+            vec3 = f.op(f"insertelement {f.VT} {vec3}, i32 {f.op(f'load i32, ptr {pj}, align 1')}, i64 {j}")
+        v3 = f.op(f"select {f.MT} {ok}, {f.VT} {vec3}, {f.VT} zeroinitializer")
+        sc_end = f.t("gz")
+        f.e(f"br label {sc_end}")
+        f.label(sc_end)
+        f.e(f"br label {join}")
+        f.label(join)
+        return f.op(f"phi {f.VT} [{v1}, {vec}], [{v2}, {one_end}], [{v3}, {sc_end}]")
+
+    def _scatter32(self, f: Fn, vals: str, base: str, offs: str, ok: str) -> None:
+        """Store the lanes where ok is set at base + their i32 byte offsets, in lane order (as _scatter)."""
+        a0, contig = self._ramp32(f, offs, ok, 4)
+        vec, sc, join = f.t("sv"), f.t("ss"), f.t("sj")
+        f.e(f"br i1 {contig}, label {vec}, label {sc}")
+        f.label(vec)
+        f.e(f"store {f.VT} {vals}, ptr {f.op(f'getelementptr i8, ptr {base}, i32 {a0}')}, align 1")
+        f.e(f"br label {join}")
+        f.label(sc)
+        spare = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX_SPARE}")
+        for j in range(f.W):
+            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
+            pj = f.op(f"getelementptr i8, ptr {base}, i32 {f.op(f'extractelement {f.VT} {offs}, i64 {j}')}")
+            pj = f.op(f"select i1 {o}, ptr {pj}, ptr {spare}")
+            f.e(f"store i32 {f.op(f'extractelement {f.VT} {vals}, i64 {j}')}, ptr {pj}, align 1")
+        f.e(f"br label {join}")
+        f.label(join)
 
     def _ramp(self, f: Fn, addrs: str, ok: str, step: int) -> tuple[str, str]:
         """(first address, whether every lane is ok and lane j's address is the first + step * j)."""
