@@ -12,7 +12,7 @@ from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, 
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
 DEBUG = 0
-VERSION = 8          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 9          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -45,8 +45,13 @@ def _vregs(inst: Inst) -> int:
             top = max(top, o.reg + max(o.n, 1))
     if inst.key == "v_fmac_f32":
         top = max(top, inst.dst[0].reg + 1)
-    if inst.key.startswith(("global_store", "ds_store")):
-        top = max(top, top + 4)          # data registers past the operand's n (conservative)
+    k = inst.key
+    if k.startswith("global_store_") and isinstance(inst.data, Operand):      # the data registers the store reads
+        top = max(top, inst.data.reg + GWIDTH[k[13:]])
+    elif k in DS_STORE:
+        top = max(top, inst.data[0].reg + DS_STORE[k])
+    elif k in DS_2 and "store" in k:
+        top = max(top, *(d.reg + (2 if k.endswith("b64") else 1) for d in inst.data[:2]))
     return top
 
 

@@ -140,9 +140,6 @@ def _discover(icache, root: int, wave64: bool, covered: dict) -> list[Block]:
                 if inst.key != "s_branch":
                     work.append(p)
                 break
-            if k == "wait":
-                work.append(p)
-                break
         if insts and any(k in ("alu", "gload", "gstore", "ds", "branch") for k in kinds):
             blocks.append(finish(Block(pc, insts, kinds)))
             for i in insts:
