@@ -12,7 +12,7 @@ from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, 
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
 DEBUG = 0
-VERSION = 9          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 10          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -397,6 +397,8 @@ class ModuleGen:
                 def body():
                     m = em.mask_vec(e)
                     a = chunk_addr(em)
+                    if words == 1:
+                        a = self._global_run(em, inst, f, a, m, hint_at, access, write)
                     ae = f.op(f"add {V64} {a}, {f.splat(str(nbytes), 'i64')}")
                     c1 = f.op(f"icmp uge {V64} {a}, {f.splat(hint_at(0), 'i64')}")
                     c2 = f.op(f"icmp ule {V64} {ae}, {f.splat(hint_at(1), 'i64')}")
@@ -427,10 +429,41 @@ class ModuleGen:
                     em.chunk_lanes(e, lambda l: (lane_access if access else lane_check)(em, l))
                     f.e(f"br label {join}")
                     f.label(join)
+                    if words == 1:
+                        f.e(f"br label {self._after_fast}")
+                        f.label(self._after_fast)
                 em.chunk_loop(body)
             return wave
         self._wave_loop(f, phase(False))
         self._wave_loop(f, phase(True))
+
+    def _global_run(self, em, inst: Inst, f: Fn, a: str, m: str, hint_at, access: bool, write: bool) -> str:
+        """The common chunk first: every lane active on consecutive dwords inside the last-hit range (one scalar
+        range check) is one vector access, or nothing to do in the checking pass; returns a for the general code
+        after it, which the fast case branches around."""
+        a0 = f.op(f"extractelement <{f.W} x i64> {a}, i64 0")
+        ramp = "<" + ", ".join(f"i64 {4 * j}" for j in range(f.W)) + ">"
+        want = f.op(f"add <{f.W} x i64> {f.splat(a0, 'i64')}, {ramp}")
+        same = f.op(f"and {f.MT} {f.op(f'icmp eq <{f.W} x i64> {a}, {want}')}, {m}")
+        full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {same} to i8')}, -1")
+        lo, hi = hint_at(0), hint_at(1)
+        span = f.op(f"sub i64 {hi}, {lo}")
+        big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo}, {hi}')}, {f.op(f'icmp uge i64 {span}, {4 * f.W}')}")
+        inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo}')}, {f.op(f'sub i64 {span}, {4 * f.W}')}")
+        fast = f.op(f"and i1 {full}, {f.op(f'and i1 {big}, {inr}')}")
+        yes, no, join = f.t("qf"), f.t("qs"), f.t("qj")
+        f.e(f"br i1 {fast}, label {yes}, label {no}")
+        f.label(yes)
+        if access:
+            p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
+            if write:
+                f.e(f"store {f.VT} {em.vget(inst.data)}, ptr {p}, align 1")
+            else:
+                f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 1')}, ptr {em.chunk_ptr(inst.dst[0].reg)}, align 4")
+        f.e(f"br label {join}")
+        f.label(no)
+        self._after_fast = join
+        return a
 
     # ---------------------------------------------------------------- LDS
     def _ds(self, em: "_WaveEmitter", inst: Inst, part: int) -> None:
