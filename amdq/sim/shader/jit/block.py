@@ -12,7 +12,7 @@ from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, 
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
 DEBUG = 0
-VERSION = 10          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 12          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -396,9 +396,9 @@ class ModuleGen:
 
                 def body():
                     m = em.mask_vec(e)
-                    a = chunk_addr(em)
                     if words == 1:
-                        a = self._global_run(em, inst, f, a, m, hint_at, access, write)
+                        self._global_run(em, inst, f, m, hint_at, access, write)
+                    a = chunk_addr(em)
                     ae = f.op(f"add {V64} {a}, {f.splat(str(nbytes), 'i64')}")
                     c1 = f.op(f"icmp uge {V64} {a}, {f.splat(hint_at(0), 'i64')}")
                     c2 = f.op(f"icmp ule {V64} {ae}, {f.splat(hint_at(1), 'i64')}")
@@ -437,20 +437,36 @@ class ModuleGen:
         self._wave_loop(f, phase(False))
         self._wave_loop(f, phase(True))
 
-    def _global_run(self, em, inst: Inst, f: Fn, a: str, m: str, hint_at, access: bool, write: bool) -> str:
-        """The common chunk first: every lane active on consecutive dwords inside the last-hit range (one scalar
-        range check) is one vector access, or nothing to do in the checking pass; returns a for the general code
-        after it, which the fast case branches around."""
-        a0 = f.op(f"extractelement <{f.W} x i64> {a}, i64 0")
-        ramp = "<" + ", ".join(f"i64 {4 * j}" for j in range(f.W)) + ">"
-        want = f.op(f"add <{f.W} x i64> {f.splat(a0, 'i64')}, {ramp}")
-        same = f.op(f"and {f.MT} {f.op(f'icmp eq <{f.W} x i64> {a}, {want}')}, {m}")
+    def _global_run(self, em, inst: Inst, f: Fn, m: str, hint_at, access: bool, write: bool) -> None:
+        """The common chunk first: every lane active on consecutive dwords (checked on the 32-bit address halves: the
+        high halves equal, the low ones a ramp that does not wrap) inside the last-hit range (one scalar range check)
+        is one vector access, or nothing to do in the checking pass. Leaves the code in the general case's block;
+        the fast case joins at self._after_fast."""
+        VT = f.VT
+        lo = em.vget(inst.addr)
+        lo0 = f.op(f"extractelement {VT} {lo}, i64 0")
+        ramp = "<" + ", ".join(f"i32 {4 * j}" for j in range(f.W)) + ">"
+        same = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {f.splat(lo0)}, {ramp}')}")
+        a0 = f.op(f"zext i32 {lo0} to i64")
+        if inst.saddr is not None and inst.saddr.reg != NULL:
+            a0 = f.op(f"add i64 {a0}, {em.sget64(Operand('s', inst.saddr.reg, 2))}")
+        else:
+            hi = em.vget(Operand("v", inst.addr.reg + 1))
+            hi0 = f.op(f"extractelement {VT} {hi}, i64 0")
+            same = f.op(f"and {f.MT} {same}, {f.op(f'icmp eq {VT} {hi}, {f.splat(hi0)}')}")
+            hs = f.op(f"shl i64 {f.op(f'zext i32 {hi0} to i64')}, 32")
+            a0 = f.op(f"or i64 {a0}, {hs}")
+        off = inst.offset & (2 ** 64 - 1)
+        if off:
+            a0 = f.op(f"add i64 {a0}, {off}")
+        same = f.op(f"and {f.MT} {same}, {m}")
         full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {same} to i8')}, -1")
-        lo, hi = hint_at(0), hint_at(1)
-        span = f.op(f"sub i64 {hi}, {lo}")
-        big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo}, {hi}')}, {f.op(f'icmp uge i64 {span}, {4 * f.W}')}")
-        inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo}')}, {f.op(f'sub i64 {span}, {4 * f.W}')}")
-        fast = f.op(f"and i1 {full}, {f.op(f'and i1 {big}, {inr}')}")
+        nowrap = f.op(f"icmp ule i32 {lo0}, {2 ** 32 - 4 * f.W}")
+        lo_, hi_ = hint_at(0), hint_at(1)
+        span = f.op(f"sub i64 {hi_}, {lo_}")
+        big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo_}, {hi_}')}, {f.op(f'icmp uge i64 {span}, {4 * f.W}')}")
+        inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo_}')}, {f.op(f'sub i64 {span}, {4 * f.W}')}")
+        fast = f.op(f"and i1 {f.op(f'and i1 {full}, {nowrap}')}, {f.op(f'and i1 {big}, {inr}')}")
         yes, no, join = f.t("qf"), f.t("qs"), f.t("qj")
         f.e(f"br i1 {fast}, label {yes}, label {no}")
         f.label(yes)
@@ -463,7 +479,6 @@ class ModuleGen:
         f.e(f"br label {join}")
         f.label(no)
         self._after_fast = join
-        return a
 
     # ---------------------------------------------------------------- LDS
     def _ds(self, em: "_WaveEmitter", inst: Inst, part: int) -> None:
@@ -518,6 +533,7 @@ class ModuleGen:
             m = em.mask_vec(e)
             a = add(em.vget(inst.addr), base_off)          # 32-bit wrap, as the interpreter's & 0xFFFFFFFF
             if load:
+                fin = self._ds_load_fast(em, inst, f, lds, a, m, offs, nw)
                 vals = []
                 for o in offs:
                     ao = add(a, o)
@@ -538,12 +554,62 @@ class ModuleGen:
                     f.e(f"store {f.VT} {f.op(f'select {f.MT} {m}, {f.VT} {v}, {f.VT} {old}')}, ptr {p}, align 4")
                 f.e(f"br label {join}")
                 f.label(join)
+                f.e(f"br label {fin}")
+                f.label(fin)
             else:
                 for o, r in sel:
                     ao = add(a, o)
                     mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(0)}')}")
                     self._scatter32(f, em.vget(Operand("v", r)), lds, ao, mm)
         em.chunk_loop(body)
+
+    def _ds_load_fast(self, em, inst: Inst, f: Fn, lds: str, a: str, m: str, offs: tuple, nw: int) -> str:
+        """A DS load's common chunks, checked once for all its dwords and offsets: every lane active with lane j at
+        lane 0's address + j * the access size (vector loads, dwords split apart by shuffles) or all at lane 0's
+        (one load per dword, broadcast), every byte inside the LDS without a 32-bit wrap. Leaves the code in the
+        general case's block; returns the label both join at."""
+        VT, MT, W = f.VT, f.MT, f.W
+        S = 4 * nw
+        a0 = f.op(f"extractelement {VT} {a}, i64 0")
+        full = f.op(f"icmp eq i8 {f.op(f'bitcast {MT} {m} to i8')}, -1")
+
+        def every(c: str) -> str:
+            c8 = f.op(f"bitcast {MT} {c} to i8")
+            return f.op(f"and i1 {full}, {f.op(f'icmp eq i8 {c8}, -1')}")
+        ramp = "<" + ", ".join(f"i32 {S * j}" for j in range(W)) + ">"
+        isr = every(f.op(f"icmp eq {VT} {a}, {f.op(f'add {VT} {f.splat(a0)}, {ramp}')}"))
+        isb = every(f.op(f"icmp eq {VT} {a}, {f.splat(a0)}"))
+        a64 = f.op(f"zext i32 {a0} to i64")
+        top = max(offs) + S
+        er, eb = f.op(f"add i64 {a64}, {top + S * (W - 1)}"), f.op(f"add i64 {a64}, {top}")
+        okr = f.op(f"and i1 {isr}, {f.op(f'icmp ule i64 {er}, %lds_size')}")
+        okb = f.op(f"and i1 {isb}, {f.op(f'icmp ule i64 {eb}, %lds_size')}")
+        R, X, B, G, fin = f.t("lr"), f.t("lx"), f.t("lb"), f.t("lg"), f.t("lf")
+        f.e(f"br i1 {okr}, label {R}, label {X}")
+        f.label(R)
+        dst = inst.dst[0].reg
+        for k, o in enumerate(offs):
+            p = f.op(f"getelementptr i8, ptr {lds}, i64 {f.op(f'add i64 {a64}, {o}')}")
+            v = f.op(f"load <{W * nw} x i32>, ptr {p}, align 1")
+            for j in range(nw):
+                if nw == 1:
+                    x = v
+                else:
+                    idx = "<" + ", ".join(f"i32 {j + nw * t}" for t in range(W)) + ">"
+                    x = f.op(f"shufflevector <{W * nw} x i32> {v}, <{W * nw} x i32> poison, <{W} x i32> {idx}")
+                f.e(f"store {VT} {x}, ptr {em.chunk_ptr(dst + k * nw + j)}, align 4")
+        f.e(f"br label {fin}")
+        f.label(X)
+        f.e(f"br i1 {okb}, label {B}, label {G}")
+        f.label(B)
+        for k, o in enumerate(offs):
+            for j in range(nw):
+                p = f.op(f"getelementptr i8, ptr {lds}, i64 {f.op(f'add i64 {a64}, {o + 4 * j}')}")
+                x = f.splat(f.op(f"load i32, ptr {p}, align 1"))
+                f.e(f"store {VT} {x}, ptr {em.chunk_ptr(dst + k * nw + j)}, align 4")
+        f.e(f"br label {fin}")
+        f.label(G)
+        return fin
 
     def _ramp32(self, f: Fn, offs: str, ok: str, step: int) -> tuple[str, str]:
         """(lane 0's offset, whether every lane is ok and lane j's offset is lane 0's + step * j), on i32 offsets."""
