@@ -8,11 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
-from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse
+from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse, helpers
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-DEBUG = 0
-VERSION = 12          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 15          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -26,6 +25,7 @@ class Block:
     gstores: bool = False        # writes global memory
     lstores: bool = False        # writes LDS
     max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
+    barriers: list[int] = field(default_factory=list)   # indices of its s_barrier instructions
     name: str = ""
 
     def __post_init__(self):
@@ -59,6 +59,7 @@ def finish(b: Block) -> Block:
     b.floats = any(k == "alu" and ("f32" in i.key) for i, k in zip(b.insts, b.kinds))
     b.max_vgpr = max((_vregs(i) for i in b.insts), default=0)
     b.gstores = "gstore" in b.kinds
+    b.barriers = [j for j, k in enumerate(b.kinds) if k == "barrier"]
     b.lstores = any(k == "ds" and i.key.startswith("ds_store") for i, k in zip(b.insts, b.kinds))
     return b
 
@@ -159,7 +160,7 @@ class ModuleGen:
             "  ret i64 0",
             "}",
             "",
-        ])
+        ]) + helpers()
 
     def text(self) -> str:
         return self.header() + "\n".join(self.funcs)
@@ -182,7 +183,7 @@ class ModuleGen:
         # phases
         phases: list[tuple[str, list[int]]] = []
         for i, k in enumerate(b.kinds):
-            if k in ("alu", "nop", "wait"):
+            if k in ("alu", "nop", "wait", "barrier"):
                 if phases and phases[-1][0] == "alu":
                     phases[-1][1].append(i)
                 else:
@@ -621,41 +622,9 @@ class ModuleGen:
         return a0, f.op(f"icmp eq i8 {both}, -1")
 
     def _gather32(self, f: Fn, base: str, offs: str, ok: str) -> str:
-        """Dwords at base + the lanes' i32 byte offsets where ok is set, 0 elsewhere (as _gather)."""
-        a0, contig = self._ramp32(f, offs, ok, 4)
-        _, bcast = self._ramp32(f, offs, ok, 0)
-        p0 = f.op(f"getelementptr i8, ptr {base}, i32 {a0}")
-        pre, vec, one, sc, join = f.t("gp"), f.t("gv"), f.t("go"), f.t("gs"), f.t("gj")
-        f.e(f"br label {pre}")
-        f.label(pre)
-        f.e(f"br i1 {contig}, label {vec}, label {one}")
-        f.label(vec)
-        v1 = f.op(f"load {f.VT}, ptr {p0}, align 1")
-        f.e(f"br label {join}")
-        f.label(one)
-        one_end = f.t("ge")
-        f.e(f"br i1 {bcast}, label {one_end}, label {sc}")
-        f.label(one_end)
-        v2 = f.splat(f.op(f"load i32, ptr {p0}, align 1"))
-        f.e(f"br label {join}")
-        f.label(sc)
-        if DEBUG:
-            dp = f.op("getelementptr i64, ptr %ctx, i64 21")
-            dv = f.op(f"load i64, ptr {dp}")
-            f.e(f"store i64 {f.op(f'add i64 {dv}, 1')}, ptr {dp}")
-        vec3 = "poison"
-        for j in range(f.W):
-            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
-            pj = f.op(f"getelementptr i8, ptr {base}, i32 {f.op(f'extractelement {f.VT} {offs}, i64 {j}')}")
-            pj = f.op(f"select i1 {o}, ptr {pj}, ptr %ctx")     # a lane not ok reads the context block (dropped)
-            vec3 = f.op(f"insertelement {f.VT} {vec3}, i32 {f.op(f'load i32, ptr {pj}, align 1')}, i64 {j}")
-        v3 = f.op(f"select {f.MT} {ok}, {f.VT} {vec3}, {f.VT} zeroinitializer")
-        sc_end = f.t("gz")
-        f.e(f"br label {sc_end}")
-        f.label(sc_end)
-        f.e(f"br label {join}")
-        f.label(join)
-        return f.op(f"phi {f.VT} [{v1}, {vec}], [{v2}, {one_end}], [{v3}, {sc_end}]")
+        """Dwords at base + the lanes' i32 byte offsets where ok is set, 0 elsewhere: lane by lane (the chunks a
+        vector access covers took _ds_load_fast's path)."""
+        return self._lanes_load(f, f.op(f"getelementptr i8, ptr {base}, {f.VT} {offs}"), ok, "zeroinitializer")
 
     def _scatter32(self, f: Fn, vals: str, base: str, offs: str, ok: str) -> None:
         """Store the lanes where ok is set at base + their i32 byte offsets, in lane order (as _scatter)."""
@@ -666,12 +635,7 @@ class ModuleGen:
         f.e(f"store {f.VT} {vals}, ptr {f.op(f'getelementptr i8, ptr {base}, i32 {a0}')}, align 1")
         f.e(f"br label {join}")
         f.label(sc)
-        spare = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX_SPARE}")
-        for j in range(f.W):
-            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
-            pj = f.op(f"getelementptr i8, ptr {base}, i32 {f.op(f'extractelement {f.VT} {offs}, i64 {j}')}")
-            pj = f.op(f"select i1 {o}, ptr {pj}, ptr {spare}")
-            f.e(f"store i32 {f.op(f'extractelement {f.VT} {vals}, i64 {j}')}, ptr {pj}, align 1")
+        self._lanes_store(f, vals, f.op(f"getelementptr i8, ptr {base}, {f.VT} {offs}"), ok)
         f.e(f"br label {join}")
         f.label(join)
 
@@ -712,15 +676,19 @@ class ModuleGen:
         return f.op(f"phi {f.VT} [{v1}, {vec}], [{v2}, {one_end}], [{v3}, {sc_end}]")
 
     def _gather_lanes(self, f: Fn, addrs: str, ok: str, other: str) -> str:
-        """Branch-free scalar loads (a lane that is not ok reads the context block instead; the value is dropped)."""
-        safe = f.op("ptrtoint ptr %ctx to i64")
-        vec = "poison"
-        for j in range(f.W):
-            a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
-            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
-            p = f.op(f"inttoptr i64 {f.op(f'select i1 {o}, i64 {a}, i64 {safe}')} to ptr")
-            vec = f.op(f"insertelement {f.VT} {vec}, i32 {f.op(f'load i32, ptr {p}, align 1')}, i64 {j}")
+        """Scalar loads (ir.helpers' gather_lanes; a lane that is not ok reads the context block, its value dropped)."""
+        ptrs = f.op(f"inttoptr <{f.W} x i64> {addrs} to <{f.W} x ptr>")
+        return self._lanes_load(f, ptrs, ok, other)
+
+    def _lanes_load(self, f: Fn, ptrs: str, ok: str, other: str) -> str:
+        ok8 = f.op(f"bitcast {f.MT} {ok} to i8")
+        vec = f.op(f"call {f.VT} @gather_lanes(<{f.W} x ptr> {ptrs}, i8 {ok8}, ptr %ctx)")
         return f.op(f"select {f.MT} {ok}, {f.VT} {vec}, {f.VT} {other}")
+
+    def _lanes_store(self, f: Fn, vals: str, ptrs: str, ok: str) -> None:
+        ok8 = f.op(f"bitcast {f.MT} {ok} to i8")
+        spare = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX_SPARE}")
+        f.e(f"call void @scatter_lanes({f.VT} {vals}, <{f.W} x ptr> {ptrs}, i8 {ok8}, ptr {spare})")
 
     def _scatter(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
         """Store the lanes where ok is set, in lane order (later lanes win): one vector store when every lane is ok
@@ -737,13 +705,7 @@ class ModuleGen:
         f.label(join)
 
     def _scatter_lanes(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
-        spare = f.op(f"ptrtoint ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX_SPARE}')} to i64")
-        for j in range(f.W):
-            a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
-            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
-            p = f.op(f"inttoptr i64 {f.op(f'select i1 {o}, i64 {a}, i64 {spare}')} to ptr")
-            v = f.op(f"extractelement {f.VT} {vals}, i64 {j}")
-            f.e(f"store i32 {v}, ptr {p}, align 1")
+        self._lanes_store(f, vals, f.op(f"inttoptr <{f.W} x i64> {addrs} to <{f.W} x ptr>"), ok)
 
     def _vadd(self, f: Fn, v: str, c: int) -> str:
         return f.op(f"add <{f.W} x i64> {v}, {f.splat(str(c), 'i64')}")

@@ -120,7 +120,7 @@ def _src_ok(inst: Inst, count: int, bits=(32,)) -> bool:
 
 
 def kind_of(inst: Inst) -> str | None:
-    """'alu', 'nop', 'wait', 'branch', 'gload', 'gstore', 'ds' for an instruction the JIT translates, else None."""
+    """'alu', 'nop', 'wait', 'barrier', 'branch', 'gload', 'gstore', 'ds' for an instruction the JIT translates, else None."""
     k = inst.key
     if k in NOPS:
         return "nop"
@@ -128,6 +128,8 @@ def kind_of(inst: Inst) -> str | None:
         return "wait"
     if k in BRANCHES:
         return "branch"
+    if k == "s_barrier":
+        return "barrier"            # a no-op when every wave of the batch is in the call (runtime.step stops before it otherwise)
     enc = inst.enc
     if any(d.bits == 16 for d in inst.dst if isinstance(d, Operand)) or getattr(inst, "sdwa", None) is not None:
         return None                 # 16-bit destinations (gfx9 zeroes or keeps the high half) and SDWA
@@ -946,16 +948,18 @@ class Emitter:
     def _nan2(self, a, fa, b, fb, r) -> str:
         """A binary op's result with numpy's NaN: the first NaN operand quieted (an invalid op keeps x86's)."""
         f = self.f
+        return self._cold(r, lambda: f.op(f"call {f.VT} @nan2_fix({f.VT} {a}, {f.VT} {b}, {f.VT} {r})"))
 
-        def fix():
-            t = f.op(f"select {f.MT} {self._isnan(fb)}, {f.VT} {self._quiet(b)}, {f.VT} {r}")
-            return f.op(f"select {f.MT} {self._isnan(fa)}, {f.VT} {self._quiet(a)}, {f.VT} {t}")
-        return self._cold(r, fix)
+    def _nan2_fix(self, a, fa, b, fb, r) -> str:
+        f = self.f
+        t = f.op(f"select {f.MT} {self._isnan(fb)}, {f.VT} {self._quiet(b)}, {f.VT} {r}")
+        return f.op(f"select {f.MT} {self._isnan(fa)}, {f.VT} {self._quiet(a)}, {f.VT} {t}")
 
     def _nan_fma(self, x, fx, y, fy, c, fc, r, rb) -> str:
         """fma's NaN as the interpreter's f64 (x*y)+c gives it: x, y NaN quieted in that order; an invalid
         product is the default NaN; then c quieted; an invalid sum the default NaN."""
-        return self._cold(rb, lambda: self._nan_fma_fix(x, fx, y, fy, c, fc, r, rb))
+        f = self.f
+        return self._cold(rb, lambda: f.op(f"call {f.VT} @nanfma_fix({f.VT} {x}, {f.VT} {y}, {f.VT} {c}, {f.VT} {rb})"))
 
     def _nan_fma_fix(self, x, fx, y, fy, c, fc, r, rb) -> str:
         f = self.f
@@ -974,3 +978,37 @@ class Emitter:
         t = f.op(f"select {MT} {self._isnan(fy)}, {VT} {self._quiet(y)}, {VT} {t}")
         t = f.op(f"select {MT} {self._isnan(fx)}, {VT} {self._quiet(x)}, {VT} {t}")
         return f.op(f"select {MT} {self._isnan(r)}, {VT} {t}, {VT} {rb}")
+
+
+def helpers() -> str:
+    """Shared cold paths, called (not inlined) from every block: the NaN fix-ups of a result chunk holding a NaN,
+    and the lane-by-lane loads and stores of chunks no vector access covers (a lane not ok uses `safe`)."""
+    out = []
+    for name, args in (("nan2_fix", "abr"), ("nanfma_fix", "xycr")):
+        f = Fn(32)
+        em = Emitter(f, None)
+        fl = {a: f.op(f"bitcast {f.VT} %{a} to {f.FT}") for a in args}
+        if name == "nan2_fix":
+            res = em._nan2_fix("%a", fl["a"], "%b", fl["b"], "%r")
+        else:
+            res = em._nan_fma_fix("%x", fl["x"], "%y", fl["y"], "%c", fl["c"], fl["r"], "%r")
+        params = ", ".join(f"{f.VT} %{a}" for a in args)
+        out += [f"define internal {f.VT} @{name}({params}) noinline {{", "entry:", *f.lines, f"  ret {f.VT} {res}", "}"]
+    W = Fn.W
+    lines = []
+    vec = "poison"
+    for j in range(W):
+        lines += [f"  %b{j} = lshr i8 %ok, {j}", f"  %o{j} = trunc i8 %b{j} to i1", f"  %p{j} = extractelement <{W} x ptr> %p, i64 {j}",
+                  f"  %q{j} = select i1 %o{j}, ptr %p{j}, ptr %safe", f"  %v{j} = load i32, ptr %q{j}, align 1",
+                  f"  %g{j} = insertelement <{W} x i32> {vec}, i32 %v{j}, i64 {j}"]
+        vec = f"%g{j}"
+    out += [f"define internal <{W} x i32> @gather_lanes(<{W} x ptr> %p, i8 %ok, ptr %safe) noinline {{", "entry:", *lines,
+            f"  ret <{W} x i32> {vec}", "}"]
+    lines = []
+    for j in range(W):           # in lane order: later lanes win
+        lines += [f"  %b{j} = lshr i8 %ok, {j}", f"  %o{j} = trunc i8 %b{j} to i1", f"  %p{j} = extractelement <{W} x ptr> %p, i64 {j}",
+                  f"  %q{j} = select i1 %o{j}, ptr %p{j}, ptr %safe", f"  %v{j} = extractelement <{W} x i32> %v, i64 {j}",
+                  f"  store i32 %v{j}, ptr %q{j}, align 1"]
+    out += [f"define internal void @scatter_lanes(<{W} x i32> %v, <{W} x ptr> %p, i8 %ok, ptr %safe) noinline {{", "entry:",
+            *lines, "  ret void", "}"]
+    return "\n".join(out) + "\n"

@@ -399,6 +399,10 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None):
             end += 1
         if end == i:
             return None
+    if blk.barriers and not isinstance(sel, slice):    # s_barrier passes only with every wave of the batch in the call
+        end = min([end] + [b for b in blk.barriers if b >= i])
+        if end == i:
+            return None
     ctx = getattr(batch, "_jit_ctx", None)
     if ctx is None:
         ctx = batch._jit_ctx = Context(batch)
