@@ -11,7 +11,7 @@ from ....hw.isa.decode import Inst, Operand
 from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse, helpers
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 15          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 16          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -427,7 +427,8 @@ class ModuleGen:
                                 f.e(f"store {f.VT} {g}, ptr {p}, align 4")
                     f.e(f"br label {join}")
                     f.label(slow)
-                    em.chunk_lanes(e, lambda l: (lane_access if access else lane_check)(em, l))
+                    em.chunk_lanes(e, lambda l: lane_both(em, l) if one_pass else
+                                   (lane_access if access else lane_check)(em, l))
                     f.e(f"br label {join}")
                     f.label(join)
                     if words == 1:
@@ -435,7 +436,17 @@ class ModuleGen:
                         f.label(self._after_fast)
                 em.chunk_loop(body)
             return wave
-        self._wave_loop(f, phase(False))
+        # A load whose destination is not its address runs in one pass, each lane checked as it goes: a stop part-way
+        # leaves registers the resumed (or interpreted) instruction writes again with the same values.
+        areg = inst.addr.reg
+        an = 1 if inst.saddr is not None and inst.saddr.reg != NULL else 2
+        one_pass = not write and (inst.dst[0].reg + words <= areg or areg + an <= inst.dst[0].reg)
+
+        def lane_both(em, l):
+            lane_check(em, l)
+            lane_access(em, l)
+        if not one_pass:
+            self._wave_loop(f, phase(False))
         self._wave_loop(f, phase(True))
 
     def _global_run(self, em, inst: Inst, f: Fn, m: str, hint_at, access: bool, write: bool) -> None:
