@@ -1,8 +1,11 @@
 """Decoded instructions -> LLVM IR: one function per basic block, executing it for a list of waves.
 
 A block is a run of translatable instructions: ALU instructions are grouped into phases executed wave by
-wave (each wave runs the phase's instructions in order, one <lanes x i32> vector operation each, EXEC
-applied as a select); every memory instruction is a phase of its own looping over all the waves, so memory
+wave (each wave runs the phase's SALU instructions in order, and each run of VALU instructions between them
+as one loop over the wave's chunks of 8 lanes, see fuse() and Emitter.valu_run: per chunk every VGPR is
+loaded once and stored once, EXEC and lane masks are <8 x i1> values, EXEC applied as a select); s_barrier is
+a no-op inside a block (runtime.step stops before it unless every wave of the batch is in the call); every
+memory instruction is a phase of its own looping over all the waves, so memory
 is touched in the interpreter's order (instruction by instruction, waves in batch order, lanes ascending).
 A global access first checks every lane of every wave against the translated-range table (nothing is
 touched yet); a lane outside the table returns the instruction's index so the caller can translate it and
