@@ -364,3 +364,41 @@ def test_two_threads_match_the_interpreter(monkeypatch):
     suite.test_matmul_tiled()
     suite.test_lds_reduce(32)
     assert runtime.counts["parallel_calls"] > before
+
+
+BARRIER_EARLY_EXIT = """
+__kernel void exch(__global const int *a, __global int *o) {
+  __local int t[64];
+  int l = get_local_id(0), g = get_group_id(0);
+  if (g % 3 == 1) return;                  /* whole workgroups end before the barrier: the others are not uniform */
+  t[l] = a[get_global_id(0)] * 3 + l;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  int x = t[63 - l] + t[(l + 5) & 63];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  t[l] = x ^ l;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  o[get_global_id(0)] = t[(l * 7) & 63] + x;
+}
+"""
+
+
+@pytest.mark.parametrize("wave", [32, 64])
+def test_barriers_in_blocks(monkeypatch, wave):
+    """s_barrier inside compiled blocks: passed when every wave of the batch is in the call, the interpreter's
+    otherwise (workgroups that ended early make the steps non-uniform): the same memory and registers."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    n = 64 * 12
+    a = np.arange(n, dtype=np.int32) * 7 - 100
+    (_, out), _ = harness.run_cl(BARRIER_EARLY_EXIT, "exch", [a, np.zeros(n, np.int32)], (12, 1, 1), (64, 1, 1),
+                            flags=suite.wf(wave))
+    assert used and used[0] > 0
+    ref = a.copy().reshape(12, 64)
+    l = np.arange(64)
+    t = ref * 3 + l
+    x = t[:, 63 - l] + t[:, (l + 5) & 63]
+    t2 = x ^ l
+    want = t2[:, (l * 7) & 63] + x
+    got = out.reshape(12, 64)
+    keep = np.arange(12) % 3 != 1
+    assert (got[keep] == want[keep]).all() and (got[~keep] == 0).all()

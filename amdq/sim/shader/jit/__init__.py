@@ -1,6 +1,7 @@
 """A JIT for the shader core: basic blocks of real AMDGPU code translated to host machine code (llvmlite).
 
-- ir.py: which instructions translate and the IR of each (one vector operation per instruction per wave).
+- ir.py: which instructions translate and the IR of each; runs of VALU instructions fused into one loop over a
+  wave's 8-lane chunks (registers and lane masks kept in SSA values across the run).
 - block.py: a block's phases, wave and lane loops, memory and branches; a region's module.
 - compiled.py: IR -> machine code, cached in memory and on disk (keyed by the code bytes).
 - runtime.py: the scheduler's hook (core.Batch.run asks for the block at a PC, falls back to the interpreter).

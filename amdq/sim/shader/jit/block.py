@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
-from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn
+from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse, helpers
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 7          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 16          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -25,6 +25,7 @@ class Block:
     gstores: bool = False        # writes global memory
     lstores: bool = False        # writes LDS
     max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
+    barriers: list[int] = field(default_factory=list)   # indices of its s_barrier instructions
     name: str = ""
 
     def __post_init__(self):
@@ -44,8 +45,13 @@ def _vregs(inst: Inst) -> int:
             top = max(top, o.reg + max(o.n, 1))
     if inst.key == "v_fmac_f32":
         top = max(top, inst.dst[0].reg + 1)
-    if inst.key.startswith(("global_store", "ds_store")):
-        top = max(top, top + 4)          # data registers past the operand's n (conservative)
+    k = inst.key
+    if k.startswith("global_store_") and isinstance(inst.data, Operand):      # the data registers the store reads
+        top = max(top, inst.data.reg + GWIDTH[k[13:]])
+    elif k in DS_STORE:
+        top = max(top, inst.data[0].reg + DS_STORE[k])
+    elif k in DS_2 and "store" in k:
+        top = max(top, *(d.reg + (2 if k.endswith("b64") else 1) for d in inst.data[:2]))
     return top
 
 
@@ -53,6 +59,7 @@ def finish(b: Block) -> Block:
     b.floats = any(k == "alu" and ("f32" in i.key) for i, k in zip(b.insts, b.kinds))
     b.max_vgpr = max((_vregs(i) for i in b.insts), default=0)
     b.gstores = "gstore" in b.kinds
+    b.barriers = [j for j, k in enumerate(b.kinds) if k == "barrier"]
     b.lstores = any(k == "ds" and i.key.startswith("ds_store") for i, k in zip(b.insts, b.kinds))
     return b
 
@@ -153,7 +160,7 @@ class ModuleGen:
             "  ret i64 0",
             "}",
             "",
-        ])
+        ]) + helpers()
 
     def text(self) -> str:
         return self.header() + "\n".join(self.funcs)
@@ -176,7 +183,7 @@ class ModuleGen:
         # phases
         phases: list[tuple[str, list[int]]] = []
         for i, k in enumerate(b.kinds):
-            if k in ("alu", "nop", "wait"):
+            if k in ("alu", "nop", "wait", "barrier"):
                 if phases and phases[-1][0] == "alu":
                     phases[-1][1].append(i)
                 else:
@@ -188,6 +195,7 @@ class ModuleGen:
                 phases.append((k, [i]))
         nxt = f.t("ph")
         f.e(f"br label {nxt}")
+        phases = [(kind, idx) for kind, idx in phases if kind != "alu" or any(b.kinds[i] == "alu" for i in idx)]
         for kind, idx in phases:
             f.label(nxt)
             nxt = f.t("ph")
@@ -246,23 +254,33 @@ class ModuleGen:
         f.label(done)
 
     def _alu_phase(self, f: Fn, b: Block, idx: list[int]) -> None:
+        """Wave by wave: the SALU instructions one by one, each maximal stretch of VALU ones between them as runs
+        (ir.fuse), each run one chunk loop."""
         def body(em: "_WaveEmitter"):
+            valu: list[tuple[int, Inst]] = []
+
+            def flush():
+                for run in fuse(valu, f.L):
+                    em.valu_run(run)
+                valu.clear()
             for i in idx:
                 inst, k = b.insts[i], b.kinds[i]
                 if k != "alu":
                     continue
+                if not inst.enc.startswith("SOP"):
+                    valu.append((i, inst))
+                    continue
+                flush()
                 c1 = f.op(f"icmp sle i32 %start, {i}")
                 c2 = f.op(f"icmp sgt i32 %end, {i}")
                 go = f.op(f"and i1 {c1}, {c2}")
                 yes, no = f.t("x"), f.t("y")
                 f.e(f"br i1 {go}, label {yes}, label {no}")
                 f.label(yes)
-                if inst.enc.startswith("SOP"):
-                    em.salu(inst)
-                else:
-                    em.valu(inst)
+                em.salu(inst)
                 f.e(f"br label {no}")
                 f.label(no)
+            flush()
             if em.writes_exec:
                 em.refresh_exec()
         self._wave_loop(f, body)
@@ -379,6 +397,8 @@ class ModuleGen:
 
                 def body():
                     m = em.mask_vec(e)
+                    if words == 1:
+                        self._global_run(em, inst, f, m, hint_at, access, write)
                     a = chunk_addr(em)
                     ae = f.op(f"add {V64} {a}, {f.splat(str(nbytes), 'i64')}")
                     c1 = f.op(f"icmp uge {V64} {a}, {f.splat(hint_at(0), 'i64')}")
@@ -407,13 +427,70 @@ class ModuleGen:
                                 f.e(f"store {f.VT} {g}, ptr {p}, align 4")
                     f.e(f"br label {join}")
                     f.label(slow)
-                    em.chunk_lanes(e, lambda l: (lane_access if access else lane_check)(em, l))
+                    em.chunk_lanes(e, lambda l: lane_both(em, l) if one_pass else
+                                   (lane_access if access else lane_check)(em, l))
                     f.e(f"br label {join}")
                     f.label(join)
+                    if words == 1:
+                        f.e(f"br label {self._after_fast}")
+                        f.label(self._after_fast)
                 em.chunk_loop(body)
             return wave
-        self._wave_loop(f, phase(False))
+        # A load whose destination is not its address runs in one pass, each lane checked as it goes: a stop part-way
+        # leaves registers the resumed (or interpreted) instruction writes again with the same values.
+        areg = inst.addr.reg
+        an = 1 if inst.saddr is not None and inst.saddr.reg != NULL else 2
+        one_pass = not write and (inst.dst[0].reg + words <= areg or areg + an <= inst.dst[0].reg)
+
+        def lane_both(em, l):
+            lane_check(em, l)
+            lane_access(em, l)
+        if not one_pass:
+            self._wave_loop(f, phase(False))
         self._wave_loop(f, phase(True))
+
+    def _global_run(self, em, inst: Inst, f: Fn, m: str, hint_at, access: bool, write: bool) -> None:
+        """The common chunk first: every lane active on consecutive dwords (checked on the 32-bit address halves: the
+        high halves equal, the low ones a ramp that does not wrap) inside the last-hit range (one scalar range check)
+        is one vector access, or nothing to do in the checking pass. Leaves the code in the general case's block;
+        the fast case joins at self._after_fast."""
+        VT = f.VT
+        lo = em.vget(inst.addr)
+        lo0 = f.op(f"extractelement {VT} {lo}, i64 0")
+        ramp = "<" + ", ".join(f"i32 {4 * j}" for j in range(f.W)) + ">"
+        same = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {f.splat(lo0)}, {ramp}')}")
+        a0 = f.op(f"zext i32 {lo0} to i64")
+        if inst.saddr is not None and inst.saddr.reg != NULL:
+            a0 = f.op(f"add i64 {a0}, {em.sget64(Operand('s', inst.saddr.reg, 2))}")
+        else:
+            hi = em.vget(Operand("v", inst.addr.reg + 1))
+            hi0 = f.op(f"extractelement {VT} {hi}, i64 0")
+            same = f.op(f"and {f.MT} {same}, {f.op(f'icmp eq {VT} {hi}, {f.splat(hi0)}')}")
+            hs = f.op(f"shl i64 {f.op(f'zext i32 {hi0} to i64')}, 32")
+            a0 = f.op(f"or i64 {a0}, {hs}")
+        off = inst.offset & (2 ** 64 - 1)
+        if off:
+            a0 = f.op(f"add i64 {a0}, {off}")
+        same = f.op(f"and {f.MT} {same}, {m}")
+        full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {same} to i8')}, -1")
+        nowrap = f.op(f"icmp ule i32 {lo0}, {2 ** 32 - 4 * f.W}")
+        lo_, hi_ = hint_at(0), hint_at(1)
+        span = f.op(f"sub i64 {hi_}, {lo_}")
+        big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo_}, {hi_}')}, {f.op(f'icmp uge i64 {span}, {4 * f.W}')}")
+        inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo_}')}, {f.op(f'sub i64 {span}, {4 * f.W}')}")
+        fast = f.op(f"and i1 {f.op(f'and i1 {full}, {nowrap}')}, {f.op(f'and i1 {big}, {inr}')}")
+        yes, no, join = f.t("qf"), f.t("qs"), f.t("qj")
+        f.e(f"br i1 {fast}, label {yes}, label {no}")
+        f.label(yes)
+        if access:
+            p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
+            if write:
+                f.e(f"store {f.VT} {em.vget(inst.data)}, ptr {p}, align 1")
+            else:
+                f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 1')}, ptr {em.chunk_ptr(inst.dst[0].reg)}, align 4")
+        f.e(f"br label {join}")
+        f.label(no)
+        self._after_fast = join
 
     # ---------------------------------------------------------------- LDS
     def _ds(self, em: "_WaveEmitter", inst: Inst, part: int) -> None:
@@ -447,41 +524,131 @@ class ModuleGen:
                         self._lds_write(f, ao, 4 * j, wbase, v)
             em.lane_loop(lane)
             return
-        V64 = f"<{f.W} x i64>"
-        M32 = f.splat(str(0xFFFFFFFF), "i64")
-        lim = f.splat("%lds_size", "i64")
-        wbv = f.splat(wbase, "i64")
-        ldsv = f.splat(f.op("ptrtoint ptr %ldsp to i64"), "i64")
+        VT = f.VT
+        lds = f.op(f"getelementptr i8, ptr %ldsp, i64 {wbase}")      # the wave's workgroup's LDS
+        lims: dict[int, str] = {}
+
+        def lim(extra: int) -> str:
+            """Lanes whose (32-bit) address a is below this have a + extra + 4 <= the LDS size (no 32-bit wrap)."""
+            if extra not in lims:
+                x = f.op(f"sub i64 %lds_size, {3 + extra}")
+                x = f.op(f"select i1 {f.op(f'icmp slt i64 {x}, 0')}, i64 0, i64 {x}")
+                lims[extra] = f.splat(f.op(f"trunc i64 {x} to i32"))
+            return lims[extra]
+        for extra in sorted({4 * j for j in range(nw)}):
+            lim(extra)
+
+        def add(v: str, c: int) -> str:
+            return f.op(f"add {VT} {v}, {f.splat(str(c))}") if c else v
 
         def body():
             m = em.mask_vec(e)
-            a = f.op(f"zext {f.VT} {em.vget(inst.addr)} to {V64}")
-            if base_off:
-                a = f.op(f"and {V64} {self._vadd(f, a, base_off)}, {M32}")
-
-            def ptrs_of(aj):
-                inr = f.op(f"icmp ule {V64} {self._vadd(f, aj, 4)}, {lim}")
-                mm = f.op(f"and {f.MT} {m}, {inr}")
-                off = f.op(f"add {V64} {aj}, {wbv}")
-                return f.op(f"add {V64} {off}, {ldsv}"), mm
+            a = add(em.vget(inst.addr), base_off)          # 32-bit wrap, as the interpreter's & 0xFFFFFFFF
             if load:
+                fin = self._ds_load_fast(em, inst, f, lds, a, m, offs, nw)
                 vals = []
                 for o in offs:
-                    ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
+                    ao = add(a, o)
                     for j in range(nw):
-                        ptrs, mm = ptrs_of(self._vadd(f, ao, 4 * j) if j else ao)
-                        vals.append(self._gather(f, ptrs, mm, "zeroinitializer"))
+                        mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(4 * j)}')}")
+                        vals.append(self._gather32(f, lds, add(ao, 4 * j), mm))
+                full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {m} to i8')}, -1")
+                yes, no, join = f.t("df"), f.t("dp"), f.t("dj")
+                f.e(f"br i1 {full}, label {yes}, label {no}")
+                f.label(yes)                        # every lane active: plain stores (a masked store is slow on Zen)
+                for j, v in enumerate(vals):
+                    f.e(f"store {f.VT} {v}, ptr {em.chunk_ptr(inst.dst[0].reg + j)}, align 4")
+                f.e(f"br label {join}")
+                f.label(no)
                 for j, v in enumerate(vals):
                     p = em.chunk_ptr(inst.dst[0].reg + j)
                     old = f.op(f"load {f.VT}, ptr {p}, align 4")
                     f.e(f"store {f.VT} {f.op(f'select {f.MT} {m}, {f.VT} {v}, {f.VT} {old}')}, ptr {p}, align 4")
+                f.e(f"br label {join}")
+                f.label(join)
+                f.e(f"br label {fin}")
+                f.label(fin)
             else:
                 for o, r in sel:
-                    ao = f.op(f"and {V64} {self._vadd(f, a, o)}, {M32}") if o else a
-                    ptrs, mm = ptrs_of(ao)
-                    v = em.vget(Operand("v", r))
-                    self._scatter(f, v, ptrs, mm)
+                    ao = add(a, o)
+                    mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(0)}')}")
+                    self._scatter32(f, em.vget(Operand("v", r)), lds, ao, mm)
         em.chunk_loop(body)
+
+    def _ds_load_fast(self, em, inst: Inst, f: Fn, lds: str, a: str, m: str, offs: tuple, nw: int) -> str:
+        """A DS load's common chunks, checked once for all its dwords and offsets: every lane active with lane j at
+        lane 0's address + j * the access size (vector loads, dwords split apart by shuffles) or all at lane 0's
+        (one load per dword, broadcast), every byte inside the LDS without a 32-bit wrap. Leaves the code in the
+        general case's block; returns the label both join at."""
+        VT, MT, W = f.VT, f.MT, f.W
+        S = 4 * nw
+        a0 = f.op(f"extractelement {VT} {a}, i64 0")
+        full = f.op(f"icmp eq i8 {f.op(f'bitcast {MT} {m} to i8')}, -1")
+
+        def every(c: str) -> str:
+            c8 = f.op(f"bitcast {MT} {c} to i8")
+            return f.op(f"and i1 {full}, {f.op(f'icmp eq i8 {c8}, -1')}")
+        ramp = "<" + ", ".join(f"i32 {S * j}" for j in range(W)) + ">"
+        isr = every(f.op(f"icmp eq {VT} {a}, {f.op(f'add {VT} {f.splat(a0)}, {ramp}')}"))
+        isb = every(f.op(f"icmp eq {VT} {a}, {f.splat(a0)}"))
+        a64 = f.op(f"zext i32 {a0} to i64")
+        top = max(offs) + S
+        er, eb = f.op(f"add i64 {a64}, {top + S * (W - 1)}"), f.op(f"add i64 {a64}, {top}")
+        okr = f.op(f"and i1 {isr}, {f.op(f'icmp ule i64 {er}, %lds_size')}")
+        okb = f.op(f"and i1 {isb}, {f.op(f'icmp ule i64 {eb}, %lds_size')}")
+        R, X, B, G, fin = f.t("lr"), f.t("lx"), f.t("lb"), f.t("lg"), f.t("lf")
+        f.e(f"br i1 {okr}, label {R}, label {X}")
+        f.label(R)
+        dst = inst.dst[0].reg
+        for k, o in enumerate(offs):
+            p = f.op(f"getelementptr i8, ptr {lds}, i64 {f.op(f'add i64 {a64}, {o}')}")
+            v = f.op(f"load <{W * nw} x i32>, ptr {p}, align 1")
+            for j in range(nw):
+                if nw == 1:
+                    x = v
+                else:
+                    idx = "<" + ", ".join(f"i32 {j + nw * t}" for t in range(W)) + ">"
+                    x = f.op(f"shufflevector <{W * nw} x i32> {v}, <{W * nw} x i32> poison, <{W} x i32> {idx}")
+                f.e(f"store {VT} {x}, ptr {em.chunk_ptr(dst + k * nw + j)}, align 4")
+        f.e(f"br label {fin}")
+        f.label(X)
+        f.e(f"br i1 {okb}, label {B}, label {G}")
+        f.label(B)
+        for k, o in enumerate(offs):
+            for j in range(nw):
+                p = f.op(f"getelementptr i8, ptr {lds}, i64 {f.op(f'add i64 {a64}, {o + 4 * j}')}")
+                x = f.splat(f.op(f"load i32, ptr {p}, align 1"))
+                f.e(f"store {VT} {x}, ptr {em.chunk_ptr(dst + k * nw + j)}, align 4")
+        f.e(f"br label {fin}")
+        f.label(G)
+        return fin
+
+    def _ramp32(self, f: Fn, offs: str, ok: str, step: int) -> tuple[str, str]:
+        """(lane 0's offset, whether every lane is ok and lane j's offset is lane 0's + step * j), on i32 offsets."""
+        a0 = f.op(f"extractelement {f.VT} {offs}, i64 0")
+        ramp = "<" + ", ".join(f"i32 {step * j}" for j in range(f.W)) + ">"
+        want = f.op(f"add {f.VT} {f.splat(a0)}, {ramp}") if step else f.splat(a0)
+        same = f.op(f"icmp eq {f.VT} {offs}, {want}")
+        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to i8")
+        return a0, f.op(f"icmp eq i8 {both}, -1")
+
+    def _gather32(self, f: Fn, base: str, offs: str, ok: str) -> str:
+        """Dwords at base + the lanes' i32 byte offsets where ok is set, 0 elsewhere: lane by lane (the chunks a
+        vector access covers took _ds_load_fast's path)."""
+        return self._lanes_load(f, f.op(f"getelementptr i8, ptr {base}, {f.VT} {offs}"), ok, "zeroinitializer")
+
+    def _scatter32(self, f: Fn, vals: str, base: str, offs: str, ok: str) -> None:
+        """Store the lanes where ok is set at base + their i32 byte offsets, in lane order (as _scatter)."""
+        a0, contig = self._ramp32(f, offs, ok, 4)
+        vec, sc, join = f.t("sv"), f.t("ss"), f.t("sj")
+        f.e(f"br i1 {contig}, label {vec}, label {sc}")
+        f.label(vec)
+        f.e(f"store {f.VT} {vals}, ptr {f.op(f'getelementptr i8, ptr {base}, i32 {a0}')}, align 1")
+        f.e(f"br label {join}")
+        f.label(sc)
+        self._lanes_store(f, vals, f.op(f"getelementptr i8, ptr {base}, {f.VT} {offs}"), ok)
+        f.e(f"br label {join}")
+        f.label(join)
 
     def _ramp(self, f: Fn, addrs: str, ok: str, step: int) -> tuple[str, str]:
         """(first address, whether every lane is ok and lane j's address is the first + step * j)."""
@@ -520,15 +687,19 @@ class ModuleGen:
         return f.op(f"phi {f.VT} [{v1}, {vec}], [{v2}, {one_end}], [{v3}, {sc_end}]")
 
     def _gather_lanes(self, f: Fn, addrs: str, ok: str, other: str) -> str:
-        """Branch-free scalar loads (a lane that is not ok reads the context block instead; the value is dropped)."""
-        safe = f.op("ptrtoint ptr %ctx to i64")
-        vec = "poison"
-        for j in range(f.W):
-            a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
-            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
-            p = f.op(f"inttoptr i64 {f.op(f'select i1 {o}, i64 {a}, i64 {safe}')} to ptr")
-            vec = f.op(f"insertelement {f.VT} {vec}, i32 {f.op(f'load i32, ptr {p}, align 1')}, i64 {j}")
+        """Scalar loads (ir.helpers' gather_lanes; a lane that is not ok reads the context block, its value dropped)."""
+        ptrs = f.op(f"inttoptr <{f.W} x i64> {addrs} to <{f.W} x ptr>")
+        return self._lanes_load(f, ptrs, ok, other)
+
+    def _lanes_load(self, f: Fn, ptrs: str, ok: str, other: str) -> str:
+        ok8 = f.op(f"bitcast {f.MT} {ok} to i8")
+        vec = f.op(f"call {f.VT} @gather_lanes(<{f.W} x ptr> {ptrs}, i8 {ok8}, ptr %ctx)")
         return f.op(f"select {f.MT} {ok}, {f.VT} {vec}, {f.VT} {other}")
+
+    def _lanes_store(self, f: Fn, vals: str, ptrs: str, ok: str) -> None:
+        ok8 = f.op(f"bitcast {f.MT} {ok} to i8")
+        spare = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX_SPARE}")
+        f.e(f"call void @scatter_lanes({f.VT} {vals}, <{f.W} x ptr> {ptrs}, i8 {ok8}, ptr {spare})")
 
     def _scatter(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
         """Store the lanes where ok is set, in lane order (later lanes win): one vector store when every lane is ok
@@ -545,13 +716,7 @@ class ModuleGen:
         f.label(join)
 
     def _scatter_lanes(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
-        spare = f.op(f"ptrtoint ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX_SPARE}')} to i64")
-        for j in range(f.W):
-            a = f.op(f"extractelement <{f.W} x i64> {addrs}, i64 {j}")
-            o = f.op(f"extractelement {f.MT} {ok}, i64 {j}")
-            p = f.op(f"inttoptr i64 {f.op(f'select i1 {o}, i64 {a}, i64 {spare}')} to ptr")
-            v = f.op(f"extractelement {f.VT} {vals}, i64 {j}")
-            f.e(f"store i32 {v}, ptr {p}, align 1")
+        self._lanes_store(f, vals, f.op(f"inttoptr <{f.W} x i64> {addrs} to <{f.W} x ptr>"), ok)
 
     def _vadd(self, f: Fn, v: str, c: int) -> str:
         return f.op(f"add <{f.W} x i64> {v}, {f.splat(str(c), 'i64')}")

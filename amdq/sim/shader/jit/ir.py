@@ -1,8 +1,11 @@
 """Decoded instructions -> LLVM IR: one function per basic block, executing it for a list of waves.
 
 A block is a run of translatable instructions: ALU instructions are grouped into phases executed wave by
-wave (each wave runs the phase's instructions in order, one <lanes x i32> vector operation each, EXEC
-applied as a select); every memory instruction is a phase of its own looping over all the waves, so memory
+wave (each wave runs the phase's SALU instructions in order, and each run of VALU instructions between them
+as one loop over the wave's chunks of 8 lanes, see fuse() and Emitter.valu_run: per chunk every VGPR is
+loaded once and stored once, EXEC and lane masks are <8 x i1> values, EXEC applied as a select); s_barrier is
+a no-op inside a block (runtime.step stops before it unless every wave of the batch is in the call); every
+memory instruction is a phase of its own looping over all the waves, so memory
 is touched in the interpreter's order (instruction by instruction, waves in batch order, lanes ascending).
 A global access first checks every lane of every wave against the translated-range table (nothing is
 touched yet); a lane outside the table returns the instruction's index so the caller can translate it and
@@ -120,7 +123,7 @@ def _src_ok(inst: Inst, count: int, bits=(32,)) -> bool:
 
 
 def kind_of(inst: Inst) -> str | None:
-    """'alu', 'nop', 'wait', 'branch', 'gload', 'gstore', 'ds' for an instruction the JIT translates, else None."""
+    """'alu', 'nop', 'wait', 'barrier', 'branch', 'gload', 'gstore', 'ds' for an instruction the JIT translates, else None."""
     k = inst.key
     if k in NOPS:
         return "nop"
@@ -128,6 +131,8 @@ def kind_of(inst: Inst) -> str | None:
         return "wait"
     if k in BRANCHES:
         return "branch"
+    if k == "s_barrier":
+        return "barrier"            # a no-op when every wave of the batch is in the call (runtime.step stops before it otherwise)
     enc = inst.enc
     if any(d.bits == 16 for d in inst.dst if isinstance(d, Operand)) or getattr(inst, "sdwa", None) is not None:
         return None                 # 16-bit destinations (gfx9 zeroes or keeps the high half) and SDWA
@@ -256,6 +261,73 @@ def _fast_carry(inst: Inst, cin: bool) -> bool:
     return is_plain(inst, 3 if cin else 2) and inst.dst[1].kind == "s"
 
 
+def mask_dsts(inst: Inst) -> tuple[int, ...]:
+    """The SGPR (pair) a VALU instruction may write a lane mask to (a superset: a run keeps it either way)."""
+    k = inst.key
+    if k in CARRY or k == "v_mad_u64_u32":
+        r = inst.dst[1].reg
+    elif k.startswith("v_cmp"):
+        r = inst.dst[0].reg
+    else:
+        return ()
+    return () if r == NULL else (r,)
+
+
+def _vgprs(inst: Inst) -> tuple[set[int], set[int]]:
+    """(VGPRs a VALU instruction reads, VGPRs it writes)."""
+    rd = {s.reg + j for s in inst.src if s.kind == "v" for j in range(max(1, s.n))}
+    d = inst.dst[0]
+    wr = {d.reg + j for j in range(max(1, d.n))} if d.kind == "v" else set()
+    if inst.key == "v_fmac_f32":
+        rd |= wr
+    return rd, wr
+
+
+def _lane_srcs(inst: Inst) -> tuple[int, ...]:
+    """Sources read as lane masks (the rest of the SGPR sources are scalars)."""
+    return (2,) if inst.key == "v_cndmask_b32" or (inst.key in CARRY and CARRY[inst.key][2]) else ()
+
+
+def fuse(items: list[tuple[int, Inst]], lanes: int) -> list[list[tuple[int, Inst]]]:
+    """Consecutive VALU instructions split into runs one chunk loop can execute: a run ends before an instruction
+    reading as a scalar (or as VCCZ/EXECZ) an SGPR a lane mask of the run was written to, or reading/writing a lane
+    mask that overlaps one of the run's without being the same SGPR (pair)."""
+    nm = 2 if lanes == 64 else 1
+
+    def span(r: int) -> set[int]:
+        return {r + t for t in range(nm)}
+    out: list[list[tuple[int, Inst]]] = []
+    cur: list[tuple[int, Inst]] = []
+    W: set[int] = set()
+    K = {EXEC}
+    for i, inst in items:
+        scal, lane = set(), []
+        ls = _lane_srcs(inst)
+        for j, s in enumerate(inst.src):
+            if s.kind == "s" and s.reg != NULL:
+                if j in ls:
+                    lane.append(s.reg)
+                else:
+                    scal |= {s.reg + t for t in range(max(1, s.n))}
+            elif s.kind == "x" and s.reg == EXECZ_SRC:
+                scal |= {EXEC, EXEC + 1}
+            elif s.kind == "x" and s.reg == VCCZ_SRC:
+                scal |= {VCC, VCC + 1}
+        kspan = set().union(*(span(k) for k in K))
+        ok = not scal & W and all(r in K or not span(r) & W for r in lane) and \
+            all(r in K or not span(r) & kspan for r in mask_dsts(inst))
+        if not ok and cur:
+            out.append(cur)
+            cur, W, K = [], set(), {EXEC}
+        cur.append((i, inst))
+        for r in mask_dsts(inst):
+            K.add(r)
+            W |= span(r)
+    if cur:
+        out.append(cur)
+    return out
+
+
 # ---------------------------------------------------------------- the emitter
 
 class Fn:
@@ -310,9 +382,11 @@ class Emitter:
         self.f = f
         self.inst_pc = inst_pc     # pc -> offset from the region's root (for branch targets)
         self.writes_exec = False
-        self.c = None              # the chunk index (i64) inside a VALU instruction's chunk loop
-        self.pending: dict[int, str] = {}     # SGPR -> accumulator of the lane mask being written
-        self._init_at = 0
+        self.c = None              # the chunk index (i64) inside a VALU run's chunk loop
+        self.regs: dict[int, str] | None = None    # inside a run: VGPR -> alloca of its chunk
+        self.masks: dict[int, str] | None = None   # inside a run: SGPR (pair) -> alloca of its lane mask's chunk
+        self.pre: list[str] | None = None          # inside a run: lines hoisted before the chunk loop
+        self.scache: dict = {}
 
     # -- addresses
     def vrow(self, r: int) -> str:
@@ -332,6 +406,16 @@ class Emitter:
         f = self.f
         if op.kind == "c":
             return str(op.value & 0xFFFFFFFF)
+        if self.pre is not None:           # inside a run: scalars are loop-invariant (fuse() checks), read once before it
+            key = (op.kind, op.reg)
+            if key not in self.scache:
+                body, f.lines, pre = f.lines, self.pre, self.pre
+                self.pre = None
+                try:
+                    self.scache[key] = self.sget(op)
+                finally:
+                    f.lines, self.pre = body, pre
+            return self.scache[key]
         if op.kind == "x":
             if op.reg == SCC_SRC:
                 p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
@@ -412,28 +496,20 @@ class Emitter:
         return f.op(f"icmp ne {f.VT} {a}, zeroinitializer")
 
     def mask_put(self, r: int, m: str) -> None:
-        """Accumulate the chunk's lanes of a lane mask for SGPR (pair) r; written after the chunk loop."""
-        f = self.f
-        acc = self.pending.get(r)
-        if acc is None:
-            acc = self.pending[r] = f.alloca(f.IT)
-            f.lines.insert(self._init_at, f"  store {f.IT} 0, ptr {acc}")
-        b8 = f.op(f"bitcast {f.MT} {m} to i8")
-        z = f.op(f"zext i8 {b8} to {f.IT}")
-        sh = f.op(f"shl {f.IT} {f.op(f'trunc i64 {self.c} to {f.IT}') if f.L == 32 else self.c}, 3")
-        z = f.op(f"shl {f.IT} {z}, {sh}")
-        old = f.op(f"load {f.IT}, ptr {acc}")
-        f.e(f"store {f.IT} {f.op(f'or {f.IT} {old}, {z}')}, ptr {acc}")
+        """Inside a run: the chunk's lanes of the lane mask of SGPR (pair) r (written to the SGPR after the run)."""
+        self.f.e(f"store {self.f.MT} {m}, ptr {self.masks[r]}")
 
-    def _flush_masks(self) -> None:
-        f = self.f
-        for r, acc in self.pending.items():
-            bits = f.op(f"load {f.IT}, ptr {acc}")
-            if f.L == 32:
-                self.sput(r, bits)
-            else:
-                self.sput64(r, bits)
-        self.pending = {}
+    def exec_vec(self) -> str:
+        """The current chunk's EXEC lanes (<W x i1>)."""
+        if self.masks is not None:
+            return self.f.op(f"load {self.f.MT}, ptr {self.masks[EXEC]}")
+        return self.exec_vec()
+
+    def lane_mask(self, op: Operand) -> str:
+        """The current chunk's lanes of a lane-mask operand (<W x i1>): a mask written earlier in the run directly."""
+        if self.masks is not None and op.kind == "s" and op.reg in self.masks:
+            return self.f.op(f"load {self.f.MT}, ptr {self.masks[op.reg]}")
+        return self.mask_vec(self.mask_bits(op))
 
     def chunk_ptr(self, r: int) -> str:
         f = self.f
@@ -444,6 +520,8 @@ class Emitter:
     def vget(self, op: Operand) -> str:
         f = self.f
         if op.kind == "v":
+            if self.regs is not None:
+                return f.op(f"load {f.VT}, ptr {self.regs[op.reg]}")
             return f.op(f"load {f.VT}, ptr {self.chunk_ptr(op.reg)}, align 4")
         return f.splat(self.sget(op))
 
@@ -470,11 +548,10 @@ class Emitter:
     def vput(self, r: int, val: str) -> None:
         """EXEC-masked write of VGPR r."""
         f = self.f
-        p = self.chunk_ptr(r)
-        old = f.op(f"load {f.VT}, ptr {p}, align 4")
-        m = self.mask_vec(self.exec_bits())
-        new = f.op(f"select {f.MT} {m}, {f.VT} {val}, {f.VT} {old}")
-        f.e(f"store {f.VT} {new}, ptr {p}, align 4")
+        p = self.regs[r]
+        old = f.op(f"load {f.VT}, ptr {p}")
+        new = f.op(f"select {f.MT} {self.exec_vec()}, {f.VT} {val}, {f.VT} {old}")
+        f.e(f"store {f.VT} {new}, ptr {p}")
 
     def vput64(self, r: int, val: str) -> None:
         f = self.f
@@ -609,28 +686,76 @@ class Emitter:
         return ty
 
     # ---------------------------------------------------------------- VALU
-    def valu(self, inst: Inst) -> None:
-        """One VALU instruction: a loop over the wave's chunks of W lanes; lane masks it writes are stored after."""
+    def valu_run(self, run: list[tuple[int, Inst]]) -> None:
+        """A run of VALU instructions (fuse() made it; (index in the block, instruction) each) as one loop over the
+        wave's chunks of W lanes: per chunk every VGPR it touches is loaded once, the instructions work on allocas
+        (SSA values once promoted), the VGPRs written are stored back once; EXEC and the lane masks written are
+        <W x i1> chunks the later instructions read, written to their SGPRs after the loop. Each instruction keeps
+        its own start/end guard (loop-invariant)."""
         f = self.f
-        pre, head, done = f.t("cp"), f.t("ch"), f.t("cd")
-        self._init_at = len(f.lines)
+        nm = 2 if f.L == 64 else 1
+        touched, written = set(), set()
+        for _, inst in run:
+            rd, wr = _vgprs(inst)
+            touched |= rd | wr
+            written |= wr
+        wkeys = sorted({r for _, inst in run for r in mask_dsts(inst)})
+        mkeys = sorted({EXEC, *wkeys})
+        pre, head, tail, done = f.t("rp"), f.t("rh"), f.t("rt"), f.t("rd")
         f.e(f"br label {pre}")
         f.label(pre)
+        at = len(f.lines)
+        self.pre, self.scache = [], {}
+        go = []
+        for i, _ in run:
+            c1, c2 = f.op(f"icmp sle i32 %start, {i}"), f.op(f"icmp sgt i32 %end, {i}")
+            go.append(f.op(f"and i1 {c1}, {c2}"))
+        bits0 = {r: self.mask_bits(Operand("s", r, nm)) for r in mkeys}
+        rows = {r: self.vrow(r) for r in sorted(touched)}
+        self.regs = {r: f.alloca(f.VT) for r in rows}
+        self.masks = {r: f.alloca(f.MT) for r in mkeys}
+        acc = {r: f.alloca(f.IT) for r in wkeys}
+        for r in wkeys:
+            f.e(f"store {f.IT} 0, ptr {acc[r]}")
         f.e(f"br label {head}")
         f.label(head)
         c, c1 = f.t("c"), f.t("c")
-        tail = f.t("ct")
         f.e(f"{c} = phi i64 [0, {pre}], [{c1}, {tail}]")
         self.c = c
-        self._valu(inst)
+        off = f.op(f"shl i64 {c}, 3")
+        ptr = {r: f.op(f"getelementptr i32, ptr {row}, i64 {off}") for r, row in rows.items()}
+        for r, p in ptr.items():
+            f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 4')}, ptr {self.regs[r]}")
+        for r in mkeys:
+            f.e(f"store {f.MT} {self.mask_vec(bits0[r])}, ptr {self.masks[r]}")
+        for g, (_, inst) in zip(go, run):
+            yes, no = f.t("x"), f.t("y")
+            f.e(f"br i1 {g}, label {yes}, label {no}")
+            f.label(yes)
+            self._valu(inst)
+            f.e(f"br label {no}")
+            f.label(no)
         f.e(f"br label {tail}")
         f.label(tail)
+        for r in sorted(written):
+            f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {self.regs[r]}')}, ptr {ptr[r]}, align 4")
+        sh = f.op(f"trunc i64 {off} to {f.IT}") if f.L == 32 else off
+        for r in wkeys:
+            m = f.op(f"load {f.MT}, ptr {self.masks[r]}")
+            z = f.op(f"zext i8 {f.op(f'bitcast {f.MT} {m} to i8')} to {f.IT}")
+            z = f.op(f"shl {f.IT} {z}, {sh}")
+            old = f.op(f"load {f.IT}, ptr {acc[r]}")
+            f.e(f"store {f.IT} {f.op(f'or {f.IT} {old}, {z}')}, ptr {acc[r]}")
         f.e(f"{c1} = add i64 {c}, 1")
         more = f.op(f"icmp ult i64 {c1}, {f.NC}")
         f.e(f"br i1 {more}, label {head}, label {done}")
         f.label(done)
-        self.c = None
-        self._flush_masks()
+        f.lines[at:at] = self.pre
+        self.c = self.regs = self.masks = self.pre = None
+        self.scache = {}
+        for r in wkeys:
+            bits = f.op(f"load {f.IT}, ptr {acc[r]}")
+            (self.sput if f.L == 32 else self.sput64)(r, bits)
 
     def _valu(self, inst: Inst) -> None:
         f, k = self.f, inst.key
@@ -729,7 +854,7 @@ class Emitter:
             return
         if k == "v_cndmask_b32":
             a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
-            m = self.mask_vec(self.mask_bits(inst.src[2]))
+            m = self.lane_mask(inst.src[2])
             self.vput(d.reg, f.op(f"select {f.MT} {m}, {VT} {b}, {VT} {a}"))
             return
         if k in CARRY:
@@ -741,14 +866,14 @@ class Emitter:
             a64, b64 = f.op(f"zext {VT} {a} to {V64}"), f.op(f"zext {VT} {b} to {V64}")
             r = f.op(f"{'add' if add else 'sub'} {V64} {a64}, {b64}")
             if cin:
-                ci = self.mask_vec(self.mask_bits(inst.src[2]))
+                ci = self.lane_mask(inst.src[2])
                 ci64 = f.op(f"zext {f.MT} {ci} to {V64}")
                 r = f.op(f"{'add' if add else 'sub'} {V64} {r}, {ci64}")
             s32 = f.splat("32", "i64")
             hi = f.op(f"lshr {V64} {r}, {s32}")
             out = f.op(f"icmp ne {V64} {hi}, zeroinitializer")
             if not (inst.dead_sdst and _fast_carry(inst, cin)) and inst.dst[1].reg != NULL:
-                em = self.mask_vec(self.exec_bits())
+                em = self.exec_vec()
                 carry = f.op(f"and {f.MT} {out}, {em}")
             else:
                 carry = None
@@ -766,7 +891,7 @@ class Emitter:
             carry = None
             if inst.dst[1].reg != NULL:      # the interpreter writes it even when nothing reads it
                 ov = f.op(f"icmp ult {V64} {r}, {c}")
-                carry = f.op(f"and {f.MT} {ov}, {self.mask_vec(self.exec_bits())}")
+                carry = f.op(f"and {f.MT} {ov}, {self.exec_vec()}")
             self.vput64(d.reg, r)
             if carry is not None:
                 self.mask_put(inst.dst[1].reg, carry)
@@ -792,7 +917,7 @@ class Emitter:
                 if pred not in ("eq", "ne"):
                     pred = ("s" if typ == "i32" else "u") + pred
                 m = f.op(f"icmp {pred} {VT} {a}, {b}")
-            m = f.op(f"and {f.MT} {m}, {self.mask_vec(self.exec_bits())}")
+            m = f.op(f"and {f.MT} {m}, {self.exec_vec()}")
             if d.reg != NULL:
                 self.mask_put(d.reg, m)
             return
@@ -826,16 +951,18 @@ class Emitter:
     def _nan2(self, a, fa, b, fb, r) -> str:
         """A binary op's result with numpy's NaN: the first NaN operand quieted (an invalid op keeps x86's)."""
         f = self.f
+        return self._cold(r, lambda: f.op(f"call {f.VT} @nan2_fix({f.VT} {a}, {f.VT} {b}, {f.VT} {r})"))
 
-        def fix():
-            t = f.op(f"select {f.MT} {self._isnan(fb)}, {f.VT} {self._quiet(b)}, {f.VT} {r}")
-            return f.op(f"select {f.MT} {self._isnan(fa)}, {f.VT} {self._quiet(a)}, {f.VT} {t}")
-        return self._cold(r, fix)
+    def _nan2_fix(self, a, fa, b, fb, r) -> str:
+        f = self.f
+        t = f.op(f"select {f.MT} {self._isnan(fb)}, {f.VT} {self._quiet(b)}, {f.VT} {r}")
+        return f.op(f"select {f.MT} {self._isnan(fa)}, {f.VT} {self._quiet(a)}, {f.VT} {t}")
 
     def _nan_fma(self, x, fx, y, fy, c, fc, r, rb) -> str:
         """fma's NaN as the interpreter's f64 (x*y)+c gives it: x, y NaN quieted in that order; an invalid
         product is the default NaN; then c quieted; an invalid sum the default NaN."""
-        return self._cold(rb, lambda: self._nan_fma_fix(x, fx, y, fy, c, fc, r, rb))
+        f = self.f
+        return self._cold(rb, lambda: f.op(f"call {f.VT} @nanfma_fix({f.VT} {x}, {f.VT} {y}, {f.VT} {c}, {f.VT} {rb})"))
 
     def _nan_fma_fix(self, x, fx, y, fy, c, fc, r, rb) -> str:
         f = self.f
@@ -854,3 +981,37 @@ class Emitter:
         t = f.op(f"select {MT} {self._isnan(fy)}, {VT} {self._quiet(y)}, {VT} {t}")
         t = f.op(f"select {MT} {self._isnan(fx)}, {VT} {self._quiet(x)}, {VT} {t}")
         return f.op(f"select {MT} {self._isnan(r)}, {VT} {t}, {VT} {rb}")
+
+
+def helpers() -> str:
+    """Shared cold paths, called (not inlined) from every block: the NaN fix-ups of a result chunk holding a NaN,
+    and the lane-by-lane loads and stores of chunks no vector access covers (a lane not ok uses `safe`)."""
+    out = []
+    for name, args in (("nan2_fix", "abr"), ("nanfma_fix", "xycr")):
+        f = Fn(32)
+        em = Emitter(f, None)
+        fl = {a: f.op(f"bitcast {f.VT} %{a} to {f.FT}") for a in args}
+        if name == "nan2_fix":
+            res = em._nan2_fix("%a", fl["a"], "%b", fl["b"], "%r")
+        else:
+            res = em._nan_fma_fix("%x", fl["x"], "%y", fl["y"], "%c", fl["c"], fl["r"], "%r")
+        params = ", ".join(f"{f.VT} %{a}" for a in args)
+        out += [f"define internal {f.VT} @{name}({params}) noinline {{", "entry:", *f.lines, f"  ret {f.VT} {res}", "}"]
+    W = Fn.W
+    lines = []
+    vec = "poison"
+    for j in range(W):
+        lines += [f"  %b{j} = lshr i8 %ok, {j}", f"  %o{j} = trunc i8 %b{j} to i1", f"  %p{j} = extractelement <{W} x ptr> %p, i64 {j}",
+                  f"  %q{j} = select i1 %o{j}, ptr %p{j}, ptr %safe", f"  %v{j} = load i32, ptr %q{j}, align 1",
+                  f"  %g{j} = insertelement <{W} x i32> {vec}, i32 %v{j}, i64 {j}"]
+        vec = f"%g{j}"
+    out += [f"define internal <{W} x i32> @gather_lanes(<{W} x ptr> %p, i8 %ok, ptr %safe) noinline {{", "entry:", *lines,
+            f"  ret <{W} x i32> {vec}", "}"]
+    lines = []
+    for j in range(W):           # in lane order: later lanes win
+        lines += [f"  %b{j} = lshr i8 %ok, {j}", f"  %o{j} = trunc i8 %b{j} to i1", f"  %p{j} = extractelement <{W} x ptr> %p, i64 {j}",
+                  f"  %q{j} = select i1 %o{j}, ptr %p{j}, ptr %safe", f"  %v{j} = extractelement <{W} x i32> %v, i64 {j}",
+                  f"  store i32 %v{j}, ptr %q{j}, align 1"]
+    out += [f"define internal void @scatter_lanes(<{W} x i32> %v, <{W} x ptr> %p, i8 %ok, ptr %safe) noinline {{", "entry:",
+            *lines, "  ret void", "}"]
+    return "\n".join(out) + "\n"

@@ -151,9 +151,6 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
                 if inst.key != "s_branch":
                     work.append(p)
                 break
-            if k == "wait":
-                work.append(p)
-                break
         if insts and any(k in ("alu", "gload", "gstore", "ds", "branch") for k in kinds):
             blocks.append(finish(Block(pc, insts, kinds)))
             for i in insts:
@@ -476,6 +473,8 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None):
         return None
     n = len(blk.insts)
     end = n if limit is None else bisect.bisect_left(blk.pcs, limit, i)   # (the block's PCs ascend)
+    if blk.barriers and not isinstance(sel, slice):    # s_barrier passes only with every wave of the batch in the call
+        end = min([end] + [b for b in blk.barriers if b >= i])
     if end == i:
         return None
     ctx = batch._jit_ctx
