@@ -43,7 +43,7 @@ class AQLPlan:
         blob, dyn = kernel.kernargs(args, grid, block, shared_mem)
         self.grid, self.block, self.blob, self.shared_mem = grid, block, bytearray(blob), shared_mem
         self.size = max(64, (len(blob) + 63) & ~63)
-        self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)
+        self.pack = kernel.packer(self, args, self.blob)      # pack(mv, off, args): a launch's kernel arguments
         self.scratch = d.uses_scratch
         self.pkt = A.dispatch_packet(block, grid, d.private_segment_fixed_size, d.group_segment_fixed_size + dyn,
                                      kernel.kd_addr)
