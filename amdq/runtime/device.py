@@ -738,36 +738,57 @@ class Device:
             if self._grew is not None:
                 node.grew = self.take_growth()  # scratch grown while capturing: the node says so
             return node
+        if wait or timed or self.profiler is not None:
+            return self._launch_timed(q, kernel, args, grid, block, shared_mem, wait, timeout_ms)
         lock = self.lock                         # what Submitting does, inline: this is the hottest path
         lock.acquire()
         try:
             if self.closed:
                 self._check()
             mark = q.timeline.value
-            ts = self._ts_slot() if wait or timed or self.profiler is not None else None
             t0 = _now()
             try:
-                value, t1 = q.launch(kernel, args, grid, block, None if ts is None else self.ts_addr(ts), shared_mem)
-            except GPUTimeout as e:
-                Submitting.failed(self, q, mark, e)
-                raise
-            except DeviceLost as e:
-                self._grew = None
-                raise self._lost_while(e, f"launching {kernel.label} on {q.name}") from e
-            except BaseException:
-                self._grew = None                # a growth of a launch that failed to encode stays unreported
+                value, t1 = q.launch(kernel, args, grid, block, None, shared_mem)
+            except BaseException as e:
+                self._launch_failed(q, kernel, mark, e)
                 raise
             q._what[value & 255] = kernel.label  # (q.note, inline)
-            h = Launch(q, value, (kernel.name, t0, t1, _now(), ts, grid, block,
-                                  self.take_growth() if self._grew is not None else None))
+            return Launch(q, value, (kernel.name, t0, t1, _now(), None, grid, block,
+                                     self.take_growth() if self._grew is not None else None))
+        finally:
+            lock.release()
+
+    def _launch_timed(self, q: HWQueue, kernel, args, grid, block, shared_mem: int, wait: bool,
+                      timeout_ms: int | None) -> Launch:
+        """`launch` with GPU timestamps (timed, waited for, or inside dev.profile())."""
+        with self.lock:
+            self._check()
+            mark = q.timeline.value
+            ts = self._ts_slot()
+            t0 = _now()
+            try:
+                value, t1 = q.launch(kernel, args, grid, block, self.ts_addr(ts), shared_mem)
+            except BaseException as e:
+                self._launch_failed(q, kernel, mark, e)
+                raise
+            q.note(value, kernel.label)
+            h = Launch(q, value, (kernel.name, t0, t1, _now(), ts, grid, block, self.take_growth()))
             if self.profiler is not None:
                 h._rec = h._make()
                 self.profiler.add(h._rec)
-        finally:
-            lock.release()
         if wait:
             h.wait(timeout_ms)
         return h
+
+    def _launch_failed(self, q: HWQueue, kernel, mark: int, e: BaseException) -> None:
+        """A launch raised `e` (under the lock): a ring-space timeout gives its value back and recovers the queue;
+        a memory growth of a launch that failed stays unreported; a lost device says what was being launched."""
+        if isinstance(e, GPUTimeout):
+            Submitting.failed(self, q, mark, e)
+            return
+        self._grew = None
+        if isinstance(e, DeviceLost):
+            raise self._lost_while(e, f"launching {kernel.label} on {q.name}") from e
 
     def _refuse(self, kernel) -> None:
         """Raise why `kernel` cannot be launched here (no queues, a closed device, another device's or a freed

@@ -116,6 +116,7 @@ class PM4Queue(HWQueue):
         self._set_wptr, self._ring_bell = writer64(q.wptr.cpu, 0), writer64(q.doorbell, q.doorbell_off)
         # the coherence hint of a ring write (None where the CPU view is the memory: nothing to tell)
         self._ring_wrote = hint_of(q.ring.cpu)
+        self._general = self.inline_kernargs or self._ring_wrote is not None    # no plain launches here
 
     def commands(self) -> Commands:
         return Commands(self.gen, self.sh)
@@ -133,8 +134,10 @@ class PM4Queue(HWQueue):
         p = kernel._shapes.get((grid, block, ts is not None, shared_mem)) if kernel._plain else None
         if p is None:                           # (that is pm4_plan's short key, inline: the hottest path)
             p = pm4_plan(self, kernel, args, grid, block, ts is not None, shared_mem)
-        if self.inline_kernargs:
-            return self._launch_inline(p, kernel, args, ts)
+        if ts is not None or p.plain is None or self._general:
+            return self._launch(p, kernel, args, ts)
+        # the plain launch: its kernel arguments, ring space and value, the template with its kernarg address and
+        # value in one struct pack, the write pointer and the doorbell
         kv = self.dev.kernargs
         off = kv.head                           # (Kernargs.take, inline, unless the ring of arguments wraps)
         if off + p.ksize > kv.size:
@@ -143,10 +146,6 @@ class PM4Queue(HWQueue):
             kv.head = off + p.ksize
             ka = kv.va + off
         p.pack(kv.mv, off, args)                # checked: bad arguments raise before a value is taken
-        if p.pkt_off is not None:
-            pkt = p.pkt
-            U64.pack_into(pkt, 40, ka)
-            kv.mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
         if kv.hint is not None:
             kv.hint(off, p.size)
         n = p.n
@@ -160,23 +159,52 @@ class PM4Queue(HWQueue):
         t1 = _clock()
         i = w % self.ring_dw
         if i + n > self.ring_dw:                # the launch wraps: through a patched copy
-            dw = p.dw.copy()
-            b = dw.view(np.uint8)
-            self._patch(p, b, 0, ka, value, ts)
-            self._write(dw)
+            self._write_wrapped(p, ka, value, None)
             return value, t1
-        o = 4 * i
-        if ts is None and p.plain is not None:  # the template and its two patches in one struct pack
-            p.plain(self._rmv, o, p.head, ka, p.mid, value, p.tail)
-        else:
-            self._rmv[o:o + p.nbytes] = p.tpl
-            self._patch(p, self._rmv, o, ka, value, ts)
-        if self._ring_wrote is not None:
-            self._ring_wrote(o, p.nbytes)
+        p.plain(self._rmv, 4 * i, p.head, ka, p.mid, value, p.tail)
         self.wptr = w = w + n
         self._set_wptr(w)                       # (_bell, inline)
         self._ring_bell(w)
         return value, t1
+
+    def _launch(self, p: "Plan", kernel, args: tuple, ts: int | None) -> tuple[int, float]:
+        """`launch` of any plan: timed (`ts`), with the dispatch packet in the kernel arguments, with coherence
+        hints, or with the kernel arguments in the ring."""
+        if self.inline_kernargs:
+            return self._launch_inline(p, kernel, args, ts)
+        kv = self.dev.kernargs
+        ka, off = kv.take(p.size)
+        p.pack(kv.mv, off, args)                # checked: bad arguments raise before a value is taken
+        if p.pkt_off is not None:
+            pkt = p.pkt
+            U64.pack_into(pkt, 40, ka)
+            kv.mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
+        kv.wrote(off, p.size)
+        n = p.n
+        w = self.wptr
+        self.room(n)                            # first the ring space: a value once taken is submitted
+        value = self.timeline.next()
+        if self.wptr != w:                      # the ordering hook queued waits first: room for dw again
+            self.room(n)
+            w = self.wptr
+        t1 = _clock()
+        i = w % self.ring_dw
+        if i + n > self.ring_dw:                # the launch wraps: through a patched copy
+            self._write_wrapped(p, ka, value, ts)
+            return value, t1
+        mv, o = self._rmv, 4 * i
+        mv[o:o + p.nbytes] = p.tpl
+        self._patch(p, mv, o, ka, value, ts)
+        self._ringmap.wrote(o, p.nbytes)
+        self.wptr = w = w + n
+        self._bell(w)
+        return value, t1
+
+    def _write_wrapped(self, p: "Plan", ka: int, value: int, ts: int | None) -> None:
+        """A launch across the ring's end: its template patched in a copy, written in two pieces."""
+        dw = p.dw.copy()
+        self._patch(p, dw.view(np.uint8), 0, ka, value, ts)
+        self._write(dw)
 
     def _launch_inline(self, p: "Plan", kernel, args: tuple, ts: int | None) -> tuple[int, float]:
         """`launch` with the kernel arguments in the ring: [filler NOP] NOP(padding, arguments) dispatch."""
