@@ -246,29 +246,32 @@ def compile_packer(meta: KernelMeta, args: tuple, blob: bytes, dev: Any, pointee
 
     It checks what the general packer checks, in line: a pointer takes an int address or a buffer of `dev`
     (its `.addr`) whose dtype, if typed, fits the pointee (`pointee[i]`); an untyped argument packed as a float
-    must be a float. Anything else (a wrong count, a value struct refuses, another device's buffer) goes to
-    `checked(mv, off, args)`, the general packer, which packs it or raises the error that names the argument."""
+    must be a float; a typed float takes any number but a bool. Anything else (a wrong count, a value struct
+    refuses, another device's buffer) goes to `checked(mv, off, args)`, the general packer, which packs it or
+    raises the error that names the argument. (Generated source, like a namedtuple's: one function per plan.)"""
     f = arg_formats(meta, args)
     if f is None:
         return checked
-    kinds = [k for _, k in f if k != "pad"]
-    end = sum(struct.calcsize("<" + c) for c, _ in f)
+    end = struct.calcsize("<" + "".join(c for c, _ in f))
     st = struct.Struct("<" + "".join(c for c, _ in f) + f"{len(blob) - end}s")
-    names = [f"a{i}" for i in range(len(kinds))]
-    body = [f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "    if args: raise TypeError"]
+    fields = [(f"a{i}", code, kind) for i, (code, kind) in enumerate(x for x in f if x[1] != "pad")]
     env = {"pack_into": st.pack_into, "rest": bytes(blob[end:]), "dev": dev, "checked": checked, "SLOW": SLOW}
-    for i, (n, k) in enumerate(zip(names, kinds)):
-        if k == "ptr":                                   # an int is the address itself; else a buffer of ours
-            body += [f"    if type({n}) is not int:",
-                     f"        if {n}.dev is not dev: raise TypeError"]
+    names = "".join(n + ", " for n, _, _ in fields)
+    lines = [f"{names} = args" if fields else "if args: raise TypeError"]
+    for i, (n, code, kind) in enumerate(fields):
+        if kind == "ptr":                                # an int is the address itself; else a buffer of ours
+            lines += [f"if type({n}) is not int:",
+                      f"    if {n}.dev is not dev: raise TypeError"]
             if i in pointee:
                 env[f"fits{i}"] = pointee[i]
-                body += [f"        if {n}.dtype is not None and not fits{i}({n}.dtype): raise TypeError"]
-            body += [f"        {n} = {n}.addr"]
-        elif k == "float":
-            body += [f"    if type({n}) is not float: raise TypeError"]
-    body += [f"    pack_into(mv, off, {''.join(n + ', ' for n in names)}rest)"]
-    src = "def pack(mv, off, args):\n    try:\n" + "\n".join("    " + line for line in body) + \
-          "\n    except SLOW:\n        checked(mv, off, args)\n"
+                lines += [f"    if {n}.dtype is not None and not fits{i}({n}.dtype): raise TypeError"]
+            lines += [f"    {n} = {n}.addr"]
+        elif kind == "float":
+            lines += [f"if type({n}) is not float: raise TypeError"]
+        elif code in "efd":
+            lines += [f"if type({n}) is bool: raise TypeError"]
+    lines += [f"pack_into(mv, off, {names}rest)"]
+    src = "def pack(mv, off, args):\n    try:\n" + "".join(f"        {line}\n" for line in lines) + \
+          "    except SLOW:\n        checked(mv, off, args)\n"
     exec(compile(src, f"<kernel arguments of {meta.name}>", "exec"), env)
     return env["pack"]
