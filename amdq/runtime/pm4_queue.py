@@ -523,7 +523,7 @@ class PM4Bound:
         # the tail with its value, as one struct pack of (head, value, rest)
         self._put = struct.Struct(f"<{self.vo}sQ{self.nbytes - self.vo - 8}s").pack_into
         self._head, self._rest = self.tpl[:self.vo], self.tpl[self.vo + 8:]
-        self._prg = kernel.prg
+        self._prg, self._dev, self._lock = kernel.prg, dev, dev.lock
 
     def submit(self) -> "Launch":
         """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion).
@@ -534,12 +534,11 @@ class PM4Bound:
             self._refuse()
         t0 = _clock()
         q = self.queue
-        dev = q.dev
-        lock = dev.lock                         # what Device.submitting does, inline: a hot path
+        lock = self._lock                       # what Device.submitting does, inline: a hot path
         lock.acquire()
         try:
-            if dev.closed:
-                dev._check()
+            if self._dev.closed:
+                self._dev._check()
             t = q.timeline
             mark = t.value
             n = self.n                          # (PM4Queue.put, inline: the hot path)
@@ -554,15 +553,14 @@ class PM4Bound:
             if i + n > q.ring_dw:
                 q._write_patched(self.tpl, self.vo, value)
             else:
-                o = 4 * i
-                self._put(q._rmv, o, self._head, value, self._rest)
+                self._put(q._rmv, 4 * i, self._head, value, self._rest)
                 if q._ring_wrote is not None:
-                    q._ring_wrote(o, self.nbytes)
+                    q._ring_wrote(4 * i, self.nbytes)
                 q.wptr = w = w + n
                 q._set_wptr(w)
                 q._ring_bell(w)
         except GPUTimeout as e:
-            dev._submit_failed(q, mark, e)
+            self._dev._submit_failed(q, mark, e)
             raise
         finally:
             lock.release()

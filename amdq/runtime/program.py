@@ -218,6 +218,7 @@ class Kernel:
         # arguments are in the full key; a plan's packer sends other types to the checked path.)
         self._plain = not self._has_lds and not self.desc.uses_scratch
         self._shapes: dict[tuple, object] = {}
+        self._aql_shapes: dict[tuple, object] = {}     # the same for AQL dispatch packets (grid, block, shared_mem)
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} of {self.prg}>"
