@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -274,7 +274,7 @@ class Kernel:
         kernargs.compile_packer): hidden arguments included; anything unusual takes the checked path."""
         p.pack(mv, off, args)
 
-    def packer(self, p, args: tuple, blob: bytes):
+    def packer(self, p, args: tuple, blob: bytes) -> Callable[[memoryview, int, tuple], None]:
         """The compiled kernel-argument packer of plan `p` (built with `args`, its bytes `blob`)."""
         return kernargs.compile_packer(self.meta, args, blob, self.prg.dev, self._pointee,
                                        lambda mv, off, a: self._pack_checked(p, mv, off, a))
