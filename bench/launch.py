@@ -110,13 +110,16 @@ class HostLaunch:
         def encode():                       # what PM4Queue.launch does before the ring (stages_us)
             pl = q.plan(k, args, grid, block)
             ka, off = kv.take(pl.size)
-            k.pack_into(pl, args, kv.mv, off)
+            pl.pack(kv.mv, off, args)
             kv.wrote(off, pl.size)
 
         def ring_write():                   # the template into the ring at the write pointer, patched there
             o = 4 * (q.wptr % q.ring_dw)
-            q._rmv[o:o + p.nbytes] = p.tpl
-            q._patch(p, q._rmv, o, kv.alloc.va, q.timeline.value, None)
+            if p.plain is not None:         # (template and patches in one struct pack)
+                p.plain(q._rmv, o, p.head, kv.alloc.va, p.mid, q.timeline.value, p.tail)
+            else:
+                q._rmv[o:o + p.nbytes] = p.tpl
+                q._patch(p, q._rmv, o, kv.alloc.va, q.timeline.value, None)
             q._ringmap.wrote(o, p.nbytes)
 
         def doorbell():                     # the same write pointer again: nothing new for the GPU

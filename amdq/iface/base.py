@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
@@ -54,11 +55,32 @@ class Mapping:
         _U64.pack_into(self.mv, off, v & 0xFFFFFFFFFFFFFFFF)
         self.wrote(off, 8)
 
+    def writer64(self, off: int) -> Callable[[int], None]:
+        """`write64(off, v)` bound once as a function of v (a queue's write pointer, its doorbell: the launch
+        path): where writing needs no hint, just the store."""
+        if type(self).write64 is Mapping.write64 and type(self).wrote is Mapping.wrote:
+            return partial(_U64.pack_into, self.mv, off)
+        return partial(self.write64, off)
+
     def read32(self, off: int) -> int:
         return struct.unpack_from("<I", self.mv, off)[0]
 
     def read64(self, off: int) -> int:
         return struct.unpack_from("<Q", self.mv, off)[0]
+
+
+def writer64(m: Any, off: int) -> Callable[[int], None]:
+    """`m.write64(off, v)` as a function of v, bound once: `m.writer64(off)` where `m` offers one (a Mapping, a
+    doorbell BAR), else a partial."""
+    w = getattr(m, "writer64", None)
+    return w(off) if w is not None else partial(m.write64, off)
+
+
+def hint_of(m: Any) -> Callable[[int, int], None] | None:
+    """`m.wrote`, the coherence hint of a CPU view, or None where it does nothing (the view is the memory), so a
+    hot path can skip the call."""
+    w = getattr(m, "wrote", None)
+    return None if w is None or getattr(type(m), "wrote", None) is Mapping.wrote else w
 
 
 @dataclass

@@ -17,6 +17,7 @@ from ..errors import GPUTimeout, InvalidArgument
 from ..hw import aql as A
 from ..hw import pm4
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
+from ..iface.base import writer64
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
 from .pm4_queue import Commands, PM4Queue, SHRegs
@@ -43,7 +44,7 @@ class AQLPlan:
         blob, dyn = kernel.kernargs(args, grid, block, shared_mem)
         self.grid, self.block, self.blob, self.shared_mem = grid, block, bytearray(blob), shared_mem
         self.size = max(64, (len(blob) + 63) & ~63)
-        self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)
+        self.pack = kernel.packer(self, args, self.blob)      # pack(mv, off, args): a launch's kernel arguments
         self.scratch = d.uses_scratch
         self.pkt = A.dispatch_packet(block, grid, d.private_segment_fixed_size, d.group_segment_fixed_size + dyn,
                                      kernel.kd_addr)
@@ -150,6 +151,7 @@ class AQLQueue(HWQueue):
         self.ibmv = self.ibs.cpu.mv
         self.wid = 0                                    # next packet index (write_dispatch_id)
         self._limit = self.slots
+        self._ring_bell = writer64(self.q.doorbell, self.q.doorbell_off)     # (bound once: the launch path)
         self._scratch = None                            # the new amd_queue_t has none yet
 
     def _close_hw(self) -> None:
@@ -165,7 +167,14 @@ class AQLQueue(HWQueue):
         return Commands(self.gen, self.sh)
 
     def plan(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> AQLPlan:
-        """The cached dispatch packet of this launch shape."""
+        """The cached dispatch packet of this launch shape (of a kernel without LDS arguments or scratch found by
+        (grid, block, shared_mem) alone: its packer sends other Python types of untyped arguments to the checked
+        path)."""
+        short = (grid, block, shared_mem) if kernel._plain else None
+        if short is not None:
+            p = kernel._aql_shapes.get(short)
+            if p is not None:
+                return p
         dyn = tuple(a.nbytes for a in args if isinstance(a, kernargs.LDS)) if kernel._has_lds else ()
         key = ("aql", grid, block, dyn, shared_mem, len(args),
                tuple(type(args[i]) for i in kernel._untyped if i < len(args)) if kernel._untyped else ())
@@ -173,6 +182,8 @@ class AQLQueue(HWQueue):
         if p is None:
             p = kernel._plans[key] = AQLPlan(kernel, args, grid, block, shared_mem)
             self._kd[kernel.kd_addr] = kernel.name
+        if short is not None:
+            kernel._aql_shapes[short] = p
         return p
 
     def launch(self, kernel, args: tuple, grid, block, ts: int | None, shared_mem: int = 0) -> tuple[int, float]:
@@ -302,7 +313,7 @@ class AQLQueue(HWQueue):
 
     def ring_doorbell(self, last: int | None = None) -> None:
         """Tell the command processor packets up to index `last` (default: all reserved) are written."""
-        self.q.doorbell.write64(self.q.doorbell_off, self.wid - 1 if last is None else last)
+        self._ring_bell(self.wid - 1 if last is None else last)
 
     def submit(self, dws) -> None:
         """Run PM4 dwords in a vendor packet (the slot's own IB if they fit, else kernel-argument space)."""

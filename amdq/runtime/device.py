@@ -19,7 +19,7 @@ from ..codeobj import cache as cocache
 from ..errors import (AmdqError, DeviceClosed, DeviceError, DeviceLost, GPUFault, GPUTimeout, InvalidArgument,
                       OutOfMemory, UnsupportedTarget)
 from ..hw.targets import TARGETS, Target, get_target
-from ..iface.base import ring_bytes
+from ..iface.base import hint_of, ring_bytes
 from ..iface.exceptions import to_error
 from . import array as arrays
 from .aql_queue import AQLQueue
@@ -131,6 +131,7 @@ class Kernargs:
         self.dev, self.size = dev, size
         self.alloc = dev.allocator.alloc(size, "gtt")
         self.mv, self.cpu, self.va = self.alloc.cpu.mv, self.alloc.cpu, self.alloc.va
+        self.hint = hint_of(self.cpu)               # cpu.wrote, or None where it does nothing (the launch path)
         self.head = 0
 
     def take(self, nbytes: int) -> tuple[int, int]:
@@ -240,7 +241,6 @@ class Device:
         self.signals = self.allocator.alloc(4096, "gtt", uncached=True)   # 16-byte timeline slots, one per queue
         self._slots = 0
         self._moves = [0]                                # values handed out by all timelines (Timeline.moves)
-        self._clean: dict[int, int] = {}                 # id(timeline) -> moves - its value when nothing was left to order
         self.ts_alloc = self.allocator.alloc(16 * TS_SLOTS, "gtt", uncached=True)   # GPU timestamps of timed work
         self._ts_next = 0                                # timestamp slots taken so far
         self._grew: tuple[int, float, float] | None = None     # memory growth not yet reported in a record
@@ -315,11 +315,11 @@ class Device:
         device synchronizes, which keeps the two-word 32-bit waits exact (see amdq.runtime.copy)."""
         queues = self.queues
         if len(queues) < 2:
+            t.ordered = self._moves[0] - t.value
             return
         if not (t.value + 1) & 0xFFFFFFFF:
             self.synchronize()
-        clean = self._clean
-        if clean.get(id(t)) == self._moves[0] - t.value:
+        if t.ordered == self._moves[0] - t.value:
             return                                      # no other timeline moved since everything was ordered
         q = self._queue_of.get(id(t))
         if q is None:
@@ -338,7 +338,7 @@ class Device:
                 q.depends(o, ot.value)
                 q.wait_on(ot, ot.value)
             waited[key] = ot.value
-        clean[id(t)] = self._moves[0] - t.value
+        t.ordered = self._moves[0] - t.value
 
     @property
     def timeline(self) -> Timeline:
@@ -727,15 +727,9 @@ class Device:
                timeout_ms: int | None = None, timed: bool = False) -> Launch:
         """Encode and submit one kernel launch on the compute queue (and wait for it if asked); its handle."""
         q = self.queue
-        if q is None:
-            self._queues("launch")
-        if self.closed:
-            self._check()
         prg = kernel.prg
-        if prg.dev is not self:
-            raise InvalidArgument(f"kernel {kernel.name} was loaded on {kernel.prg.dev.name}, not {self.name}")
-        if prg._freed or prg.code.freed:
-            raise InvalidArgument(f"kernel {kernel.name}: its program {kernel.prg!r} was freed; load the code object again")
+        if q is None or self.closed or prg.dev is not self or prg._freed or prg.code.alloc is None:
+            self._refuse(kernel)
         if self.capturing is not None:
             self._check()
             if wait:
@@ -744,36 +738,68 @@ class Device:
             if self._grew is not None:
                 node.grew = self.take_growth()  # scratch grown while capturing: the node says so
             return node
+        if wait or timed or self.profiler is not None:
+            return self._launch_timed(q, kernel, args, grid, block, shared_mem, wait, timeout_ms)
         lock = self.lock                         # what Submitting does, inline: this is the hottest path
         lock.acquire()
         try:
             if self.closed:
                 self._check()
             mark = q.timeline.value
-            ts = self._ts_slot() if wait or timed or self.profiler is not None else None
             t0 = _now()
             try:
-                value, t1 = q.launch(kernel, args, grid, block, None if ts is None else self.ts_addr(ts), shared_mem)
-            except GPUTimeout as e:
-                Submitting.failed(self, q, mark, e)
-                raise
-            except DeviceLost as e:
-                self._grew = None
-                raise self._lost_while(e, f"launching {kernel.label} on {q.name}") from e
-            except BaseException:
-                self._grew = None                # a growth of a launch that failed to encode stays unreported
+                value, t1 = q.launch(kernel, args, grid, block, None, shared_mem)
+            except BaseException as e:
+                self._launch_failed(q, kernel, mark, e)
                 raise
             q._what[value & 255] = kernel.label  # (q.note, inline)
-            h = Launch(q, value, (kernel.name, t0, t1, _now(), ts, grid, block,
-                                  self.take_growth() if self._grew is not None else None))
+            return Launch(q, value, (kernel.name, t0, t1, _now(), None, grid, block,
+                                     self.take_growth() if self._grew is not None else None))
+        finally:
+            lock.release()
+
+    def _launch_timed(self, q: HWQueue, kernel, args, grid, block, shared_mem: int, wait: bool,
+                      timeout_ms: int | None) -> Launch:
+        """`launch` with GPU timestamps (timed, waited for, or inside dev.profile())."""
+        with self.lock:
+            self._check()
+            mark = q.timeline.value
+            ts = self._ts_slot()
+            t0 = _now()
+            try:
+                value, t1 = q.launch(kernel, args, grid, block, self.ts_addr(ts), shared_mem)
+            except BaseException as e:
+                self._launch_failed(q, kernel, mark, e)
+                raise
+            q.note(value, kernel.label)
+            h = Launch(q, value, (kernel.name, t0, t1, _now(), ts, grid, block, self.take_growth()))
             if self.profiler is not None:
                 h._rec = h._make()
                 self.profiler.add(h._rec)
-        finally:
-            lock.release()
         if wait:
             h.wait(timeout_ms)
         return h
+
+    def _launch_failed(self, q: HWQueue, kernel, mark: int, e: BaseException) -> None:
+        """A launch raised `e` (under the lock): a ring-space timeout gives its value back and recovers the queue;
+        a memory growth of a launch that failed stays unreported; a lost device says what was being launched."""
+        if isinstance(e, GPUTimeout):
+            Submitting.failed(self, q, mark, e)
+            return
+        self._grew = None
+        if isinstance(e, DeviceLost):
+            raise self._lost_while(e, f"launching {kernel.label} on {q.name}") from e
+
+    def _refuse(self, kernel) -> None:
+        """Raise why `kernel` cannot be launched here (no queues, a closed device, another device's or a freed
+        program's kernel)."""
+        if self.queue is None:
+            self._queues("launch")
+        self._check()
+        prg = kernel.prg
+        if prg.dev is not self:
+            raise InvalidArgument(f"kernel {kernel.name} was loaded on {kernel.prg.dev.name}, not {self.name}")
+        raise InvalidArgument(f"kernel {kernel.name}: its program {kernel.prg!r} was freed; load the code object again")
 
     def capture(self):
         """`with dev.capture() as g:` records launches without running them; `g.replay()` runs them all."""
@@ -936,7 +962,8 @@ class Device:
                 if hit:
                     o.fail(min(hit), o.timeline.value, err)
             self._waited = {k: v for k, v in self._waited.items() if id(q) not in k}
-            self._clean.clear()                         # the waits q had queued are lost with its ring
+            for o in self.queues:                       # the waits q had queued are lost with its ring
+                o.timeline.ordered = None
 
     def close(self) -> None:
         """Release the queues, the memory and the interface (idempotent); a closed device raises DeviceClosed."""

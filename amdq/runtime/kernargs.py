@@ -205,30 +205,73 @@ def pack(meta: KernelMeta, args: tuple, grid: tuple[int, int, int], block: tuple
 
 
 _SCALAR_FMT = {("float", 4): "f", ("double", 8): "d", ("half", 2): "e"}
+_UNTYPED_FLOAT = {2: "e", 4: "f", 8: "d"}
+_INT = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
-def arg_format(meta: KernelMeta, args: tuple) -> tuple[struct.Struct | None, list[int]]:
-    """One struct for all explicit arguments (None if they do not fit one) and the indices of the pointers,
-    which take Buffer.addr."""
-    fmt, ptr = "<", []
-    pos = 0
+def arg_formats(meta: KernelMeta, args: tuple) -> list[tuple[str, str]] | None:
+    """Per explicit argument, its struct code and what it is: "ptr" (a global pointer, 8 bytes), "float" (an
+    untyped argument packed as a float because `args` passes a float there: it must stay a float), "value".
+    Padding before an argument is a code of its own ("x" * n, "pad"). None if they do not fit one struct."""
+    out, pos = [], 0
     for i, a in enumerate(meta.explicit_args):
         if a.offset < pos:
-            fmt = None
-            break
-        fmt += "x" * (a.offset - pos)
+            return None
+        if a.offset > pos:
+            out.append(("x" * (a.offset - pos), "pad"))
+        tn = a.type_name.strip()
         if a.value_kind == "global_buffer":
-            fmt += "Q"
-            ptr.append(i)
-        elif a.value_kind == "by_value" and (a.type_name.strip(), a.size) in _SCALAR_FMT:
-            fmt += _SCALAR_FMT[(a.type_name.strip(), a.size)]
-        elif a.value_kind == "by_value" and a.size in (1, 2, 4, 8) and a.type_name.strip() not in ("", "bool"):
-            fmt += {1: "b", 2: "h", 4: "i", 8: "q"}[a.size]
-        elif a.value_kind == "by_value" and not a.type_name.strip() and a.size in (2, 4, 8):
-            # untyped (LLVM IR): the plan is keyed by the Python types of these arguments
-            fmt += ({2: "e", 4: "f", 8: "d"} if isinstance(args[i], float) else {2: "h", 4: "i", 8: "q"})[a.size]
+            out.append(("Q", "ptr"))
+        elif a.value_kind == "by_value" and (tn, a.size) in _SCALAR_FMT:
+            out.append((_SCALAR_FMT[(tn, a.size)], "value"))
+        elif a.value_kind == "by_value" and a.size in _INT and tn not in ("", "bool"):
+            out.append((_INT[a.size], "value"))
+        elif a.value_kind == "by_value" and not tn and a.size in (2, 4, 8):
+            # untyped (LLVM IR): the Python type of the argument decides, a float's bits or an integer's
+            out.append((_UNTYPED_FLOAT[a.size], "float") if isinstance(args[i], float) else (_INT[a.size], "value"))
         else:
-            fmt = None
-            break
+            return None
         pos = a.offset + a.size
-    return (struct.Struct(fmt) if fmt else None), ptr
+    return out
+
+
+# what makes a compiled packer give way to the checked path (which packs the launch or says what is wrong)
+SLOW = (struct.error, AttributeError, TypeError, ValueError, OverflowError)
+
+
+def compile_packer(meta: KernelMeta, args: tuple, blob: bytes, dev: Any, pointee: dict[int, Callable],
+                   checked: Callable[[Any, int, tuple], None]) -> Callable[[Any, int, tuple], None]:
+    """`pack(mv, off, args)`: one launch's kernel arguments written at mv[off:], for one signature, as one struct
+    pack of the explicit arguments and the plan's constant rest (`blob` past them: the hidden arguments).
+
+    It checks what the general packer checks, in line: a pointer takes an int address or a buffer of `dev`
+    (its `.addr`) whose dtype, if typed, fits the pointee (`pointee[i]`); an untyped argument packed as a float
+    must be a float; a typed float takes any number but a bool. Anything else (a wrong count, a value struct
+    refuses, another device's buffer) goes to `checked(mv, off, args)`, the general packer, which packs it or
+    raises the error that names the argument. (Generated source, like a namedtuple's: one function per plan.)"""
+    f = arg_formats(meta, args)
+    if f is None:
+        return checked
+    end = struct.calcsize("<" + "".join(c for c, _ in f))
+    st = struct.Struct("<" + "".join(c for c, _ in f) + f"{len(blob) - end}s")
+    fields = [(f"a{i}", code, kind) for i, (code, kind) in enumerate(x for x in f if x[1] != "pad")]
+    env = {"pack_into": st.pack_into, "rest": bytes(blob[end:]), "dev": dev, "checked": checked, "SLOW": SLOW}
+    names = "".join(n + ", " for n, _, _ in fields)
+    lines = [f"{names} = args" if fields else "if args: raise TypeError"]
+    for i, (n, code, kind) in enumerate(fields):
+        if kind == "ptr":                                # an int is the address itself; else a buffer of ours
+            lines += [f"if type({n}) is not int:",
+                      f"    if {n}.dev is not dev: raise TypeError"]
+            if i in pointee:
+                env[f"fits{i}"] = pointee[i]
+                lines += [f"    if {n}.dtype is not None and not fits{i}({n}.dtype): raise TypeError"]
+            lines += [f"    {n} = {n}.addr"]
+        elif kind == "float":
+            lines += [f"if type({n}) is not float: raise TypeError"]
+        elif code in "efd":
+            lines += [f"if type({n}) is bool: raise TypeError"]
+    lines += [f"pack_into(mv, off, {names}rest)"]
+    src = "def pack(mv, off, args):\n    try:\n" + "".join(f"        {line}\n" for line in lines) + \
+          "    except SLOW:\n        checked(mv, off, args)\n"
+    exec(compile(src, f"<kernel arguments of {meta.name}>", "exec"), env)
+    return env["pack"]

@@ -26,6 +26,7 @@ from ..hw import pm4, regs
 from ..hw.kd import LDS_GRANULE
 from ..hw.targets import GENERATIONS
 from . import kernargs
+from ..iface.base import hint_of, writer64
 from .hwqueue import HWQueue, stuck_report
 from .program import Launch, _clock
 
@@ -112,7 +113,10 @@ class PM4Queue(HWQueue):
         self._inline: collections.deque = collections.deque()     # (end dword of a NOP's arguments, its launch)
         q = self.q                              # what a launch touches, bound once (a reset opens anew)
         self._ringmap, self._rmv = q.ring.cpu, q.ring.cpu.mv
-        self._wptrmap, self._doorbell, self._belloff = q.wptr.cpu, q.doorbell, q.doorbell_off
+        self._set_wptr, self._ring_bell = writer64(q.wptr.cpu, 0), writer64(q.doorbell, q.doorbell_off)
+        # the coherence hint of a ring write (None where the CPU view is the memory: nothing to tell)
+        self._ring_wrote = hint_of(q.ring.cpu)
+        self._general = self.inline_kernargs or self._ring_wrote is not None    # no plain launches here
 
     def commands(self) -> Commands:
         return Commands(self.gen, self.sh)
@@ -127,18 +131,13 @@ class PM4Queue(HWQueue):
 
         The plan's template is copied into the ring where the packets go and patched there in place (kernarg
         address, timeline value, timestamp addresses): no per-launch dword array is built."""
-        p = None
-        if kernel._plain:                       # (pm4_plan's short key, inline: the hottest path)
-            ty = kernel._types
-            try:
-                p = kernel._shapes.get((grid, block, ts is not None, shared_mem, len(args),
-                                        ty(args) if ty is not None else ()))
-            except IndexError:
-                pass
-        if p is None:
+        p = kernel._shapes.get((grid, block, ts is not None, shared_mem)) if kernel._plain else None
+        if p is None:                           # (that is pm4_plan's short key, inline: the hottest path)
             p = pm4_plan(self, kernel, args, grid, block, ts is not None, shared_mem)
-        if self.inline_kernargs:
-            return self._launch_inline(p, kernel, args, ts)
+        if ts is not None or p.plain is None or self._general:
+            return self._launch(p, kernel, args, ts)
+        # the plain launch: its kernel arguments, ring space and value, the template with its kernarg address and
+        # value in one struct pack, the write pointer and the doorbell
         kv = self.dev.kernargs
         off = kv.head                           # (Kernargs.take, inline, unless the ring of arguments wraps)
         if off + p.ksize > kv.size:
@@ -146,12 +145,9 @@ class PM4Queue(HWQueue):
         else:
             kv.head = off + p.ksize
             ka = kv.va + off
-        kernel.pack_into(p, args, kv.mv, off)
-        if p.pkt_off is not None:
-            pkt = p.pkt
-            U64.pack_into(pkt, 40, ka)
-            kv.mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
-        kv.cpu.wrote(off, p.size)
+        p.pack(kv.mv, off, args)                # checked: bad arguments raise before a value is taken
+        if kv.hint is not None:
+            kv.hint(off, p.size)
         n = p.n
         w = self.wptr
         if w + n > self._limit:
@@ -163,23 +159,52 @@ class PM4Queue(HWQueue):
         t1 = _clock()
         i = w % self.ring_dw
         if i + n > self.ring_dw:                # the launch wraps: through a patched copy
-            dw = p.dw.copy()
-            b = dw.view(np.uint8)
-            self._patch(p, b, 0, ka, value, ts)
-            self._write(dw)
+            self._write_wrapped(p, ka, value, None)
+            return value, t1
+        p.plain(self._rmv, 4 * i, p.head, ka, p.mid, value, p.tail)
+        self.wptr = w = w + n
+        self._set_wptr(w)                       # (_bell, inline)
+        self._ring_bell(w)
+        return value, t1
+
+    def _launch(self, p: "Plan", kernel, args: tuple, ts: int | None) -> tuple[int, float]:
+        """`launch` of any plan: timed (`ts`), with the dispatch packet in the kernel arguments, with coherence
+        hints, or with the kernel arguments in the ring."""
+        if self.inline_kernargs:
+            return self._launch_inline(p, kernel, args, ts)
+        kv = self.dev.kernargs
+        ka, off = kv.take(p.size)
+        p.pack(kv.mv, off, args)                # checked: bad arguments raise before a value is taken
+        if p.pkt_off is not None:
+            pkt = p.pkt
+            U64.pack_into(pkt, 40, ka)
+            kv.mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
+        kv.wrote(off, p.size)
+        n = p.n
+        w = self.wptr
+        self.room(n)                            # first the ring space: a value once taken is submitted
+        value = self.timeline.next()
+        if self.wptr != w:                      # the ordering hook queued waits first: room for dw again
+            self.room(n)
+            w = self.wptr
+        t1 = _clock()
+        i = w % self.ring_dw
+        if i + n > self.ring_dw:                # the launch wraps: through a patched copy
+            self._write_wrapped(p, ka, value, ts)
             return value, t1
         mv, o = self._rmv, 4 * i
         mv[o:o + p.nbytes] = p.tpl
-        if p.plain and ts is None:
-            U64.pack_into(mv, o + p.ka_o, ka)
-            U64.pack_into(mv, o + p.value_o, value)
-        else:
-            self._patch(p, mv, o, ka, value, ts)
+        self._patch(p, mv, o, ka, value, ts)
         self._ringmap.wrote(o, p.nbytes)
         self.wptr = w = w + n
-        self._wptrmap.write64(0, w)             # (_bell, inline)
-        self._doorbell.write64(self._belloff, w)
+        self._bell(w)
         return value, t1
+
+    def _write_wrapped(self, p: "Plan", ka: int, value: int, ts: int | None) -> None:
+        """A launch across the ring's end: its template patched in a copy, written in two pieces."""
+        dw = p.dw.copy()
+        self._patch(p, dw.view(np.uint8), 0, ka, value, ts)
+        self._write(dw)
 
     def _launch_inline(self, p: "Plan", kernel, args: tuple, ts: int | None) -> tuple[int, float]:
         """`launch` with the kernel arguments in the ring: [filler NOP] NOP(padding, arguments) dispatch."""
@@ -254,8 +279,8 @@ class PM4Queue(HWQueue):
 
     def _bell(self, w: int) -> None:
         """Publish the write pointer `w` and ring the doorbell with it."""
-        self._wptrmap.write64(0, w)
-        self._doorbell.write64(self._belloff, w)
+        self._set_wptr(w)
+        self._ring_bell(w)
 
     def put(self, tpl: bytes, n: int, vo: int) -> int:
         """Submit the n-dword template `tpl` with the next timeline value patched at its byte `vo` (a bound
@@ -274,7 +299,8 @@ class PM4Queue(HWQueue):
         mv, o = self._rmv, 4 * i
         mv[o:o + 4 * n] = tpl
         U64.pack_into(mv, o + vo, value)
-        self._ringmap.wrote(o, 4 * n)
+        if self._ring_wrote is not None:
+            self._ring_wrote(o, 4 * n)
         self.wptr = w = w + n
         self._bell(w)
         return value
@@ -352,17 +378,11 @@ class PM4Queue(HWQueue):
 def pm4_plan(queue, kernel, args: tuple, grid, block, timed: bool = False, shared_mem: int = 0) -> "Plan":
     """The cached PM4 launch plan of a kernel for one shape on a queue that runs PM4 (a PM4 queue, or an
     AQL queue's vendor packets, as graphs use it)."""
-    if kernel._plain:
-        ty = kernel._types
-        try:
-            short = (grid, block, timed, shared_mem, len(args), ty(args) if ty is not None else ())
-        except IndexError:
-            short = None                    # too few arguments: the full key (and then the packing) says so
+    short = (grid, block, timed, shared_mem) if kernel._plain else None
+    if short is not None:
         p = kernel._shapes.get(short)
         if p is not None:
             return p
-    else:
-        short = None
     dyn = tuple(a.nbytes for a in args if isinstance(a, kernargs.LDS)) if kernel._has_lds else ()
     d = kernel.desc
     scratch = queue.dev.scratch_for(d.private_segment_fixed_size, d.wave_size).base if d.uses_scratch else 0
@@ -451,11 +471,17 @@ class Plan:
         self.size = ((len(self.blob) + 63) & ~63) + (64 if self.pkt_off is not None else 0)
         self.ksize = (self.size + 63) & ~63                 # what it takes of the kernel-argument ring
         # the common launch patches two 64-bit words: the kernarg address and the timeline value (byte offsets)
-        self.plain = self.ka_idx is not None and self.pkt_off is None
         self.ka_o, self.value_o = 4 * (self.ka_idx or 0), 4 * self.value
         if self.pkt_off is not None:                         # the AQL packet names the kernarg address at 40
             self.pkt = bytearray(dev.kernargs.read(out["kernarg"] + self.pkt_off, 64))
-        self.fmt, self.ptr = kernargs.arg_format(kernel.meta, args)
+        self.pack = kernel.packer(self, args, self.blob)      # pack(mv, off, args): this launch's kernel arguments
+        # a plain launch's ring write: the template with its two patches as one struct pack of (head, kernarg
+        # address, mid, value, tail); None if the kernarg address does not come first
+        self.plain = None
+        if self.ka_idx is not None and self.pkt_off is None and self.ka_o + 8 <= self.value_o:
+            a, v, t = self.ka_o, self.value_o, self.tpl
+            self.plain = struct.Struct(f"<{a}sQ{v - a - 8}sQ{self.nbytes - v - 8}s").pack_into
+            self.head, self.mid, self.tail = t[:a], t[a + 8:v], t[v + 8:]
 
     def dwords_at(self, ka: int, mv, off: int, kernel, args: tuple) -> np.ndarray:
         """The plan's dwords for a launch whose kernel arguments live at GPU address ka (= mv[off:])."""
@@ -494,24 +520,25 @@ class PM4Bound:
         self.tail = np.concatenate([np.array(ib, np.uint32), dw[p.work:]])
         self.vi = len(ib) + (p.value - p.work)
         self.tpl, self.n, self.nbytes, self.vo = self.tail.tobytes(), len(self.tail), 4 * len(self.tail), 4 * self.vi
+        # the tail with its value, as one struct pack of (head, value, rest)
+        self._put = struct.Struct(f"<{self.vo}sQ{self.nbytes - self.vo - 8}s").pack_into
+        self._head, self._rest = self.tpl[:self.vo], self.tpl[self.vo + 8:]
+        self._prg, self._dev, self._lock = kernel.prg, dev, dev.lock
 
     def submit(self) -> "Launch":
         """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion).
         Writes the 12-dword tail (INDIRECT_BUFFER, completion signal) from its template, the value patched in
         the ring, and rings the doorbell once."""
-        q = self.queue
-        prg = self.kernel.prg
-        if prg._freed or prg.code.freed:
-            raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
-        if self.ib_alloc is None:
-            raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
+        prg = self._prg
+        if prg._freed or prg.code.alloc is None or self.ib_alloc is None:
+            self._refuse()
         t0 = _clock()
-        dev = q.dev
-        lock = dev.lock                         # what Device.submitting does, inline: a hot path
+        q = self.queue
+        lock = self._lock                       # what Device.submitting does, inline: a hot path
         lock.acquire()
         try:
-            if dev.closed:
-                dev._check()
+            if self._dev.closed:
+                self._dev._check()
             t = q.timeline
             mark = t.value
             n = self.n                          # (PM4Queue.put, inline: the hot path)
@@ -526,15 +553,14 @@ class PM4Bound:
             if i + n > q.ring_dw:
                 q._write_patched(self.tpl, self.vo, value)
             else:
-                mv, o = q._rmv, 4 * i
-                mv[o:o + self.nbytes] = self.tpl
-                U64.pack_into(mv, o + self.vo, value)
-                q._ringmap.wrote(o, self.nbytes)
+                self._put(q._rmv, 4 * i, self._head, value, self._rest)
+                if q._ring_wrote is not None:
+                    q._ring_wrote(4 * i, self.nbytes)
                 q.wptr = w = w + n
-                q._wptrmap.write64(0, w)
-                q._doorbell.write64(q._belloff, w)
+                q._set_wptr(w)
+                q._ring_bell(w)
         except GPUTimeout as e:
-            dev._submit_failed(q, mark, e)
+            self._dev._submit_failed(q, mark, e)
             raise
         finally:
             lock.release()
@@ -542,6 +568,13 @@ class PM4Bound:
             return Launch(q, value, (self, t0, _clock()))
         grew, self.grew = self.grew, None               # the first submission carries the bind's growth
         return Launch(q, value, (self, t0, _clock(), grew))
+
+    def _refuse(self) -> None:
+        """Raise why this bound launch cannot be submitted (its program or itself freed)."""
+        prg = self._prg
+        if prg._freed or prg.code.freed:
+            raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
+        raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
 
     def free(self) -> None:
         """Give the bound launch's memory back (after the GPU finished with it); idempotent."""

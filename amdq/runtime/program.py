@@ -1,12 +1,10 @@
 """Programs loaded on a device, and kernels called like functions."""
 from __future__ import annotations
 
-import operator
-import struct
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -215,14 +213,12 @@ class Kernel:
                          if a.value_kind == "by_value" and not a.type_name.strip()]
         self._pointee = {i: f for i, a in enumerate(self.meta.explicit_args)
                          if (f := kernargs.pointee_check(a)) is not None}     # typed pointers: dtype checks
-        # a launch shape of a kernel without LDS arguments or scratch is (grid, block, timed, shared_mem, the
-        # Python types of its untyped arguments): looked up in `_shapes` without building the full plan key
-        self._nexp = len(self.meta.explicit_args)
+        # a launch shape of a kernel without LDS arguments or scratch is (grid, block, timed, shared_mem): its
+        # plan is looked up in `_shapes` without building the full plan key. (The Python types of untyped
+        # arguments are in the full key; a plan's packer sends other types to the checked path.)
         self._plain = not self._has_lds and not self.desc.uses_scratch
         self._shapes: dict[tuple, object] = {}
-        ix = tuple(self._untyped)
-        self._types = (None if not ix else (lambda a, i=ix[0]: type(a[i])) if len(ix) == 1
-                       else (lambda a, g=operator.itemgetter(*ix): tuple(map(type, g(a)))))
+        self._aql_shapes: dict[tuple, object] = {}     # the same for AQL dispatch packets (grid, block, shared_mem)
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} of {self.prg}>"
@@ -274,30 +270,17 @@ class Kernel:
         return buf.addr
 
     def pack_into(self, p, args: tuple, mv, off: int) -> None:
-        """Write this call's kernel arguments (validated) at mv[off:]: the plan's blob (hidden arguments
-        included), then the explicit arguments in one struct pack; anything unusual takes the checked path."""
-        mv[off:off + len(p.blob)] = p.blob
-        fmt = p.fmt
-        if fmt is not None and len(args) == self._nexp:
-            try:
-                if not p.ptr:
-                    fmt.pack_into(mv, off, *args)
-                    return
-                vals = list(args)
-                dev = self.prg.dev
-                pointee = self._pointee
-                for i in p.ptr:
-                    v = vals[i]
-                    if not isinstance(v, int):
-                        if v.dev is not dev:
-                            raise TypeError                     # another device's: the slow path says so
-                        if v.dtype is not None and i in pointee and not pointee[i](v.dtype):
-                            raise TypeError                     # the slow path names the argument and the types
-                        vals[i] = v.addr
-                fmt.pack_into(mv, off, *vals)
-                return
-            except (struct.error, AttributeError, TypeError):
-                pass                                        # the slow path packs it or says what is wrong
+        """Write this call's kernel arguments (validated) at mv[off:] with the plan's compiled packer (see
+        kernargs.compile_packer): hidden arguments included; anything unusual takes the checked path."""
+        p.pack(mv, off, args)
+
+    def packer(self, p, args: tuple, blob: bytes) -> Callable[[memoryview, int, tuple], None]:
+        """The compiled kernel-argument packer of plan `p` (built with `args`, its bytes `blob`)."""
+        return kernargs.compile_packer(self.meta, args, blob, self.prg.dev, self._pointee,
+                                       lambda mv, off, a: self._pack_checked(p, mv, off, a))
+
+    def _pack_checked(self, p, mv, off: int, args: tuple) -> None:
+        """The general packer: every check, and the error that names a wrong argument."""
         blob, _ = kernargs.pack(self.meta, args, p.grid, p.block, self.address_of, self.desc.group_segment_fixed_size,
                                 self.prg.dev.target.lds_bytes, shared_mem=p.shared_mem)
         mv[off:off + len(blob)] = blob

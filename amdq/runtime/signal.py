@@ -17,8 +17,9 @@ def default_timeout_ms() -> int:
 class Timeline:
     """A monotonically increasing 64-bit value per queue: submission n completes when it reads >= n.
     `before(self)` (if given) is called before each value is handed out: the device's cross-queue hook.
-    `moves` (a one-element list shared by a device's timelines) counts every value handed out by any of them,
-    so the hook can tell at once that no other timeline moved since it last looked."""
+    `moves` (a one-element list shared by a device's timelines) counts every value handed out by any of them;
+    the hook sets `ordered` to `moves - value` once nothing is left to order, and `next()` skips it while that
+    still holds (no other timeline moved since) and the value stays inside its 2^32 block."""
 
     SLOT = 16
 
@@ -30,14 +31,17 @@ class Timeline:
         self.mv = alloc.cpu.mv
         self.value = start                      # last value handed to a submission
         self.before = before
+        self.ordered: int | None = None         # moves - value when the hook last found nothing to order
         struct.pack_into("<QQ", self.mv, self.off, start, 0)
         alloc.cpu.wrote(self.off, 16)
         alloc.cpu.watch(self.off, 8)                # the GPU writes the value; waits poll it
 
     def next(self) -> int:
-        if self.before is not None:
+        """The next value for a submission (the ordering hook first, unless it has nothing to do)."""
+        m = self.moves
+        if (m[0] - self.value != self.ordered or not (self.value + 1) & 0xFFFFFFFF) and self.before is not None:
             self.before(self)
-        self.moves[0] += 1
+        m[0] += 1
         self.value += 1
         return self.value
 

@@ -76,6 +76,8 @@ class SimGPU:
         self.cores: dict[int, object] = {}
         self.engines: dict[int, Engine] = {}          # doorbell index -> engine
         self.gates: dict[int, Callable[[], bool]] = {}   # doorbell index -> does the engine see it now
+        self._kept: set[int] = set()                     # doorbells whose gate keeps its decision (see attach)
+        self._open: dict[int, Engine] = {}               # doorbell index -> its engine, while known to see it
         self.irq_handlers: list[Callable[[str, int, int, dict], None]] = []
         self.mode = mode or os.environ.get("AMDQ_SIM_MODE", "async")
         self._defer = False                           # doorbells only record (see `defer`)
@@ -137,15 +139,18 @@ class SimGPU:
         finally:
             self._want -= 1
 
-    def attach(self, doorbell: int, engine: Engine, gate: Callable[[], bool] | None = None) -> None:
+    def attach(self, doorbell: int, engine: Engine, gate: Callable[[], bool] | None = None, kept: bool = False) -> None:
         """Put `engine` behind a doorbell; `gate` (when given) says whether a doorbell write reaches it now (the
-        doorbell decode of its hardware: enabled, inside the engine's doorbell range)."""
+        doorbell decode of its hardware: enabled, inside the engine's doorbell range). A `kept` gate's decision
+        holds until its owner calls `gates_changed()`, so an open one is not asked again at every doorbell."""
         with self.host_access():
             self.engines[doorbell] = engine
+            self._open.pop(doorbell, None)
             if gate is None:
                 self.gates.pop(doorbell, None)
             else:
                 self.gates[doorbell] = gate
+            (self._kept.add if gate is None or kept else self._kept.discard)(doorbell)
             self.inject.attached(engine)
 
     def detach(self, doorbell: int) -> None:
@@ -153,6 +158,8 @@ class SimGPU:
         with self.host_access():
             eng = self.engines.pop(doorbell, None)
             self.gates.pop(doorbell, None)
+            self._open.pop(doorbell, None)
+            self._kept.discard(doorbell)
             if eng is not None and hasattr(eng, "kill"):
                 eng.kill()
 
@@ -161,12 +168,20 @@ class SimGPU:
         with self.host_access():
             self.inject.clear(kind)
 
+    def gates_changed(self) -> None:
+        """A kept gate may decide otherwise now: every gate is asked again at its next doorbell."""
+        self._open.clear()
+
     def ring(self, doorbell: int, value: int) -> None:
         """A doorbell write from the host."""
-        eng = self.engines.get(doorbell)
-        gate = self.gates.get(doorbell)
-        if eng is None or (gate is not None and not gate()):
-            return                                    # hardware ignores a doorbell nobody owns (or sees)
+        eng = self._open.get(doorbell)
+        if eng is None:
+            eng = self.engines.get(doorbell)
+            gate = self.gates.get(doorbell)
+            if eng is None or (gate is not None and not gate()):
+                return                                # hardware ignores a doorbell nobody owns (or sees)
+            if doorbell in self._kept:
+                self._open[doorbell] = eng
         eng.doorbell(value)
         if self._defer:
             return
@@ -257,6 +272,7 @@ class SimGPU:
                     eng.kill()
             self.engines.clear()
             self.gates.clear()
+            self._open.clear()
 
     # -- interrupts ---------------------------------------------------------------------------
     def interrupt(self, source: str, ctxid: int, vmid: int = 0, **info) -> None:

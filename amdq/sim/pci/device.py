@@ -162,6 +162,17 @@ class Doorbells:
         if self._config[4] & CMD_MEMORY:
             self._ring(off >> 2, value)
 
+    def writer64(self, off: int):
+        """write64 at `off` as a function of the value (the runtime binds a queue's doorbell once)."""
+        self._check(off, 8)
+        pack, mv, config, ring, index = _U64.pack_into, self.mv, self._config, self._ring, off >> 2
+
+        def write(value: int) -> None:
+            pack(mv, off, value)
+            if config[4] & CMD_MEMORY:
+                ring(index, value)
+        return write
+
 
 class MMIO:
     """BAR5 as the CPU sees it: dword registers up to the BAR's size; a disabled function reads all ones."""

@@ -124,7 +124,7 @@ class SimMEC:
 
     def select(self, xcc: int, value: int, reg) -> None:
         """GRBM_GFX_CNTL written: bank the old slot's HQD registers out and the new slot's in."""
-        self._seen.clear()
+        self._forget()
         f = reg.decode(value)
         new, old = (f["MEID"], f["PIPEID"], f["QUEUEID"]), self.sel.get(xcc, (0, 0, 0))
         if new == old:
@@ -195,7 +195,7 @@ class SimMEC:
         self.sel[xcc] = (0, 0, 0)
 
     def _start(self, xcc: int, slot: tuple[int, int, int]) -> None:
-        self._seen.clear()
+        self._forget()
         gc, gpu = self.dev.raw.xcc(xcc).GC, self.dev.gpu
         rd = lambda n: gc[n].read()                                 # noqa: E731
         fields = lambda n: gc[n].read_fields()                      # noqa: E731
@@ -239,7 +239,7 @@ class SimMEC:
                 self._bind_irq(eng, xcc, slot)
                 self.active[key] = Active(eng, bell, group)
                 return
-        gpu.attach(bell, eng, gate=gate)
+        gpu.attach(bell, eng, gate=gate, kept=True)          # (its decision kept in _seen until _forget)
         self._bind_irq(eng, xcc, slot)
         self.active[key] = Active(eng, bell)
 
@@ -259,7 +259,7 @@ class SimMEC:
 
     def _stop(self, key: tuple) -> None:
         """The HQD stops: its engine is destroyed (waves killed), CP_HQD_ACTIVE reads 0."""
-        self._seen.clear()
+        self._forget()
         a = self.active.pop(key, None)
         if a is not None:
             with self.dev.gpu.host_access():                # between two slices of the GPU's worker
@@ -281,7 +281,12 @@ class SimMEC:
 
     def decode_changed(self) -> None:
         """A register of the doorbell decode was written: every decision is taken again at the next doorbell."""
+        self._forget()
+
+    def _forget(self) -> None:
+        """Forget the doorbell decisions kept so far (ours, and the GPU's of the gates that ask us)."""
         self._seen.clear()
+        self.dev.gpu.gates_changed()
 
     def sees(self, xcc: int, slot: tuple[int, int, int], bell: int) -> bool:
         """The XCC's doorbell decode: does a write to doorbell `bell` reach the HQD of `slot` now. Decided from
