@@ -158,6 +158,7 @@ class SimKFD:
         self._next_event = 1
         self.exceptions: deque = deque(maxlen=256)     # hardware exception records, oldest first
         self._lock = threading.Lock()                   # ioctls of several host threads (WAIT_EVENTS aside)
+        self._woken = threading.Condition()             # WAIT_EVENTS sleepers, notified when an event is signaled
         self.vmid = 8
         self.vm = gpu.vm(self.vmid)
         self.vm.set_root(gpu.vram.alloc(4096))
@@ -425,6 +426,7 @@ class SimKFD:
 
     def _set_event(self, a):
         self.events[a["event_id"]].signaled = True
+        self._wake()
 
     def _reset_event(self, a):
         self.events[a["event_id"]].signaled = False
@@ -438,15 +440,19 @@ class SimKFD:
             raise OSError(errno.EINVAL, "WAIT_EVENTS: unknown event id")
         deadline = time.monotonic() + a["timeout"] / 1000
         polled = self.gpu.mode == "async"        # a synchronous GPU runs a slice even for a zero-timeout poll
-        while True:
-            done = [e.signaled for e in evs]
-            if (all(done) if a["wait_for_all"] else any(done)):
-                break
-            if time.monotonic() >= deadline and polled:
+        ready = (lambda: all(e.signaled for e in evs)) if a["wait_for_all"] else (lambda: any(e.signaled for e in evs))
+        while not ready():
+            left = deadline - time.monotonic()
+            if left <= 0 and polled:
                 return {"wait_result": K.KFD_IOC_WAIT_RESULT_TIMEOUT}
             polled = True
-            if not (self.gpu.mode != "async" and self.gpu.pump(64)) and time.monotonic() < deadline:
-                time.sleep(0.0002)
+            if self.gpu.mode != "async":
+                if not self.gpu.pump(64) and left > 0:
+                    time.sleep(0.0002)
+                continue
+            with self._woken:                    # asleep until an interrupt signals an event (or 5 ms pass)
+                if not ready() and left > 0:
+                    self._woken.wait(min(left, 0.005))
         for i, e in enumerate(evs):
             if e.signaled and e.data:            # kfd_event_data: memory or hardware exception data
                 if e.type == K.KFD_IOC_EVENT_MEMORY and e.data["memory"]:
@@ -563,6 +569,7 @@ class SimKFD:
             ev = self.events.get(ctxid)
             if ev is not None:
                 ev.signaled = True
+                self._wake()
             return
         exc = info.get("exception")
         if exc is not None:
@@ -576,6 +583,11 @@ class SimKFD:
             if ev.type == K.KFD_IOC_EVENT_MEMORY or (ev.type == K.KFD_IOC_EVENT_HW_EXCEPTION and not memory):
                 ev.signaled = True
                 ev.data = {"va": va, "memory": memory, "read_only": read_only}
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._woken:
+            self._woken.notify_all()
 
 
 __all__ = ["SimKFD"]

@@ -1,7 +1,9 @@
 """Physical memory of the simulated GPU: VRAM and the host's system memory, both lazily backed.
 
 Both are anonymous mappings reserved without swap accounting, so a 24 GiB VRAM costs nothing until a
-page is written.
+page is written. A `huge` arena asks the host kernel for transparent huge pages (madvise MADV_HUGEPAGE, where
+THP is in "madvise" mode): the engines' large copies then run at the speed of numpy's own (huge-page) arrays
+instead of taking a TLB miss every 4 KiB; touched memory grows in 2 MiB steps.
 """
 from __future__ import annotations
 
@@ -18,9 +20,14 @@ class Arena:
     address-sorted holes below `top`, which merge on free (and give `top` back), so alloc/free cycles of
     any sizes do not fragment it for good. `used` counts the bytes allocated."""
 
-    def __init__(self, name: str, size: int, page: int = 4096):
+    def __init__(self, name: str, size: int, page: int = 4096, huge: bool = False):
         self.name, self.size, self.page = name, size, page
         self._map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE)
+        if huge and hasattr(mmap, "MADV_HUGEPAGE"):
+            try:
+                self._map.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:                                  # (a kernel without THP: 4 KiB pages it is)
+                pass
         self.buf = np.frombuffer(self._map, np.uint8)
         self.top = 0
         self.used = 0

@@ -8,6 +8,10 @@ moves past a packet only when it has finished (an INDIRECT when its whole buffer
 of a stuck queue names the stuck packet. Every memory access goes through the MMU of the queue's VM
 context; a large COPY_LINEAR is one numpy slice copy per physically contiguous run.
 
+Slices. A step runs packets until its budget of work units is spent; a bulk transfer (COPY_LINEAR, CONSTANT_FILL:
+1 unit plus 1 per MiB) counts against the budget only for its packet, and a step makes at most one: the packets
+after it (its fence and trap) run in the same step, the next bulk transfer in the next step.
+
 Counts (amdq/hw/sdma.py, NOTES 3.5): COPY_LINEAR moves count + 1 bytes; CONSTANT_FILL fills count +
 element bytes (element = 1 << FILLSIZE bytes of DATA, repeated); WRITE_UNTILED writes count + 1 data
 dwords. POLL_REGMEM compares (memory & mask) with value as unsigned 32-bit numbers and is re-polled on
@@ -27,6 +31,7 @@ from .engine import QueueEngine
 FUNCS = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
          4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
 CLIENT = "SDMA"
+BULK = ("COPY_LINEAR", "CONSTANT_FILL")       # packets whose cost grows with their bytes (1 + MiB moved)
 
 
 class SDMAQueue(QueueEngine):
@@ -61,10 +66,10 @@ class SDMAQueue(QueueEngine):
     def step(self, budget: int) -> int:
         if self.stopped:
             return 0
-        work = 0
+        work = bulk = 0                               # bulk: the cost of the one bulk transfer this step made
         try:
             ring = None
-            while work < budget:
+            while work - bulk < budget:
                 if self.hang_at is not None and self.stopped:
                     return work                       # an armed hang took hold
                 if self.ib is not None:
@@ -85,6 +90,8 @@ class SDMAQueue(QueueEngine):
                     p = self._decode(ring[i:i + min(avail, len(ring) - i)], 0, "ring", self.rptr % self.ring_bytes)
                 if p is None:
                     return max(work, 1)
+                if bulk and p.name in BULK:
+                    return work                       # one bulk transfer per step: the next waits for the next slice
                 cost = self._execute(p)
                 if cost is None or self.exception is not None:      # blocked (POLL_REGMEM) or stopped
                     return work
@@ -93,6 +100,8 @@ class SDMAQueue(QueueEngine):
                     self.ib[1] += p.size
                 elif p.name != "INDIRECT":
                     self._retire(p.size)
+                if p.name in BULK:
+                    bulk = cost - 1
                 work += cost
         except AmdqError as e:
             self.stop_on(e, CLIENT)
