@@ -510,6 +510,7 @@ class Device:
         except AmdqError:
             self.pins.forget(pin)                    # lost with its queue (reset): nothing reaches the pages now
             raise
+        self.pins.trim()                             # (a bytearray's pin goes now: the caller may resize it)
         return True
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
@@ -632,7 +633,8 @@ class Device:
         4096-byte buffer at 0x..."); None if nothing is near."""
         if va < 1 << 16:
             return f"a NULL pointer{'' if va == 0 else f' plus {va:#x}'}"
-        live = sorted(self.allocator.live_allocs.values(), key=lambda a: a.va)
+        pinned = [p.alloc for p in self.pins.pins] if self.pins is not None else []
+        live = sorted(list(self.allocator.live_allocs.values()) + pinned, key=lambda a: a.va)
         if not live:
             return None
         starts = [a.va for a in live]

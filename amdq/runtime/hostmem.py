@@ -9,8 +9,9 @@ Lifetime. A pin holds a memoryview of the object owning the memory, so the pages
 unresized) while they are mapped; the mapping goes before the reference. Pins are cached for reuse, looked up by
 address range (the pages of a live pin can belong to nothing else), for numpy arrays and bytes only (a cached
 export would stop a bytearray or mmap from being resized or closed): a pin is dropped as soon as its object is
-referenced by nothing but the pin (the caller let go: checked at every use and at `trim`), the least recently used
-first beyond PIN_LIMIT bytes or PIN_COUNT pins, and always once no submitted copy still uses it.
+referenced by nothing but the pin (the caller let go: checked before and after every pinned copy), the least
+recently used first beyond PIN_LIMIT bytes or PIN_COUNT pins, and in every case only once no submitted copy
+still uses it.
 """
 from __future__ import annotations
 
@@ -85,6 +86,7 @@ class HostPins:
                 self.supported = False
             log.debug("no pin of %d bytes at %#x (%s): staging instead", end - start, start, e)
             return None
+        a.meta["what"] = f"mapping of the host pages at {start:#x} ({'writable' if write else 'read-only'})"
         pin = Pin(start, end, a, memoryview(mv), write)
         self.pins.append(pin)
         return pin
