@@ -3,7 +3,7 @@ amdq.hw.sdma_tables (from Linux *_sdma_pkt_open.h). Everything in sdma_tables is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -47,6 +47,14 @@ class SDMASet:
         if "sub_op" in self.layouts[name].where:
             fields.setdefault("sub_op", sub or 0)
         return self.layouts[name].encode(**fields)
+
+    def encoder(self, name: str, *fields: str, **fixed: Any) -> Callable[..., list[int]]:
+        """A fast `encode(name, **fixed, **dict(zip(fields, values)))` taking the values in order (Words.encoder)."""
+        op, sub = self.ops[name]
+        fixed.setdefault("op", op)
+        if "sub_op" in self.layouts[name].where:
+            fixed.setdefault("sub_op", sub or 0)
+        return self.layouts[name].encoder(fields, **fixed)
 
     def decode(self, dwords: Sequence[int], i: int = 0) -> Packet:
         """The packet starting at dwords[i]. Raises BadPacket (never anything else) on a malformed stream."""
