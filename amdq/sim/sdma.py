@@ -34,6 +34,22 @@ CLIENT = "SDMA"
 BULK = ("COPY_LINEAR", "CONSTANT_FILL")       # packets whose cost grows with their bytes (1 + MiB moved)
 
 
+def _overlap(a: list[tuple[np.ndarray, int, int]], b: list[tuple[np.ndarray, int, int]]) -> bool:
+    """Whether any piece (memory, offset, length) of `a` shares bytes with one of `b` (sorted sweep per memory)."""
+    for buf in {id(x[0]): x[0] for x in a}.values():
+        xs = sorted((o, o + k) for m, o, k in a if m is buf)
+        ys = sorted((o, o + k) for m, o, k in b if m is buf)
+        i = j = 0
+        while i < len(xs) and j < len(ys):
+            if xs[i][0] < ys[j][1] and ys[j][0] < xs[i][1]:
+                return True
+            if xs[i][1] <= ys[j][1]:
+                i += 1
+            else:
+                j += 1
+    return False
+
+
 class SDMAQueue(QueueEngine):
     """One SDMA user queue (ring in host memory, byte read/write pointers, doorbell)."""
 
@@ -173,8 +189,8 @@ class SDMAQueue(QueueEngine):
             (sb, so, _), (db, do, _) = sp[0], dp[0]
             db[do:do + n] = sb[so:so + n]
             return
-        if any(sb is db for sb, _, _ in sp for db, _, _ in dp):
-            data = self._read(src, n)                  # overlap between runs: read everything first
+        if _overlap(sp, dp):
+            data = self._read(src, n)                  # source and destination bytes overlap: read everything first
             self._write(dst, data)
             return
         si = di = 0
