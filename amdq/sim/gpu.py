@@ -69,7 +69,7 @@ class SimGPU:
     def __init__(self, arch: str = "gfx1100", vram_bytes: int | None = None, sysmem_bytes: int = 64 << 30,
                  mode: str | None = None, sysmem: Arena | None = None, bus=None):
         self.target: Target = get_target(arch)
-        self.vram = Arena("VRAM", vram_bytes or self.target.vram_bytes, huge=True)
+        self.vram = Arena("VRAM", vram_bytes or self.target.vram_bytes)
         self.bus = bus                                # the PCIe bus (sim/host.py Bus) of a simulated PCI function
         self.sysmem = bus.ram if bus is not None else sysmem if sysmem is not None else \
             Arena("system memory", sysmem_bytes)

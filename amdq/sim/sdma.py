@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import AmdqError, GPUFault
 from ..hw import sdma
 from .engine import QueueEngine
+from .memory import HUGE
 
 FUNCS = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
          4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
@@ -185,6 +186,10 @@ class SDMAQueue(QueueEngine):
     def _copy(self, dst: int, src: int, n: int) -> None:
         """n bytes from src to dst, as a few slice copies (numpy makes overlapping ones behave as memmove)."""
         sp, dp = self._pieces(src, n, False), self._pieces(dst, n, True)
+        vram = self.gpu.vram
+        for b, o, k in dp:
+            if k >= HUGE and b is vram.buf:
+                vram.advise_huge(o, k)                 # a large destination in VRAM: on huge pages (sim/memory.py)
         if len(sp) == 1 and len(dp) == 1:
             (sb, so, _), (db, do, _) = sp[0], dp[0]
             db[do:do + n] = sb[so:so + n]
