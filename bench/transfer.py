@@ -3,8 +3,9 @@
 
 For 1 MiB and 64 MiB: a device-to-device copy on the SDMA queue (COPY_LINEAR through the GPU MMU,
 submission to completion as the host sees it: encode, ring write, doorbell, engine, fence, wait) and
-the host->device / device->host paths through staging buffers; the limit is one numpy copy of the
-same bytes between two warm host arrays. Ratios are bandwidth / memcpy bandwidth (1.0 = as fast as
+the host->device / device->host paths (one SDMA pass from/into the caller's pinned pages, amdq/runtime/hostmem.py;
+`read()` into a new bytes object through staging); the limit is one numpy copy of the same bytes between two warm
+host arrays. Ratios are bandwidth / memcpy bandwidth (1.0 = as fast as
 memcpy); the target is >= 0.5 for the 64 MiB device-to-device copy. Last line: JSON.
 
 Device->host is measured as issue 14 states its goal, into host memory already in use like memcpy's

@@ -94,3 +94,24 @@ def test_dispatch_packet_one_layout():
     assert f["setup"] == 2 and A.COMPLETION_SIGNAL.unpack_from(p) == (0,)
     with _pytest.raises(ValueError, match="ascending"):
         A.KERNEL_DISPATCH.reader("grid_size_x", "header")
+
+
+def test_sdma_fixed_encoders_give_the_encoder_words():
+    """The precomputed encoders of the copy queue's per-submission packets (Words.encoder) give what encode gives,
+    and refuse what it refuses."""
+    import random
+    from amdq.hw import sdma as S
+    rng = random.Random(14)
+    for t in (S.SDMA4, S.SDMA5, S.SDMA6):
+        for name, fields in (("COPY_LINEAR", ("count", "src_addr", "dst_addr")), ("FENCE", ("addr", "data")),
+                             ("TRAP", ("int_context",))):
+            enc = t.encoder(name, *fields)
+            for _ in range(100):
+                vals = [rng.randrange(0, 1 << rng.choice((8, 22, 32, 48, 64))) for _ in fields]
+                try:
+                    want = t.encode(name, **dict(zip(fields, vals)))
+                except ValueError:
+                    with pytest.raises(ValueError):
+                        enc(*vals)
+                    continue
+                assert enc(*vals) == want

@@ -370,3 +370,35 @@ def test_timeline_rollover_across_queues(monkeypatch, mode, start):
     for q in d.queues:
         assert q.timeline.completed == q.timeline.value > start + 4
     d.close()
+
+
+def test_copies_through_physically_scattered_pages(monkeypatch):
+    """A COPY_LINEAR over pages mapped out of order is one slice copy per run (no temporary unless the source and
+    destination bytes overlap) and, overlapping within the same pages, behaves as memmove."""
+    from amdq.hw import vm as VM
+    monkeypatch.setenv("AMDQ_SIM_MODE", "sync")
+    d = amdq.open_device("SIMKFD+AMD:gfx1100")
+    kfd, gpu = d.iface.seam, d.sim
+    pages = [gpu.vram.alloc(4096) for _ in range(8)]
+    va = kfd.address_space.reserve(8 * 4096)
+    flags = VM.pte(gpu.target.gfx_version, 0, writeable=True)
+    with gpu.lock:
+        for i, pa in enumerate(reversed(pages)):
+            kfd._map_range(va + i * 4096, pa, 4096, flags)
+        kfd.vm.invalidate()
+    ref = np.random.default_rng(3).integers(0, 256, 8 * 4096, dtype=np.uint8)
+    for i, pa in enumerate(reversed(pages)):
+        gpu.vram.buf[pa:pa + 4096] = ref[i * 4096:(i + 1) * 4096]
+    assert len(engine(d)._pieces(va, 8 * 4096, False)) == 8
+    b = d.alloc(8 * 4096)
+    d.copyq.copy_async(b.addr, va + 3, 8 * 4096 - 3)         # scattered -> contiguous
+    d.synchronize()
+    assert b.read(8 * 4096 - 3) == ref[3:].tobytes()
+    d.copyq.copy_async(va + 100, va, 5 * 4096)              # overlapping, within the scattered pages
+    d.synchronize()
+    want = ref.copy()
+    want[100:100 + 5 * 4096] = ref[:5 * 4096]
+    d.copyq.copy_async(b.addr, va, 8 * 4096)
+    d.synchronize()
+    assert b.read() == want.tobytes()
+    d.close()

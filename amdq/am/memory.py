@@ -8,6 +8,10 @@ Kinds, as the interface protocol names them (iface/base.py Allocation):
   simulated host memory on SIMPCI), mapped with SYSTEM and SNOOPED (UNCACHED: MTYPE UC, so the GPU's
   caches never hold it: queue pointers, signals).
 
+- "userptr" (`register_host`): the process's own pages, which the function maps for its DMA (`dma_map`: VFIO's
+  IOMMU on hardware, sim/iommu.py on SIMPCI), mapped like "gtt" at a GPU address of their own; the caller keeps
+  the pages alive until it frees the registration.
+
 A function that cannot pin host memory for the GPU (real hardware without VFIO's IOMMU mappings in this
 build) gets CPU-visible VRAM for "gtt" and "uncached" buffers instead, as AM drivers commonly run everything
 from VRAM; the allocation's meta says `instead_of`.
@@ -122,6 +126,29 @@ class Memory:
         return Allocation(va, size, "uncached" if uncached else "gtt", ("host", dma), Mapping(va, size, dma.cpu),
                           {"bus": dma.bus})
 
+    def register_host(self, addr: int, size: int, writable: bool = True) -> Allocation:
+        """The process's pages [addr, addr + size) (page aligned) mapped for the GPU (kind "userptr", no CPU view:
+        the caller has the pages). DeviceError (`unsupported` set) where the function cannot map user pages."""
+        if addr % PAGE or size % PAGE or size <= 0:
+            raise DeviceError(f"register_host of {size:#x} bytes at {addr:#x}: page-aligned ranges only")
+        dma_map = getattr(self.fn, "dma_map", None)
+        if dma_map is None:
+            e = DeviceError(f"{getattr(self.fn, 'name', 'the function')} cannot map user pages for the GPU")
+            e.unsupported = True
+            raise e
+        dma = dma_map(addr, size)
+        va = VA.shared().alloc(size)
+        try:
+            self.vm.map(va, dma.bus, size, MapFlags.host(writeable=writable))
+        except BaseException:
+            VA.shared().free(va)
+            self.fn.dma_unmap(dma)
+            raise
+        a = Allocation(va, size, "userptr", ("user", dma), None, {"bus": dma.bus, "host": addr})
+        with self.lock:
+            self.live[va] = a
+        return a
+
     def free(self, a: Allocation) -> None:
         with self.lock:
             if self.live.pop(a.va, None) is None:
@@ -133,6 +160,8 @@ class Memory:
         where, what = a.handle
         if where == "vram":
             self.pools.free(what)
+        elif where == "user":
+            self.fn.dma_unmap(what)                     # the pages are the process's alone again
         else:
             self.fn.dma_free(what)
         VA.shared().free(a.va)

@@ -3,7 +3,9 @@ amdq.hw.sdma_tables (from Linux *_sdma_pkt_open.h). Everything in sdma_tables is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
 
 from .layout import Words
 from .sdma_tables import *  # noqa: F401,F403
@@ -46,6 +48,14 @@ class SDMASet:
             fields.setdefault("sub_op", sub or 0)
         return self.layouts[name].encode(**fields)
 
+    def encoder(self, name: str, *fields: str, **fixed: Any) -> Callable[..., list[int]]:
+        """A fast `encode(name, **fixed, **dict(zip(fields, values)))` taking the values in order (Words.encoder)."""
+        op, sub = self.ops[name]
+        fixed.setdefault("op", op)
+        if "sub_op" in self.layouts[name].where:
+            fixed.setdefault("sub_op", sub or 0)
+        return self.layouts[name].encoder(fields, **fixed)
+
     def decode(self, dwords: Sequence[int], i: int = 0) -> Packet:
         """The packet starting at dwords[i]. Raises BadPacket (never anything else) on a malformed stream."""
         if not 0 <= i < len(dwords):
@@ -56,11 +66,11 @@ class SDMASet:
         if name is None:
             raise BadPacket(f"unknown op {op} sub_op {sub} (header {h:#010x})", i)
         lay = self.layouts[name]
-        n = lay.length([int(x) & 0xFFFFFFFF for x in dwords[i:i + len(lay.words)]])
+        n = lay.length(_words(dwords, i, len(lay.words)))
         if n is None or i + n > len(dwords):
             raise BadPacket(f"{name} runs past the end of the stream", i)
         try:
-            fields = lay.decode([int(x) & 0xFFFFFFFF for x in dwords[i:i + n]])
+            fields = lay.decode(_words(dwords, i, n))
         except ValueError as e:
             raise BadPacket(str(e), i) from None
         return Packet(name, op, sub, fields, n)
@@ -72,6 +82,14 @@ class SDMASet:
             p = self.decode(dwords[:end], i)
             yield i, p
             i += p.size
+
+
+def _words(dwords: Sequence[int], i: int, n: int) -> list[int]:
+    """dwords[i:i + n] as unsigned 32-bit Python ints (a numpy ring converts in one call)."""
+    part = dwords[i:i + n]
+    if isinstance(part, np.ndarray) and part.dtype == np.uint32:
+        return part.tolist()
+    return [int(x) & 0xFFFFFFFF for x in part]
 
 
 SDMA4 = SDMASet(4, LAYOUTS_4, OPS_4)

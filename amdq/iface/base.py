@@ -87,7 +87,7 @@ def hint_of(m: Any) -> Callable[[int, int], None] | None:
 class DMABuffer:
     """Host memory pinned for a PCI function: the CPU's view and the bus address the GPU uses for it
     (contiguous on the bus)."""
-    cpu: memoryview
+    cpu: memoryview | None       # None: the pages are the process's own (a user-page mapping, `dma_map`)
     bus: int
     size: int
 

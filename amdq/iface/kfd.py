@@ -172,6 +172,30 @@ class KFD:
         return Allocation(reserve.addr, size, "uncached" if uncached else kind, handle, mapping,
                           {"reserve": reserve})
 
+    def register_host(self, addr: int, size: int, writable: bool = True) -> Allocation:
+        """The process's own pages [addr, addr + size) (page aligned) mapped for the GPU at a GPU address of their
+        own: a USERPTR buffer (kfd_ioctl.h: mmap_offset carries the CPU address). The pages must stay mapped
+        until `free` of the allocation; the GPU's writes land in them directly."""
+        if addr % PAGE or size % PAGE or size <= 0:
+            raise DeviceError(f"register_host of {size:#x} bytes at {addr:#x}: page-aligned ranges only")
+        flags = K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | K.KFD_IOC_ALLOC_MEM_FLAGS_NO_SUBSTITUTE
+        if writable:
+            flags |= K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE
+        reserve = self.seam.mmap(None, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+        handle, mapped = None, False
+        try:
+            handle = self.ioctl("AMDKFD_IOC_ALLOC_MEMORY_OF_GPU", va_addr=reserve.addr, size=size, gpu_id=self.gpu_id,
+                                flags=flags, mmap_offset=addr)["handle"]
+            m = self.ioctl("AMDKFD_IOC_MAP_MEMORY_TO_GPU", handle=handle,
+                           device_ids_array_ptr=ctypes.addressof(self._gpu_ids), n_devices=1)
+            mapped = True
+            if m["n_success"] != 1:
+                raise DeviceError(f"mapping {size} bytes of user memory at {addr:#x} to GPU {self.gpu_id} failed")
+        except BaseException:
+            self._undo_alloc(reserve, handle, mapped)
+            raise
+        return Allocation(reserve.addr, size, "userptr", handle, None, {"reserve": reserve, "host": addr})
+
     def _undo_alloc(self, reserve: Mapping, handle: int | None, mapped: bool) -> None:
         """Release a half-made allocation (GPU mapping, buffer, address range), keeping the first error."""
         try:

@@ -61,6 +61,10 @@ class Function(Protocol):
         """Host memory pinned for the GPU (its CPU view and bus address)."""
         ...
     def dma_free(self, buf: DMABuffer) -> None: ...
+    def dma_map(self, addr: int, size: int) -> DMABuffer:
+        """The process's own pages [addr, addr + size) mapped for the GPU's DMA (their bus address; no CPU view)."""
+        ...
+    def dma_unmap(self, buf: DMABuffer) -> None: ...
     def bar_bus_address(self, n: int) -> int:
         """Where BAR `n` sits on the bus (0: not assigned); a peer's DMA reaches its BAR0 there."""
         ...
@@ -230,6 +234,15 @@ class SysfsFunction:
 
     def dma_free(self, buf: DMABuffer) -> None:
         raise DeviceError(f"{self.info.address}: no DMA buffers on real hardware in this build")
+
+    def dma_map(self, addr: int, size: int) -> DMABuffer:
+        e = DeviceError(f"{self.info.address}: mapping user pages for the GPU needs VFIO_IOMMU_MAP_DMA, which this "
+                        f"build does not do on real hardware; host copies go through staging buffers")
+        e.unsupported = True
+        raise e
+
+    def dma_unmap(self, buf: DMABuffer) -> None:
+        raise DeviceError(f"{self.info.address}: no user-page DMA mappings on real hardware in this build")
 
     def close(self) -> None:
         if self._vdev is not None:
@@ -502,6 +515,11 @@ class PCI:
               executable: bool = False) -> Allocation:
         self._check_lost()
         return self.memory.alloc(size, kind, uncached, cpu, executable)
+
+    def register_host(self, addr: int, size: int, writable: bool = True) -> Allocation:
+        """The process's pages [addr, addr + size) (page aligned) mapped for the GPU (am/memory.py register_host)."""
+        self._check_lost()
+        return self.memory.register_host(addr, size, writable)
 
     def free(self, a: Allocation) -> None:
         self.memory.free(a)

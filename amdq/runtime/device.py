@@ -26,6 +26,7 @@ from .aql_queue import AQLQueue
 from .hwqueue import HWQueue
 from .memory import Allocator, Buffer
 from .codemem import LoadedCode
+from .hostmem import PIN_MIN, HostPins, host_address
 from .pm4_queue import PM4Queue
 from .program import Launch, LaunchRecord, Program
 from .program import _clock as _now
@@ -235,6 +236,7 @@ class Device:
         self.lock = threading.RLock()
         if not getattr(self.iface, "has_queues", True):  # booted, but no queues on this interface yet (AM part 1)
             self.queue, self.queues, self.copyq, self.scratch, self.profiler, self.capturing = None, [], None, None, None, None
+            self.pins = None
             return
         self._kernel_names: dict[int, str] = {}          # entry and descriptor addresses -> kernel name
         self.allocator = Allocator(self.iface)
@@ -258,6 +260,7 @@ class Device:
                 self.queues.append(self.copyq)
             except (OSError, OutOfMemory) as e:                # the kernel refused (ENOMEM arrives as OutOfMemory)
                 log.debug("no SDMA copy queue (%s): copies go through the CPU", e)
+        self.pins = HostPins(self.iface, self.copyq) if self.copyq is not None else None   # host pages for SDMA
         self.kernargs = Kernargs(self)
         self.scratch: Scratch | None = None
         self.profiler = None
@@ -450,7 +453,11 @@ class Device:
                     self.drain()
                 bridge(buf.alloc, off, raw, self.copyq)
                 return
-            if buf.alloc.cpu is None:                          # through GTT staging, asynchronously
+            if buf.alloc.cpu is None:
+                # one pass from the caller's pages when nothing is in flight (the copy is waited for, so the caller
+                # may change them once write returns); else through GTT staging, asynchronously
+                if raw.nbytes >= PIN_MIN and self.idle and self._pinned_copy(buf.addr + off, raw, to_host=False):
+                    return
                 with self.submitting(self.copyq):
                     self.copyq.upload(buf.addr + off, raw)
                 return
@@ -474,7 +481,9 @@ class Device:
                     return data
                 out[:size] = data
                 return None
-            if buf.alloc.cpu is None:                          # through GTT staging; waits
+            if buf.alloc.cpu is None:                          # into the caller's pages, else through staging; waits
+                if size >= PIN_MIN and out is not None and self._pinned_copy(buf.addr + off, out, to_host=True):
+                    return None
                 with self.submitting(self.copyq):
                     return self.copyq.download(buf.addr + off, size, out)
             if not self.idle:
@@ -484,6 +493,25 @@ class Device:
                 return bytes(buf.alloc.cpu.mv[off:off + size])
             out[:size] = buf.alloc.cpu.mv[off:off + size]
             return None
+
+    def _pinned_copy(self, addr: int, host: memoryview, to_host: bool) -> bool:
+        """One SDMA copy between the GPU address `addr` and the caller's memory `host`, pinned for it (hostmem.py),
+        waited for; False (nothing done) where the interface cannot pin it."""
+        pin = self.pins.register(host, write=to_host)
+        if pin is None:
+            return False
+        q, n, mine = self.copyq, host.nbytes, pin.gpu(host_address(host))
+        with self.submitting(q):
+            value = q.run(q.copy(mine, addr, n) if to_host else q.copy(addr, mine, n))
+        q.note(value, f"copy of {n} bytes {'into' if to_host else 'from'} pinned host memory at {pin.start:#x}")
+        self.pins.done(pin, value)
+        try:
+            self.wait(value, queue=q)
+        except AmdqError:
+            self.pins.forget(pin)                    # lost with its queue (reset): nothing reaches the pages now
+            raise
+        self.pins.trim()                             # (a bytearray's pin goes now: the caller may resize it)
+        return True
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0, src_offset: int = 0,
              wait: bool = False, timeout_ms: int | None = None) -> LaunchRecord | None:
@@ -605,7 +633,8 @@ class Device:
         4096-byte buffer at 0x..."); None if nothing is near."""
         if va < 1 << 16:
             return f"a NULL pointer{'' if va == 0 else f' plus {va:#x}'}"
-        live = sorted(self.allocator.live_allocs.values(), key=lambda a: a.va)
+        pinned = [p.alloc for p in self.pins.pins] if self.pins is not None else []
+        live = sorted(list(self.allocator.live_allocs.values()) + pinned, key=lambda a: a.va)
         if not live:
             return None
         starts = [a.va for a in live]
@@ -983,6 +1012,8 @@ class Device:
                     q.close()
                 except (AmdqError, OSError):
                     pass
+            if self.pins is not None:
+                self.pins.close()                   # the copy queue is gone: no copy reaches the pages
             cocache.programs.purge(lambda k: self.uid in k[1])     # (before closed: their frees are deferred)
             self.closed = True
             # the queues are gone, so nothing runs any more: give back program code, deferred frees and the

@@ -155,7 +155,8 @@ class Buffer:
         return f"<Buffer {self.size} bytes {where} on {self.dev.name}>"
 
     def write(self, data, offset: int = 0) -> None:
-        """Copy bytes or an array into the buffer (after the GPU finished work submitted so far)."""
+        """Copy bytes or an array into the buffer (after the GPU finished work submitted so far); from 1 MiB on an idle
+        device, one SDMA copy straight from its pages (pinned, amdq/runtime/hostmem.py), else through staging."""
         if self.alloc is None:
             raise self._freed("write")
         if isinstance(data, np.ndarray) and data.dtype.hasobject:
@@ -177,7 +178,8 @@ class Buffer:
     def read_into(self, out, offset: int = 0) -> None:
         """Copy the buffer's bytes from `offset` into `out` (a writable, contiguous buffer: a numpy array, a
         bytearray, a memoryview; as many bytes as it holds), once the GPU finished the work submitted so far.
-        No new host memory is touched: into an array already in use it costs one copy out of staging."""
+        No new host memory is touched: from 1 MiB on the SDMA engine copies straight into its pages (pinned), below
+        that it costs one copy out of staging."""
         if self.alloc is None:
             raise self._freed("read")
         try:

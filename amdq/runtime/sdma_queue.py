@@ -55,6 +55,10 @@ class SDMAQueue(HWQueue):
         self.event = getattr(dev.iface, "signal_event", 0)
         self._staged: deque = deque()                   # (timeline value, staging allocation) of uploads
         self._staged_bytes = 0
+        # the packets of every copy and signal, by precomputed plans (the same words as t.encode)
+        self._copy_linear = self.t.encoder("COPY_LINEAR", "count", "src_addr", "dst_addr")
+        self._fence = self.t.encoder("FENCE", "addr", "data")
+        self._trap = self.t.encoder("TRAP", "int_context")
         self._signal_dw = sum(len(p) for p in self.signal(0, 0))
         super().__init__(dev, ring_bytes, timeline)
 
@@ -65,10 +69,10 @@ class SDMAQueue(HWQueue):
     # -- encoders (each returns a list of packets, a packet being a list of dwords) --------------------
     def copy(self, dst: int, src: int, nbytes: int) -> list[list[int]]:
         """COPY_LINEAR packets moving nbytes from src to dst, split at `max_copy`."""
-        out, step = [], self.max_copy
+        out, step, enc = [], self.max_copy, self._copy_linear
         for off in range(0, nbytes, step):
             n = min(step, nbytes - off)
-            out.append(self.t.encode("COPY_LINEAR", count=n - 1, src_addr=src + off, dst_addr=dst + off))
+            out.append(enc(n - 1, src + off, dst + off))
         return out
 
     def fill(self, dst: int, value: int, nbytes: int) -> list[list[int]]:
@@ -88,10 +92,10 @@ class SDMAQueue(HWQueue):
         return [self.t.encode("WRITE_UNTILED", dst_addr=dst, count=len(d) - 1, data=d)]
 
     def fence(self, addr: int, value: int) -> list[list[int]]:
-        return [self.t.encode("FENCE", addr=addr, data=value & 0xFFFFFFFF)]
+        return [self._fence(addr, value & 0xFFFFFFFF)]
 
     def trap(self, ctx: int | None = None) -> list[list[int]]:
-        return [self.t.encode("TRAP", int_context=self.event if ctx is None else ctx)]
+        return [self._trap(self.event if ctx is None else ctx)]
 
     def signal(self, addr: int, value: int) -> list[list[int]]:
         """Write the 64-bit `value` at addr (low word first) and raise the interrupt that wakes waiters (none when

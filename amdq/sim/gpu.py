@@ -23,6 +23,7 @@ from ..errors import UnsupportedInstruction
 from ..hw import faults as F
 from ..hw.targets import Target, get_target
 from .inject import Injector
+from .iommu import HUGE, IOVA_BASE, DMAWindows
 from .memory import Arena
 from .mmu import MMU
 
@@ -52,7 +53,9 @@ class PhysicalSpace:
         if bus is not None:
             return bus.resolve(addr, n)
         m = self.gpu.sysmem
-        return (m, addr) if 0 <= addr and addr + n <= m.size else None
+        if 0 <= addr and addr + n <= m.size:
+            return m, addr
+        return self.gpu.dma.resolve(addr, n)           # a user's pages the kernel driver pinned (USERPTR)
 
     def local(self, addr: int, n: int) -> tuple[Arena, int] | None:
         hive = self.gpu.hive
@@ -71,6 +74,7 @@ class SimGPU:
         self.sysmem = bus.ram if bus is not None else sysmem if sysmem is not None else \
             Arena("system memory", sysmem_bytes)
         self.hive = None                              # the XGMI hive (sim/xgmi.py) of a node of one
+        self.dma = DMAWindows(max(IOVA_BASE, -(-self.sysmem.size // HUGE) * HUGE))   # pinned user pages beyond system memory (SIMKFD)
         self.space = PhysicalSpace(self)
         self.vms: dict[int, MMU] = {}
         self.cores: dict[int, object] = {}

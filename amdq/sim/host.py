@@ -4,6 +4,8 @@ and the PCIe bus address map that a GPU page-table entry with the SYSTEM bit nam
 Bus addresses:
 * host RAM at 0 .. HOST_BYTES, so a buffer in host memory has one bus address on every GPU (RAM behind an
   IOMMU identity map);
+* from 256 GiB (sim/iommu.py IOVA_BASE) to MMIO64_BASE, the host IOMMU's windows onto pinned user pages (a
+  driver's DMA mapping of a process's own buffer: `iommu`);
 * from MMIO64_BASE up, the 64-bit BARs of the functions: each function claims a window for each such BAR when
   it is created, aligned to the BAR's size rounded up to a power of two (a memory BAR decodes a naturally
   aligned, power-of-two range: PCI Local Bus specification, Base Address Registers), and reports its start in
@@ -23,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from .iommu import IOVA_BASE, IOVA_LIMIT, DMAWindows
 from .memory import Arena
 
 HOST_BYTES = 64 << 30                # reserved lazily: nothing is backed until it is written
@@ -58,6 +61,7 @@ class Bus:
         self.ram, self.mmio_base, self.limit = ram, mmio_base, limit
         self._lock = threading.Lock()
         self._windows: list[Window] = []              # sorted by base
+        self.iommu = DMAWindows() if ram.size <= IOVA_BASE and IOVA_LIMIT <= mmio_base else None
 
     def claim(self, name: str, size: int, arena: Arena | None = None, offset: int = 0,
               live: Callable[[], bool] | None = None) -> int:
@@ -96,6 +100,8 @@ class Bus:
             return None
         if addr + n <= self.ram.size:
             return self.ram, addr
+        if self.iommu is not None and IOVA_BASE <= addr < IOVA_LIMIT:
+            return self.iommu.resolve(addr, n)
         w = self.window(addr)
         if w is None or w.arena is None or addr + n > w.end or (w.live is not None and not w.live()):
             return None

@@ -4,6 +4,10 @@ hand out, and the sysfs topology, with the struct layouts of Linux's kfd_ioctl.h
 Like the real driver it owns the process's GPU virtual memory: it writes the page tables (4 levels,
 in VRAM, in the documented PTE format) that the simulated MMU walks, creates the hardware queues a
 CREATE_QUEUE asks for, and turns end-of-pipe interrupts and GPU faults into events.
+
+USERPTR buffers (kfd_ioctl.h: mmap_offset carries the CPU address of the user's pages) map the process's own
+pages: the driver places them in a DMA window of the GPU (sim/iommu.py) and writes SYSTEM PTEs to it; the
+runtime keeps the pages alive until it frees the buffer (on a real kernel get_user_pages pins them).
 """
 from __future__ import annotations
 
@@ -163,6 +167,7 @@ class SimKFD:
         self._next_event = 1
         self.exceptions: deque = deque(maxlen=256)     # hardware exception records, oldest first
         self._lock = threading.Lock()                   # ioctls of several host threads (WAIT_EVENTS aside)
+        self._woken = threading.Condition()             # WAIT_EVENTS sleepers, notified when an event is signaled
         self.vmid = 8
         self.vm = gpu.vm(self.vmid)
         self.vm.set_root(gpu.vram.alloc(4096))
@@ -292,6 +297,8 @@ class SimKFD:
         if va + size > 1 << VM.VA_BITS:
             raise OSError(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: [{va:#x}, {va + size:#x}) is outside the "
                                         f"{VM.VA_BITS}-bit GPU virtual address space")
+        if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR:
+            return self._alloc_userptr(va, size, a["mmap_offset"], flags)
         if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
             arena = self.gpu.vram
         elif flags & (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL):
@@ -310,6 +317,20 @@ class SimKFD:
         self.by_offset[off] = bo
         return {"handle": h, "mmap_offset": off}
 
+    def _alloc_userptr(self, va: int, size: int, user: int, flags: int) -> dict:
+        """A buffer of the process's pages at CPU address `user` (page aligned), in a DMA window of the GPU."""
+        if user == 0 or user % 4096:
+            raise OSError(errno.EINVAL, f"ALLOC_MEMORY_OF_GPU: USERPTR address {user:#x} is not a page-aligned "
+                                        f"user address")
+        try:
+            pa = self.gpu.dma.map(user, size)
+        except MemoryError as e:
+            raise OSError(errno.ENOMEM, f"ALLOC_MEMORY_OF_GPU: {e}") from None
+        h = self._next_handle
+        self._next_handle += 1
+        self.bos[h] = Bo(h, va, size, self.gpu.dma, pa, flags)
+        return {"handle": h, "mmap_offset": user}           # (no render-node offset: the CPU has the pages already)
+
     def _available_memory(self, a):
         if a["gpu_id"] != self.GPU_ID:
             raise OSError(errno.EINVAL, "AVAILABLE_MEMORY: bad gpu_id")
@@ -323,14 +344,17 @@ class SimKFD:
             with self.gpu.lock:
                 self._unmap(bo)
         self.by_offset.pop(bo.handle << 12, None)
-        bo.arena.free(bo.pa, bo.size)
+        if bo.arena is self.gpu.dma:
+            self.gpu.dma.unmap(bo.pa)                   # the pages go back to the process alone
+        else:
+            bo.arena.free(bo.pa, bo.size)
 
     def _map_memory_to_gpu(self, a):
         bo = self.bos.get(a["handle"])
         ids = struct.unpack(f"<{a['n_devices']}I", self.read_user(a["device_ids_array_ptr"], 4 * a["n_devices"]))
         if bo is None or any(i != self.GPU_ID for i in ids):
             raise OSError(errno.EINVAL, "MAP_MEMORY_TO_GPU: bad handle or device id")
-        sysmem = bo.arena is self.gpu.sysmem
+        sysmem = bo.arena is self.gpu.sysmem or bo.arena is self.gpu.dma
         flags = VM.pte(self.gpu.target.gfx_version, 0, executable=True, system=sysmem, snooped=sysmem,
                        writeable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE))
         with self.gpu.lock:                 # no engine walks or caches translations while the tables change
@@ -411,6 +435,7 @@ class SimKFD:
 
     def _set_event(self, a):
         self.events[a["event_id"]].signaled = True
+        self._wake()
 
     def _reset_event(self, a):
         self.events[a["event_id"]].signaled = False
@@ -424,15 +449,19 @@ class SimKFD:
             raise OSError(errno.EINVAL, "WAIT_EVENTS: unknown event id")
         deadline = time.monotonic() + a["timeout"] / 1000
         polled = self.gpu.mode == "async"        # a synchronous GPU runs a slice even for a zero-timeout poll
-        while True:
-            done = [e.signaled for e in evs]
-            if (all(done) if a["wait_for_all"] else any(done)):
-                break
-            if time.monotonic() >= deadline and polled:
+        ready = (lambda: all(e.signaled for e in evs)) if a["wait_for_all"] else (lambda: any(e.signaled for e in evs))
+        while not ready():
+            left = deadline - time.monotonic()
+            if left <= 0 and polled:
                 return {"wait_result": K.KFD_IOC_WAIT_RESULT_TIMEOUT}
             polled = True
-            if not (self.gpu.mode != "async" and self.gpu.pump(64)) and time.monotonic() < deadline:
-                time.sleep(0.0002)
+            if self.gpu.mode != "async":
+                if not self.gpu.pump(64) and left > 0:
+                    time.sleep(0.0002)
+                continue
+            with self._woken:                    # asleep until an interrupt signals an event (or 5 ms pass)
+                if not ready() and left > 0:
+                    self._woken.wait(min(left, 0.005))
         for i, e in enumerate(evs):
             if e.signaled and e.data:            # kfd_event_data: memory or hardware exception data
                 if e.type == K.KFD_IOC_EVENT_MEMORY and e.data["memory"]:
@@ -549,6 +578,7 @@ class SimKFD:
             ev = self.events.get(ctxid)
             if ev is not None:
                 ev.signaled = True
+                self._wake()
             return
         exc = info.get("exception")
         if exc is not None:
@@ -562,6 +592,11 @@ class SimKFD:
             if ev.type == K.KFD_IOC_EVENT_MEMORY or (ev.type == K.KFD_IOC_EVENT_HW_EXCEPTION and not memory):
                 ev.signaled = True
                 ev.data = {"va": va, "memory": memory, "read_only": read_only}
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._woken:
+            self._woken.notify_all()
 
 
 __all__ = ["SimKFD"]

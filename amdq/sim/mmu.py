@@ -226,7 +226,7 @@ class MMU:
         f = Fault(va, write, client, reason, self.vmid)
         self.faults.append(f)
         return GPUFault(f"GPU page fault: {'write' if write else 'read'} at {va:#x} by {client} ({reason})",
-                        address=va, write=write, client=client, vmid=self.vmid)
+                        address=va, write=write, client=client, vmid=self.vmid, reason=reason)
 
     # -- the shader core's memory protocol ------------------------------------------------------
     def jit_span(self, addr: int, nbytes: int, write: bool) -> tuple[int, int, int] | None:

@@ -8,6 +8,10 @@ moves past a packet only when it has finished (an INDIRECT when its whole buffer
 of a stuck queue names the stuck packet. Every memory access goes through the MMU of the queue's VM
 context; a large COPY_LINEAR is one numpy slice copy per physically contiguous run.
 
+Slices. A step runs packets until its budget of work units is spent; a bulk transfer (COPY_LINEAR, CONSTANT_FILL:
+1 unit plus 1 per MiB) counts against the budget only for its packet, and a step makes at most one: the packets
+after it (its fence and trap) run in the same step, the next bulk transfer in the next step.
+
 Counts (amdq/hw/sdma.py, NOTES 3.5): COPY_LINEAR moves count + 1 bytes; CONSTANT_FILL fills count +
 element bytes (element = 1 << FILLSIZE bytes of DATA, repeated); WRITE_UNTILED writes count + 1 data
 dwords. POLL_REGMEM compares (memory & mask) with value as unsigned 32-bit numbers and is re-polled on
@@ -23,10 +27,28 @@ import numpy as np
 from ..errors import AmdqError, GPUFault
 from ..hw import sdma
 from .engine import QueueEngine
+from .memory import HUGE
 
 FUNCS = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
          4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
 CLIENT = "SDMA"
+BULK = ("COPY_LINEAR", "CONSTANT_FILL")       # packets whose cost grows with their bytes (1 + MiB moved)
+
+
+def _overlap(a: list[tuple[np.ndarray, int, int]], b: list[tuple[np.ndarray, int, int]]) -> bool:
+    """Whether any piece (memory, offset, length) of `a` shares bytes with one of `b` (sorted sweep per memory)."""
+    for buf in {id(x[0]): x[0] for x in a}.values():
+        xs = sorted((o, o + k) for m, o, k in a if m is buf)
+        ys = sorted((o, o + k) for m, o, k in b if m is buf)
+        i = j = 0
+        while i < len(xs) and j < len(ys):
+            if xs[i][0] < ys[j][1] and ys[j][0] < xs[i][1]:
+                return True
+            if xs[i][1] <= ys[j][1]:
+                i += 1
+            else:
+                j += 1
+    return False
 
 
 class SDMAQueue(QueueEngine):
@@ -61,10 +83,10 @@ class SDMAQueue(QueueEngine):
     def step(self, budget: int) -> int:
         if self.stopped:
             return 0
-        work = 0
+        work = bulk = 0                               # bulk: the cost of the one bulk transfer this step made
         try:
             ring = None
-            while work < budget:
+            while work - bulk < budget:
                 if self.hang_at is not None and self.stopped:
                     return work                       # an armed hang took hold
                 if self.ib is not None:
@@ -85,6 +107,8 @@ class SDMAQueue(QueueEngine):
                     p = self._decode(ring[i:i + min(avail, len(ring) - i)], 0, "ring", self.rptr % self.ring_bytes)
                 if p is None:
                     return max(work, 1)
+                if bulk and p.name in BULK:
+                    return work                       # one bulk transfer per step: the next waits for the next slice
                 cost = self._execute(p)
                 if cost is None or self.exception is not None:      # blocked (POLL_REGMEM) or stopped
                     return work
@@ -93,6 +117,8 @@ class SDMAQueue(QueueEngine):
                     self.ib[1] += p.size
                 elif p.name != "INDIRECT":
                     self._retire(p.size)
+                if p.name in BULK:
+                    bulk = cost - 1
                 work += cost
         except AmdqError as e:
             self.stop_on(e, CLIENT)
@@ -160,12 +186,16 @@ class SDMAQueue(QueueEngine):
     def _copy(self, dst: int, src: int, n: int) -> None:
         """n bytes from src to dst, as a few slice copies (numpy makes overlapping ones behave as memmove)."""
         sp, dp = self._pieces(src, n, False), self._pieces(dst, n, True)
+        vram = self.gpu.vram
+        for b, o, k in dp:
+            if k >= HUGE and b is vram.buf:
+                vram.advise_huge(o, k)                 # a large destination in VRAM: on huge pages (sim/memory.py)
         if len(sp) == 1 and len(dp) == 1:
             (sb, so, _), (db, do, _) = sp[0], dp[0]
             db[do:do + n] = sb[so:so + n]
             return
-        if any(sb is db for sb, _, _ in sp for db, _, _ in dp):
-            data = self._read(src, n)                  # overlap between runs: read everything first
+        if _overlap(sp, dp):
+            data = self._read(src, n)                  # source and destination bytes overlap: read everything first
             self._write(dst, data)
             return
         si = di = 0

@@ -509,6 +509,21 @@ class SimPCIDevice:
     def dma_free(self, buf: DMABuffer) -> None:
         self.gpu.sysmem.free(buf.bus, buf.size)
 
+    def dma_map(self, addr: int, size: int) -> DMABuffer:
+        """The process's pages [addr, addr + size) mapped by the host IOMMU (sim/iommu.py): their bus address."""
+        iommu = getattr(self.gpu.bus, "iommu", None)
+        if iommu is None:
+            e = DeviceError(f"{self.name}: its bus has no IOMMU to map user pages")
+            e.unsupported = True
+            raise e
+        try:
+            return DMABuffer(None, iommu.map(addr, size), size)
+        except MemoryError as e:
+            raise OutOfMemory(f"IOVA space for {size} bytes of user pages: {e}") from None
+
+    def dma_unmap(self, buf: DMABuffer) -> None:
+        self.gpu.bus.iommu.unmap(buf.bus)
+
     # -- state that survives the process ------------------------------------------------------------------
     def _state_window(self) -> tuple[int, int]:
         end = D.vram_offset(self.vram_size)
