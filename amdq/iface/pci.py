@@ -226,20 +226,22 @@ class SysfsFunction:
             return Mapping(0, len(m), memoryview(m))
         return memoryview(m)
 
-    def dma_alloc(self, size: int) -> DMABuffer:
-        e = DeviceError(f"{self.info.address}: host memory for the GPU needs its bus addresses: this build maps "
-                        f"none yet on real hardware (VFIO_IOMMU_MAP_DMA); CPU-visible VRAM is used instead")
+    def _unsupported(self, why: str) -> DeviceError:
+        """A DeviceError the caller falls back from (`unsupported`): a path real hardware lacks in this build."""
+        e = DeviceError(f"{self.info.address}: {why}")
         e.unsupported = True
-        raise e
+        return e
+
+    def dma_alloc(self, size: int) -> DMABuffer:
+        raise self._unsupported("host memory for the GPU needs its bus addresses: this build maps none yet on real "
+                                "hardware (VFIO_IOMMU_MAP_DMA); CPU-visible VRAM is used instead")
 
     def dma_free(self, buf: DMABuffer) -> None:
         raise DeviceError(f"{self.info.address}: no DMA buffers on real hardware in this build")
 
     def dma_map(self, addr: int, size: int) -> DMABuffer:
-        e = DeviceError(f"{self.info.address}: mapping user pages for the GPU needs VFIO_IOMMU_MAP_DMA, which this "
-                        f"build does not do on real hardware; host copies go through staging buffers")
-        e.unsupported = True
-        raise e
+        raise self._unsupported("mapping user pages for the GPU needs VFIO_IOMMU_MAP_DMA, which this build does not "
+                                "do on real hardware; host copies go through staging buffers")
 
     def dma_unmap(self, buf: DMABuffer) -> None:
         raise DeviceError(f"{self.info.address}: no user-page DMA mappings on real hardware in this build")
