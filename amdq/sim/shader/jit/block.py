@@ -640,13 +640,18 @@ class ModuleGen:
     def _scatter32(self, f: Fn, vals: str, base: str, offs: str, ok: str) -> None:
         """Store the lanes where ok is set at base + their i32 byte offsets, in lane order (as _scatter)."""
         a0, contig = self._ramp32(f, offs, ok, 4)
+        self._store_runs(f, vals, contig, lambda: f.op(f"getelementptr i8, ptr {base}, i32 {a0}"),
+                         lambda: self._lanes_store(f, vals, f.op(f"getelementptr i8, ptr {base}, {f.VT} {offs}"), ok))
+
+    def _store_runs(self, f: Fn, vals: str, contig: str, vec_ptr, lanes) -> None:
+        """One vector store of vals at vec_ptr() when `contig` (every lane ok on consecutive dwords), else lanes()."""
         vec, sc, join = f.t("sv"), f.t("ss"), f.t("sj")
         f.e(f"br i1 {contig}, label {vec}, label {sc}")
         f.label(vec)
-        f.e(f"store {f.VT} {vals}, ptr {f.op(f'getelementptr i8, ptr {base}, i32 {a0}')}, align 1")
+        f.e(f"store {f.VT} {vals}, ptr {vec_ptr()}, align 1")
         f.e(f"br label {join}")
         f.label(sc)
-        self._lanes_store(f, vals, f.op(f"getelementptr i8, ptr {base}, {f.VT} {offs}"), ok)
+        lanes()
         f.e(f"br label {join}")
         f.label(join)
 
@@ -705,15 +710,8 @@ class ModuleGen:
         """Store the lanes where ok is set, in lane order (later lanes win): one vector store when every lane is ok
         on consecutive dwords; else lane by lane, the lanes not ok writing a spare context slot."""
         a0, contig = self._ramp(f, addrs, ok, 4)
-        vec, sc, join = f.t("sv"), f.t("ss"), f.t("sj")
-        f.e(f"br i1 {contig}, label {vec}, label {sc}")
-        f.label(vec)
-        f.e(f"store {f.VT} {vals}, ptr {f.op(f'inttoptr i64 {a0} to ptr')}, align 1")
-        f.e(f"br label {join}")
-        f.label(sc)
-        self._scatter_lanes(f, vals, addrs, ok)
-        f.e(f"br label {join}")
-        f.label(join)
+        self._store_runs(f, vals, contig, lambda: f.op(f"inttoptr i64 {a0} to ptr"),
+                         lambda: self._scatter_lanes(f, vals, addrs, ok))
 
     def _scatter_lanes(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
         self._lanes_store(f, vals, f.op(f"inttoptr <{f.W} x i64> {addrs} to <{f.W} x ptr>"), ok)
