@@ -149,13 +149,7 @@ class PM4Queue(HWQueue):
         if kv.hint is not None:
             kv.hint(off, p.size)
         n = p.n
-        w = self.wptr
-        if w + n > self._limit:
-            self.room(n)                        # first the ring space: a value once taken is submitted
-        value = self.timeline.next()
-        if self.wptr != w:                      # the ordering hook queued waits first: room for dw again
-            self.room(n)
-            w = self.wptr
+        value, w = self._take(n)
         t1 = _clock()
         i = w % self.ring_dw
         if i + n > self.ring_dw:                # the launch wraps: through a patched copy
@@ -181,12 +175,7 @@ class PM4Queue(HWQueue):
             kv.mv[off + p.pkt_off:off + p.pkt_off + 64] = pkt
         kv.wrote(off, p.size)
         n = p.n
-        w = self.wptr
-        self.room(n)                            # first the ring space: a value once taken is submitted
-        value = self.timeline.next()
-        if self.wptr != w:                      # the ordering hook queued waits first: room for dw again
-            self.room(n)
-            w = self.wptr
+        value, w = self._take(n)
         t1 = _clock()
         i = w % self.ring_dw
         if i + n > self.ring_dw:                # the launch wraps: through a patched copy
@@ -282,16 +271,22 @@ class PM4Queue(HWQueue):
         self._set_wptr(w)
         self._ring_bell(w)
 
-    def put(self, tpl: bytes, n: int, vo: int) -> int:
-        """Submit the n-dword template `tpl` with the next timeline value patched at its byte `vo` (a bound
-        launch's or a graph's tail): ring space, value, one template copy into the ring, one doorbell."""
+    def _take(self, n: int) -> tuple[int, int]:
+        """(the next timeline value, the write pointer) for n dwords: ring space first (a value once taken is
+        submitted), and again when the value's ordering hook queued waits in front."""
         w = self.wptr
         if w + n > self._limit:
             self.room(n)
         value = self.timeline.next()
-        if self.wptr != w:                      # the ordering hook queued waits first
+        if self.wptr != w:
             self.room(n)
             w = self.wptr
+        return value, w
+
+    def put(self, tpl: bytes, n: int, vo: int) -> int:
+        """Submit the n-dword template `tpl` with the next timeline value patched at its byte `vo` (a bound
+        launch's or a graph's tail): ring space, value, one template copy into the ring, one doorbell."""
+        value, w = self._take(n)
         i = w % self.ring_dw
         if i + n > self.ring_dw:
             self._write_patched(tpl, vo, value)
