@@ -857,6 +857,17 @@ def lm_kd_word(rng, lay, d):
     return d
 
 
+def endless(lay: Layout) -> bytes:
+    """The seed with every word of its machine code made `s_branch -1`: whatever instruction a kernel starts at
+    branches to itself, so each kernel runs until the wait times out (the hang the random mutations reach only by
+    chance, and then often as a long but finite loop whose outcome depends on the machine's speed)."""
+    d = bytearray(lay.data)
+    for off, size in _text(lay):
+        for p in range(off, off + size - 3, 4):
+            struct.pack_into("<I", d, p, GFX11_WORDS["s_branch -1"][0])
+    return bytes(d)
+
+
 LAUNCH_MUTATORS: list[Callable] = [lm_code_word, lm_code_encoding, lm_code_encoding, lm_code_flip, lm_code_flip, lm_code_swap, lm_kd_field,
                                    lm_kd_field, lm_kd_field, lm_kd_word, lm_kd_word]
 LAUNCH_META = [mm_kernel_int, mm_arg_str, mm_arg_int, mm_kernel_other]
