@@ -176,6 +176,29 @@ class SimGPU:
         """A kept gate may decide otherwise now: every gate is asked again at its next doorbell."""
         self._open.clear()
 
+    def ringer(self, doorbell: int, latch: list | None = None, slot: int = 0) -> Callable[[int], None]:
+        """`ring(doorbell, value)` as a function of the value, for an aperture that binds a queue's doorbell once:
+        an open engine is rung without looking it up again. With `latch`, the value is first latched in
+        latch[slot] (the aperture's register, as it reads back)."""
+        opened, ring, kick = self._open, self.ring, self._kick
+        sync = self.mode != "async"
+
+        def bell(value: int) -> None:
+            if latch is not None:
+                latch[slot] = value & 0xFFFFFFFFFFFFFFFF
+            eng = opened.get(doorbell)
+            if eng is None:
+                ring(doorbell, value)               # a doorbell not yet known open: the full decode
+                return
+            eng.doorbell(value)
+            if self._defer:
+                return
+            if sync:
+                self.pump(1 << 12)
+            elif not kick.is_set():
+                kick.set()
+        return bell
+
     def ring(self, doorbell: int, value: int) -> None:
         """A doorbell write from the host."""
         eng = self._open.get(doorbell)

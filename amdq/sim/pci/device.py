@@ -165,12 +165,13 @@ class Doorbells:
     def writer64(self, off: int):
         """write64 at `off` as a function of the value (the runtime binds a queue's doorbell once)."""
         self._check(off, 8)
-        pack, mv, config, ring, index = _U64.pack_into, self.mv, self._config, self._ring, off >> 2
+        pack, mv, config, bell = _U64.pack_into, self.mv, self._config, self.dev.gpu.ringer(off >> 2)
 
         def write(value: int) -> None:
+            value &= 0xFFFFFFFFFFFFFFFF
             pack(mv, off, value)
             if config[4] & CMD_MEMORY:
-                ring(index, value)
+                bell(value)
         return write
 
 
