@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from contextlib import contextmanager
 
@@ -176,16 +176,21 @@ class SimGPU:
         """A kept gate may decide otherwise now: every gate is asked again at its next doorbell."""
         self._open.clear()
 
-    def ringer(self, doorbell: int, latch: list | None = None, slot: int = 0) -> Callable[[int], None]:
+    def ringer(self, doorbell: int, latch: Callable[[int], None] | None = None,
+               enable: tuple[Any, int, int] | None = None) -> Callable[[int], None]:
         """`ring(doorbell, value)` as a function of the value, for an aperture that binds a queue's doorbell once:
-        an open engine is rung without looking it up again. With `latch`, the value is first latched in
-        latch[slot] (the aperture's register, as it reads back)."""
+        an engine known to see it is rung without the lookup and gate of `ring`. `latch(value)` first keeps the
+        value in the aperture's register (as it reads back); `enable` = (registers, index, mask): the write reaches
+        the GPU only while registers[index] & mask (a PCI function's memory decoding)."""
         opened, ring, kick = self._open, self.ring, self._kick
-        sync = self.mode != "async"
+        sync = self.mode != "async"                     # (fixed when the GPU is made)
+        regs, at, mask = enable if enable is not None else ((1,), 0, 1)
 
         def bell(value: int) -> None:
             if latch is not None:
-                latch[slot] = value & 0xFFFFFFFFFFFFFFFF
+                latch(value)
+            if not regs[at] & mask:
+                return
             eng = opened.get(doorbell)
             if eng is None:
                 ring(doorbell, value)               # a doorbell not yet known open: the full decode
