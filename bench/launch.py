@@ -7,7 +7,9 @@ Where a fresh PM4 launch's microseconds go (`stages_us`), each stage timed alone
 template copied into the ring and patched in place: kernarg address, timeline value), `doorbell` (write
 pointer published, doorbell written; the simulated doorbell only records it while the GPU is deferred),
 and `bookkeeping`, the rest of the fresh launch (argument checks, the device lock, the timeline value and
-its cross-queue ordering hook, the Launch handle and its host timestamps).
+its cross-queue ordering hook, the Launch handle and its host timestamps). The AQL launch's (`aql_stages_us`)
+alike: `encode` (plan, argument space, packing), `ring_write` (the signal's PM4 patched, both slots' bodies and
+headers), `doorbell` (write_dispatch_id and the doorbell), `bookkeeping` the rest.
 
     python bench/launch.py [--quick] [--device SIMPCI+AMD:gfx1100]
 
@@ -26,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import amdq  # noqa: E402
+import amdq.runtime.aql_queue as mod  # noqa: E402  (the AQL queue's slot layout, for its stages)
 import pair  # noqa: E402  (bench/pair.py)
 
 KERNEL = """
@@ -69,18 +72,45 @@ def aql_launch(n: int, rounds: int) -> dict:
         dev.synchronize()
         gpu.defer = True
 
+    q, kv, args, grid, block = dev.queue, dev.kernargs, (y, x, 2.0, 64), (1, 1, 1), (64, 1, 1)
+    p = q.plan(k, args, grid, block)
+    scratch = bytearray(len(q._rel))
+
+    def encode():                       # what AQLQueue.launch does before the ring: plan, argument space, pack
+        pl = q.plan(k, args, grid, block)
+        ka, off = kv.take(pl.size + len(q._rel))
+        pl.pack(kv.mv, off, args)
+
+    def ring_write():                   # the signal's PM4 patched, both slots' bodies, the two header words (here
+        i = q.wid                       # INVALID: the slots past the write index stay unwritten for the GPU)
+        o = (i % q.slots) * 64
+        q._put_rel(scratch, 0, q._rel_head, 1, q._rel_tail)
+        mod.TWO_SLOTS.pack_into(q.mv, o, mod.INVALID, p.head, kv.va, p.tail, mod.INVALID, q._vhead, kv.va, q._vdw3,
+                                q._vtail)
+        mod.U32.pack_into(q.mv, o, mod.INVALID)
+        mod.U32.pack_into(q.mv, o + 64, mod.INVALID)
+
+    def doorbell():                     # write_dispatch_id and the doorbell again: nothing new for the GPU
+        mod.U64.pack_into(q.qmv, mod.WR, q.wid)
+        q._ring_bell(q.wid - 1)
+
     gpu.defer = True
-    fresh = per_call(lambda: k(y, x, 2.0, 64, grid=1, block=64), n, rounds, reset)
     bound = k.bind(y, x, 2.0, 64, grid=1, block=64)
-    rebound = per_call(bound.submit, n, rounds, reset)
+    best = pair.interleaved({"": {"fresh": pair.Case(lambda: k(y, x, 2.0, 64, grid=1, block=64), n, reset),
+                                  "bound": pair.Case(bound.submit, n, reset), "encode": pair.Case(encode, n, reset),
+                                  "ring_write": pair.Case(ring_write, n), "doorbell": pair.Case(doorbell, n)}},
+                            rounds)[""]
     gpu.defer = False
     reset()
     gpu.defer = False
     dev.synchronize()
     ok = bool(np.allclose(y.numpy(np.float32), 2.0 * (3 + 2 * n * rounds)))   # one untimed call per case
     dev.close()
-    return {"aql_fresh_launch_us": round(fresh * 1e6, 2), "aql_bound_resubmit_us": round(rebound * 1e6, 2),
-            "aql_packets_per_launch": 2, "aql_results_valid": ok}
+    us = {key: v * 1e6 for key, v in best.items()}
+    stages = {key: round(us[key], 2) for key in ("encode", "ring_write", "doorbell")}
+    stages["bookkeeping"] = round(max(0.0, us["fresh"] - sum(stages.values())), 2)
+    return {"aql_stages_us": stages, "aql_fresh_launch_us": round(us["fresh"], 2),
+            "aql_bound_resubmit_us": round(us["bound"], 2), "aql_packets_per_launch": 2, "aql_results_valid": ok}
 
 
 class HostLaunch:
@@ -212,6 +242,7 @@ def main() -> None:
     res.update(aql_launch(n, rounds))
     res["results_valid"] = res["results_valid"] and res["aql_results_valid"]
     print(f"AQL fresh launch   {res['aql_fresh_launch_us']:8.2f} us  (dispatch + vendor PM4-IB signal packet)")
+    print("  of which          " + ", ".join(f"{k} {v:.2f}" for k, v in res["aql_stages_us"].items()) + " us")
     print(f"AQL bound resubmit {res['aql_bound_resubmit_us']:8.2f} us")
     print(json.dumps(res))
 

@@ -291,6 +291,33 @@ def test_ring_wraps_in_slots(monkeypatch):
         dev.close()
 
 
+def test_packet_pairs_across_the_ring_end(monkeypatch):
+    """A launch's two packets (dispatch, signal) are written as one pair; a three-packet timed launch now and then
+    leaves the pair straddling the ring's end, where it is written slot by slot: fresh and bound launches, right
+    results, every slot released."""
+    dev = open_aql(monkeypatch, ring_bytes=4096)
+    try:
+        q, prg = dev.queue, program(dev)
+        out = dev.upload(np.zeros(32, np.int32))
+        k = prg["add"]
+        bound = k.bind(out, 3, grid=1, block=32)
+        straddled = 0
+        for n in range(600):
+            straddled += q.wid % q.slots == q.slots - 1
+            if n % 5 == 0:
+                k(out, 1, grid=1, block=32, timed=True)
+            elif n % 5 == 1:
+                bound.submit()
+            else:
+                k(out, 1, grid=1, block=32)
+        dev.synchronize()
+        assert straddled > 5 and q.rptr == q.wid
+        assert (out.numpy(np.int32) == 120 * 3 + 480).all()
+        bound.free()
+    finally:
+        dev.close()
+
+
 def test_scratch_growth_updates_queue_descriptor(dev):
     """A kernel with more private memory grows scratch: amd_queue_t gets the new base, TMPRING and V#."""
     q, prg = dev.queue, program(dev)

@@ -154,6 +154,39 @@ def test_ring_wrap_with_mixed_packet_sizes(monkeypatch, mode):
     d.close()
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_copy_in_one_ring_write_is_the_general_encoding(monkeypatch, mode):
+    """copy_run writes a one-packet copy and its signal as one write of the words run(copy()) writes (the engine
+    decodes the same packets), takes the general path at the ring's end (NOP padding) and for split copies, and the
+    bytes arrive either way."""
+    d = open_dev(monkeypatch, mode, AMDQ_SDMA_RING_BYTES=4096)
+    q = d.copyq
+    src = d.upload(np.arange(1 << 14, dtype=np.uint32))
+    dst = d.alloc(1 << 16)
+    d.synchronize()
+    d.sim.defer = True                                  # nothing consumed: the ring keeps what was written
+    w = q.wptr
+    v = q.copy_run(dst.addr, src.addr, 4096)
+    fast = q.ring[(w >> 2) % q.ring_dw:][:(q.wptr - w) >> 2].copy()
+    want = np.array(sum(q.copy(dst.addr, src.addr, 4096) + q.signal(q.timeline.addr, v), []), np.uint32)
+    assert (fast == want).all()
+    d.sim.defer = False
+    d.synchronize()
+    rng = np.random.default_rng(2)
+    got, want = d.alloc(1 << 16), np.zeros(1 << 16, np.uint8)
+    got.write(bytes(1 << 16))
+    data = np.frombuffer(src.read(), np.uint8)
+    for i in range(300):                               # the ring wraps a few times; some copies are split
+        n, at = 4 * int(rng.integers(1, 1 << 10)), 4 * int(rng.integers(0, 1 << 12))
+        q.max_copy = 1 << 20 if i % 7 else 1024
+        q.copy_run(got.addr + at, src.addr + at, n)
+        want[at:at + n] = data[at:at + n]
+    d.synchronize()
+    assert np.array_equal(np.frombuffer(got.read(), np.uint8), want)
+    assert q.wptr > 4 * 4096 and engine(d).fault is None
+    d.close()
+
+
 def test_submission_waits_for_ring_space_with_a_timeout(monkeypatch):
     d = open_dev(monkeypatch, AMDQ_SDMA_RING_BYTES=1 << 16)         # a small ring: it fills in a few thousand
     q = d.copyq

@@ -116,6 +116,9 @@ class Struct:
         for n, (off, typ) in self.fields.items():
             if off + self.field_size(typ) > size:
                 raise ValueError(f"{name}.{n} runs past the struct's {size} bytes")
+        # per field: (name, offset, the compiled struct of a scalar or None, type): what unpack and pack_into run
+        self._plan = tuple((n, off, _scalar(typ), typ) for n, (off, typ) in self.fields.items())
+        self._by_name = {n: (off, sc, typ) for n, off, sc, typ in self._plan}
 
     @staticmethod
     def field_size(typ: Any) -> int:
@@ -152,7 +155,8 @@ class Struct:
     def unpack(self, buf: bytes | bytearray | memoryview, offset: int = 0) -> dict[str, Any]:
         if len(buf) - offset < self.size:
             raise ValueError(f"{self.name} needs {self.size} bytes, {len(buf) - offset} available")
-        return {n: _get(buf, offset + off, typ) for n, (off, typ) in self.fields.items()}
+        return {n: sc.unpack_from(buf, offset + off)[0] if sc is not None else _get(buf, offset + off, typ)
+                for n, off, sc, typ in self._plan}
 
     def pack(self, **values: Any) -> bytes:
         buf = bytearray(self.size)
@@ -162,11 +166,24 @@ class Struct:
     def pack_into(self, buf: bytearray | memoryview, offset: int, /, **values: Any) -> None:
         if len(buf) - offset < self.size:
             raise ValueError(f"{self.name} needs {self.size} bytes, {len(buf) - offset} available")
+        by_name = self._by_name
         for n, v in values.items():
-            if n not in self.fields:
+            f = by_name.get(n)
+            if f is None:
                 raise KeyError(f"{self.name} has no field {n}")
-            off, typ = self.fields[n]
+            off, sc, typ = f
+            if sc is not None:
+                try:
+                    sc.pack_into(buf, offset + off, v)
+                    continue
+                except struct.error:
+                    pass                        # (the general path says what does not fit)
             _put(buf, offset + off, typ, v, f"{self.name}.{n}")
+
+
+def _scalar(typ: Any) -> struct.Struct | None:
+    """The compiled little-endian struct of a scalar field type (u8..u64, i8..i64, f32, f64, ptr), else None."""
+    return struct.Struct("<" + _FMT[typ]) if isinstance(typ, str) and not typ.endswith("b") else None
 
 
 def _get(buf: Any, pos: int, typ: Any) -> Any:
@@ -360,6 +377,28 @@ class Words:
                     raise ValueError(f"{self.name}: {field}={out[field]} does not match {len(tail)} tail words")
             out[self.tail] = tail
         return out
+
+    def decoder(self) -> Callable[[Sequence[int]], dict[str, Any]] | None:
+        """`decode` of exactly len(self.words) words as one compiled expression (what an engine runs for every
+        packet it fetches), or None for a layout with a tail or optional words. The same fields in the same
+        order: the parts of a wide value are not reported, the wide values come last."""
+        if self.tail or self.optional:
+            return None
+        items = []
+        for k, w in enumerate(self.words):
+            for fname, m, lo in w._plan:
+                if fname not in self._part_of:
+                    items.append(f"{fname!r}: (w[{k}] & {m:#x}) >> {lo}")
+        for k, parts in self.wide.items():
+            terms = []
+            for p, sh in parts:
+                i, f = self.where[p]
+                terms.append(f"((w[{i}] & {f.mask:#x}) >> {f.lo}) << {sh}")
+            items.append(f"{k!r}: " + " | ".join(terms))
+        src = "def decode(w):\n    return {" + ", ".join(items) + "}\n"
+        scope: dict[str, Any] = {}
+        exec(compile(src, f"<decoder of {self.name}>", "exec"), scope)
+        return scope["decode"]
 
     def redecode(self, words: Sequence[int], prev_words: Sequence[int], prev: dict[str, Any]) -> dict[str, Any]:
         """decode(words), given prev == decode(prev_words) of as many words: only the words that differ are read

@@ -37,6 +37,9 @@ class SDMASet:
         self.by_op: dict[tuple[int, int | None], str] = {}
         for name, (op, sub) in ops.items():
             self.by_op.setdefault((op, sub if "sub_op" in layouts[name].where else None), name)
+        # (name, length, compiled decoder) of the fixed-length packets by their header's low 16 bits (op, sub_op),
+        # filled as they are first decoded
+        self._fixed: dict[int, tuple[str, int, Callable]] = {}
 
     def encode(self, name: str, **fields: Any) -> list[int]:
         """Whole packet; op/sub_op are filled in. 64-bit values go by their base name (src_addr, dst_addr, ...)."""
@@ -62,6 +65,10 @@ class SDMASet:
             raise BadPacket("read past the end of the stream", i)
         h = int(dwords[i]) & 0xFFFFFFFF
         op, sub = h & 0xFF, (h >> 8) & 0xFF
+        fixed = self._fixed.get(h & 0xFFFF)
+        if fixed is not None and i + fixed[1] <= len(dwords):
+            name, n, dec = fixed
+            return Packet(name, op, sub, dec(_words(dwords, i, n)), n)
         name = self.by_op.get((op, sub)) or self.by_op.get((op, None))
         if name is None:
             raise BadPacket(f"unknown op {op} sub_op {sub} (header {h:#010x})", i)
@@ -73,6 +80,8 @@ class SDMASet:
             fields = lay.decode(_words(dwords, i, n))
         except ValueError as e:
             raise BadPacket(str(e), i) from None
+        if fixed is None and not lay.tail and not lay.optional:
+            self._fixed[h & 0xFFFF] = (name, n, lay.decoder())
         return Packet(name, op, sub, fields, n)
 
     def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import struct
+import threading
 from dataclasses import dataclass
 
 from ..errors import DeviceError, OutOfMemory
@@ -20,6 +22,10 @@ from .os_seam import MAP_ANONYMOUS, MAP_FIXED, MAP_NORESERVE, MAP_PRIVATE, MAP_S
 TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
 KFD_PATH = "/dev/kfd"
 PAGE = 4096
+_U32 = struct.Struct("<I")
+_WAIT_EVENTS = K.IOCTLS["AMDKFD_IOC_WAIT_EVENTS"][0]
+_WAIT_TIMEOUT = K.kfd_ioctl_wait_events_args.offsetof("timeout")
+_MEMORY_DATA = struct.Struct("<III")     # kfd_hsa_memory_exception_data.failure: NotPresent, ReadOnly, NoExecute
 
 
 def parse_properties(text: str) -> dict[str, int]:
@@ -96,6 +102,11 @@ class KFD:
         self.hw_event = self.ioctl("AMDKFD_IOC_CREATE_EVENT", event_type=K.KFD_IOC_EVENT_HW_EXCEPTION,
                                    auto_reset=1)["event_id"]
         self.doorbell_pages: dict[int, Mapping] = {}
+        events = bytearray(48 * 3)                      # kfd_event_data[3] of a wait: the event ids, no data
+        for i, eid in enumerate((self.signal_event, self.memory_event, self.hw_event)):
+            _U32.pack_into(events, 48 * i + 40, eid)
+        self._events = bytes(events)
+        self._waits = threading.local()                # each thread's event buffer and WAIT_EVENTS argument
 
     @property
     def num_xcc(self) -> int:
@@ -280,13 +291,17 @@ class KFD:
         """Sleep until the EOP interrupt, a GPU exception or the timeout. Returns the exceptions that stopped
         queues (None if there were none): the full records where the kernel driver keeps them (the simulated
         one does), else what the event data says (a memory fault's VA and kind; a hang)."""
-        ev = (ctypes.c_uint8 * (48 * 3))()             # kfd_event_data[3], one buffer per call (threads)
-        for i, eid in enumerate((self.signal_event, self.memory_event, self.hw_event)):
-            ctypes.c_uint32.from_buffer(ev, 48 * i + 40).value = eid
-        self.ioctl("AMDKFD_IOC_WAIT_EVENTS", events_ptr=ctypes.addressof(ev), num_events=3, wait_for_all=0,
-                   timeout=max(0, int(timeout_ms)))
-        not_present, read_only, no_exec = (ctypes.c_uint32.from_buffer(ev, 48 + 4 * k).value for k in range(3))
-        hw = ctypes.c_uint32.from_buffer(ev, 96 + 12).value           # hw_exception_data.gpu_id: signaled
+        ev = getattr(self._waits, "ev", None)           # kfd_event_data[3]: one buffer per thread
+        if ev is None:
+            ev = self._waits.ev = (ctypes.c_uint8 * (48 * 3))()
+            self._waits.args = bytearray(K.IOCTLS["AMDKFD_IOC_WAIT_EVENTS"][1].pack(
+                events_ptr=ctypes.addressof(ev), num_events=3, wait_for_all=0, timeout=0))
+        ctypes.memmove(ev, self._events, len(self._events))         # the three event ids, no data
+        args = self._waits.args
+        _U32.pack_into(args, _WAIT_TIMEOUT, max(0, int(timeout_ms)))
+        self.seam.ioctl(self.fd, _WAIT_EVENTS, args)
+        not_present, read_only, no_exec = _MEMORY_DATA.unpack_from(ev, 48)
+        hw = _U32.unpack_from(ev, 96 + 12)[0]                        # hw_exception_data.gpu_id: signaled
         if not (not_present or read_only or no_exec or hw):
             return None
         take = getattr(self.seam, "take_exceptions", None)

@@ -17,7 +17,7 @@ from ..errors import GPUTimeout, InvalidArgument
 from ..hw import aql as A
 from ..hw import pm4
 from ..hw.aql_pm4 import AMD_AQL_FORMAT_PM4_IB, PM4_IB, PM4_IB_DW_COUNT_REMAIN
-from ..iface.base import writer64
+from ..iface.base import hint_of, writer64
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
 from .pm4_queue import Commands, PM4Queue, SHRegs
@@ -31,8 +31,13 @@ SYSTEM = A.HSA_FENCE_SCOPE_SYSTEM
 DISPATCH_HDR = A.header(A.HSA_PACKET_TYPE_KERNEL_DISPATCH, 1, SYSTEM, SYSTEM)
 VENDOR_HDR = A.header(A.HSA_PACKET_TYPE_VENDOR_SPECIFIC, 1, A.HSA_FENCE_SCOPE_NONE, SYSTEM)
 INVALID = A.header(A.HSA_PACKET_TYPE_INVALID)
+VENDOR_WORD = VENDOR_HDR | AMD_AQL_FORMAT_PM4_IB << 16     # a PM4-IB vendor packet's header and format
 U16, U32, U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 IB_ADDR_SIZE = struct.Struct("<QI")
+KA = A.KERNARG_ADDRESS
+# two slots in one write, both headers INVALID: a dispatch packet's body around its kernarg address, then a PM4-IB
+# vendor packet's body around its INDIRECT_BUFFER's address and size dword (bytes 8-20); the headers follow
+TWO_SLOTS = struct.Struct(f"<I{KA - 4}sQ{SLOT - KA - 8}sI4sQI{SLOT - 20}s")
 
 
 class AQLPlan:
@@ -49,6 +54,7 @@ class AQLPlan:
         self.pkt = A.dispatch_packet(block, grid, d.private_segment_fixed_size, d.group_segment_fixed_size + dyn,
                                      kernel.kd_addr)
         self.hdr = DISPATCH_HDR | U16.unpack_from(self.pkt, 2)[0] << 16   # header and setup: written last
+        self.head, self.tail = bytes(self.pkt[4:KA]), bytes(self.pkt[KA + 8:SLOT])   # the body around the kernarg address
 
 
 class AQLBound:
@@ -63,15 +69,16 @@ class AQLBound:
         self.kalloc.cpu.wrote(0, p.size)
         self.pkt, self.hdr, self.scratch, self.kernel = bytearray(p.pkt), p.hdr, p.scratch, kernel
         U64.pack_into(self.pkt, A.KERNARG_ADDRESS, self.kalloc.va)
+        self.head, self.ka, self.tail = p.head, self.kalloc.va, p.tail
 
     def submit(self) -> "Launch":
-        """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion)."""
+        """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion).
+        Writes its ready dispatch packet and the signal's vendor packet (its PM4 in the slot's own IB, the value
+        patched there) and rings the doorbell once."""
         q = self.queue
         dev = q.dev
-        if self.kernel.prg.freed:
-            raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
-        if self.kalloc is None:
-            raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
+        if self.kalloc is None or self.kernel.prg.freed:
+            self._refuse()
         t0 = _clock()
         lock = dev.lock                         # what Device.submitting does, inline: a hot path
         lock.acquire()
@@ -81,12 +88,12 @@ class AQLBound:
             mark = q.timeline.value
             if self.scratch:
                 q.scratch_for(self.kernel)
-            q.room(2)
-            value = q.timeline.next()
-            i = q.reserve(2)
-            q.write(i, self.pkt, self.hdr)
-            q.release(i + 1, value)
-            q.ring_doorbell(i + 1)
+            value, i = q._take2()
+            o = ((i + 1) % q.slots) * SLOT           # the signal's PM4 in the vendor slot's own IB
+            q._put_rel(q.ibmv, o, q._rel_head, value, q._rel_tail)
+            if q._ib_hint is not None:
+                q._ib_hint(o, len(q._rel))
+            q._put2(i, self.head, self.ka, self.tail, q.ibs.va + o, self.hdr)
             if dev._grew is not None:
                 return Launch(q, value, (self, t0, _clock(), dev.take_growth()))
         except GPUTimeout as e:
@@ -95,6 +102,12 @@ class AQLBound:
         finally:
             lock.release()
         return Launch(q, value, (self, t0, _clock()))
+
+    def _refuse(self) -> None:
+        """Raise why this bound launch cannot be submitted (its program or itself freed)."""
+        if self.kernel.prg.freed:
+            raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
+        raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
 
     def free(self) -> None:
         """Give the bound launch's memory back (after the GPU finished with it); idempotent."""
@@ -124,6 +137,12 @@ class AQLQueue(HWQueue):
         self._vendor = bytearray(PM4_IB.pack(pm4_ib_format=AMD_AQL_FORMAT_PM4_IB, pm4_ib_command=ib,
                                              dw_count_remain=PM4_IB_DW_COUNT_REMAIN))
         self._ib3 = U32.unpack_from(self._vendor, 16)[0] & ~0xFFFFF      # INDIRECT_BUFFER dw3 without IB_SIZE
+        # the launch path's templates: the signal's PM4 with its value patched (dword 5), and the vendor packet
+        # that runs it, around its IB address and size
+        self._put_rel = struct.Struct(f"<20sQ{len(self._rel) - 28}s").pack_into
+        self._rel_head, self._rel_tail = self._rel[:20], self._rel[28:]
+        self._vhead, self._vtail, self._vdw3 = bytes(self._vendor[4:8]), bytes(self._vendor[20:]), \
+            self._ib3 | len(self._rel) // 4
 
     def _open(self) -> None:
         dev, ring_bytes = self.dev, self.ring_bytes
@@ -152,6 +171,7 @@ class AQLQueue(HWQueue):
         self.wid = 0                                    # next packet index (write_dispatch_id)
         self._limit = self.slots
         self._ring_bell = writer64(self.q.doorbell, self.q.doorbell_off)     # (bound once: the launch path)
+        self._ring_hint, self._q_hint, self._ib_hint = (hint_of(m.cpu) for m in (self.q.ring, self.qmem, self.ibs))
         self._scratch = None                            # the new amd_queue_t has none yet
 
     def _close_hw(self) -> None:
@@ -188,35 +208,84 @@ class AQLQueue(HWQueue):
 
     def launch(self, kernel, args: tuple, grid, block, ts: int | None, shared_mem: int = 0) -> tuple[int, float]:
         """Write the dispatch packet (and timestamp/signal vendor packets) and ring the doorbell; `ts` (if
-        given) receives the GPU clock before and after. Returns (timeline value, time encoding finished)."""
-        p = self.plan(kernel, args, grid, block, shared_mem)
+        given) receives the GPU clock before and after. Returns (timeline value, time encoding finished).
+
+        The vendor packets' PM4 goes right after the kernel arguments (one range of kernel-argument memory
+        written); an untimed launch writes its two slots in one put, headers last."""
+        p = kernel._aql_shapes.get((grid, block, shared_mem)) if kernel._plain else None
+        if p is None:
+            p = self.plan(kernel, args, grid, block, shared_mem)
+        if ts is not None:
+            return self._launch_timed(p, kernel, args, ts)
         kv = self.dev.kernargs
-        # the vendor packets' PM4 right after the kernel arguments: one range of kernel-argument memory written
-        extra = len(self._rel) if ts is None else len(self._ts) + len(self._ts_rel)
+        size = p.size + len(self._rel)
+        ka, off = kv.take(size)
+        p.pack(kv.mv, off, args)                        # checked: bad arguments raise before a value is taken
+        if p.scratch:
+            self.scratch_for(kernel)
+        value, i = self._take2()
+        t1 = time.perf_counter()
+        self._put_rel(kv.mv, off + p.size, self._rel_head, value, self._rel_tail)
+        if kv.hint is not None:
+            kv.hint(off, size)
+        self._put2(i, p.head, ka, p.tail, ka + p.size, p.hdr)
+        return value, t1
+
+    def _launch_timed(self, p: AQLPlan, kernel, args: tuple, ts: int) -> tuple[int, float]:
+        """`launch` with timestamps: [timestamp] dispatch [timestamp, signal], three slots."""
+        kv = self.dev.kernargs
+        extra = len(self._ts) + len(self._ts_rel)
         ka, off = kv.take(p.size + extra)
         kernel.pack_into(p, args, kv.mv, off)
         ib = (ka + p.size, off + p.size)
         if p.scratch:
             self.scratch_for(kernel)
-        pkt = p.pkt
+        pkt = bytearray(p.pkt)
         U64.pack_into(pkt, A.KERNARG_ADDRESS, ka)
-        self.room(2 if ts is None else 3)               # first the ring space: a value once taken is submitted
+        self.room(3)                                    # first the ring space: a value once taken is submitted
         value = self.timeline.next()
         t1 = time.perf_counter()
-        if ts is None:
-            i = self.reserve(2)
-            self.write(i, pkt, p.hdr)
-            self.release(i + 1, value, at=ib)
-            kv.wrote(off, p.size + extra)
-            self.ring_doorbell(i + 1)
-        else:
-            i = self.reserve(3)
-            self.vendor(i, self._ts, ((3, ts),), at=ib)
-            self.write(i + 1, pkt, p.hdr)
-            self.release(i + 2, value, ts + 8, at=(ib[0] + len(self._ts), ib[1] + len(self._ts)))
-            kv.wrote(off, p.size + extra)
-            self.ring_doorbell(i + 2)
+        i = self.reserve(3)
+        self.vendor(i, self._ts, ((3, ts),), at=ib)
+        self.write(i + 1, pkt, p.hdr)
+        self.release(i + 2, value, ts + 8, at=(ib[0] + len(self._ts), ib[1] + len(self._ts)))
+        kv.wrote(off, p.size + extra)
+        self.ring_doorbell(i + 2)
         return value, t1
+
+    def _take2(self) -> tuple[int, int]:
+        """(the next timeline value, the first of two free slots): ring space first (a value once taken is
+        submitted), and again when the value's ordering hook queued waits in front."""
+        i = self.wid
+        if i + 2 > self._limit:
+            self.room(2)
+        value = self.timeline.next()
+        if self.wid != i:
+            self.room(2)
+            i = self.wid
+        return value, i
+
+    def _put2(self, i: int, head: bytes, ka: int, tail: bytes, ib_va: int, hdr: int) -> None:
+        """Slots i and i + 1: the dispatch packet (its body around kernarg address `ka`, header and setup `hdr`)
+        and the vendor packet running the signal's PM4 at `ib_va`; bodies first, then each header; then
+        write_dispatch_id and the doorbell (index i + 1)."""
+        o = (i % self.slots) * SLOT
+        mv = self.mv
+        if o + 2 * SLOT <= len(mv):
+            TWO_SLOTS.pack_into(mv, o, INVALID, head, ka, tail, INVALID, self._vhead, ib_va, self._vdw3, self._vtail)
+            U32.pack_into(mv, o, hdr)
+            U32.pack_into(mv, o + SLOT, VENDOR_WORD)
+            if self._ring_hint is not None:
+                self._ring_hint(o, 2 * SLOT)
+        else:                                           # the pair wraps: one slot at a time
+            pkt = bytearray(4) + head + U64.pack(ka) + tail
+            self.write(i, pkt, hdr)
+            self._vendor_packet(i + 1, ib_va, len(self._rel) // 4)
+        self.wid = w = i + 2
+        U64.pack_into(self.qmv, WR, w)
+        if self._q_hint is not None:
+            self._q_hint(WR, 8)
+        self._ring_bell(i + 1)
 
     def bind(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> AQLBound:
         """A launch with its own kernel arguments and a ready dispatch packet (Kernel.bind on this queue)."""
@@ -301,7 +370,7 @@ class AQLQueue(HWQueue):
     def _vendor_packet(self, i: int, ib_va: int, n: int) -> None:
         v = self._vendor
         IB_ADDR_SIZE.pack_into(v, 8, ib_va, self._ib3 | n)          # INDIRECT_BUFFER dw1-2 (address), dw3
-        self.write(i, v, VENDOR_HDR | AMD_AQL_FORMAT_PM4_IB << 16)
+        self.write(i, v, VENDOR_WORD)
 
     def release(self, i: int, value: int, ts: int | None = None, at: tuple[int, int] | None = None) -> None:
         """Slot i: (the end timestamp and) the timeline signal with its interrupt, once everything before is done

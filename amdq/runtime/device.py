@@ -502,7 +502,7 @@ class Device:
             return False
         q, n, mine = self.copyq, host.nbytes, pin.gpu(host_address(host))
         with self.submitting(q):
-            value = q.run(q.copy(mine, addr, n) if to_host else q.copy(addr, mine, n))
+            value = q.copy_run(mine, addr, n) if to_host else q.copy_run(addr, mine, n)
         q.note(value, f"copy of {n} bytes {'into' if to_host else 'from'} pinned host memory at {pin.start:#x}")
         self.pins.done(pin, value)
         try:
@@ -518,10 +518,11 @@ class Device:
         """Device-to-device copy of nbytes, ordered after all work submitted so far. On the SDMA queue it
         returns at once (with wait=True: after it finished, with a record of its stages); without one
         (AMD_DISABLE_SDMA=1, or no queue) the CPU copies through the mappings once the GPU is idle."""
-        dst, src = (b.buffer if isinstance(b, arrays.Array) else b for b in (dst, src))
+        if type(dst) is not Buffer:
+            dst = self._copy_operand(dst, "destination")
+        if type(src) is not Buffer:
+            src = self._copy_operand(src, "source")
         for b, o, what in ((dst, dst_offset, "destination"), (src, src_offset, "source")):
-            if not isinstance(b, Buffer):
-                raise InvalidArgument(f"copy {what} must be a Buffer or an Array, not {type(b).__name__}")
             if b.dev is not self:
                 raise InvalidArgument(f"copy {what} {b!r} belongs to {b.dev.name}, not {self.name}")
             if b.alloc is None:
@@ -530,9 +531,15 @@ class Device:
                 raise ValueError(f"copy of {nbytes} bytes at {what} offset {o} exceeds the {b.size}-byte buffer")
         if nbytes == 0:
             return None
-        d_addr, s_addr = dst.addr + dst_offset, src.addr + src_offset
+        d_addr, s_addr = dst.alloc.va + dst_offset, src.alloc.va + src_offset
         if self.capturing is not None:
             self.capturing.add_copy(d_addr, s_addr, nbytes)
+            return None
+        q = self.copyq
+        if q is not None and not wait and self.profiler is None:
+            with self.submitting(q):                    # untimed: no record, the copy and its signal in one write
+                value = q.copy_run(d_addr, s_addr, nbytes)
+            q.note(value, f"copy of {nbytes} bytes")
             return None
         rec = LaunchRecord("copy", extra={"queue": self.copyq.name if self.copyq else "host", "bytes": nbytes,
                                           "src": hex(s_addr), "dst": hex(d_addr)})
@@ -574,6 +581,15 @@ class Device:
             if self.profiler is not None:
                 self.profiler.add(rec)
         return rec if wait else None
+
+    @staticmethod
+    def _copy_operand(b, what: str) -> Buffer:
+        """The Buffer a copy's operand names (an Array's), or InvalidArgument."""
+        if isinstance(b, arrays.Array):
+            b = b.buffer
+        if not isinstance(b, Buffer):
+            raise InvalidArgument(f"copy {what} must be a Buffer or an Array, not {type(b).__name__}")
+        return b
 
     # -- peer buffers --------------------------------------------------------------------------
     def map_peer(self, buf: Buffer, writable: bool = True) -> Buffer:

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..codeobj.metadata import ArgMeta, KernelMeta
 from ..errors import DTypeMismatch, InvalidArgument, LDSLimitExceeded
+from .memory import Buffer
 
 SHARED_APERTURE_HI = 0x0001_0000       # what src_shared_base reads: high half of the LDS aperture
 PRIVATE_APERTURE_HI = 0x0002_0000
@@ -255,12 +256,16 @@ def compile_packer(meta: KernelMeta, args: tuple, blob: bytes, dev: Any, pointee
     end = struct.calcsize("<" + "".join(c for c, _ in f))
     st = struct.Struct("<" + "".join(c for c, _ in f) + f"{len(blob) - end}s")
     fields = [(f"a{i}", code, kind) for i, (code, kind) in enumerate(x for x in f if x[1] != "pad")]
-    env = {"pack_into": st.pack_into, "rest": bytes(blob[end:]), "dev": dev, "checked": checked, "SLOW": SLOW}
+    env = {"pack_into": st.pack_into, "rest": bytes(blob[end:]), "dev": dev, "checked": checked, "SLOW": SLOW,
+           "Buffer": Buffer}
     names = "".join(n + ", " for n, _, _ in fields)
     lines = [f"{names} = args" if fields else "if args: raise TypeError"]
     for i, (n, code, kind) in enumerate(fields):
         if kind == "ptr":                                # an int is the address itself; else a buffer of ours
-            lines += [f"if type({n}) is not int:",
+            lines += [f"if type({n}) is Buffer:",          # (raw bytes fit any pointee; freed: None.va raises)
+                      f"    if {n}.dev is not dev: raise TypeError",
+                      f"    {n} = {n}.alloc.va",
+                      f"elif type({n}) is not int:",
                       f"    if {n}.dev is not dev: raise TypeError"]
             if i in pointee:
                 env[f"fits{i}"] = pointee[i]

@@ -149,7 +149,14 @@ class PM4Queue(HWQueue):
         if kv.hint is not None:
             kv.hint(off, p.size)
         n = p.n
-        value, w = self._take(n)
+        w = self.wptr                           # (_take, inline)
+        t = self.timeline
+        v = t.value
+        if w + n > self._limit or t.moves[0] - v != t.ordered or not (v + 1) & 0xFFFFFFFF:
+            value, w = self._take(n)            # room to wait for, or something to order first
+        else:                                   # (Timeline.next without its hook, inline)
+            t.moves[0] += 1
+            t.value = value = v + 1
         t1 = _clock()
         i = w % self.ring_dw
         if i + n > self.ring_dw:                # the launch wraps: through a patched copy
@@ -535,15 +542,19 @@ class PM4Bound:
             if self._dev.closed:
                 self._dev._check()
             t = q.timeline
-            mark = t.value
+            v = t.value                         # (also the mark a failed submission gives back)
             n = self.n                          # (PM4Queue.put, inline: the hot path)
             w = q.wptr
             if w + n > q._limit:
                 q.room(n)
-            value = t.next()
-            if q.wptr != w:
-                q.room(n)
-                w = q.wptr
+            if t.moves[0] - v != t.ordered or not (v + 1) & 0xFFFFFFFF:
+                value = t.next()                # the ordering hook (Timeline.next)
+                if q.wptr != w:                 # it queued waits in front: room again
+                    q.room(n)
+                    w = q.wptr
+            else:                               # nothing to order (Timeline.next without its hook, inline)
+                t.moves[0] += 1
+                t.value = value = v + 1
             i = w % q.ring_dw
             if i + n > q.ring_dw:
                 q._write_patched(self.tpl, self.vo, value)
@@ -555,7 +566,7 @@ class PM4Bound:
                 q._set_wptr(w)
                 q._ring_bell(w)
         except GPUTimeout as e:
-            self._dev._submit_failed(q, mark, e)
+            self._dev._submit_failed(q, v, e)
             raise
         finally:
             lock.release()

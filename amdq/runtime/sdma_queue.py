@@ -27,11 +27,13 @@ straight into the caller's buffer or the new bytes object: no pass over the data
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections import deque
 
 import numpy as np
 
 from ..hw import sdma
+from ..iface.base import hint_of, writer64
 from .hwqueue import HWQueue, stuck_report
 from .signal import Timeline
 
@@ -60,11 +62,18 @@ class SDMAQueue(HWQueue):
         self._fence = self.t.encoder("FENCE", "addr", "data")
         self._trap = self.t.encoder("TRAP", "int_context")
         self._signal_dw = sum(len(p) for p in self.signal(0, 0))
+        # a copy that is one COPY_LINEAR, with its signal: its words in one ring write (copy_run)
+        self._copy_dw = len(self._copy_linear(0, 0, 0)) + self._signal_dw
+        self._copy_words = struct.Struct(f"<{self._copy_dw}I").pack_into
         super().__init__(dev, ring_bytes, timeline)
 
     def _open(self) -> None:
         self._open_ring("sdma")                         # wptr in bytes, monotonic
         self._limit = self.ring_dw * 4
+        q = self.q                                      # what a submission touches, bound once (a reset opens anew)
+        self._rmv = q.ring.cpu.mv
+        self._ring_wrote = hint_of(q.ring.cpu)
+        self._set_wptr, self._ring_bell = writer64(q.wptr.cpu, 0), writer64(q.doorbell, q.doorbell_off)
 
     # -- encoders (each returns a list of packets, a packet being a list of dwords) --------------------
     def copy(self, dst: int, src: int, nbytes: int) -> list[list[int]]:
@@ -152,8 +161,8 @@ class SDMAQueue(HWQueue):
         self._doorbell()
 
     def _doorbell(self) -> None:
-        self.q.wptr.cpu.write64(0, self.wptr)
-        self.q.doorbell.write64(self.q.doorbell_off, self.wptr)
+        self._set_wptr(self.wptr)
+        self._ring_bell(self.wptr)
 
     def _wait_space(self, ndw: int) -> None:
         # doorbell first: let the engine consume what is already there
@@ -195,9 +204,34 @@ class SDMAQueue(HWQueue):
         self.submit(packets + self.signal(self.timeline.addr, value))
         return value
 
+    def copy_run(self, dst: int, src: int, nbytes: int) -> int:
+        """`run(copy(dst, src, nbytes))`: the copy and its signal; returns the timeline value. A copy of one
+        COPY_LINEAR whose words fit before the ring's end (the common case) is one write of its 17 dwords."""
+        n = self._copy_dw
+        w = self.wptr
+        i = (w >> 2) % self.ring_dw
+        if nbytes > self.max_copy or i + n > self.ring_dw or w + 4 * n > self._limit:
+            return self.run(self.copy(dst, src, nbytes))
+        value = self.timeline.next()                     # the device may queue waits on other queues here
+        if self.wptr != w:                               # (it did: the copy goes after them)
+            self.submit(self.copy(dst, src, nbytes) + self.signal(self.timeline.addr, value))
+            return value
+        a = self.timeline.addr
+        words = self._copy_linear(nbytes - 1, src, dst) + self._fence(a, value & 0xFFFFFFFF) + \
+            self._fence(a + 4, value >> 32)
+        if self.event is not None:
+            words += self._trap(self.event)
+        self._copy_words(self._rmv, 4 * i, *words)
+        if self._ring_wrote is not None:
+            self._ring_wrote(4 * i, 4 * n)
+        self.wptr = w = w + 4 * n
+        self._set_wptr(w)
+        self._ring_bell(w)
+        return value
+
     def copy_async(self, dst: int, src: int, nbytes: int) -> int:
         """Device-side copy of nbytes between GPU addresses; returns the timeline value."""
-        return self.run(self.copy(dst, src, nbytes))
+        return self.copy_run(dst, src, nbytes)
 
     def upload(self, dst: int, raw: memoryview) -> int:
         """Host bytes to the GPU address dst through staging buffers; returns without waiting. Each chunk is

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from contextlib import contextmanager
 
@@ -175,6 +175,34 @@ class SimGPU:
     def gates_changed(self) -> None:
         """A kept gate may decide otherwise now: every gate is asked again at its next doorbell."""
         self._open.clear()
+
+    def ringer(self, doorbell: int, latch: Callable[[int], None] | None = None,
+               enable: tuple[Any, int, int] | None = None) -> Callable[[int], None]:
+        """`ring(doorbell, value)` as a function of the value, for an aperture that binds a queue's doorbell once:
+        an engine known to see it is rung without the lookup and gate of `ring`. `latch(value)` first keeps the
+        value in the aperture's register (as it reads back); `enable` = (registers, index, mask): the write reaches
+        the GPU only while registers[index] & mask (a PCI function's memory decoding)."""
+        opened, ring, kick = self._open, self.ring, self._kick
+        sync = self.mode != "async"                     # (fixed when the GPU is made)
+        regs, at, mask = enable if enable is not None else ((1,), 0, 1)
+
+        def bell(value: int) -> None:
+            if latch is not None:
+                latch(value)
+            if not regs[at] & mask:
+                return
+            eng = opened.get(doorbell)
+            if eng is None:
+                ring(doorbell, value)               # a doorbell not yet known open: the full decode
+                return
+            eng.doorbell(value)
+            if self._defer:
+                return
+            if sync:
+                self.pump(1 << 12)
+            elif not kick.is_set():
+                kick.set()
+        return bell
 
     def ring(self, doorbell: int, value: int) -> None:
         """A doorbell write from the host."""

@@ -18,6 +18,7 @@ import struct
 import threading
 import time
 from collections import deque
+from functools import partial
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -135,12 +136,7 @@ class DoorbellPage(Mapping):
 
     def writer64(self, off: int):
         """write64 at `off` as a function of the value (the runtime binds a queue's doorbell once)."""
-        i, values, ring, index = off >> 3, self.values, self.gpu.ring, self.base + (off >> 3)
-
-        def write(v: int) -> None:
-            values[i] = v & 0xFFFFFFFFFFFFFFFF
-            ring(index, v)
-        return write
+        return self.gpu.ringer(self.base + (off >> 3), partial(self.values.__setitem__, off >> 3))
 
     def write32(self, off: int, v: int) -> None:
         self.write64(off, v)

@@ -68,6 +68,7 @@ class SDMAQueue(QueueEngine):
         self._cur = ("ring", 0)
         self.packets = 0
         self.bytes_copied = 0
+        self._reported = 0                           # the read pointer last written back to rptr_va
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -81,6 +82,19 @@ class SDMAQueue(QueueEngine):
         self.ib = None
 
     def step(self, budget: int) -> int:
+        """Run packets until the ring runs dry, a packet blocks, or the budget is spent; the read pointer is
+        written back once, at the end of the step (the host sees it between steps, as everything else)."""
+        try:
+            return self._step(budget)
+        finally:
+            if self._reported != self.rptr and self.rptr_va is not None:
+                try:
+                    self._write(self.rptr_va, np.array([self.rptr], np.uint64).view(np.uint8))
+                    self._reported = self.rptr
+                except AmdqError as e:
+                    self.stop_on(e, CLIENT)
+
+    def _step(self, budget: int) -> int:
         if self.stopped:
             return 0
         work = bulk = 0                               # bulk: the cost of the one bulk transfer this step made
@@ -143,9 +157,7 @@ class SDMAQueue(QueueEngine):
 
     def _retire(self, dwords: int) -> None:
         self.retired += 1
-        self.rptr += dwords * 4
-        if self.rptr_va is not None:                 # None: no read-pointer write-back (RPTR_WRITEBACK_ENABLE=0)
-            self._write(self.rptr_va, np.array([self.rptr], np.uint64).view(np.uint8))
+        self.rptr += dwords * 4                      # (written back at the end of the step; rptr_va None: never)
 
     def _where(self) -> str:
         where, off = self._cur
@@ -178,6 +190,11 @@ class SDMAQueue(QueueEngine):
         return parts[0].copy() if len(parts) == 1 else np.concatenate(parts)
 
     def _write(self, va: int, data: np.ndarray) -> None:
+        hit = self.mmu.translate_one(va, len(data), True)
+        if hit is not None:                            # one translated run holds it (a fence, a read pointer)
+            b, o = hit
+            b[o:o + len(data)] = data
+            return
         pos = 0
         for b, o, k in self._pieces(va, len(data), True):
             b[o:o + k] = data[pos:pos + k]

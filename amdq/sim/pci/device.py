@@ -43,6 +43,7 @@ import struct
 import sys
 import time
 import zlib
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -165,13 +166,7 @@ class Doorbells:
     def writer64(self, off: int):
         """write64 at `off` as a function of the value (the runtime binds a queue's doorbell once)."""
         self._check(off, 8)
-        pack, mv, config, ring, index = _U64.pack_into, self.mv, self._config, self._ring, off >> 2
-
-        def write(value: int) -> None:
-            pack(mv, off, value)
-            if config[4] & CMD_MEMORY:
-                ring(index, value)
-        return write
+        return self.dev.gpu.ringer(off >> 2, partial(_U64.pack_into, self.mv, off), (self._config, 4, CMD_MEMORY))
 
 
 class MMIO:
