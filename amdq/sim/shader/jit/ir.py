@@ -122,6 +122,11 @@ def _src_ok(inst: Inst, count: int, bits=(32,)) -> bool:
     return all(_plain_src(s) for s in inst.src)
 
 
+# kinds that end a block (nothing after them runs in the same block) and kinds worth a block of their own
+ENDS = frozenset(("branch",))
+WORK = frozenset(("alu", "gload", "gstore", "ds", "branch"))
+
+
 def kind_of(inst: Inst) -> str | None:
     """'alu', 'nop', 'wait', 'barrier', 'branch', 'gload', 'gstore', 'ds' for an instruction the JIT translates, else None."""
     k = inst.key

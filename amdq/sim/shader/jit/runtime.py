@@ -29,7 +29,7 @@ import numpy as np
 
 from .block import VERSION, Block, ModuleGen, finish
 from .compiled import Compiled, get, region_key, submit
-from .ir import CTX, CTX_SLOTS, WAITS, kind_of
+from .ir import CTX, CTX_SLOTS, ENDS, WAITS, WORK, kind_of
 
 MAX_BLOCKS = 128
 MAX_INSTS = 512          # per block
@@ -151,7 +151,9 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
                 if inst.key != "s_branch":
                     work.append(p)
                 break
-        if insts and any(k in ("alu", "gload", "gstore", "ds", "branch") for k in kinds):
+            if k in ENDS:
+                break
+        if insts and any(k in WORK for k in kinds):
             blocks.append(finish(Block(pc, insts, kinds)))
             for i in insts:
                 covered[(i.pc, wave64)] = True
