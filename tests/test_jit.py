@@ -274,13 +274,15 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
     """Compiled code lands in AMDQ_SIM_JIT_CACHE; a process without it in memory loads it from disk."""
     d = tmp_path / "jit2"
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
-    saved = dict(compiled.MEMORY)
+    saved, known = dict(compiled.MEMORY), dict(runtime.KNOWN)
     compiled.MEMORY.clear()
+    runtime.KNOWN.clear()
     try:
         _vadd()
         files = sorted(p.name for p in d.iterdir())
         assert files and all(f.endswith(".o") for f in files)
-        compiled.MEMORY.clear()
+        compiled.MEMORY.clear()             # a new process: nothing compiled in memory
+        runtime.KNOWN.clear()
         hits = compiled.stats["disk_hits"]
         x, y, out = _vadd()
         assert compiled.stats["disk_hits"] > hits
@@ -288,6 +290,7 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
         assert sorted(p.name for p in d.iterdir()) == files
     finally:
         compiled.MEMORY.update(saved)
+        runtime.KNOWN.update(known)
 
 
 def test_background_compile_switches_over(monkeypatch):
@@ -353,6 +356,41 @@ def test_nan_payloads_and_specials(monkeypatch, s, wave):
     assert used and used[0] > 0
 
 
+DUAL_OPS = """
+__kernel void duals(__global const float *a, __global const float *b, __global const float *c, __global float *o,
+                    float s, float t) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i], z = c[i];
+  float r0 = x * s, r1 = y + t, r2 = s - y, r3 = fma(s, x, z), r4 = fma(x, y, 3.5f), r5 = fma(x, 1.25f, y);
+  float r6 = y * x, r7 = x - z, r8 = fma(t, y, r0), r9 = s + x, r10 = (x < y) ? r1 : r2;
+  float r11 = fma(t, z, y), r12 = fma(x, z, r6);
+  __global float *q = o + 16 * i;
+  q[0] = r0; q[1] = r1; q[2] = r2; q[3] = r3; q[4] = r4; q[5] = r5; q[6] = r6; q[7] = r7; q[8] = r8; q[9] = r9;
+  q[10] = r10; q[11] = z - t; q[12] = r11; q[13] = r12; q[14] = y * t; q[15] = fma(s, y, x);
+}
+"""
+
+
+@pytest.mark.parametrize("s", [float("nan"), float("inf"), 2.0])
+def test_vopd_nan_payloads_and_specials(monkeypatch, s):
+    """VOPD (v_dual_*: mul, add, sub, subrev, fmac with an SGPR src0, fmaak, fmamk, cndmask; gfx1100 wave32) over
+    the same specials: compiled, the interpreter's bits, NaN payloads included."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    k = len(SPECIAL)
+    ia, ib, ic = np.meshgrid(np.arange(k), np.arange(k), np.arange(k), indexing="ij")
+    a, b, c = (SPECIAL[i.ravel()].view(np.float32) for i in (ia, ib, ic))
+    pad = -len(a) % 64
+    a, b, c = (np.concatenate([x, np.ones(pad, np.float32)]) for x in (a, b, c))
+    code = harness.compile_cl(DUAL_OPS, "gfx1100")
+    from amdq.tools.disasm import disassemble_elf
+    listing = [t for _, _, t in disassemble_elf(code.read_bytes() if hasattr(code, "read_bytes") else code)["duals"]]
+    assert any(t.startswith("v_dual_fmac_f32") and ", s" in t for t in listing)     # the case the test is for
+    harness.run(code, "duals", [a, b, c, np.zeros(16 * len(a), np.float32), s, float("-nan")],
+                (len(a) // 64, 1, 1), (64, 1, 1))
+    assert used and used[0] > 0
+
+
 def test_two_threads_match_the_interpreter(monkeypatch):
     """Calls split across two threads (every qualifying call: whole workgroups, no global memory) give the
     interpreter's memory and registers."""
@@ -402,3 +440,128 @@ def test_barriers_in_blocks(monkeypatch, wave):
     got = out.reshape(12, 64)
     keep = np.arange(12) % 3 != 1
     assert (got[keep] == want[keep]).all() and (got[~keep] == 0).all()
+
+
+# ---------------------------------------------------------------- chaining: compiled code going on from block to block
+
+CHAIN_SRC = """
+__kernel void wloop(__global int *o, __global const int *trips) {
+  int g = get_global_id(0);
+  int n = trips[get_local_id(0) >> 4];          /* per 16 lanes: waves (and halves of waves) go apart */
+  int s = g;
+  for (int k = 0; k < n; k++) { s = s * 3 + k; if (s & 1024) s ^= 77; }
+  o[g] = s;
+}
+__kernel void late(__global int *o, __global const int *a, __global const int *b, int n) {
+  int g = get_global_id(0);
+  int s = 0;
+  for (int k = 0; k < n; k++) {
+    s = s * 5 + k;
+    if (k == n - 3) s += b[g];                  /* b is first read after several iterations ran compiled */
+  }
+  o[g] = s + a[g];
+}
+__kernel void bloop(__global int *o, int n) {
+  __local int t[64];
+  int l = get_local_id(0), g = get_group_id(0);
+  if (g % 3 == 1) return;                       /* whole workgroups end early: later steps are not uniform */
+  int s = l;
+  for (int k = 0; k < n; k++) {
+    t[l] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    s += t[(l + k) & 63];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  o[get_global_id(0)] = s;
+}
+"""
+CHAIN_ARCHS = [("gfx1100", 32), ("gfx1100", 64), ("gfx1201", 32), ("gfx942", 64)]
+
+
+def _chain_run(arch, wave, kernel, args, grid, block=(64, 1, 1)):
+    flags = suite.wf(wave) if not arch.startswith("gfx9") else ()
+    return harness.run_cl(CHAIN_SRC, kernel, args, grid, block, arch=arch, flags=flags)
+
+
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_chained_loops_with_divergence(monkeypatch, arch, wave):
+    """Loops run compiled from iteration to iteration while the waves of a call stay together; where they go apart
+    (trip counts per 16 lanes) the scheduler takes over: the interpreter's memory, registers and step counts."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    trips = np.array([5, 5, 9, 9, 0, 3, 17, 1], np.int32)
+    before = runtime.counts["chained"]
+    (out, _), _ = _chain_run(arch, wave, "wloop", [np.zeros(128 * 4, np.int32), trips], (4, 1, 1), (128, 1, 1))
+    assert used and used[0] > 0
+    g = np.arange(512, dtype=np.int64)
+    s, n = g.copy(), trips[(g % 128) >> 4]
+    for k in range(int(trips.max())):
+        t = (s * 3 + k) & 0xFFFFFFFF
+        t = np.where(t & 1024, t ^ 77, t)
+        s = np.where(k < n, t, s)
+    assert np.array_equal(out.astype(np.int64) & 0xFFFFFFFF, s)
+    assert runtime.counts["chained"] > before
+
+
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_chained_miss_and_fault_mid_loop(monkeypatch, arch, wave):
+    """A global load first reached after compiled iterations: its range is translated and the chain resumes; at an
+    unmapped address it faults as the interpreter does (same address, same PC)."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    n = 256
+    a, b = np.arange(n, dtype=np.int32), np.arange(n, dtype=np.int32) * 7
+    misses, chained = runtime.counts["misses"], runtime.counts["chained"]
+    (out, _, _), _ = _chain_run(arch, wave, "late", [np.zeros(n, np.int32), a, b, 12], (n // 64, 1, 1))
+    s = np.zeros(n, np.int64)
+    for k in range(12):
+        s = (s * 5 + k + (b if k == 9 else 0)) & 0xFFFFFFFF
+    assert np.array_equal(out.astype(np.int64) & 0xFFFFFFFF, (s + a) & 0xFFFFFFFF)
+    assert runtime.counts["misses"] > misses and runtime.counts["chained"] > chained
+    bad = 0x7777_0000_0000
+    with pytest.raises(GPUException) as e:          # (the differential dispatch compares it with the interpreter's)
+        _chain_run(arch, wave, "late", [np.zeros(n, np.int32), a, bad, 12], (n // 64, 1, 1))
+    assert e.value.address == bad
+
+
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_chained_loops_with_barriers(monkeypatch, arch, wave):
+    """s_barrier in a loop: passed in compiled code only with every wave of the batch in the call (here some
+    workgroups ended early, so the interpreter parks the waves): the interpreter's memory and registers."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    (out, ), _ = _chain_run(arch, wave, "bloop", [np.zeros(64 * 6, np.int32), 7], (6, 1, 1))
+    assert used and used[0] > 0
+    want = np.zeros((6, 64), np.int64)
+    l = np.arange(64)
+    s = l.copy()
+    for k in range(7):
+        s = s + s[(l + k) & 63]
+    want[:] = s & 0xFFFFFFFF
+    got = out.reshape(6, 64).astype(np.int64) & 0xFFFFFFFF
+    keep = np.arange(6) % 3 != 1
+    assert (got[keep] == want[keep]).all() and (got[~keep] == 0).all()
+
+
+@pytest.mark.parametrize("budget", [1, 7, 64])
+def test_chain_honours_max_steps(monkeypatch, budget):
+    """A batch run with max_steps returns within its budget plus one block (a compiled loop does not run on past
+    it: an endless kernel still comes back to the command processor), and resuming gives the interpreter's results."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    orig = C.Run.step
+    over: list[int] = []
+
+    def step(run, max_steps):
+        before = run.stats.steps
+        done = orig(run, budget)
+        over.append(run.stats.steps - before - budget)
+        return done
+    monkeypatch.setattr(C.Run, "step", step)
+    chained = runtime.counts["chained"]
+    _chain_run("gfx1100", 32, "late", [np.zeros(64, np.int32), np.arange(64, dtype=np.int32),
+                                       np.arange(64, dtype=np.int32), 200], (1, 1, 1))
+    assert used and used[0] > 0 and len(over) > 2
+    assert max(over) < runtime.MAX_INSTS
+    if budget > 1:
+        assert runtime.counts["chained"] > chained

@@ -452,7 +452,7 @@ class Batch:
                         group = (sel, pc, int(rest.min()) if len(rest) else 1 << 64)
                         limit = group[2]
                 if jit is not None:         # ---- JIT hook: the compiled block at pc, if there is one (jit/runtime.py)
-                    done = jit(self, icache, sel, pc, k, limit)
+                    done = jit(self, icache, sel, pc, k, limit, limit_steps - steps)
                     if done is not None:
                         ninst, nbytes, control, wave_instructions = done
                         if control:
@@ -467,6 +467,10 @@ class Batch:
                         steps += ninst
                         wave_insts += wave_instructions
                         lane_steps += wave_instructions * lanes
+                        if w.barrier_pending:   # (compiled s_endpgm)
+                            w.barrier_pending = False
+                            uniform = group = None
+                            self._release_barriers()
                         if steps >= limit_steps:
                             self.uniform = uniform
                             return False

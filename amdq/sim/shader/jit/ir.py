@@ -35,8 +35,11 @@ VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252
 CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, "lds_base": 8, "lds_size": 9,
        "rtab": 10, "rcount": 11, "wtab": 12, "wcount": 13, "miss_addr": 14, "miss_bytes": 15, "miss_write": 16,
        "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20,
-       "start0": 23}
-CTX_SLOTS = 24
+       "start0": 23, "status": 24,
+       # the region's chain function (block.CHAIN): what runtime.step allows it, and where it stopped
+       "limit": 25, "budget": 26, "every": 27, "vgprs": 28, "mode_ok": 29, "tile_all": 30,
+       "cur_blk": 31, "cur_end": 32, "steps": 33, "next_pc": 34, "branched": 35, "chained": 36}
+CTX_SLOTS = 40
 
 NOPS = frozenset(("s_nop", "s_delay_alu", "s_clause", "buffer_gl0_inv", "buffer_gl1_inv", "s_set_inst_prefetch_distance",
                   "s_inst_prefetch", "global_inv", "global_wb", "global_wbinv"))   # no-ops in the interpreter too
@@ -123,12 +126,14 @@ def _src_ok(inst: Inst, count: int, bits=(32,)) -> bool:
 
 
 # kinds that end a block (nothing after them runs in the same block) and kinds worth a block of their own
-ENDS = frozenset(("branch",))
-WORK = frozenset(("alu", "gload", "gstore", "ds", "branch"))
+ENDS = frozenset(("branch", "end"))
+WORK = frozenset(("alu", "gload", "gstore", "ds", "branch", "sload", "end"))
+SLOAD = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b96": 3, "s_load_b128": 4, "s_load_b256": 8, "s_load_b512": 16}
 
 
 def kind_of(inst: Inst) -> str | None:
-    """'alu', 'nop', 'wait', 'barrier', 'branch', 'gload', 'gstore', 'ds' for an instruction the JIT translates, else None."""
+    """'alu', 'nop', 'wait', 'barrier', 'branch', 'gload', 'gstore', 'ds', 'sload' (scalar load), 'end' (s_endpgm)
+    for an instruction the JIT translates, else None."""
     k = inst.key
     if k in NOPS:
         return "nop"
@@ -136,6 +141,10 @@ def kind_of(inst: Inst) -> str | None:
         return "wait"
     if k in BRANCHES:
         return "branch"
+    if k == "s_endpgm":
+        return "end"
+    if k in SLOAD:
+        return "sload" if _sload_ok(inst) else None
     if k == "s_barrier":
         return "barrier"            # a no-op when every wave of the batch is in the call (runtime.step stops before it otherwise)
     enc = inst.enc
@@ -145,11 +154,48 @@ def kind_of(inst: Inst) -> str | None:
         return "alu" if _salu_ok(inst) else None
     if enc in ("VOP1", "VOP2", "VOP3", "VOPC", "VOP3SD"):
         return "alu" if _valu_ok(inst) else None
+    if k == "v_dual":
+        return "alu" if all(h.key in DUAL_OK and _valu_ok(h) for h in halves(inst)) else None
     if enc == "GLOBAL":
         return _global_ok(inst)
     if enc == "DS":
         return "ds" if _ds_ok(inst) else None
     return None
+
+
+# VOPD halves translated: those whose interpreter semantics (valu_pk._vopd_half) are the VOP2 instruction's
+DUAL_OK = frozenset(("v_fmac_f32", "v_fmaak_f32", "v_fmamk_f32", "v_mul_f32", "v_add_f32", "v_sub_f32", "v_subrev_f32",
+                     "v_mov_b32", "v_add_nc_u32", "v_lshlrev_b32", "v_and_b32", "v_cndmask_b32"))
+
+
+def halves(inst: Inst) -> list[Inst]:
+    """The X and Y halves of a VOPD instruction as VOP2-style instructions (as the interpreter's handler builds
+    them); [inst] for any other instruction."""
+    if inst.key != "v_dual":
+        return [inst]
+    out = []
+    for h in (inst.x, inst.y):
+        hi = Inst(inst.pc, "VOPD", h.op, h.name)
+        hi.key, hi.src, hi.dst, hi.mask_bits = h.key, h.src, (h.dst,), inst.mask_bits
+        out.append(hi)
+    return out
+
+
+def is_float(inst: Inst) -> bool:
+    """Needs MODE's f32 denormals kept and round to nearest even (an f32 operation, or a VOPD with one)."""
+    return any("f32" in h.key for h in halves(inst))
+
+
+def _sload_ok(inst: Inst) -> bool:
+    """s_load_b*: SBASE an SGPR pair, SOFFSET absent or an SGPR, the destination SGPRs below VCC (the width the
+    destination tuple gives, as the interpreter's handler reads it)."""
+    if not inst.dst or inst.sbase is None or inst.sbase.kind != "s" or inst.sbase.reg + 2 > 128:
+        return False
+    so = inst.soffset
+    if so is not None and not (so.kind == "s" and so.n == 1 and so.reg < 128):
+        return False
+    d = inst.dst[0]
+    return d.kind == "s" and d.n == SLOAD[inst.key] and d.reg + d.n <= VCC
 
 
 def _sdst_ok(op: Operand, n: int = 1) -> bool:
@@ -280,6 +326,10 @@ def mask_dsts(inst: Inst) -> tuple[int, ...]:
 
 def _vgprs(inst: Inst) -> tuple[set[int], set[int]]:
     """(VGPRs a VALU instruction reads, VGPRs it writes)."""
+    if inst.key == "v_dual":
+        rx, wx = _vgprs(halves(inst)[0])
+        ry, wy = _vgprs(halves(inst)[1])
+        return rx | ry, wx | wy
     rd = {s.reg + j for s in inst.src if s.kind == "v" for j in range(max(1, s.n))}
     d = inst.dst[0]
     wr = {d.reg + j for j in range(max(1, d.n))} if d.kind == "v" else set()
@@ -307,17 +357,18 @@ def fuse(items: list[tuple[int, Inst]], lanes: int) -> list[list[tuple[int, Inst
     K = {EXEC}
     for i, inst in items:
         scal, lane = set(), []
-        ls = _lane_srcs(inst)
-        for j, s in enumerate(inst.src):
-            if s.kind == "s" and s.reg != NULL:
-                if j in ls:
-                    lane.append(s.reg)
-                else:
-                    scal |= {s.reg + t for t in range(max(1, s.n))}
-            elif s.kind == "x" and s.reg == EXECZ_SRC:
-                scal |= {EXEC, EXEC + 1}
-            elif s.kind == "x" and s.reg == VCCZ_SRC:
-                scal |= {VCC, VCC + 1}
+        for h in halves(inst):
+            ls = _lane_srcs(h)
+            for j, s in enumerate(h.src):
+                if s.kind == "s" and s.reg != NULL:
+                    if j in ls:
+                        lane.append(s.reg)
+                    else:
+                        scal |= {s.reg + t for t in range(max(1, s.n))}
+                elif s.kind == "x" and s.reg == EXECZ_SRC:
+                    scal |= {EXEC, EXEC + 1}
+                elif s.kind == "x" and s.reg == VCCZ_SRC:
+                    scal |= {VCC, VCC + 1}
         kspan = set().union(*(span(k) for k in K))
         ok = not scal & W and all(r in K or not span(r) & W for r in lane) and \
             all(r in K or not span(r) & kspan for r in mask_dsts(inst))
@@ -392,6 +443,7 @@ class Emitter:
         self.masks: dict[int, str] | None = None   # inside a run: SGPR (pair) -> alloca of its lane mask's chunk
         self.pre: list[str] | None = None          # inside a run: lines hoisted before the chunk loop
         self.scache: dict = {}
+        self.defer: list | None = None             # a VOPD's writes, made once both halves have read
 
     # -- addresses
     def vrow(self, r: int) -> str:
@@ -552,6 +604,9 @@ class Emitter:
 
     def vput(self, r: int, val: str) -> None:
         """EXEC-masked write of VGPR r."""
+        if self.defer is not None:
+            self.defer.append((r, val))
+            return
         f = self.f
         p = self.regs[r]
         old = f.op(f"load {f.VT}, ptr {p}")
@@ -762,9 +817,17 @@ class Emitter:
             bits = f.op(f"load {f.IT}, ptr {acc[r]}")
             (self.sput if f.L == 32 else self.sput64)(r, bits)
 
-    def _valu(self, inst: Inst) -> None:
+    def _valu(self, inst: Inst, dual: bool = False) -> None:
         f, k = self.f, inst.key
         VT = f.VT
+        if k == "v_dual":               # both halves read before either writes (valu_pk._vopd)
+            self.defer = []
+            for h in halves(inst):
+                self._valu(h, dual=True)
+            writes, self.defer = self.defer, None
+            for r, v in writes:
+                self.vput(r, v)
+            return
         d = inst.dst[0]
         if k in VBIN:
             a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
@@ -851,6 +914,8 @@ class Emitter:
             else:
                 a, b, c = inst.src
             x, y = a, b          # the interpreter's NaN order: src0, src1, then the addend (tests/test_jit.py)
+            if dual and k != "v_fmamk_f32" and a.kind != "v":
+                x, y = b, a      # fp.fma32 multiplies the wider operand first: a VOPD's VGPR vsrc1 before src0
             xa, yb, cc = self.fget(x), self.fget(y), self.fget(c)
             fx, fy, fc = (f.op(f"bitcast {VT} {v} to {f.FT}") for v in (xa, yb, cc))
             r = f.op(f"call {f.FT} @llvm.fma.{self._suffix(f.FT)}({f.FT} {fx}, {f.FT} {fy}, {f.FT} {fc})")
