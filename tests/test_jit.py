@@ -391,6 +391,79 @@ def test_vopd_nan_payloads_and_specials(monkeypatch, s):
     assert used and used[0] > 0
 
 
+FLOAT_OPS = """
+__kernel void fops(__global const float *a, __global const float *b, __global const int *n, __global float *o,
+                   __global int *oi) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i];
+  int k = n[i];
+  __global float *q = o + 16 * i;
+  q[0] = fmax(x, y); q[1] = fmin(x, y); q[2] = rint(x); q[3] = trunc(y); q[4] = floor(x); q[5] = ceil(y);
+  q[6] = x / y; q[7] = ldexp(x, k); q[8] = __builtin_amdgcn_rcpf(x); q[9] = __builtin_amdgcn_rsqf(y);
+  q[10] = __builtin_amdgcn_sqrtf(x); q[11] = fmax(fmax(x, y), 1.5f); q[12] = x / 3.0f; q[13] = y / x;
+  __global int *r = oi + 8 * i;
+  r[0] = (int)x; r[1] = (int)(uint)y; r[2] = !(x < y); r[3] = !(x >= y); r[4] = !__builtin_isunordered(x, y);
+  r[5] = __builtin_isunordered(x, y); r[6] = !(x == y) + 2 * !(x <= y); r[7] = (x != y) + 2 * !(x > y);
+}
+"""
+FLOAT_SPECIAL = np.concatenate([SPECIAL, np.array([0x00800000, 0x80000001, 0x4B000001, 0x3F000000, 0xCF000000,
+                                                   0x4F800000, 0x5F000000, 0x1F800000, 0x7E800000, 0x00400000,
+                                                   0x3FC00000, 0xC0200000], np.uint32)])
+
+
+@pytest.mark.parametrize("arch, wave", [("gfx1100", 32), ("gfx1100", 64), ("gfx942", 64)])
+def test_float_ops_specials(monkeypatch, arch, wave):
+    """min/max (MODE.IEEE), rounding, saturating conversions, ldexp, rcp/rsq/sqrt, the v_div_scale/fmas/fixup
+    division and the unordered compares over every pair of specials (NaN payloads, signaling NaNs, infinities,
+    zeros, denormals, rounding ties, values near the division's scaling thresholds): the interpreter's bits."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    k = len(FLOAT_SPECIAL)
+    ia, ib = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+    a, b = FLOAT_SPECIAL[ia.ravel()].view(np.float32), FLOAT_SPECIAL[ib.ravel()].view(np.float32)
+    n = (np.arange(len(a)) * 37 % 601 - 300).astype(np.int32)
+    n[::7] = np.array([-2**31, 2**31 - 1, 500, -500, 64, -149, 127], np.int32)[np.arange(len(n[::7])) % 7]
+    pad = -len(a) % 64
+    a, b = (np.concatenate([x, np.ones(pad, np.float32)]) for x in (a, b))
+    n = np.concatenate([n, np.zeros(pad, np.int32)])
+    flags = ("-cl-fp32-correctly-rounded-divide-sqrt",) + (suite.wf(wave) if arch == "gfx1100" else ())
+    before = runtime.counts["wave_instructions"]
+    harness.run_cl(FLOAT_OPS, "fops", [a, b, n, np.zeros(16 * len(a), np.float32), np.zeros(8 * len(a), np.int32)],
+                   (len(a) // 64, 1, 1), (64, 1, 1), arch=arch, flags=flags)
+    assert used and used[0] > 0
+
+
+DIV_FMAS = """
+__kernel void fmas(__global const float *a, __global const float *b, __global const float *c, __global float *o) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i], z = c[i];
+  o[2 * i] = __builtin_amdgcn_div_fmasf(x, y, z, false);
+  o[2 * i + 1] = __builtin_amdgcn_div_fmasf(x, y, z, (i & 1) != 0);
+}
+"""
+
+
+def test_div_fmas_round_to_odd(monkeypatch):
+    """v_div_fmas_f32 where the interpreter's f64 sum is an f32 tie with a non-zero error (fp._fma32's round to odd
+    decides the result) and with VCC scaling, over specials too: the interpreter's bits."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    b32 = lambda *v: np.array(v, np.uint32).view(np.float32)    # noqa: E731
+    # 2^-24 (1 + 2^-23) * (1 - 2^-23) + (1 + 2^-23): the f64 sum rounds onto the tie 1 + 2^-23 + 2^-24
+    a = b32(0x33800001, 0x33800001, 0xB3800001, 0x33800001)
+    b = b32(0x3F7FFFFE, 0x3F7FFFFE, 0x3F7FFFFE, 0xBF7FFFFE)
+    c = b32(0x3F800001, 0xBF800001, 0xBF800001, 0x3F800003)
+    k = len(SPECIAL)
+    ia, ib, ic = np.meshgrid(np.arange(k), np.arange(k), np.arange(k), indexing="ij")
+    a, b, c = (np.concatenate([t, SPECIAL[i.ravel()].view(np.float32)]) for t, i in ((a, ia), (b, ib), (c, ic)))
+    pad = -len(a) % 64
+    a, b, c = (np.concatenate([x, np.ones(pad, np.float32)]) for x in (a, b, c))
+    (_, _, _, out), _ = harness.run_cl(DIV_FMAS, "fmas", [a, b, c, np.zeros(2 * len(a), np.float32)],
+                                       (len(a) // 64, 1, 1), (64, 1, 1))
+    assert used and used[0] > 0
+    assert out.view(np.uint32)[0] == 0x3F800001          # the exact sum lies below the tie
+
+
 def test_two_threads_match_the_interpreter(monkeypatch):
     """Calls split across two threads (every qualifying call: whole workgroups, no global memory) give the
     interpreter's memory and registers."""

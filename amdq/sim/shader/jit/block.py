@@ -11,7 +11,7 @@ from ....hw.isa.decode import Inst, Operand
 from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse, halves, helpers, is_float
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 18          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 20          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -118,7 +118,9 @@ done:
 #  - the block lies below ctx[limit] (the lowest PC of the other runnable waves: they still merge where the
 #    interpreter merges them), holds no s_barrier unless ctx[every] (every wave of the batch in the call), needs no
 #    MODE the waves lack (ctx[mode_ok]) and no more VGPRs than the waves have (ctx[vgprs]),
-#  - fewer than ctx[budget] instructions ran (the scheduler's max_steps: a long loop still returns to the host).
+#  - fewer than ctx[budget] instructions ran (the scheduler's max_steps: a long loop still returns to the host),
+#  - it is not a block runtime._parallel would split over threads (no memory access that can miss, tiles, at least
+#    ctx[par_insts] instructions to run): those return to the scheduler, whose next call runs them in parallel.
 # It returns what a block returns (a miss index, -2 diverged after a branch, -4 s_endpgm) or -1: every wave is at
 # the end of block ctx[cur_blk] (its instruction ctx[cur_end] when the block was cut short), -3: every wave is at
 # ctx[next_pc] after a branch. ctx[steps] counts the instructions of the blocks finished (per wave), ctx[start0]
@@ -140,6 +142,8 @@ entry:
   %modeok = load i64, ptr %pmo
   %pta = getelementptr i64, ptr %ctx, i64 {tile_all}
   %tileall = load i64, ptr %pta
+  %ppar = getelementptr i64, ptr %ctx, i64 {par_insts}
+  %parins = load i64, ptr %ppar
   %ppc = getelementptr i64, ptr %ctx, i64 {pc}
   %pcs = load ptr, ptr %ppc
   %pbase = getelementptr i64, ptr %ctx, i64 {base_pc}
@@ -253,14 +257,25 @@ check:
   %bad1 = or i1 %badmode, %badbar
   %bad2 = or i1 %bad1, %badv
   %notbelow = xor i1 %below, true
-  %bad = or i1 %bad2, %notbelow
-  br i1 %bad, label %stop, label %enter
-enter:
+  %bad3 = or i1 %bad2, %notbelow
   %gst = icmp ne i32 %fl_g, 0
   %lst = icmp ne i32 %fl_l, 0
   %lsome = and i1 %lst, %some
   %notile = or i1 %gst, %lsome
   %tile = select i1 %notile, i64 0, i64 %tileall
+  %fl_m = and i32 %fl, 16
+  %memfree = icmp ne i32 %fl_m, 0
+  %tiled = icmp ne i64 %tile, 0
+  %pnl = getelementptr [0 x i32], ptr @ch_n, i64 0, i64 %nbz
+  %nl = load i32, ptr %pnl
+  %left = sub i32 %nl, %nx
+  %left64 = zext i32 %left to i64
+  %heavy = icmp uge i64 %left64, %parins
+  %par1 = and i1 %memfree, %tiled
+  %par = and i1 %par1, %heavy
+  %bad = or i1 %bad3, %par
+  br i1 %bad, label %stop, label %enter
+enter:
   store i64 %tile, ptr %ptile
   store i64 0, ptr %pfrom
   %nxz = zext i32 %nx to i64
@@ -355,7 +370,8 @@ class ModuleGen:
             return f"@{name} = internal constant [{nb} x {ty}] [{', '.join(f'{ty} {v}' for v in vals)}]"
 
         def flags(b: Block) -> int:
-            return b.floats | bool(b.barriers) << 1 | b.gstores << 2 | b.lstores << 3
+            memory_free = not any(k in ("gload", "gstore", "sload") for k in b.kinds)
+            return b.floats | bool(b.barriers) << 1 | b.gstores << 2 | b.lstores << 3 | memory_free << 4
         tables = [table("ch_n", "i32", (len(b.insts) for b in blocks)),
                   table("ch_endoff", "i64", (b.end_pc - self.root for b in blocks)),
                   table("ch_lastoff", "i64", (b.insts[-1].pc - self.root for b in blocks)),
@@ -380,7 +396,7 @@ class ModuleGen:
         xphis = ", ".join(f"[{at[d][1]}, %t{t}]" for t, d in enumerate(dests))
         slot = {k: CTX[k] for k in ("cur_blk", "start0", "cur_end", "steps", "limit", "budget", "every", "vgprs",
                                     "mode_ok", "tile_all", "tile", "tile_from", "pc", "base_pc", "next_pc", "branched",
-                                    "chained")}
+                                    "chained", "par_insts")}
         if not dests:                   # (no block goes on inside the region: stop at once)
             targets, tcases, tphis, xphis = "", "t0:\n  br label %check", "[0, %t0]", "[0, %t0]"
         return "\n".join(tables) + "\n" + CHAIN.format(calls=calls, cases=cases, phis=phis, targets=targets,
@@ -396,7 +412,8 @@ class ModuleGen:
         f.lines.append("entry:")
         for key, ty in (("v", "ptr"), ("s", "ptr"), ("scc", "ptr"), ("em", "ptr"), ("full", "ptr"), ("pc", "ptr"),
                         ("n", "i64"), ("lds", "ptr"), ("lds_base", "ptr"), ("lds_size", "i64"), ("rtab", "ptr"),
-                        ("rcount", "i64"), ("wtab", "ptr"), ("wcount", "i64"), ("base_pc", "i64"), ("status", "ptr")):
+                        ("rcount", "i64"), ("wtab", "ptr"), ("wcount", "i64"), ("base_pc", "i64"), ("status", "ptr"),
+                        ("mode", "ptr")):
             p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[key]}")
             f.e(f"%{key}{'p' if ty == 'ptr' else ''} = load {ty}, ptr {p}")
         f.e(f"%nl = mul i64 %n, {self.lanes}")

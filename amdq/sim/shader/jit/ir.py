@@ -35,14 +35,15 @@ VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252
 CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, "lds_base": 8, "lds_size": 9,
        "rtab": 10, "rcount": 11, "wtab": 12, "wcount": 13, "miss_addr": 14, "miss_bytes": 15, "miss_write": 16,
        "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20,
-       "start0": 23, "status": 24,
+       "start0": 23, "status": 24, "mode": 37,
        # the region's chain function (block.CHAIN): what runtime.step allows it, and where it stopped
        "limit": 25, "budget": 26, "every": 27, "vgprs": 28, "mode_ok": 29, "tile_all": 30,
-       "cur_blk": 31, "cur_end": 32, "steps": 33, "next_pc": 34, "branched": 35, "chained": 36}
+       "cur_blk": 31, "cur_end": 32, "steps": 33, "next_pc": 34, "branched": 35, "chained": 36, "par_insts": 38}
 CTX_SLOTS = 40
 
 NOPS = frozenset(("s_nop", "s_delay_alu", "s_clause", "buffer_gl0_inv", "buffer_gl1_inv", "s_set_inst_prefetch_distance",
-                  "s_inst_prefetch", "global_inv", "global_wb", "global_wbinv"))   # no-ops in the interpreter too
+                  "s_inst_prefetch", "global_inv", "global_wb", "global_wbinv",
+                  "s_sendmsg"))   # no-ops in the interpreter too (salu._sendmsg: DEALLOC_VGPRS and friends)
 WAITS = frozenset(("s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt",
                    "s_waitcnt_depctr", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt",
                    "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", "s_wait_samplecnt", "s_wait_bvhcnt",
@@ -81,7 +82,15 @@ CARRY = {"v_add_co_u32": (True, False, False), "v_sub_co_u32": (False, False, Fa
          "v_subrev_co_u32": (False, True, False), "v_add_co_ci_u32": (True, False, True),
          "v_sub_co_ci_u32": (False, False, True), "v_subrev_co_ci_u32": (False, True, True)}
 ICMP = {"eq": "eq", "ne": "ne", "lg": "ne", "gt": "gt", "ge": "ge", "lt": "lt", "le": "le"}
-FCMP = {"eq": "oeq", "lg": "one", "gt": "ogt", "ge": "oge", "lt": "olt", "le": "ole", "neq": "une"}
+FCMP = {"eq": "oeq", "lg": "one", "gt": "ogt", "ge": "oge", "lt": "olt", "le": "ole", "neq": "une",   # valu.CMPF
+        "nge": "ult", "nlg": "ueq", "ngt": "ule", "nle": "ugt", "nlt": "uge", "o": "ord", "u": "uno", "f": "false",
+        "t": "true"}
+# one f32 source, one result (valu_float.py): rounding (numpy's rint/trunc/floor/ceil: roundps), saturating
+# conversions (_to_int), and the _trans32 units computed in f64 from flushed inputs (no libm: rcp, rsq, sqrt)
+FUNARY = {"v_rndne_f32": "roundeven", "v_trunc_f32": "trunc", "v_floor_f32": "floor", "v_ceil_f32": "ceil",
+          "v_cvt_i32_f32": "fptosi", "v_cvt_u32_f32": "fptoui", "v_rcp_f32": "rcp", "v_rcp_iflag_f32": "rcp",
+          "v_rsq_f32": "rsq", "v_sqrt_f32": "sqrt"}
+MODE_SRC = -1        # an "x" operand reading the wave's MODE register (min/max look at MODE.IEEE)
 SHIFT64 = {"v_lshlrev_b64": "shl", "v_lshrrev_b64": "lshr", "v_ashrrev_i64": "ashr"}
 GWIDTH = {"b32": 1, "b64": 2, "b96": 3, "b128": 4}
 DS_LOAD = {"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b96": 3, "ds_load_b128": 4}
@@ -165,7 +174,8 @@ def kind_of(inst: Inst) -> str | None:
 
 # VOPD halves translated: those whose interpreter semantics (valu_pk._vopd_half) are the VOP2 instruction's
 DUAL_OK = frozenset(("v_fmac_f32", "v_fmaak_f32", "v_fmamk_f32", "v_mul_f32", "v_add_f32", "v_sub_f32", "v_subrev_f32",
-                     "v_mov_b32", "v_add_nc_u32", "v_lshlrev_b32", "v_and_b32", "v_cndmask_b32"))
+                     "v_mov_b32", "v_add_nc_u32", "v_lshlrev_b32", "v_and_b32", "v_cndmask_b32", "v_max_f32",
+                     "v_min_f32"))
 
 
 def halves(inst: Inst) -> list[Inst]:
@@ -246,6 +256,22 @@ def _valu_ok(inst: Inst) -> bool:
         return _vdst_ok(inst) and len(inst.src) == 1 and inst.src[0].n == 1
     if k in VFLT:
         return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
+    if k in FUNARY:
+        return _vdst_ok(inst) and len(inst.src) == 1 and inst.src[0].n == 1
+    if k in ("v_max_f32", "v_min_f32"):
+        # not with an SGPR: numpy's fmax of a broadcast (k, 1) operand takes its scalar loop, which returns the
+        # second of two NaNs where the vector loop returns the first
+        return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 and s.kind != "s" for s in inst.src)
+    if k == "v_ldexp_f32":
+        return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
+    if k == "v_div_fixup_f32":
+        return _vdst_ok(inst) and len(inst.src) == 3 and all(s.n == 1 for s in inst.src)
+    if k == "v_div_fmas_f32":       # (VGPR factors: fp._fma32's operand order, which decides a NaN, is theirs)
+        return _vdst_ok(inst) and len(inst.src) == 3 and all(s.n == 1 for s in inst.src) and \
+            inst.src[0].kind == inst.src[1].kind == "v"
+    if k == "v_div_scale_f32":
+        return _vdst_ok(inst) and len(inst.dst) == 2 and _sdst_ok(inst.dst[1], 1) and len(inst.src) == 3 and \
+            all(s.n == 1 for s in inst.src)
     if k in FMA:
         n = 2 if k == "v_fmac_f32" else 3
         return _vdst_ok(inst) and len(inst.src) == n and all(s.n == 1 for s in inst.src)
@@ -315,7 +341,7 @@ def _fast_carry(inst: Inst, cin: bool) -> bool:
 def mask_dsts(inst: Inst) -> tuple[int, ...]:
     """The SGPR (pair) a VALU instruction may write a lane mask to (a superset: a run keeps it either way)."""
     k = inst.key
-    if k in CARRY or k == "v_mad_u64_u32":
+    if k in CARRY or k in ("v_mad_u64_u32", "v_div_scale_f32"):
         r = inst.dst[1].reg
     elif k.startswith("v_cmp"):
         r = inst.dst[0].reg
@@ -343,6 +369,11 @@ def _lane_srcs(inst: Inst) -> tuple[int, ...]:
     return (2,) if inst.key == "v_cndmask_b32" or (inst.key in CARRY and CARRY[inst.key][2]) else ()
 
 
+def _implicit_masks(inst: Inst) -> tuple[int, ...]:
+    """SGPRs read as lane masks without being a source operand (v_div_fmas reads VCC)."""
+    return (VCC,) if inst.key == "v_div_fmas_f32" else ()
+
+
 def fuse(items: list[tuple[int, Inst]], lanes: int) -> list[list[tuple[int, Inst]]]:
     """Consecutive VALU instructions split into runs one chunk loop can execute: a run ends before an instruction
     reading as a scalar (or as VCCZ/EXECZ) an SGPR a lane mask of the run was written to, or reading/writing a lane
@@ -357,6 +388,7 @@ def fuse(items: list[tuple[int, Inst]], lanes: int) -> list[list[tuple[int, Inst
     K = {EXEC}
     for i, inst in items:
         scal, lane = set(), []
+        lane += list(_implicit_masks(inst))
         for h in halves(inst):
             ls = _lane_srcs(h)
             for j, s in enumerate(h.src):
@@ -474,6 +506,9 @@ class Emitter:
                     f.lines, self.pre = body, pre
             return self.scache[key]
         if op.kind == "x":
+            if op.reg == MODE_SRC:
+                p = f.op(f"getelementptr i32, ptr %modep, i64 {self.w}")
+                return f.op(f"load i32, ptr {p}, align 4")
             if op.reg == SCC_SRC:
                 p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
                 return f.op(f"load i32, ptr {p}, align 4")
@@ -898,6 +933,29 @@ class Emitter:
             x = f.op(f"{'uitofp' if k.endswith('u32') else 'sitofp'} {VT} {self.vget(inst.src[0])} to {f.FT}")
             self.vput(d.reg, f.op(f"bitcast {f.FT} {x} to {VT}"))
             return
+        if k in FUNARY:
+            self.vput(d.reg, self._funary(FUNARY[k], self.fget(inst.src[0])))
+            return
+        if k in ("v_max_f32", "v_min_f32"):
+            a, b = self.fget(inst.src[0]), self.fget(inst.src[1])
+            self.vput(d.reg, self._minmax(a, b, k == "v_max_f32"))
+            return
+        if k == "v_ldexp_f32":
+            x = self._f64(self.fget(inst.src[0]))
+            self.vput(d.reg, self._to_f32(f.op(f"fmul <{f.W} x double> {x}, {self._pow2(self.vget(inst.src[1]), 400)}")))
+            return
+        if k == "v_div_fixup_f32":
+            self.vput(d.reg, self._div_fixup(*(self.fget(x) for x in inst.src)))
+            return
+        if k == "v_div_scale_f32":
+            r, vcc = self._div_scale(*(self.fget(x) for x in inst.src))
+            self.vput(d.reg, r)
+            if inst.dst[1].reg != NULL:
+                self.mask_put(inst.dst[1].reg, f.op(f"and {f.MT} {vcc}, {self.exec_vec()}"))
+            return
+        if k == "v_div_fmas_f32":
+            self.vput(d.reg, self._div_fmas(inst, *(self.fget(x) for x in inst.src)))
+            return
         if k in VFLT:
             a, b = self.fget(inst.src[0]), self.fget(inst.src[1])
             opn = VFLT[k]
@@ -992,6 +1050,188 @@ class Emitter:
                 self.mask_put(d.reg, m)
             return
         raise AssertionError(k)
+
+    # -- f32 helpers (bits as <W x i32>; the interpreter's valu_float.py)
+    def _vconst(self, v: int) -> str:
+        return self.f.splat(str(v & 0xFFFFFFFF if v >= 0 else v))
+
+    def _exp_field(self, bits: str) -> str:
+        f = self.f
+        return f.op(f"lshr {f.VT} {f.op(f'and {f.VT} {bits}, {self._vconst(0x7F800000)}')}, {self._vconst(23)}")
+
+    def _ftz(self, bits: str) -> str:
+        """Denormals to signed zero (valu.ftz_bits)."""
+        f = self.f
+        z = f.op(f"icmp eq {f.VT} {f.op(f'and {f.VT} {bits}, {self._vconst(0x7F800000)}')}, zeroinitializer")
+        return f.op(f"select {f.MT} {z}, {f.VT} {f.op(f'and {f.VT} {bits}, {self._vconst(0x80000000)}')}, {f.VT} {bits}")
+
+    def _fv(self, bits: str) -> str:
+        return self.f.op(f"bitcast {self.f.VT} {bits} to {self.f.FT}")
+
+    def _bits(self, fv: str) -> str:
+        return self.f.op(f"bitcast {self.f.FT} {fv} to {self.f.VT}")
+
+    def _f64(self, bits: str) -> str:
+        return self.f.op(f"fpext {self.f.FT} {self._fv(bits)} to <{self.f.W} x double>")
+
+    def _to_f32(self, d: str) -> str:
+        """An f64 vector rounded to f32 (round to nearest even), as bits."""
+        return self._bits(self.f.op(f"fptrunc <{self.f.W} x double> {d} to {self.f.FT}"))
+
+    def _pow2(self, n: str, lim: int) -> str:
+        """2.0 ** clip(n, -lim, lim) as <W x double> (n: i32 lanes; exact: |lim| < 1023)."""
+        f = self.f
+        V64 = f"<{f.W} x i64>"
+        n64 = f.op(f"sext {f.VT} {n} to {V64}")
+        lo, hi = f.splat(str(-lim), "i64"), f.splat(str(lim), "i64")
+        n64 = f.op(f"select <{f.W} x i1> {f.op(f'icmp slt {V64} {n64}, {lo}')}, {V64} {lo}, {V64} {n64}")
+        n64 = f.op(f"select <{f.W} x i1> {f.op(f'icmp sgt {V64} {n64}, {hi}')}, {V64} {hi}, {V64} {n64}")
+        biased = f.op(f"add {V64} {n64}, {f.splat('1023', 'i64')}")
+        e = f.op(f"shl {V64} {biased}, {f.splat('52', 'i64')}")
+        return f.op(f"bitcast {V64} {e} to <{f.W} x double>")
+
+    def _funary(self, op: str, x: str) -> str:
+        f = self.f
+        D = f"<{f.W} x double>"
+        if op in ("roundeven", "trunc", "floor", "ceil"):
+            return self._bits(f.op(f"call {f.FT} @llvm.{op}.v{f.W}f32({f.FT} {self._fv(x)})"))
+        if op in ("fptosi", "fptoui"):       # saturating, NaN -> 0 (valu_float._to_int)
+            return f.op(f"call {f.VT} @llvm.{op}.sat.v{f.W}i32.v{f.W}f32({f.FT} {self._fv(x)})")
+        x = self._ftz(x)                     # _trans32: denormal inputs read as zero
+        if op == "sqrt":                     # (correctly rounded in f32; not flushed after)
+            return self._bits(f.op(f"call {f.FT} @llvm.sqrt.v{f.W}f32({f.FT} {self._fv(x)})"))
+        d = self._f64(x)
+        if op == "rsq":
+            d = f.op(f"call {D} @llvm.sqrt.v{f.W}f64({D} {d})")
+        one = f.splat("1.0", "double")
+        return self._ftz(self._to_f32(f.op(f"fdiv {D} {one}, {d}")))
+
+    def _minmax(self, a: str, b: str, is_max: bool) -> str:
+        """valu_float.fmax/fmin: equal operands combine their bits (+0 above -0), a NaN is missing data (two NaNs:
+        the first, as numpy's vector loop gives it), in IEEE mode a signaling NaN operand gives it quieted."""
+        f = self.f
+        VT, MT = f.VT, f.MT
+        fa, fb = self._fv(a), self._fv(b)
+        eq = f.op(f"fcmp oeq {f.FT} {fa}, {fb}")
+        comb = f.op(f"{'and' if is_max else 'or'} {VT} {a}, {b}")
+        an, bn = self._isnan(fa), self._isnan(fb)
+        pred = "ogt" if is_max else "olt"
+        pick = f.op(f"select {MT} {f.op(f'fcmp {pred} {f.FT} {fa}, {fb}')}, {VT} {a}, {VT} {b}")
+        r = f.op(f"select {MT} {bn}, {VT} {a}, {VT} {f.op(f'select {MT} {an}, {VT} {b}, {VT} {pick}')}")
+        r = f.op(f"select {MT} {eq}, {VT} {comb}, {VT} {r}")
+        qbit = self._vconst(0x400000)
+
+        def snan(x: str, isn: str) -> str:
+            quiet = f.op(f"icmp ne {VT} {f.op(f'and {VT} {x}, {qbit}')}, zeroinitializer")
+            true = f.splat("true", "i1")
+            return f.op(f"and {MT} {isn}, {f.op(f'xor {MT} {quiet}, {true}')}")
+        ri = f.op(f"select {MT} {snan(b, bn)}, {VT} {self._quiet(b)}, {VT} {r}")
+        ri = f.op(f"select {MT} {snan(a, an)}, {VT} {self._quiet(a)}, {VT} {ri}")
+        mode = self.sget(Operand("x", MODE_SRC))
+        ieee = f.op(f"icmp ne i32 {f.op(f'and i32 {mode}, 512')}, 0")       # MODE.IEEE (bit 9)
+        return f.op(f"select i1 {ieee}, {VT} {ri}, {VT} {r}")
+
+    def _is_denorm(self, bits: str) -> str:
+        f = self.f
+        e0 = f.op(f"icmp eq {f.VT} {self._exp_field(bits)}, zeroinitializer")
+        nz = f.op(f"fcmp une {f.FT} {self._fv(bits)}, zeroinitializer")
+        return f.op(f"and {f.MT} {e0}, {nz}")
+
+    def _div_scale(self, s0: str, s1: str, s2: str) -> tuple[str, str]:
+        """valu_float.div_scale for f32 (1/s1 is never an f64 denormal: those cases drop out): (D, VCC)."""
+        f = self.f
+        VT, MT, FT = f.VT, f.MT, f.FT
+        e1, e2 = self._exp_field(s1), self._exp_field(s2)
+        f0, f1, f2 = self._fv(s0), self._fv(s1), self._fv(s2)
+        up = self._to_f32(f.op(f"fmul <{f.W} x double> {self._f64(s0)}, {self._pow2(self._vconst(64), 64)}"))
+        q = self._bits(f.op(f"fdiv {FT} {f2}, {f1}"))
+        zero = "zeroinitializer"
+        true = f.splat("true", "i1")
+        NOT = lambda m: f.op(f"xor {MT} {m}, {true}")  # noqa: E731
+        AND = lambda *ms: ms[0] if len(ms) == 1 else f.op(f"and {MT} {ms[0]}, {AND(*ms[1:])}")  # noqa: E731
+        c0 = f.op(f"or {MT} {f.op(f'fcmp oeq {FT} {f2}, {zero}')}, {f.op(f'fcmp oeq {FT} {f1}, {zero}')}")
+        n0 = NOT(c0)
+        gap = f.op(f"sub {VT} {e2}, {e1}")
+        c1 = AND(n0, f.op(f"icmp sge {VT} {gap}, {self._vconst(96)}"))
+        n1 = NOT(c1)
+        c2 = AND(n0, n1, self._is_denorm(s1))
+        n2 = NOT(c2)
+        c5 = AND(n0, n1, n2, self._is_denorm(q))
+        c6 = AND(n0, n1, n2, NOT(c5), f.op(f"icmp sle {VT} {e2}, {self._vconst(23)}"))
+        s01 = f.op(f"fcmp oeq {FT} {f0}, {f1}")
+        s02 = f.op(f"fcmp oeq {FT} {f0}, {f2}")
+        u1, u2 = AND(c1, s01), AND(c5, s02)
+        use_up = f.op(f"or {MT} {f.op(f'or {MT} {u1}, {c2}')}, {f.op(f'or {MT} {u2}, {c6}')}")
+        d = f.op(f"select {MT} {c0}, {VT} {self._vconst(0x7FC00000)}, {VT} {s0}")
+        d = f.op(f"select {MT} {use_up}, {VT} {up}, {VT} {d}")
+        return d, f.op(f"or {MT} {c1}, {c5}")
+
+    def _div_fixup(self, q: str, den: str, num: str) -> str:
+        """valu_float.div_fixup for f32."""
+        f = self.f
+        VT, MT, FT = f.VT, f.MT, f.FT
+        fq, fd, fn = self._fv(q), self._fv(den), self._fv(num)
+        sign = self._vconst(0x80000000)
+        x = f.op(f"xor {VT} {den}, {num}")
+        neg = f.op(f"icmp ne {VT} {f.op(f'and {VT} {x}, {sign}')}, zeroinitializer")
+        inf = f.op(f"select {MT} {neg}, {VT} {self._vconst(0xFF800000)}, {VT} {self._vconst(0x7F800000)}")
+        zero = f.op(f"select {MT} {neg}, {VT} {sign}, {VT} zeroinitializer")
+        mag = f.op(f"and {VT} {q}, {self._vconst(0x7FFFFFFF)}")
+        r = f.op(f"select {MT} {neg}, {VT} {f.op(f'or {VT} {mag}, {sign}')}, {VT} {mag}")
+        r = f.op(f"select {MT} {self._isnan(fq)}, {VT} {inf}, {VT} {r}")
+        en, ed = self._exp_field(num), self._exp_field(den)
+        under = f.op(f"icmp slt {VT} {f.op(f'sub {VT} {en}, {ed}')}, {self._vconst(-150)}")
+        r = f.op(f"select {MT} {under}, {VT} {zero}, {VT} {r}")
+        finf = f.splat("0x7FF0000000000000", "float")
+        absinf = lambda fv: f.op(f"fcmp oeq {FT} {f.op(f'call {FT} @llvm.fabs.v{f.W}f32({FT} {fv})')}, {finf}")  # noqa: E731
+        dinf, ninf = absinf(fd), absinf(fn)
+        zf = "zeroinitializer"
+        dz, nz = f.op(f"fcmp oeq {FT} {fd}, {zf}"), f.op(f"fcmp oeq {FT} {fn}, {zf}")
+        r = f.op(f"select {MT} {f.op(f'or {MT} {dinf}, {nz}')}, {VT} {zero}, {VT} {r}")
+        r = f.op(f"select {MT} {f.op(f'or {MT} {dz}, {ninf}')}, {VT} {inf}, {VT} {r}")
+        both = f.op(f"or {MT} {f.op(f'and {MT} {dz}, {nz}')}, {f.op(f'and {MT} {dinf}, {ninf}')}")
+        r = f.op(f"select {MT} {both}, {VT} {self._vconst(0xFFC00000)}, {VT} {r}")
+        r = f.op(f"select {MT} {self._isnan(fd)}, {VT} {self._quiet(den)}, {VT} {r}")
+        return f.op(f"select {MT} {self._isnan(fn)}, {VT} {self._quiet(num)}, {VT} {r}")
+
+    def _div_fmas(self, inst: Inst, a: str, b: str, c: str) -> str:
+        """valu_float._div_fmas for f32: fp.fma32_odd(a, b, c) (the f64 sum, rounded to odd where fp._fma32 finds
+        it may matter), times 2**64 or 2**-64 where VCC is set (by c's exponent), rounded once to f32."""
+        f = self.f
+        VT, MT = f.VT, f.MT
+        D, V64 = f"<{f.W} x double>", f"<{f.W} x i64>"
+        p = f.op(f"fmul {D} {self._f64(a)}, {self._f64(b)}")                # exact
+        cd = self._f64(c)
+        s = f.op(f"fadd {D} {p}, {cd}")
+        sb = f.op(f"bitcast {D} {s} to {V64}")
+        low = f.op(f"and {V64} {sb}, {f.splat(str(0x1FFFFFFF), 'i64')}")
+        tie = f.op(f"icmp eq {V64} {low}, {f.splat(str(0x10000000), 'i64')}")
+        r32 = self._to_f32(s)
+        cand = f.op(f"or {MT} {tie}, {f.op(f'icmp eq {VT} {self._exp_field(r32)}, zeroinitializer')}")
+        # fp.two_sum and fp.to_odd on the candidates
+        bb = f.op(f"fsub {D} {s}, {p}")
+        sbb = f.op(f"fsub {D} {s}, {bb}")
+        err = f.op(f"fadd {D} {f.op(f'fsub {D} {p}, {sbb}')}, {f.op(f'fsub {D} {cd}, {bb}')}")
+        zero = "zeroinitializer"
+        lsb = f.op(f"and {V64} {sb}, {f.splat('1', 'i64')}")
+        even = f.op(f"icmp eq {V64} {lsb}, zeroinitializer")
+        mag = f.op(f"call {D} @llvm.fabs.v{f.W}f64({D} {s})")
+        finite = f.op(f"fcmp one {D} {mag}, {f.splat('0x7FF0000000000000', 'double')}")
+        inexact = f.op(f"fcmp une {D} {err}, {zero}")
+        fix = f.op(f"and {MT} {f.op(f'and {MT} {inexact}, {even}')}, {finite}")
+        fix = f.op(f"and {MT} {fix}, {cand}")
+        up = f.op(f"icmp eq <{f.W} x i1> {f.op(f'fcmp ogt {D} {err}, {zero}')}, {f.op(f'fcmp ogt {D} {s}, {zero}')}")
+        step = f.op(f"select {MT} {up}, {V64} {f.splat('1', 'i64')}, {V64} {f.splat('-1', 'i64')}")
+        sb = f.op(f"add {V64} {sb}, {f.op(f'select {MT} {fix}, {V64} {step}, {V64} zeroinitializer')}")
+        s = f.op(f"bitcast {V64} {sb} to {D}")
+        vcc = self.lane_mask(Operand("s", VCC, 2 if f.L == 64 else 1))
+        bigc = f.op(f"icmp sgt {VT} {self._exp_field(c)}, {self._vconst(127)}")
+        k = f.op(f"select {MT} {bigc}, {VT} {self._vconst(64)}, {VT} {self._vconst(-64)}")
+        k = f.op(f"select {MT} {vcc}, {VT} {k}, {VT} zeroinitializer")
+        r = self._to_f32(f.op(f"fmul {D} {s}, {self._pow2(k, 64)}"))
+        # a NaN result: the one the f64 operations give in their order (a, b, an invalid product, c, an invalid
+        # sum), not whichever operand order the host instructions were given
+        return self._cold(r, lambda: f.op(f"call {VT} @nanfma_fix({VT} {a}, {VT} {b}, {VT} {c}, {VT} {r})"))
 
     def _quiet(self, bits: str) -> str:
         return self.f.op(f"or {self.f.VT} {bits}, {self.f.splat(str(0x400000))}")

@@ -356,7 +356,7 @@ class Context:
         c = self.ctx
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
                           ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", t.rtab), ("wtab", t.wtab),
-                          ("status", w.status)):
+                          ("status", w.status), ("mode", w.mode)):
             assert arr.flags.c_contiguous
             c[CTX[name]] = _addr(arr)
         c[CTX["n"]] = w.n
@@ -462,9 +462,9 @@ def _tile(batch, blk: Block, sel) -> int:
 
 _BASE_PC, _TILE, _TILE_FROM, _START0, _MISS_TILE = (CTX[k] for k in ("base_pc", "tile", "tile_from", "start0",
                                                                        "miss_tile"))
-_LIMIT, _BUDGET, _EVERY, _VGPRS, _MODE_OK, _TILE_ALL, _CUR_BLK, _CUR_END, _STEPS, _NEXT_PC, _BRANCHED, _CHAINED = (
-    CTX[k] for k in ("limit", "budget", "every", "vgprs", "mode_ok", "tile_all", "cur_blk", "cur_end", "steps",
-                     "next_pc", "branched", "chained"))
+(_LIMIT, _BUDGET, _EVERY, _VGPRS, _MODE_OK, _TILE_ALL, _CUR_BLK, _CUR_END, _STEPS, _NEXT_PC, _BRANCHED, _CHAINED,
+ _PAR_INSTS) = (CTX[k] for k in ("limit", "budget", "every", "vgprs", "mode_ok", "tile_all", "cur_blk", "cur_end",
+                                 "steps", "next_pc", "branched", "chained", "par_insts"))
 NO_LIMIT = (1 << 63) - 1
 CHAIN_WAVE_INSTRUCTIONS = 1 << 21   # per call at most (about 10-20 ms of compiled code): a host call stays short
 
@@ -528,7 +528,9 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
     c[_LIMIT] = NO_LIMIT if limit is None else min(limit, NO_LIMIT)
     c[_BUDGET] = max(1, min(budget, CHAIN_WAVE_INSTRUCTIONS // max(k, 1)))
     c[_EVERY], c[_VGPRS], c[_MODE_OK] = every, w.v.shape[0], bool(mode_ok)
-    c[_TILE_ALL] = _tile_all(batch)
+    c[_TILE_ALL] = tile_all = _tile_all(batch)
+    # blocks worth splitting over threads end the chain: the next call runs them in parallel (_parallel)
+    c[_PAR_INSTS] = -(-PARALLEL_MIN // k) if k > tile_all and threads() > 1 else NO_LIMIT
     c[_CUR_BLK], c[_STEPS], c[_BRANCHED], c[_CHAINED] = region.index[blk.pc], 0, 0, 0
     start = i
     misses = 0
