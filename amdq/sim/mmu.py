@@ -66,6 +66,11 @@ class Run:
     writable: bool
 
 
+def _joins(a: Run, b: Run) -> bool:
+    """Run b starts where run a ends, in the same memory right after it, with the same access."""
+    return a.end == b.va and a.arena is b.arena and a.pa + (a.end - a.va) == b.pa and a.writable == b.writable
+
+
 class Space(Protocol):
     """Where the GPU's physical addresses lead: (memory, offset in it) of `n` bytes, or None if nothing answers."""
     def system(self, addr: int, n: int) -> tuple[Arena, int] | None: ...
@@ -211,15 +216,20 @@ class MMU:
             pa, size, start = pa + (lo - start), size - (lo - start), lo
         size = min(size, hi - start)
         run = Run(start, start + size, arena, pa, bool(pte & WRITEABLE))
-        # merge with a physically contiguous neighbour so large buffers become one run
+        # merge with physically contiguous neighbours so large buffers become one run, whatever order their pages
+        # were first touched in (dies or workgroups striding through a buffer touch every other page first)
         i = bisect.bisect_right(starts, start)
         prev = runs[i - 1] if i > 0 else None
-        if prev and prev.end == start and prev.arena is arena and prev.pa + (prev.end - prev.va) == pa \
-                and prev.writable == run.writable:
+        if prev and _joins(prev, run):
             prev.end = run.end
-            return prev
-        starts.insert(i, start)
-        runs.insert(i, run)
+            run, i = prev, i - 1
+        else:
+            starts.insert(i, start)
+            runs.insert(i, run)
+        nxt = runs[i + 1] if i + 1 < len(runs) else None
+        if nxt and _joins(run, nxt):
+            run.end = nxt.end
+            del starts[i + 1], runs[i + 1]
         return run
 
     def fault(self, va: int, write: bool, client: str, reason: str = "not mapped") -> GPUFault:
