@@ -91,6 +91,7 @@ FUNARY = {"v_rndne_f32": "roundeven", "v_trunc_f32": "trunc", "v_floor_f32": "fl
           "v_cvt_i32_f32": "fptosi", "v_cvt_u32_f32": "fptoui", "v_rcp_f32": "rcp", "v_rcp_iflag_f32": "rcp",
           "v_rsq_f32": "rsq", "v_sqrt_f32": "sqrt"}
 MODE_SRC = -1        # an "x" operand reading the wave's MODE register (min/max look at MODE.IEEE)
+GFX9_KEYS = frozenset(("v_lshl_add_u64",))    # gfx9 builders (cdna.H9) whose semantics the emitter has too
 SHIFT64 = {"v_lshlrev_b64": "shl", "v_lshrrev_b64": "lshr", "v_ashrrev_i64": "ashr"}
 GWIDTH = {"b32": 1, "b64": 2, "b96": 3, "b128": 4}
 DS_LOAD = {"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b96": 3, "ds_load_b128": 4}
@@ -289,6 +290,9 @@ def _valu_ok(inst: Inst) -> bool:
     if k in SHIFT64:
         return _vdst_ok(inst, 2) and len(inst.src) == 2 and inst.src[0].n == 1 and \
             (inst.src[1].n == 2 or inst.src[1].kind == "c")
+    if k == "v_lshl_add_u64":
+        return _vdst_ok(inst, 2) and len(inst.src) == 3 and inst.src[1].n == 1 and \
+            all(x.n == 2 or x.kind == "c" for x in (inst.src[0], inst.src[2]))
     if k.startswith("v_cmp_") or k.startswith("v_cmpx_"):
         parts = k.split("_")
         if len(parts) != 4 or len(inst.src) != 2 or not inst.dst or not all(s.n == 1 for s in inst.src):
@@ -1023,6 +1027,12 @@ class Emitter:
             self.vput64(d.reg, r)
             if carry is not None:
                 self.mask_put(inst.dst[1].reg, carry)
+            return
+        if k == "v_lshl_add_u64":           # cdna._lshl_add_u64: (S0 << (S1 & 7)) + S2, 64-bit
+            V64 = f"<{f.W} x i64>"
+            sh = f.op(f"and {V64} {f.op(f'zext {VT} {self.vget(inst.src[1])} to {V64}')}, {f.splat('7', 'i64')}")
+            shifted = f.op(f"shl {V64} {self.vget64(inst.src[0])}, {sh}")
+            self.vput64(d.reg, f.op(f"add {V64} {shifted}, {self.vget64(inst.src[2])}"))
             return
         if k in SHIFT64:
             V64 = f"<{f.W} x i64>"
