@@ -29,7 +29,7 @@ import numpy as np
 
 from .block import VERSION, Block, ModuleGen, finish
 from .compiled import Compiled, get, region_key, submit
-from .ir import CTX, CTX_SLOTS, ENDS, WAITS, WORK, kind_of
+from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, WAITS, WORK, kind_of
 
 MAX_BLOCKS = 128
 MAX_INSTS = 512          # per block
@@ -105,6 +105,7 @@ def _shared(isa) -> set:
             from .. import cdna
             s = {k for k in isa.handlers if k in base and k not in cdna.H9 and
                  not k.startswith(("buffer_", "v_cmpx_", "s_getreg", "s_setreg"))}
+            s |= {k for k in GFX9_KEYS if k in isa.handlers}       # gfx9 operations the emitter knows (ir.py)
         else:
             s = {k for k, b in isa.handlers.items() if base.get(k) is b}
         _shared_cache[isa.name] = s
