@@ -346,25 +346,53 @@ def _tables(batch, mem) -> Tables:
 
 
 class Context:
-    """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables."""
+    """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables. It is
+    kept with the register arrays (WaveState.jit_ctx: a small batch's are reused by the next batch of its shape),
+    and only what belongs to the batch is set again (bind)."""
 
     def __init__(self, batch):
         w = batch.w
-        self.w, self.mem = w, w.mem
         self.ctx = np.zeros(CTX_SLOTS, np.int64)
-        t = self.tables = _tables(batch, w.mem)
         self.all = np.arange(w.n, dtype=np.int64)
         c = self.ctx
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
-                          ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", t.rtab), ("wtab", t.wtab),
                           ("status", w.status), ("mode", w.mode)):
             assert arr.flags.c_contiguous
             c[CTX[name]] = _addr(arr)
         c[CTX["n"]] = w.n
+        self.ptr, self.all_ptr = _addr(c), _addr(self.all)     # what every call passes
+        self.tables = self.lds = self.lds_base = None
+        self.bind(batch)
+
+    @classmethod
+    def of(cls, batch) -> "Context":
+        """The batch's context: the one its register arrays keep, bound to it, or a new one."""
+        w = batch.w
+        ctx = w.jit_ctx
+        if ctx is None:
+            ctx = w.jit_ctx = cls(batch)
+        else:
+            ctx.bind(batch)
+        batch._jit_ctx = ctx
+        return ctx
+
+    def bind(self, batch) -> None:
+        """Point at this batch's LDS, memory and translated-range tables."""
+        w = batch.w
+        self.w, self.mem = w, w.mem
+        c = self.ctx
+        if w.lds is not self.lds:
+            assert w.lds.flags.c_contiguous
+            self.lds, c[CTX["lds"]] = w.lds, _addr(w.lds)
+        if w.lds_base is not self.lds_base:
+            self.lds_base, c[CTX["lds_base"]] = w.lds_base, _addr(w.lds_base)
         c[CTX["lds_size"]] = w.lds_size
+        t = _tables(batch, w.mem)
+        if t is not self.tables:
+            self.tables = t
+            c[CTX["rtab"]], c[CTX["wtab"]] = _addr(t.rtab), _addr(t.wtab)
         c[CTX["rcount"]], c[CTX["wcount"]] = t.count["rcount"], t.count["wcount"]
         self.span = getattr(self.mem, "jit_span", None)
-        self.ptr, self.all_ptr = _addr(c), _addr(self.all)     # what every call passes
 
     def resolve(self) -> bool:
         """Add the range of the last miss to its table; False when the memory model would fault there."""
@@ -391,6 +419,8 @@ class Context:
 
 def _mode_ok(w, sel) -> bool:
     m = w.mode[sel]
+    if len(m) <= 16:                    # (a short list is cheaper than two array operations)
+        return all(x & (FULL_F32 | ROUND_F32) == FULL_F32 for x in m.tolist())
     return bool(((m & (FULL_F32 | ROUND_F32)) == FULL_F32).all())
 
 
@@ -507,7 +537,7 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
         return None
     ctx = batch._jit_ctx
     if ctx is None:
-        ctx = batch._jit_ctx = Context(batch)
+        ctx = Context.of(batch)
     c = ctx.ctx
     tile = _tile(batch, blk, sel)
     c[_BASE_PC], c[_TILE], c[_TILE_FROM], c[_START0] = region.root, tile, 0, i
