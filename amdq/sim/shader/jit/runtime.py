@@ -27,6 +27,7 @@ import os
 
 import numpy as np
 
+from ..core import PAGE
 from .block import VERSION, Block, ModuleGen, finish
 from .compiled import Compiled, get, region_key, submit
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, WAITS, WORK, kind_of
@@ -61,6 +62,21 @@ class Region:
     def __init__(self, root: int, blocks: list[Block], compiled: Compiled, deps: tuple, gen: int, key: str):
         self.root, self.blocks, self.compiled, self.deps, self.gen, self.key = root, blocks, compiled, deps, gen, key
         self.fns = {b.pc: compiled.fns[b.name] for b in blocks}
+        self.cells: dict[int, list] | None = None      # page -> the ICache's validity cell its lines were valid in
+
+    def valid(self, icache) -> bool:
+        """Its code bytes are unchanged in the ICache's current generation: every page it was decoded from still
+        has the cell it had (one page fetch per page and generation, shared with the interpreter's steps), else
+        line by line (a page that changed elsewhere)."""
+        cells = self.cells
+        if cells is not None and all(icache._page_cell(p) is c for p, c in cells.items()):
+            return True
+        if not icache._valid(self.deps):
+            return False
+        pages = {line & ~(PAGE - 1) for line, _ in self.deps}
+        cells = {p: icache._page_cell(p) for p in pages}
+        self.cells = cells if all(c is not None for c in cells.values()) else None
+        return True
 
 
 class Cache:
@@ -259,7 +275,7 @@ def lookup(icache, pc: int, wave64: bool):
     if hit is not None:
         region = hit[0]
         if region.gen != icache.gen:
-            if icache._valid(region.deps):
+            if region.valid(icache):
                 region.gen = icache.gen
             else:
                 cache.drop(region)
