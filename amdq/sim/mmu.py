@@ -66,6 +66,9 @@ class Run:
     writable: bool
 
 
+JIT_AHEAD = 1 << 20         # bytes of translations jit_span reads ahead
+
+
 def _unique(x: np.ndarray) -> np.ndarray:
     """np.unique of a 1-d array, sorted (np.unique's first call imports numpy.ma: ~20 ms inside a dispatch)."""
     x = np.sort(x)
@@ -252,6 +255,11 @@ class MMU:
         r = self._run_for(addr)
         if r is None or addr + nbytes > r.end or (write and not r.writable):
             return None
+        # read ahead: the pages after it that join the run (mapped, physically contiguous, alike) are walked now, up
+        # to JIT_AHEAD bytes past addr, as a TLB prefetches: a first pass over a buffer then misses once, not once
+        # a page (each miss stops a compiled block and runs its memory instruction again from the first wave)
+        while r.end < addr + JIT_AHEAD and not r.end >> 48 and self._run_for(r.end) is r:
+            pass
         return r.va, r.end, r.arena.buf.ctypes.data + r.pa
     def translate_one(self, va: int, nbytes: int, write: bool) -> tuple[np.ndarray, int] | None:
         """(backing bytes, offset) of [va, va + nbytes) when one cached or walked run maps it all (and allows the
