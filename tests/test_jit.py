@@ -638,3 +638,89 @@ def test_chain_honours_max_steps(monkeypatch, budget):
     assert max(over) < runtime.MAX_INSTS
     if budget > 1:
         assert runtime.counts["chained"] > chained
+
+
+# ---------------------------------------------------------------- one-lane VALU and more scalar ALU
+
+LANE_SRC = """
+__kernel void lanes(__global int *o, __global const int *a, int s, ulong u, int t) {
+  int i = get_global_id(0), l = get_local_id(0);
+  int x = a[i];
+  int r = 0;
+  if (x & 1) {                                    /* a divergent EXEC: the first active lane is not lane 0 */
+    r = __builtin_amdgcn_readfirstlane(x * 3);
+    r += __builtin_amdgcn_readlane(x, (s + l / 64) & 63);
+  }
+  int mb = __builtin_amdgcn_mbcnt_hi(x, __builtin_amdgcn_mbcnt_lo(x ^ 0x5A5A5A5A, l));
+  int sc = 0;
+  if (s > 17) sc += 1;
+  if ((unsigned)s < 40000u) sc += 2;
+  if (s == -5) sc += 4;
+  if (u != 0x123456789ull) sc += 8;
+  if ((t >> (s & 31)) & 1) sc += 16;
+  sc += __builtin_ctz(t | 0x10000) + 100 * __builtin_bitreverse32(s) + (t < 0 ? -t : t);
+  o[4 * i] = r; o[4 * i + 2] = mb; o[4 * i + 3] = sc;
+}
+"""
+WRITELANE_IR = """
+declare i32 @llvm.amdgcn.writelane(i32, i32, i32)
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+
+define amdgpu_kernel void @wl(ptr addrspace(1) %o, i32 %s, i32 %t) {
+entry:
+  %l = call i32 @llvm.amdgcn.workitem.id.x()
+  %g = call i32 @llvm.amdgcn.workgroup.id.x()
+  %wg = mul i32 %g, 64
+  %i = add i32 %wg, %l
+  %old = mul i32 %l, 3
+  %lane = add i32 %t, %g
+  %v = call i32 @llvm.amdgcn.writelane(i32 %s, i32 %lane, i32 %old)
+  %sh = lshr i32 %s, %lane
+  %b = and i32 %sh, 1
+  %c = icmp ne i32 %b, 0
+  br i1 %c, label %one, label %done
+one:
+  %v2 = add i32 %v, 1000
+  br label %done
+done:
+  %r = phi i32 [ %v, %entry ], [ %v2, %one ]
+  %p = getelementptr i32, ptr addrspace(1) %o, i32 %i
+  store i32 %r, ptr addrspace(1) %p
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("arch, wave", [("gfx1100", 32), ("gfx1100", 64), ("gfx1201", 32), ("gfx942", 64)])
+@pytest.mark.parametrize("s, u, t", [(-5, 0x123456789, -77), (18, 0, 0x40000), (40000, 1 << 40, 3)])
+def test_lane_ops_and_scalar_ops(monkeypatch, arch, wave, s, u, t):
+    """v_readfirstlane/readlane/writelane_b32 (under a divergent EXEC), v_mbcnt_lo/hi, s_cmpk_*, s_cmp_*_u64,
+    s_bitcmp*, s_ctz_i32_b32, s_brev_b32, s_abs_i32 compiled: the interpreter's memory and registers, and the
+    values OpenCL says."""
+    import amdq
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    n = 256
+    a = (np.arange(n, dtype=np.int64) * 2654435761 % (1 << 31)).astype(np.int32)
+    a[::5] |= 1
+    flags = suite.wf(wave) if arch != "gfx942" else ()
+    before = runtime.counts["wave_instructions"]
+    (o, _), _ = harness.run_cl(LANE_SRC, "lanes", [np.zeros(4 * n, np.int32), a, s, u, t], (n // 64, 1, 1), (64, 1, 1),
+                               arch=arch, flags=flags)
+    sc = (s > 17) + 2 * ((s & 0xFFFFFFFF) < 40000) + 4 * (s == -5) + 8 * (u != 0x123456789) + 16 * ((t >> (s & 31)) & 1)
+    brev = int(f"{s & 0xFFFFFFFF:032b}"[::-1], 2)
+    ctz = ((t | 0x10000) & -(t | 0x10000)).bit_length() - 1
+    assert (o.reshape(n, 4)[:, 3] == np.int32(np.uint32((sc + ctz + 100 * brev + abs(t)) & 0xFFFFFFFF))).all()
+    wl = amdq.compile(WRITELANE_IR, arch)
+    (o2,), _ = harness.run(wl, "wl", [np.zeros(n, np.int32), s, t & 15], (n // 64, 1, 1), (64, 1, 1), arch=arch)
+    lanes = 64 if arch == "gfx942" else 32                     # (the IR kernel: the target's default wave size)
+    want = (np.arange(n) % 64 * 3).reshape(-1, lanes)          # one row per wave
+    for wv in range(n // lanes):
+        g = wv * lanes // 64
+        lane = (t & 15) + g
+        want[wv, lane % lanes] = s
+        if (s & 0xFFFFFFFF) >> lane & 1:
+            want[wv] += 1000
+    assert np.array_equal(o2, want.reshape(-1).astype(np.int32))
+    assert used and runtime.counts["wave_instructions"] > before

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
-from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse, halves, helpers, is_float
+from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, Emitter, Fn, fuse, halves, helpers, is_float
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 21          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 22          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -510,7 +510,7 @@ class ModuleGen:
                 inst, k = b.insts[i], b.kinds[i]
                 if k != "alu":
                     continue
-                if not inst.enc.startswith("SOP"):
+                if not inst.enc.startswith("SOP") and inst.key not in LANE_OPS:
                     valu.append((i, inst))
                     continue
                 flush()

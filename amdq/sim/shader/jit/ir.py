@@ -92,6 +92,9 @@ FUNARY = {"v_rndne_f32": "roundeven", "v_trunc_f32": "trunc", "v_floor_f32": "fl
           "v_rsq_f32": "rsq", "v_sqrt_f32": "sqrt"}
 MODE_SRC = -1        # an "x" operand reading the wave's MODE register (min/max look at MODE.IEEE)
 GFX9_KEYS = frozenset(("v_lshl_add_u64",))    # gfx9 builders (cdna.H9) whose semantics the emitter has too
+# VALU instructions that read or write one lane (valu_int.py): emitted wave by wave between VALU runs, as SALU
+LANE_OPS = frozenset(("v_readfirstlane_b32", "v_readlane_b32", "v_writelane_b32"))
+SOP1_32 = frozenset(("s_abs_i32", "s_brev_b32", "s_ctz_i32_b32"))
 SHIFT64 = {"v_lshlrev_b64": "shl", "v_lshrrev_b64": "lshr", "v_ashrrev_i64": "ashr"}
 GWIDTH = {"b32": 1, "b64": 2, "b96": 3, "b128": 4}
 DS_LOAD = {"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b96": 3, "ds_load_b128": 4}
@@ -232,6 +235,19 @@ def _salu_ok(inst: Inst) -> bool:
         return k.split("_")[2] in SCMP and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
     if k in ("s_movk_i32",):
         return _sdst_ok(inst.dst[0]) and inst.simm16 is not None
+    if k in SOP1_32:
+        return len(inst.src) == 1 and _sdst_ok(inst.dst[0]) and inst.src[0].n == 1
+    if k == "s_ctz_i32_b64":
+        return len(inst.src) == 1 and _sdst_ok(inst.dst[0]) and (inst.src[0].n == 2 or inst.src[0].kind == "c")
+    if k in ("s_cmp_eq_u64", "s_cmp_lg_u64"):
+        return len(inst.src) == 2 and all(x.n == 2 or x.kind == "c" for x in inst.src)
+    if k in ("s_bitcmp0_b32", "s_bitcmp1_b32", "s_bitcmp0_b64", "s_bitcmp1_b64"):
+        n = 2 if k.endswith("64") else 1
+        return len(inst.src) == 2 and (inst.src[0].n == n or inst.src[0].kind == "c") and inst.src[1].n == 1
+    if k.startswith("s_cmpk_"):
+        a = inst.dst[0] if inst.dst else (inst.src[0] if inst.src else None)
+        return a is not None and a.kind == "s" and a.n == 1 and a.reg < 128 and inst.simm16 is not None and \
+            k.split("_")[2] in SCMP and k[-3:] in ("i32", "u32")
     if k.endswith("_saveexec_b32") or k.endswith("_saveexec_b64"):
         op = k[2:].rsplit("_saveexec_", 1)[0]
         n = 2 if k.endswith("64") else 1
@@ -259,6 +275,15 @@ def _valu_ok(inst: Inst) -> bool:
         return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
     if k in FUNARY:
         return _vdst_ok(inst) and len(inst.src) == 1 and inst.src[0].n == 1
+    if k in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
+        return _vdst_ok(inst) and len(inst.src) == 2 and all(x.n == 1 for x in inst.src)
+    if k == "v_readfirstlane_b32":
+        return len(inst.src) == 1 and inst.src[0].n == 1 and inst.dst and _sdst_ok(inst.dst[0])
+    if k == "v_readlane_b32":
+        return len(inst.src) == 2 and all(x.n == 1 for x in inst.src) and inst.src[1].kind in ("s", "c") and \
+            inst.dst and _sdst_ok(inst.dst[0])
+    if k == "v_writelane_b32":
+        return len(inst.src) == 2 and all(x.n == 1 and x.kind in ("s", "c") for x in inst.src) and _vdst_ok(inst)
     if k in ("v_max_f32", "v_min_f32"):
         # not with an SGPR: numpy's fmax of a broadcast (k, 1) operand takes its scalar loop, which returns the
         # second of two NaNs where the vector loop returns the first
@@ -730,6 +755,50 @@ class Emitter:
             r = f.op(f"select i1 {c}, {ty} {a}, {ty} {b}")
             (self.sput64 if w64 else self.sput)(d.reg, r)
             return
+        if k in SOP1_32 or k == "s_ctz_i32_b64":
+            if k == "s_ctz_i32_b64":       # salu._ctz: the lowest set bit, -1 for none
+                x = self.sget64(inst.src[0])
+                z = f.op(f"trunc i64 {f.op(f'call i64 @llvm.cttz.i64(i64 {x}, i1 false)')} to i32")
+                r = f.op(f"select i1 {f.op(f'icmp eq i64 {x}, 0')}, i32 -1, i32 {z}")
+            else:
+                x = self.sget(inst.src[0])
+                if k == "s_ctz_i32_b32":
+                    z = f.op(f"call i32 @llvm.cttz.i32(i32 {x}, i1 false)")
+                    r = f.op(f"select i1 {f.op(f'icmp eq i32 {x}, 0')}, i32 -1, i32 {z}")
+                elif k == "s_brev_b32":
+                    r = f.op(f"call i32 @llvm.bitreverse.i32(i32 {x})")
+                else:                       # s_abs_i32: |x| as int64, wrapped (|INT_MIN| = 0x80000000), SCC = r != 0
+                    r = f.op(f"call i32 @llvm.abs.i32(i32 {x}, i1 false)")
+                    self.scc_put(f.op(f"icmp ne i32 {r}, 0"))
+            self.sput(d.reg, r)
+            return
+        if k in ("s_cmp_eq_u64", "s_cmp_lg_u64"):
+            a, b = self.sget64(inst.src[0]), self.sget64(inst.src[1])
+            self.scc_put(f.op(f"icmp {'eq' if k == 's_cmp_eq_u64' else 'ne'} i64 {a}, {b}"))
+            return
+        if k.startswith("s_bitcmp"):
+            w64 = k.endswith("64")
+            ty = "i64" if w64 else "i32"
+            a = (self.sget64 if w64 else self.sget)(inst.src[0])
+            b = self.sget(inst.src[1])
+            if w64:
+                b = f.op(f"zext i32 {b} to i64")
+            sh = f.op(f"and {ty} {b}, {63 if w64 else 31}")
+            bit = f.op(f"and {ty} {f.op(f'lshr {ty} {a}, {sh}')}, 1")
+            self.scc_put(f.op(f"icmp eq {ty} {bit}, {k[8]}"))
+            return
+        if k.startswith("s_cmpk_"):            # salu._cmpk: the SGPR against simm16 (sign- or zero-extended)
+            _, _, op, typ = k.split("_")
+            a = self.sget(inst.dst[0] if inst.dst else inst.src[0])
+            kv = inst.simm16 & 0xFFFFFFFF if typ == "i32" else inst.simm16 & 0xFFFF
+            pred = SCMP[op]
+            if pred not in ("eq", "ne"):
+                pred = ("s" if typ == "i32" else "u") + pred
+            self.scc_put(f.op(f"icmp {pred} i32 {a}, {kv}"))
+            return
+        if k in LANE_OPS:
+            self._lane_op(inst)
+            return
         if k.startswith("s_cmp_"):
             _, _, op, typ = k.split("_")
             a, b = self.sget(inst.src[0]), self.sget(inst.src[1])
@@ -753,6 +822,55 @@ class Emitter:
             self.scc_put(f.op(f"icmp ne {ty} {new}, 0"))
             return
         raise AssertionError(k)
+
+    def _lane_op(self, inst: Inst) -> None:
+        """v_readfirstlane/v_readlane/v_writelane_b32 for the current wave (valu_int.py): one lane of a VGPR row
+        to an SGPR (the first lane of EXEC, lane 0 when none), or an SGPR to one lane whatever EXEC says."""
+        f, k = self.f, inst.key
+        src = inst.src[0]
+        if k == "v_writelane_b32":
+            lane = f.op(f"and i32 {self.sget(inst.src[1])}, {f.L - 1}")
+            p = self.lane_ptr(inst.dst[0].reg, f.op(f"zext i32 {lane} to i64"))
+            f.e(f"store i32 {self.sget(src)}, ptr {p}, align 4")
+            return
+        if src.kind != "v":                 # the same in every lane
+            self.sput(inst.dst[0].reg, self.sget(src))
+            return
+        if k == "v_readfirstlane_b32":
+            e = self.exec_bits()
+            lane = f.op(f"call {f.IT} @llvm.cttz.{f.IT}({f.IT} {e}, i1 false)")
+            lane = f.op(f"select i1 {f.op(f'icmp eq {f.IT} {e}, 0')}, {f.IT} 0, {f.IT} {lane}")
+            lane = f.op(f"zext {f.IT} {lane} to i64") if f.L == 32 else lane
+        else:
+            lane = f.op(f"zext i32 {f.op(f'and i32 {self.sget(inst.src[1])}, {f.L - 1}')} to i64")
+        self.sput(inst.dst[0].reg, f.op(f"load i32, ptr {self.lane_ptr(src.reg, lane)}, align 4"))
+
+    def _mbcnt(self, inst: Inst) -> str:
+        """valu_int._mbcnt for the current chunk: popcount of S0's bits below the lane (lo: lanes 0-31, hi: 32-63)
+        plus S1."""
+        f = self.f
+        VT = f.VT
+        first = f.op(f"trunc i64 {f.op(f'shl i64 {self.c}, 3')} to i32")
+        ramp = "<" + ", ".join(f"i32 {j}" for j in range(f.W)) + ">"
+        lane = f.op(f"add {VT} {f.splat(first)}, {ramp}")
+        c32, c31, one, ones = f.splat("32"), f.splat("31"), f.splat("1"), f.splat("-1")
+        if inst.key.endswith("hi_u32_b32"):
+            if f.L == 64:
+                ge = f.op(f"icmp uge {VT} {lane}, {c32}")
+                above = f.op(f"sub {VT} {lane}, {c32}")
+                n = f.op(f"select {f.MT} {ge}, {VT} {above}, {VT} zeroinitializer")
+            else:
+                n = "zeroinitializer"
+            full = f.op(f"icmp uge {VT} {lane}, {f.splat('64')}")
+        else:
+            n = f.op(f"call {VT} @llvm.umin.v{f.W}i32({VT} {lane}, {VT} {c32})")
+            full = f.op(f"icmp uge {VT} {lane}, {c32}")
+        n31 = f.op(f"call {VT} @llvm.umin.v{f.W}i32({VT} {n}, {VT} {c31})")
+        mask = f.op(f"sub {VT} {f.op(f'shl {VT} {one}, {n31}')}, {one}")
+        mask = f.op(f"select {f.MT} {full}, {VT} {ones}, {VT} {mask}")
+        bits = f.op(f"and {VT} {self.vget(inst.src[0])}, {mask}")
+        cnt = f.op(f"call {VT} @llvm.ctpop.v{f.W}i32({VT} {bits})")
+        return f.op(f"add {VT} {cnt}, {self.vget(inst.src[1])}")
 
     def _int_op(self, opn: str, a: str, b: str, ty: str) -> str:
         f = self.f
@@ -939,6 +1057,9 @@ class Emitter:
             return
         if k in FUNARY:
             self.vput(d.reg, self._funary(FUNARY[k], self.fget(inst.src[0])))
+            return
+        if k in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
+            self.vput(d.reg, self._mbcnt(inst))
             return
         if k in ("v_max_f32", "v_min_f32"):
             a, b = self.fget(inst.src[0]), self.fget(inst.src[1])
