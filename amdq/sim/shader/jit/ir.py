@@ -92,6 +92,11 @@ FUNARY = {"v_rndne_f32": "roundeven", "v_trunc_f32": "trunc", "v_floor_f32": "fl
           "v_rsq_f32": "rsq", "v_sqrt_f32": "sqrt"}
 MODE_SRC = -1        # an "x" operand reading the wave's MODE register (min/max look at MODE.IEEE)
 GFX9_KEYS = frozenset(("v_lshl_add_u64",))    # gfx9 builders (cdna.H9) whose semantics the emitter has too
+# RDNA4 builders (rdna4.OVERRIDES) whose semantics the emitter has too: the workgroup barrier (signal -1: a no-op,
+# wait: s_barrier's), s_load_b96 (the common s_load builder), the 64-bit scalar arithmetic without SCC
+RDNA4_KEYS = frozenset(("s_barrier_signal", "s_barrier_wait", "s_load_b96", "s_add_nc_u64", "s_sub_nc_u64",
+                        "s_mul_u64"))
+NC64 = {"s_add_nc_u64": "add", "s_sub_nc_u64": "sub", "s_mul_u64": "mul"}
 # VALU instructions that read or write one lane (valu_int.py): emitted wave by wave between VALU runs, as SALU
 LANE_OPS = frozenset(("v_readfirstlane_b32", "v_readlane_b32", "v_writelane_b32"))
 SOP1_32 = frozenset(("s_abs_i32", "s_brev_b32", "s_ctz_i32_b32"))
@@ -158,8 +163,11 @@ def kind_of(inst: Inst) -> str | None:
         return "end"
     if k in SLOAD:
         return "sload" if _sload_ok(inst) else None
-    if k == "s_barrier":
+    if k in ("s_barrier", "s_barrier_wait"):
         return "barrier"            # a no-op when every wave of the batch is in the call (runtime.step stops before it otherwise)
+    if k == "s_barrier_signal":     # the workgroup barrier's (rdna4._barrier_signal refuses any other id)
+        x = inst.src[0] if inst.src else None
+        return "nop" if x is not None and x.kind == "c" and x.value & 0xFFFFFFFF == 0xFFFFFFFF else None
     enc = inst.enc
     if any(d.bits == 16 for d in inst.dst if isinstance(d, Operand)) or getattr(inst, "sdwa", None) is not None:
         return None                 # 16-bit destinations (gfx9 zeroes or keeps the high half) and SDWA
@@ -222,6 +230,8 @@ def _salu_ok(inst: Inst) -> bool:
         return False
     if k in SOP2 or k in ADDSUB:
         return len(inst.src) == 2 and _sdst_ok(inst.dst[0]) and all(s.n == 1 for s in inst.src)
+    if k in NC64:
+        return len(inst.src) == 2 and _sdst_ok(inst.dst[0], 2) and all(x.n == 2 or x.kind == "c" for x in inst.src)
     if k in SOP2_64:
         return len(inst.src) == 2 and _sdst_ok(inst.dst[0], 2) and inst.src[0].n == 2 and \
             inst.src[1].n == (1 if k in ("s_lshl_b64", "s_lshr_b64") else 2)
@@ -699,6 +709,9 @@ class Emitter:
                 self.scc_put(f.op(f"icmp ne i32 {r}, 0"))
             elif scc:
                 self.scc_put(f.op(f"icmp {scc} i32 {a}, {b}"))
+            return
+        if k in NC64:
+            self.sput64(d.reg, f.op(f"{NC64[k]} i64 {self.sget64(inst.src[0])}, {self.sget64(inst.src[1])}"))
             return
         if k in SOP2_64:
             opn = SOP2_64[k]
