@@ -30,7 +30,7 @@ import numpy as np
 from ..core import PAGE
 from .block import VERSION, Block, ModuleGen, finish
 from .compiled import Compiled, get, region_key, submit
-from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, WAITS, WORK, kind_of
+from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
 MAX_BLOCKS = 128
 MAX_INSTS = 512          # per block
@@ -117,6 +117,7 @@ def _shared(isa) -> set:
             from .. import rdna4
             s = {k for k in isa.handlers if k in base and k not in rdna4.OVERRIDES}
             s |= {k for k in isa.handlers if k in WAITS or k in rdna4.WAITS}
+            s |= {k for k in RDNA4_KEYS if k in isa.handlers}     # RDNA4 operations the emitter knows (ir.py)
         elif isa.name == "cdna3":
             from .. import cdna
             s = {k for k in isa.handlers if k in base and k not in cdna.H9 and
