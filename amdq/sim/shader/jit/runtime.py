@@ -1,9 +1,11 @@
 """The glue between the scheduler and compiled blocks: find the block at a PC, call it, handle its misses.
 
-`step(batch, icache, sel, pc, k, limit)` is the scheduler's one hook (core.Batch.run): it runs the compiled
+`step(batch, icache, sel, pc, k, limit, budget)` is the scheduler's one hook (core.Batch.run): it runs the compiled
 block holding `pc` for the waves `sel` (k of them), at most up to `limit` (the lowest PC of the other runnable
-waves, so waves still merge where the interpreter would merge them), and returns (instructions executed,
-bytes the PC advanced, whether a branch set the PCs), or None when the interpreter must take this PC.
+waves, so waves still merge where the interpreter would merge them), then goes on in compiled code from block to
+block of the region (block.CHAIN) while every wave of the call is at one PC there, below `limit`, and fewer than
+`budget` instructions (the scheduler's remaining max_steps) ran; it returns (instructions executed, bytes the PC
+advanced, whether the PCs were set per wave, wave-instructions), or None when the interpreter must take this PC.
 
 Regions: the first time a PC is asked for, the blocks reachable from it (straight-line code, fall-through and
 branch targets, up to MAX_BLOCKS) are found by fetching through the ICache (so code comes through the memory
@@ -396,7 +398,7 @@ class Context:
     def bind(self, batch) -> None:
         """Point at this batch's LDS, memory and translated-range tables."""
         w = batch.w
-        self.w, self.mem = w, w.mem
+        self.mem = w.mem                # (not the WaveState: it keeps this context, and a cycle waits for the GC)
         c = self.ctx
         if w.lds is not self.lds:
             assert w.lds.flags.c_contiguous
