@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
-from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, Emitter, Fn, fuse, halves, helpers, is_float
+from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, Emitter, Fn, fuse, halves, helpers,
+                 is_float)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
 VERSION = 23          # bump when the generated code changes meaning (part of every cache key)

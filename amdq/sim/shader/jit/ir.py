@@ -1080,7 +1080,8 @@ class Emitter:
             return
         if k == "v_ldexp_f32":
             x = self._f64(self.fget(inst.src[0]))
-            self.vput(d.reg, self._to_f32(f.op(f"fmul <{f.W} x double> {x}, {self._pow2(self.vget(inst.src[1]), 400)}")))
+            p = self._pow2(self.vget(inst.src[1]), 400)
+            self.vput(d.reg, self._to_f32(f.op(f"fmul <{f.W} x double> {x}, {p}")))
             return
         if k == "v_div_fixup_f32":
             self.vput(d.reg, self._div_fixup(*(self.fget(x) for x in inst.src)))
@@ -1207,7 +1208,8 @@ class Emitter:
         """Denormals to signed zero (valu.ftz_bits)."""
         f = self.f
         z = f.op(f"icmp eq {f.VT} {f.op(f'and {f.VT} {bits}, {self._vconst(0x7F800000)}')}, zeroinitializer")
-        return f.op(f"select {f.MT} {z}, {f.VT} {f.op(f'and {f.VT} {bits}, {self._vconst(0x80000000)}')}, {f.VT} {bits}")
+        sign = f.op(f"and {f.VT} {bits}, {self._vconst(0x80000000)}")
+        return f.op(f"select {f.MT} {z}, {f.VT} {sign}, {f.VT} {bits}")
 
     def _fv(self, bits: str) -> str:
         return self.f.op(f"bitcast {self.f.VT} {bits} to {self.f.FT}")
@@ -1327,7 +1329,8 @@ class Emitter:
         under = f.op(f"icmp slt {VT} {f.op(f'sub {VT} {en}, {ed}')}, {self._vconst(-150)}")
         r = f.op(f"select {MT} {under}, {VT} {zero}, {VT} {r}")
         finf = f.splat("0x7FF0000000000000", "float")
-        absinf = lambda fv: f.op(f"fcmp oeq {FT} {f.op(f'call {FT} @llvm.fabs.v{f.W}f32({FT} {fv})')}, {finf}")  # noqa: E731
+        def absinf(fv: str) -> str:
+            return f.op(f"fcmp oeq {FT} {f.op(f'call {FT} @llvm.fabs.v{f.W}f32({FT} {fv})')}, {finf}")
         dinf, ninf = absinf(fd), absinf(fn)
         zf = "zeroinitializer"
         dz, nz = f.op(f"fcmp oeq {FT} {fd}, {zf}"), f.op(f"fcmp oeq {FT} {fn}, {zf}")
