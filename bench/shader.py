@@ -32,7 +32,8 @@ with a note (`pocl` in the JSON says why).
 The fixed cost of a dispatch: per target, a one-wave kernel of about 100 instructions is launched through the
 whole device (SIM:<arch>, engines on the launching thread) and its simulated GPU time (the dispatch's start
 and end timestamps) is reported, median and best of the launches (goal: at most 100 us), beside PoCL's time
-for the same kernel as one workgroup.
+for the same kernel as one workgroup; with the interpreter too (`interp_gpu_us_median`). `jit_fallbacks` names
+the mnemonics that still ran in the interpreter with the JIT on (wave-instructions per run, the most first).
 
     python bench/shader.py [--quick] [--profile] [--arch gfx1100,gfx1201,gfx942]
 """
@@ -79,6 +80,7 @@ class Meter:
         self.steps: list[int] = []
         self.by_inst: dict[str, float] = defaultdict(float)
         self.count: dict[str, int] = defaultdict(int)
+        self.interpreted: dict[str, int] = defaultdict(int)   # mnemonic -> wave-instructions the interpreter ran
         self.on = False
 
     def install(self, profile: bool):
@@ -96,6 +98,7 @@ class Meter:
                     dt = time.perf_counter() - t
                     k = w.n if isinstance(sel, slice) else len(sel)
                     meter.steps.append(k * w.lanes)
+                    meter.interpreted[inst.key] += k
                     if profile:
                         meter.by_inst[inst.mnemonic] += dt
                         meter.count[inst.mnemonic] += 1
@@ -138,7 +141,8 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
         else:
             os.environ["AMDQ_SIM_JIT"] = old
     res = dict(jit)
-    res.update({f"interp_{k}": v for k, v in interp.items() if k not in ("wave_instructions", "steps", "jit_coverage")})
+    res.update({f"interp_{k}": v for k, v in interp.items()
+                if k not in ("wave_instructions", "steps", "jit_coverage", "jit_fallbacks")})
     res["jit_speedup"] = round(interp["seconds"] / max(jit["seconds"], 1e-9), 2)
     res.update({f"jit_{k}_ms": round(v * 1e3, 1) for k, v in times.items()})
     from amdq.sim.shader.jit import runtime
@@ -162,6 +166,7 @@ def _bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat:
     C.ShaderCore.dispatch = timed_dispatch
     from amdq.sim.shader.jit import runtime
     compiled_before = runtime.counts["wave_instructions"]
+    meter.interpreted.clear()
     try:
         for _ in range(repeat):
             meter.steps.clear()
@@ -182,10 +187,12 @@ def _bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat:
         ideal += rest * numpy_op_time(int(lanes_rest))
     from amdq.hw.targets import get_target
     lanes = 32 if get_target(arch).gen.wave32 else 64
+    fallbacks = sorted(meter.interpreted.items(), key=lambda kv: -kv[1])[:6]
     return outs, {"wave_instructions": stats.wave_instructions, "steps": stats.steps, "seconds": round(best, 4),
                   "cpu_seconds": round(best_cpu, 4), "wave_instructions_per_s": round(stats.wave_instructions / best),
                   "lane_instructions_per_s": round(stats.wave_instructions * lanes / best),
-                  "efficiency": round(ideal / best, 3), "jit_coverage": round(coverage, 3)}
+                  "efficiency": round(ideal / best, 3), "jit_coverage": round(coverage, 3),
+                  "jit_fallbacks": {k: v // repeat for k, v in fallbacks}}
 
 
 def main() -> None:
@@ -256,7 +263,9 @@ def _run_arch(arch: str, a, meter) -> dict:
               f"{'valid' if ok[k] else 'WRONG'}  | interpreter {st['interp_seconds']:7.3f} s "
               f"{st['interp_wave_instructions_per_s'] / 1e6:6.2f} M/s  JIT x{st['jit_speedup']:.1f}  compile "
               f"{st['jit_compile_ms']:.0f} ms (disk {st['jit_disk_ms']:.0f}, cached {st['jit_cached_ms']:.0f}), "
-              f"{st['jit_threads']} threads, {100 * st['jit_coverage']:.0f}% compiled")
+              f"{st['jit_threads']} threads, {100 * st['jit_coverage']:.0f}% compiled"
+              + (f" (interpreted: {', '.join(f'{m} {n}' for m, n in st['jit_fallbacks'].items())})"
+                 if st["jit_fallbacks"] else ""))
     if a.profile:
         for mn, t in sorted(meter.by_inst.items(), key=lambda kv: -kv[1])[:25]:
             print(f"  {mn:32s} {t * 1e3:9.2f} ms  {meter.count[mn]:6d} steps", file=sys.stderr)
@@ -330,6 +339,23 @@ def _xorshift(x: np.ndarray) -> np.ndarray:
 
 
 def one_wave_dispatch(arch: str, launches: int) -> dict:
+    """one_wave with the JIT (sync) and with the interpreter (`interp_*`), side by side."""
+    old = os.environ.get("AMDQ_SIM_JIT")
+    try:
+        os.environ["AMDQ_SIM_JIT"] = "0"
+        interp = _one_wave(arch, launches)
+        os.environ["AMDQ_SIM_JIT"] = "sync"
+        out = _one_wave(arch, launches)
+    finally:
+        if old is None:
+            os.environ.pop("AMDQ_SIM_JIT", None)
+        else:
+            os.environ["AMDQ_SIM_JIT"] = old
+    out.update({f"interp_{k}": v for k, v in interp.items() if k.startswith(("gpu_", "vs_goal"))})
+    return out
+
+
+def _one_wave(arch: str, launches: int) -> dict:
     """Simulated GPU time of a one-wave dispatch of about 100 instructions through the whole device (SIM:<arch>,
     engines on the launching thread), median and best over `launches` launches after a warm-up."""
     import os
@@ -377,7 +403,8 @@ def one_wave_dispatch(arch: str, launches: int) -> dict:
         _, t = pdev.run(ONE_WAVE_SRC, "one_wave", [x], (1, 1, 1), (lanes, 1, 1), repeat=launches)
         out["pocl_us"] = round(t * 1e6, 1)
         out["vs_pocl"] = round(out["gpu_us_median"] / (t * 1e6), 1)
-    print(f"{arch:8s} one-wave dispatch ({n} wave-instructions): {out['gpu_us_median']:8.1f} us simulated GPU time "
+    how = "JIT" if os.environ.get("AMDQ_SIM_JIT", "0") not in ("0", "") else "interpreter"
+    print(f"{arch:8s} one-wave dispatch ({n} wave-instructions, {how}): {out['gpu_us_median']:8.1f} us simulated GPU time "
           f"(best {out['gpu_us_best']:.1f}; goal {LIMIT_TARGETS['one_wave_dispatch_us']} us)"
           + (f"  PoCL {out['pocl_us']:.1f} us" if "pocl_us" in out else "") + ("" if valid else "  WRONG"))
     return out

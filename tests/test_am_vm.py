@@ -195,6 +195,25 @@ def test_fragment_field_is_what_the_tlb_caches(gfx):
 
 
 @pytest.mark.parametrize("gfx", GFX)
+def test_tlb_runs_join_whatever_order_pages_are_touched(gfx):
+    """Pages of one physically contiguous mapping touched every other page first (dies striding through a buffer)
+    end as one cached run once the gaps are walked: the shader JIT's range table then needs one row, not one per
+    pair of pages. A run never joins a physically discontiguous or differently writable neighbour."""
+    r = Rig(gfx)
+    lo = BASE + 4 * MiB
+    r.vm.map(lo, 0x0300_1000, 16 * PAGE)                # 4 KiB-aligned PA: FRAG 0, each page walked alone
+    r.vm.map(lo + 16 * PAGE, 0x0500_0000, 4 * PAGE)     # right after in VA, elsewhere in VRAM
+    for i in list(range(0, 16, 2)) + list(range(1, 16, 2)) + [16, 17]:
+        r.access(lo + i * PAGE)
+    starts, runs = r.mmu._tlb
+    mine = [(x.va, x.end, x.pa) for x in runs if lo <= x.va < lo + 20 * PAGE]
+    assert mine[0] == (lo, lo + 16 * PAGE, 0x0300_1000)            # one run...
+    assert mine[1][0] == lo + 16 * PAGE and mine[1][2] == 0x0500_0000  # ...not joined to the other memory
+    assert starts == sorted(starts) and len(starts) == len(runs)
+    assert r.mmu.jit_span(lo + 3, 8, False) == (lo, lo + 16 * PAGE, r.vram.buf.ctypes.data + 0x0300_1000)
+
+
+@pytest.mark.parametrize("gfx", GFX)
 def test_unmapped_addresses_fault(gfx):
     r = Rig(gfx)
     r.vm.map(BASE + 2 * MiB, 0x0400_0000, 2 * MiB)

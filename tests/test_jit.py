@@ -274,13 +274,15 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
     """Compiled code lands in AMDQ_SIM_JIT_CACHE; a process without it in memory loads it from disk."""
     d = tmp_path / "jit2"
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
-    saved = dict(compiled.MEMORY)
+    saved, known = dict(compiled.MEMORY), dict(runtime.KNOWN)
     compiled.MEMORY.clear()
+    runtime.KNOWN.clear()
     try:
         _vadd()
         files = sorted(p.name for p in d.iterdir())
         assert files and all(f.endswith(".o") for f in files)
-        compiled.MEMORY.clear()
+        compiled.MEMORY.clear()             # a new process: nothing compiled in memory
+        runtime.KNOWN.clear()
         hits = compiled.stats["disk_hits"]
         x, y, out = _vadd()
         assert compiled.stats["disk_hits"] > hits
@@ -288,6 +290,7 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
         assert sorted(p.name for p in d.iterdir()) == files
     finally:
         compiled.MEMORY.update(saved)
+        runtime.KNOWN.update(known)
 
 
 def test_background_compile_switches_over(monkeypatch):
@@ -353,6 +356,114 @@ def test_nan_payloads_and_specials(monkeypatch, s, wave):
     assert used and used[0] > 0
 
 
+DUAL_OPS = """
+__kernel void duals(__global const float *a, __global const float *b, __global const float *c, __global float *o,
+                    float s, float t) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i], z = c[i];
+  float r0 = x * s, r1 = y + t, r2 = s - y, r3 = fma(s, x, z), r4 = fma(x, y, 3.5f), r5 = fma(x, 1.25f, y);
+  float r6 = y * x, r7 = x - z, r8 = fma(t, y, r0), r9 = s + x, r10 = (x < y) ? r1 : r2;
+  float r11 = fma(t, z, y), r12 = fma(x, z, r6);
+  __global float *q = o + 16 * i;
+  q[0] = r0; q[1] = r1; q[2] = r2; q[3] = r3; q[4] = r4; q[5] = r5; q[6] = r6; q[7] = r7; q[8] = r8; q[9] = r9;
+  q[10] = r10; q[11] = z - t; q[12] = r11; q[13] = r12; q[14] = y * t; q[15] = fma(s, y, x);
+}
+"""
+
+
+@pytest.mark.parametrize("s", [float("nan"), float("inf"), 2.0])
+def test_vopd_nan_payloads_and_specials(monkeypatch, s):
+    """VOPD (v_dual_*: mul, add, sub, subrev, fmac with an SGPR src0, fmaak, fmamk, cndmask; gfx1100 wave32) over
+    the same specials: compiled, the interpreter's bits, NaN payloads included."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    k = len(SPECIAL)
+    ia, ib, ic = np.meshgrid(np.arange(k), np.arange(k), np.arange(k), indexing="ij")
+    a, b, c = (SPECIAL[i.ravel()].view(np.float32) for i in (ia, ib, ic))
+    pad = -len(a) % 64
+    a, b, c = (np.concatenate([x, np.ones(pad, np.float32)]) for x in (a, b, c))
+    code = harness.compile_cl(DUAL_OPS, "gfx1100")
+    from amdq.tools.disasm import disassemble_elf
+    listing = [t for _, _, t in disassemble_elf(code.read_bytes() if hasattr(code, "read_bytes") else code)["duals"]]
+    assert any(t.startswith("v_dual_fmac_f32") and ", s" in t for t in listing)     # the case the test is for
+    harness.run(code, "duals", [a, b, c, np.zeros(16 * len(a), np.float32), s, float("-nan")],
+                (len(a) // 64, 1, 1), (64, 1, 1))
+    assert used and used[0] > 0
+
+
+FLOAT_OPS = """
+__kernel void fops(__global const float *a, __global const float *b, __global const int *n, __global float *o,
+                   __global int *oi) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i];
+  int k = n[i];
+  __global float *q = o + 16 * i;
+  q[0] = fmax(x, y); q[1] = fmin(x, y); q[2] = rint(x); q[3] = trunc(y); q[4] = floor(x); q[5] = ceil(y);
+  q[6] = x / y; q[7] = ldexp(x, k); q[8] = __builtin_amdgcn_rcpf(x); q[9] = __builtin_amdgcn_rsqf(y);
+  q[10] = __builtin_amdgcn_sqrtf(x); q[11] = fmax(fmax(x, y), 1.5f); q[12] = x / 3.0f; q[13] = y / x;
+  __global int *r = oi + 8 * i;
+  r[0] = (int)x; r[1] = (int)(uint)y; r[2] = !(x < y); r[3] = !(x >= y); r[4] = !__builtin_isunordered(x, y);
+  r[5] = __builtin_isunordered(x, y); r[6] = !(x == y) + 2 * !(x <= y); r[7] = (x != y) + 2 * !(x > y);
+}
+"""
+FLOAT_SPECIAL = np.concatenate([SPECIAL, np.array([0x00800000, 0x80000001, 0x4B000001, 0x3F000000, 0xCF000000,
+                                                   0x4F800000, 0x5F000000, 0x1F800000, 0x7E800000, 0x00400000,
+                                                   0x3FC00000, 0xC0200000], np.uint32)])
+
+
+@pytest.mark.parametrize("arch, wave", [("gfx1100", 32), ("gfx1100", 64), ("gfx942", 64)])
+def test_float_ops_specials(monkeypatch, arch, wave):
+    """min/max (MODE.IEEE), rounding, saturating conversions, ldexp, rcp/rsq/sqrt, the v_div_scale/fmas/fixup
+    division and the unordered compares over every pair of specials (NaN payloads, signaling NaNs, infinities,
+    zeros, denormals, rounding ties, values near the division's scaling thresholds): the interpreter's bits."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    k = len(FLOAT_SPECIAL)
+    ia, ib = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+    a, b = FLOAT_SPECIAL[ia.ravel()].view(np.float32), FLOAT_SPECIAL[ib.ravel()].view(np.float32)
+    n = (np.arange(len(a)) * 37 % 601 - 300).astype(np.int32)
+    n[::7] = np.array([-2**31, 2**31 - 1, 500, -500, 64, -149, 127], np.int32)[np.arange(len(n[::7])) % 7]
+    pad = -len(a) % 64
+    a, b = (np.concatenate([x, np.ones(pad, np.float32)]) for x in (a, b))
+    n = np.concatenate([n, np.zeros(pad, np.int32)])
+    flags = ("-cl-fp32-correctly-rounded-divide-sqrt",) + (suite.wf(wave) if arch == "gfx1100" else ())
+    before = runtime.counts["wave_instructions"]
+    harness.run_cl(FLOAT_OPS, "fops", [a, b, n, np.zeros(16 * len(a), np.float32), np.zeros(8 * len(a), np.int32)],
+                   (len(a) // 64, 1, 1), (64, 1, 1), arch=arch, flags=flags)
+    assert used and used[0] > 0
+
+
+DIV_FMAS = """
+__kernel void fmas(__global const float *a, __global const float *b, __global const float *c, __global float *o) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i], z = c[i];
+  o[2 * i] = __builtin_amdgcn_div_fmasf(x, y, z, false);
+  o[2 * i + 1] = __builtin_amdgcn_div_fmasf(x, y, z, (i & 1) != 0);
+}
+"""
+
+
+def test_div_fmas_round_to_odd(monkeypatch):
+    """v_div_fmas_f32 where the interpreter's f64 sum is an f32 tie with a non-zero error (fp._fma32's round to odd
+    decides the result) and with VCC scaling, over specials too: the interpreter's bits."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    b32 = lambda *v: np.array(v, np.uint32).view(np.float32)    # noqa: E731
+    # 2^-24 (1 + 2^-23) * (1 - 2^-23) + (1 + 2^-23): the f64 sum rounds onto the tie 1 + 2^-23 + 2^-24
+    a = b32(0x33800001, 0x33800001, 0xB3800001, 0x33800001)
+    b = b32(0x3F7FFFFE, 0x3F7FFFFE, 0x3F7FFFFE, 0xBF7FFFFE)
+    c = b32(0x3F800001, 0xBF800001, 0xBF800001, 0x3F800003)
+    k = len(SPECIAL)
+    ia, ib, ic = np.meshgrid(np.arange(k), np.arange(k), np.arange(k), indexing="ij")
+    a, b, c = (np.concatenate([t, SPECIAL[i.ravel()].view(np.float32)]) for t, i in ((a, ia), (b, ib), (c, ic)))
+    pad = -len(a) % 64
+    a, b, c = (np.concatenate([x, np.ones(pad, np.float32)]) for x in (a, b, c))
+    (_, _, _, out), _ = harness.run_cl(DIV_FMAS, "fmas", [a, b, c, np.zeros(2 * len(a), np.float32)],
+                                       (len(a) // 64, 1, 1), (64, 1, 1))
+    assert used and used[0] > 0
+    assert out.view(np.uint32)[0] == 0x3F800001          # the exact sum lies below the tie
+
+
 def test_two_threads_match_the_interpreter(monkeypatch):
     """Calls split across two threads (every qualifying call: whole workgroups, no global memory) give the
     interpreter's memory and registers."""
@@ -402,3 +513,214 @@ def test_barriers_in_blocks(monkeypatch, wave):
     got = out.reshape(12, 64)
     keep = np.arange(12) % 3 != 1
     assert (got[keep] == want[keep]).all() and (got[~keep] == 0).all()
+
+
+# ---------------------------------------------------------------- chaining: compiled code going on from block to block
+
+CHAIN_SRC = """
+__kernel void wloop(__global int *o, __global const int *trips) {
+  int g = get_global_id(0);
+  int n = trips[get_local_id(0) >> 4];          /* per 16 lanes: waves (and halves of waves) go apart */
+  int s = g;
+  for (int k = 0; k < n; k++) { s = s * 3 + k; if (s & 1024) s ^= 77; }
+  o[g] = s;
+}
+__kernel void late(__global int *o, __global const int *a, __global const int *b, int n) {
+  int g = get_global_id(0);
+  int s = 0;
+  for (int k = 0; k < n; k++) {
+    s = s * 5 + k;
+    if (k == n - 3) s += b[g];                  /* b is first read after several iterations ran compiled */
+  }
+  o[g] = s + a[g];
+}
+__kernel void bloop(__global int *o, int n) {
+  __local int t[64];
+  int l = get_local_id(0), g = get_group_id(0);
+  if (g % 3 == 1) return;                       /* whole workgroups end early: later steps are not uniform */
+  int s = l;
+  for (int k = 0; k < n; k++) {
+    t[l] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    s += t[(l + k) & 63];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  o[get_global_id(0)] = s;
+}
+"""
+CHAIN_ARCHS = [("gfx1100", 32), ("gfx1100", 64), ("gfx1201", 32), ("gfx942", 64)]
+
+
+def _chain_run(arch, wave, kernel, args, grid, block=(64, 1, 1)):
+    flags = suite.wf(wave) if not arch.startswith("gfx9") else ()
+    return harness.run_cl(CHAIN_SRC, kernel, args, grid, block, arch=arch, flags=flags)
+
+
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_chained_loops_with_divergence(monkeypatch, arch, wave):
+    """Loops run compiled from iteration to iteration while the waves of a call stay together; where they go apart
+    (trip counts per 16 lanes) the scheduler takes over: the interpreter's memory, registers and step counts."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    trips = np.array([5, 5, 9, 9, 0, 3, 17, 1], np.int32)
+    before = runtime.counts["chained"]
+    (out, _), _ = _chain_run(arch, wave, "wloop", [np.zeros(128 * 4, np.int32), trips], (4, 1, 1), (128, 1, 1))
+    assert used and used[0] > 0
+    g = np.arange(512, dtype=np.int64)
+    s, n = g.copy(), trips[(g % 128) >> 4]
+    for k in range(int(trips.max())):
+        t = (s * 3 + k) & 0xFFFFFFFF
+        t = np.where(t & 1024, t ^ 77, t)
+        s = np.where(k < n, t, s)
+    assert np.array_equal(out.astype(np.int64) & 0xFFFFFFFF, s)
+    assert runtime.counts["chained"] > before
+
+
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_chained_miss_and_fault_mid_loop(monkeypatch, arch, wave):
+    """A global load first reached after compiled iterations: its range is translated and the chain resumes; at an
+    unmapped address it faults as the interpreter does (same address, same PC)."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    n = 256
+    a, b = np.arange(n, dtype=np.int32), np.arange(n, dtype=np.int32) * 7
+    misses, chained = runtime.counts["misses"], runtime.counts["chained"]
+    (out, _, _), _ = _chain_run(arch, wave, "late", [np.zeros(n, np.int32), a, b, 12], (n // 64, 1, 1))
+    s = np.zeros(n, np.int64)
+    for k in range(12):
+        s = (s * 5 + k + (b if k == 9 else 0)) & 0xFFFFFFFF
+    assert np.array_equal(out.astype(np.int64) & 0xFFFFFFFF, (s + a) & 0xFFFFFFFF)
+    assert runtime.counts["misses"] > misses and runtime.counts["chained"] > chained
+    bad = 0x7777_0000_0000
+    with pytest.raises(GPUException) as e:          # (the differential dispatch compares it with the interpreter's)
+        _chain_run(arch, wave, "late", [np.zeros(n, np.int32), a, bad, 12], (n // 64, 1, 1))
+    assert e.value.address == bad
+
+
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_chained_loops_with_barriers(monkeypatch, arch, wave):
+    """s_barrier in a loop: passed in compiled code only with every wave of the batch in the call (here some
+    workgroups ended early, so the interpreter parks the waves): the interpreter's memory and registers."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    (out, ), _ = _chain_run(arch, wave, "bloop", [np.zeros(64 * 6, np.int32), 7], (6, 1, 1))
+    assert used and used[0] > 0
+    want = np.zeros((6, 64), np.int64)
+    l = np.arange(64)
+    s = l.copy()
+    for k in range(7):
+        s = s + s[(l + k) & 63]
+    want[:] = s & 0xFFFFFFFF
+    got = out.reshape(6, 64).astype(np.int64) & 0xFFFFFFFF
+    keep = np.arange(6) % 3 != 1
+    assert (got[keep] == want[keep]).all() and (got[~keep] == 0).all()
+
+
+@pytest.mark.parametrize("budget", [1, 7, 64])
+def test_chain_honours_max_steps(monkeypatch, budget):
+    """A batch run with max_steps returns within its budget plus one block (a compiled loop does not run on past
+    it: an endless kernel still comes back to the command processor), and resuming gives the interpreter's results."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    orig = C.Run.step
+    over: list[int] = []
+
+    def step(run, max_steps):
+        before = run.stats.steps
+        done = orig(run, budget)
+        over.append(run.stats.steps - before - budget)
+        return done
+    monkeypatch.setattr(C.Run, "step", step)
+    chained = runtime.counts["chained"]
+    _chain_run("gfx1100", 32, "late", [np.zeros(64, np.int32), np.arange(64, dtype=np.int32),
+                                       np.arange(64, dtype=np.int32), 200], (1, 1, 1))
+    assert used and used[0] > 0 and len(over) > 2
+    assert max(over) < runtime.MAX_INSTS
+    if budget > 1:
+        assert runtime.counts["chained"] > chained
+
+
+# ---------------------------------------------------------------- one-lane VALU and more scalar ALU
+
+LANE_SRC = """
+__kernel void lanes(__global int *o, __global const int *a, int s, ulong u, int t) {
+  int i = get_global_id(0), l = get_local_id(0);
+  int x = a[i];
+  int r = 0;
+  if (x & 1) {                                    /* a divergent EXEC: the first active lane is not lane 0 */
+    r = __builtin_amdgcn_readfirstlane(x * 3);
+    r += __builtin_amdgcn_readlane(x, (s + l / 64) & 63);
+  }
+  int mb = __builtin_amdgcn_mbcnt_hi(x, __builtin_amdgcn_mbcnt_lo(x ^ 0x5A5A5A5A, l));
+  int sc = 0;
+  if (s > 17) sc += 1;
+  if ((unsigned)s < 40000u) sc += 2;
+  if (s == -5) sc += 4;
+  if (u != 0x123456789ull) sc += 8;
+  if ((t >> (s & 31)) & 1) sc += 16;
+  sc += __builtin_ctz(t | 0x10000) + 100 * __builtin_bitreverse32(s) + (t < 0 ? -t : t);
+  o[4 * i] = r; o[4 * i + 2] = mb; o[4 * i + 3] = sc;
+}
+"""
+WRITELANE_IR = """
+declare i32 @llvm.amdgcn.writelane(i32, i32, i32)
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+
+define amdgpu_kernel void @wl(ptr addrspace(1) %o, i32 %s, i32 %t) {
+entry:
+  %l = call i32 @llvm.amdgcn.workitem.id.x()
+  %g = call i32 @llvm.amdgcn.workgroup.id.x()
+  %wg = mul i32 %g, 64
+  %i = add i32 %wg, %l
+  %old = mul i32 %l, 3
+  %lane = add i32 %t, %g
+  %v = call i32 @llvm.amdgcn.writelane(i32 %s, i32 %lane, i32 %old)
+  %sh = lshr i32 %s, %lane
+  %b = and i32 %sh, 1
+  %c = icmp ne i32 %b, 0
+  br i1 %c, label %one, label %done
+one:
+  %v2 = add i32 %v, 1000
+  br label %done
+done:
+  %r = phi i32 [ %v, %entry ], [ %v2, %one ]
+  %p = getelementptr i32, ptr addrspace(1) %o, i32 %i
+  store i32 %r, ptr addrspace(1) %p
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("arch, wave", [("gfx1100", 32), ("gfx1100", 64), ("gfx1201", 32), ("gfx942", 64)])
+@pytest.mark.parametrize("s, u, t", [(-5, 0x123456789, -77), (18, 0, 0x40000), (40000, 1 << 40, 3)])
+def test_lane_ops_and_scalar_ops(monkeypatch, arch, wave, s, u, t):
+    """v_readfirstlane/readlane/writelane_b32 (under a divergent EXEC), v_mbcnt_lo/hi, s_cmpk_*, s_cmp_*_u64,
+    s_bitcmp*, s_ctz_i32_b32, s_brev_b32, s_abs_i32 compiled: the interpreter's memory and registers, and the
+    values OpenCL says."""
+    import amdq
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    n = 256
+    a = (np.arange(n, dtype=np.int64) * 2654435761 % (1 << 31)).astype(np.int32)
+    a[::5] |= 1
+    flags = suite.wf(wave) if arch != "gfx942" else ()
+    before = runtime.counts["wave_instructions"]
+    (o, _), _ = harness.run_cl(LANE_SRC, "lanes", [np.zeros(4 * n, np.int32), a, s, u, t], (n // 64, 1, 1), (64, 1, 1),
+                               arch=arch, flags=flags)
+    sc = (s > 17) + 2 * ((s & 0xFFFFFFFF) < 40000) + 4 * (s == -5) + 8 * (u != 0x123456789) + 16 * ((t >> (s & 31)) & 1)
+    brev = int(f"{s & 0xFFFFFFFF:032b}"[::-1], 2)
+    ctz = ((t | 0x10000) & -(t | 0x10000)).bit_length() - 1
+    assert (o.reshape(n, 4)[:, 3] == np.int32(np.uint32((sc + ctz + 100 * brev + abs(t)) & 0xFFFFFFFF))).all()
+    wl = amdq.compile(WRITELANE_IR, arch)
+    (o2,), _ = harness.run(wl, "wl", [np.zeros(n, np.int32), s, t & 15], (n // 64, 1, 1), (64, 1, 1), arch=arch)
+    lanes = 64 if arch == "gfx942" else 32                     # (the IR kernel: the target's default wave size)
+    want = (np.arange(n) % 64 * 3).reshape(-1, lanes)          # one row per wave
+    for wv in range(n // lanes):
+        g = wv * lanes // 64
+        lane = (t & 15) + g
+        want[wv, lane % lanes] = s
+        if (s & 0xFFFFFFFF) >> lane & 1:
+            want[wv] += 1000
+    assert np.array_equal(o2, want.reshape(-1).astype(np.int32))
+    assert used and runtime.counts["wave_instructions"] > before

@@ -966,3 +966,26 @@ def test_f32_binary_ops_match_numpy(xs, ys):
         snan = lambda v: np.isnan(v) & ((v.view(U32) & U32(0x00400000)) == 0)  # noqa: E731
         ok = ~(snan(a) | snan(b))
         assert same(w.v[2][0].view(F32)[ok], exp[ok])
+
+
+def test_released_wave_state_comes_back_clean():
+    """A small register file released after a batch is the next batch's of its shape, every field as a new one's."""
+    from amdq.sim.shader.wave import WaveState
+    w = WaveState.fresh(3, 32, 5)
+    for name in ("v", "s", "scc", "pc", "status", "em", "full", "mode", "wg", "lds_base", "scratch_base"):
+        a = getattr(w, name)
+        a.reshape(-1).view(np.uint8)[:] = 0xA5
+    w.barrier_pending, w.lds_size, w.lds_rows, w.xcc = True, 64, 2, 3
+    arrays = (w.v, w.s, w.pc)
+    w.release()
+    again = WaveState.fresh(3, 32, 5)
+    assert again is w and all(x is y for x, y in zip(arrays, (again.v, again.s, again.pc)))     # the same arrays...
+    ref = WaveState(3, 32, 5)
+    for name, val in vars(ref).items():                                                     # ...as a new state's
+        got = getattr(again, name)
+        if isinstance(val, np.ndarray):
+            assert got.dtype == val.dtype and np.array_equal(got, val), name
+        else:
+            assert got == val or got is val, name
+    v0 = WaveState.fresh(3, 32, 5, v0_written=True)       # (a new one: `again` is still out)
+    assert v0 is not again

@@ -66,6 +66,20 @@ class Run:
     writable: bool
 
 
+JIT_AHEAD = 1 << 20         # bytes of translations jit_span reads ahead
+
+
+def _unique(x: np.ndarray) -> np.ndarray:
+    """np.unique of a 1-d array, sorted (np.unique's first call imports numpy.ma: ~20 ms inside a dispatch)."""
+    x = np.sort(x)
+    return x[np.concatenate(([True], x[1:] != x[:-1]))] if len(x) else x
+
+
+def _joins(a: Run, b: Run) -> bool:
+    """Run b starts where run a ends, in the same memory right after it, with the same access."""
+    return a.end == b.va and a.arena is b.arena and a.pa + (a.end - a.va) == b.pa and a.writable == b.writable
+
+
 class Space(Protocol):
     """Where the GPU's physical addresses lead: (memory, offset in it) of `n` bytes, or None if nothing answers."""
     def system(self, addr: int, n: int) -> tuple[Arena, int] | None: ...
@@ -211,15 +225,20 @@ class MMU:
             pa, size, start = pa + (lo - start), size - (lo - start), lo
         size = min(size, hi - start)
         run = Run(start, start + size, arena, pa, bool(pte & WRITEABLE))
-        # merge with a physically contiguous neighbour so large buffers become one run
+        # merge with physically contiguous neighbours so large buffers become one run, whatever order their pages
+        # were first touched in (dies or workgroups striding through a buffer touch every other page first)
         i = bisect.bisect_right(starts, start)
         prev = runs[i - 1] if i > 0 else None
-        if prev and prev.end == start and prev.arena is arena and prev.pa + (prev.end - prev.va) == pa \
-                and prev.writable == run.writable:
+        if prev and _joins(prev, run):
             prev.end = run.end
-            return prev
-        starts.insert(i, start)
-        runs.insert(i, run)
+            run, i = prev, i - 1
+        else:
+            starts.insert(i, start)
+            runs.insert(i, run)
+        nxt = runs[i + 1] if i + 1 < len(runs) else None
+        if nxt and _joins(run, nxt):
+            run.end = nxt.end
+            del starts[i + 1], runs[i + 1]
         return run
 
     def fault(self, va: int, write: bool, client: str, reason: str = "not mapped") -> GPUFault:
@@ -236,6 +255,11 @@ class MMU:
         r = self._run_for(addr)
         if r is None or addr + nbytes > r.end or (write and not r.writable):
             return None
+        # read ahead: the pages after it that join the run (mapped, physically contiguous, alike) are walked now, up
+        # to JIT_AHEAD bytes past addr, as a TLB prefetches: a first pass over a buffer then misses once, not once
+        # a page (each miss stops a compiled block and runs its memory instruction again from the first wave)
+        while r.end < addr + JIT_AHEAD and not r.end >> 48 and self._run_for(r.end) is r:
+            pass
         return r.va, r.end, r.arena.buf.ctypes.data + r.pa
     def translate_one(self, va: int, nbytes: int, write: bool) -> tuple[np.ndarray, int] | None:
         """(backing bytes, offset) of [va, va + nbytes) when one cached or walked run maps it all (and allows the
@@ -259,10 +283,10 @@ class MMU:
     def _translate_slow(self, addr: np.ndarray, nbytes: int, write: bool, client: str) -> list:
         first, last = addr >> np.uint64(12), (addr + np.uint64(nbytes - 1)) >> np.uint64(12)
         if nbytes <= 4096:
-            pages = np.unique(np.concatenate([first, last]))
+            pages = _unique(np.concatenate([first, last]))
         else:                                   # few lanes, long accesses (rings, indirect buffers)
-            pages = np.unique(np.concatenate([np.arange(int(f), int(l) + 1, dtype=np.uint64)
-                                              for f, l in zip(first.tolist(), last.tolist())]))
+            pages = _unique(np.concatenate([np.arange(int(f), int(l) + 1, dtype=np.uint64)
+                                            for f, l in zip(first.tolist(), last.tolist())]))
         tlb = self._tlb
         for p in pages.tolist():
             r = self._run_for(p << 12, tlb)

@@ -313,7 +313,7 @@ class Batch:
         nwg = len(wg_ids)
         lay = layout(d, nwg)
         lanes, wpg, gen = lay.lanes, lay.wpg, lay.gen
-        w = self.w = WaveState(nwg * wpg, lanes, lay.nvgpr, v0_written=True)
+        w = self.w = WaveState.fresh(nwg * wpg, lanes, lay.nvgpr, v0_written=True)
         w.wg = lay.wg
         w.pc[:] = d.pgm_addr
         self.nwg, self.wpg, self.lanes = nwg, wpg, lanes
@@ -382,6 +382,7 @@ class Batch:
         w.xcc = d.xcc
         w.dispatch = d
         self.uniform: int | None = None
+        self.jit = _jit_hook()          # (asked once per batch: a sliced run calls run() many times)
 
     def run(self, stats: Stats, max_steps: int | None = None) -> bool:
         """Execute until every wave ended (True) or max_steps steps were taken (False)."""
@@ -404,7 +405,7 @@ class Batch:
         every = slice(None)
         uniform = self.uniform          # the PC every wave is at while all run together, else None
         group = None                    # (waves, PC, lowest PC of the other runnable waves) in straight-line code
-        jit = _jit_hook()
+        jit = self.jit
         limit = None                    # lowest PC of the runnable waves not in this step (None: every wave is in it)
         get = icache.get
         try:
@@ -452,7 +453,7 @@ class Batch:
                         group = (sel, pc, int(rest.min()) if len(rest) else 1 << 64)
                         limit = group[2]
                 if jit is not None:         # ---- JIT hook: the compiled block at pc, if there is one (jit/runtime.py)
-                    done = jit(self, icache, sel, pc, k, limit)
+                    done = jit(self, icache, sel, pc, k, limit, limit_steps - steps)
                     if done is not None:
                         ninst, nbytes, control, wave_instructions = done
                         if control:
@@ -467,6 +468,10 @@ class Batch:
                         steps += ninst
                         wave_insts += wave_instructions
                         lane_steps += wave_instructions * lanes
+                        if w.barrier_pending:   # (compiled s_endpgm)
+                            w.barrier_pending = False
+                            uniform = group = None
+                            self._release_barriers()
                         if steps >= limit_steps:
                             self.uniform = uniform
                             return False

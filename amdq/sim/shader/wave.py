@@ -121,7 +121,34 @@ def _lane_ids(n: int) -> np.ndarray:
     return a
 
 
+SMALL_STATE = 1 << 20       # register files below this many bytes are kept for the next batch of their shape
+FREE_BYTES = 1 << 26        # in all, at most
+_FREE: dict[tuple[int, int, int], list] = {}
+_held = [0]
+
+
 class WaveState:
+    jit_ctx = None              # the shader JIT's context block over these arrays (jit/runtime.py), kept with them
+
+    @classmethod
+    def fresh(cls, n_waves: int, wave_size: int, n_vgprs: int, v0_written: bool = False) -> "WaveState":
+        """A zeroed state: a released small one of the same shape when there is one (its arrays cleared in place:
+        a one-wave dispatch costs no allocations, and what points at them stays valid), else a new one."""
+        free = _FREE.get((n_waves, wave_size, max(n_vgprs, 1)))
+        if free:
+            try:
+                w = free.pop()
+            except IndexError:          # (another thread took it)
+                w = None
+            if w is not None:
+                _held[0] -= w._bytes()
+                w._clear(v0_written)
+                return w
+        return cls(n_waves, wave_size, n_vgprs, v0_written)
+
+    def _bytes(self) -> int:
+        return self.v.nbytes + self.s.nbytes + self.em.nbytes
+
     def __init__(self, n_waves: int, wave_size: int, n_vgprs: int, v0_written: bool = False):
         """v0_written: the caller fills v0 of every wave itself (it need not be cleared)."""
         self.n, self.lanes = n_waves, wave_size
@@ -134,8 +161,20 @@ class WaveState:
         self.em = POOL.zeros((n_waves, wave_size), bool)
         self.full = np.zeros(n_waves, bool)
         self.mode = np.zeros(n_waves, np.uint32)          # MODE register (round and denorm fields)
+        self._rest()
+
+    def _clear(self, v0_written: bool) -> None:
+        """Back to the state __init__ makes, in the same arrays."""
+        (self.v[1:] if v0_written else self.v).fill(0)
+        for a in (self.s, self.scc, self.pc, self.em, self.full, self.mode):
+            a.fill(0)
+        self.status.fill(RUN)
+        self._rest()
+
+    def _rest(self) -> None:
+        n_waves = self.n
         self.wg = np.zeros(n_waves, np.int64)             # workgroup of each wave (index in the batch)
-        self.lane_ids = _lane_ids(wave_size)              # read-only, shared
+        self.lane_ids = _lane_ids(self.lanes)             # read-only, shared
         self.barrier_pending = False
         # set by the dispatch: memory model, LDS bytes and per-wave base, scratch per wave
         self.mem = None
@@ -150,7 +189,23 @@ class WaveState:
         self.dispatch = None
 
     def release(self) -> None:
-        """Hand the large register arrays back for the next batch (the state is unusable afterwards)."""
+        """Hand the register arrays back for the next batch (the state is unusable afterwards): a small state whole
+        (WaveState.fresh), the large arrays of others to POOL."""
+        size = self._bytes()
+        if size < SMALL_STATE and _held[0] + size <= FREE_BYTES:
+            key = (self.n, self.lanes, self.v.shape[0])
+            free = _FREE.get(key)
+            if free is None:
+                if len(_FREE) >= 64:
+                    _FREE.clear()
+                    _held[0] = 0
+                free = _FREE[key] = []
+            if len(free) < 4:
+                self.mem = self.dispatch = None
+                self.lds = self.lds_base = self.scratch_base = None
+                free.append(self)
+                _held[0] += size
+                return
         POOL.give(self.v, self.s, self.em, self.lds)
         self.v = self.s = self.em = self.lds = None
 

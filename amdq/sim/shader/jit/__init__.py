@@ -2,7 +2,9 @@
 
 - ir.py: which instructions translate and the IR of each; runs of VALU instructions fused into one loop over a
   wave's 8-lane chunks (registers and lane masks kept in SSA values across the run).
-- block.py: a block's phases, wave and lane loops, memory and branches; a region's module.
+- block.py: a block's phases, wave and lane loops, memory and branches; a region's module, with its chain function
+  (compiled code goes on from block to block, loop back-edges included, while every wave of the call stays at one
+  PC of the region).
 - compiled.py: IR -> machine code, cached in memory and on disk (keyed by the code bytes).
 - runtime.py: the scheduler's hook (core.Batch.run asks for the block at a PC, falls back to the interpreter).
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
-from .ir import CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, NULL, VCC, Emitter, Fn, fuse, helpers
+from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, Emitter, Fn, fuse, halves, helpers,
+                 is_float)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 16          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 23          # bump when the generated code changes meaning (part of every cache key)
 
 
 @dataclass
@@ -31,8 +32,15 @@ class Block:
     def __post_init__(self):
         self.pcs = [i.pc for i in self.insts]
 
+    @property
+    def end_pc(self) -> int:
+        """The PC after its last instruction (where a wave goes on when the block ends without a branch)."""
+        return self.insts[-1].pc + self.insts[-1].size
+
 
 def _vregs(inst: Inst) -> int:
+    if inst.key == "v_dual":
+        return max(_vregs(h) for h in halves(inst))
     top = 0
     ops = list(inst.dst) + list(inst.src)
     for o in (inst.addr, inst.data):
@@ -56,7 +64,7 @@ def _vregs(inst: Inst) -> int:
 
 
 def finish(b: Block) -> Block:
-    b.floats = any(k == "alu" and ("f32" in i.key) for i, k in zip(b.insts, b.kinds))
+    b.floats = any(k == "alu" and is_float(i) for i, k in zip(b.insts, b.kinds))
     b.max_vgpr = max((_vregs(i) for i in b.insts), default=0)
     b.gstores = "gstore" in b.kinds
     b.barriers = [j for j, k in enumerate(b.kinds) if k == "barrier"]
@@ -105,12 +113,197 @@ done:
 """
 
 
+# The exported chain function of a region: block ctx[cur_blk] over [start, end) (its TILES function), then, while
+# every wave of the call is at one PC of a block of the region (a fall-through or a branch target), the rest of
+# that block, as long as
+#  - the block lies below ctx[limit] (the lowest PC of the other runnable waves: they still merge where the
+#    interpreter merges them), holds no s_barrier unless ctx[every] (every wave of the batch in the call), needs no
+#    MODE the waves lack (ctx[mode_ok]) and no more VGPRs than the waves have (ctx[vgprs]),
+#  - fewer than ctx[budget] instructions ran (the scheduler's max_steps: a long loop still returns to the host),
+#  - it is not a block runtime._parallel would split over threads (no memory access that can miss, tiles, at least
+#    ctx[par_insts] instructions to run): those return to the scheduler, whose next call runs them in parallel.
+# It returns what a block returns (a miss index, -2 diverged after a branch, -4 s_endpgm) or -1: every wave is at
+# the end of block ctx[cur_blk] (its instruction ctx[cur_end] when the block was cut short), -3: every wave is at
+# ctx[next_pc] after a branch. ctx[steps] counts the instructions of the blocks finished (per wave), ctx[start0]
+# is where the current block began, ctx[branched] whether a branch wrote the PCs, ctx[chained] the blocks entered.
+CHAIN = """define i32 @chain(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) {{
+entry:
+  %pb = getelementptr i64, ptr %ctx, i64 {cur_blk}
+  %b64 = load i64, ptr %pb
+  %b0 = trunc i64 %b64 to i32
+  %plim = getelementptr i64, ptr %ctx, i64 {limit}
+  %limit = load i64, ptr %plim
+  %pbud = getelementptr i64, ptr %ctx, i64 {budget}
+  %budget = load i64, ptr %pbud
+  %pev = getelementptr i64, ptr %ctx, i64 {every}
+  %every = load i64, ptr %pev
+  %pvg = getelementptr i64, ptr %ctx, i64 {vgprs}
+  %vgprs = load i64, ptr %pvg
+  %pmo = getelementptr i64, ptr %ctx, i64 {mode_ok}
+  %modeok = load i64, ptr %pmo
+  %pta = getelementptr i64, ptr %ctx, i64 {tile_all}
+  %tileall = load i64, ptr %pta
+  %ppar = getelementptr i64, ptr %ctx, i64 {par_insts}
+  %parins = load i64, ptr %ppar
+  %ppc = getelementptr i64, ptr %ctx, i64 {pc}
+  %pcs = load ptr, ptr %ppc
+  %pbase = getelementptr i64, ptr %ctx, i64 {base_pc}
+  %base = load i64, ptr %pbase
+  %pst0 = getelementptr i64, ptr %ctx, i64 {start0}
+  %pend = getelementptr i64, ptr %ctx, i64 {cur_end}
+  %psteps = getelementptr i64, ptr %ctx, i64 {steps}
+  %steps0 = load i64, ptr %psteps
+  %pnext = getelementptr i64, ptr %ctx, i64 {next_pc}
+  %pbr = getelementptr i64, ptr %ctx, i64 {branched}
+  %pch = getelementptr i64, ptr %ctx, i64 {chained}
+  %ptile = getelementptr i64, ptr %ctx, i64 {tile}
+  %pfrom = getelementptr i64, ptr %ctx, i64 {tile_from}
+  br label %loop
+loop:
+  %b = phi i32 [%b0, %entry], [%nb, %go]
+  %st = phi i32 [%start, %entry], [%nx, %go]
+  %en = phi i32 [%end, %entry], [%nn, %go]
+  %steps = phi i64 [%steps0, %entry], [%steps2, %go]
+  %bz = zext i32 %b to i64
+  store i64 %bz, ptr %pb
+  %enz = zext i32 %en to i64
+  store i64 %enz, ptr %pend
+  switch i32 %b, label %c0 [{cases}]
+{calls}
+after:
+  %r = phi i32 {phis}
+  %miss = icmp sge i32 %r, 0
+  br i1 %miss, label %out, label %ran
+out:
+  ret i32 %r
+ran:
+  %s0 = load i64, ptr %pst0
+  %did = sub i64 %enz, %s0
+  %steps2 = add i64 %steps, %did
+  store i64 %steps2, ptr %psteps
+  %ended = icmp eq i32 %r, -4
+  br i1 %ended, label %out, label %alive
+alive:
+  %pn = getelementptr [0 x i32], ptr @ch_n, i64 0, i64 %bz
+  %n = load i32, ptr %pn
+  %cut = icmp ult i32 %en, %n
+  br i1 %cut, label %fell_out, label %whole
+fell_out:
+  ret i32 -1
+whole:
+  %isbr = icmp eq i32 %r, -2
+  br i1 %isbr, label %branched, label %fell
+fell:
+  %peo = getelementptr [0 x i64], ptr @ch_endoff, i64 0, i64 %bz
+  %eo = load i64, ptr %peo
+  %qf = add i64 %base, %eo
+  br label %where
+branched:
+  store i64 1, ptr %pbr
+  %w0 = load i64, ptr %waves
+  %pq = getelementptr i64, ptr %pcs, i64 %w0
+  %qb = load i64, ptr %pq
+  br label %uni
+uni:
+  %i = phi i64 [1, %branched], [%i1, %same]
+  %more = icmp ult i64 %i, %nw
+  br i1 %more, label %uni_body, label %uniform
+uni_body:
+  %pwi = getelementptr i64, ptr %waves, i64 %i
+  %wi = load i64, ptr %pwi
+  %ppi = getelementptr i64, ptr %pcs, i64 %wi
+  %pci = load i64, ptr %ppi
+  %i1 = add i64 %i, 1
+  %eq = icmp eq i64 %pci, %qb
+  br i1 %eq, label %same, label %diverged
+same:
+  br label %uni
+diverged:
+  ret i32 -2
+uniform:
+  store i64 %qb, ptr %pnext
+  br label %where
+where:
+  %q = phi i64 [%qf, %fell], [%qb, %uniform]
+  %code = phi i32 [-1, %fell], [-3, %uniform]
+  %spent = icmp sge i64 %steps2, %budget
+  br i1 %spent, label %stop, label %find
+find:
+  %off = sub i64 %q, %base
+  switch i64 %off, label %stop [{targets}]
+{tcases}
+check:
+  %nb = phi i32 {tphis}
+  %nx = phi i32 {xphis}
+  %nbz = zext i32 %nb to i64
+  %plo = getelementptr [0 x i64], ptr @ch_lastoff, i64 0, i64 %nbz
+  %lo = load i64, ptr %plo
+  %last = add i64 %base, %lo
+  %below = icmp slt i64 %last, %limit
+  %pfl = getelementptr [0 x i32], ptr @ch_flags, i64 0, i64 %nbz
+  %fl = load i32, ptr %pfl
+  %fl_f = and i32 %fl, 1
+  %fl_b = and i32 %fl, 2
+  %fl_g = and i32 %fl, 4
+  %fl_l = and i32 %fl, 8
+  %needmode = icmp ne i32 %fl_f, 0
+  %nomode = icmp eq i64 %modeok, 0
+  %badmode = and i1 %needmode, %nomode
+  %hasbar = icmp ne i32 %fl_b, 0
+  %some = icmp eq i64 %every, 0
+  %badbar = and i1 %hasbar, %some
+  %pvb = getelementptr [0 x i64], ptr @ch_vgprs, i64 0, i64 %nbz
+  %vb = load i64, ptr %pvb
+  %badv = icmp ugt i64 %vb, %vgprs
+  %bad1 = or i1 %badmode, %badbar
+  %bad2 = or i1 %bad1, %badv
+  %notbelow = xor i1 %below, true
+  %bad3 = or i1 %bad2, %notbelow
+  %gst = icmp ne i32 %fl_g, 0
+  %lst = icmp ne i32 %fl_l, 0
+  %lsome = and i1 %lst, %some
+  %notile = or i1 %gst, %lsome
+  %tile = select i1 %notile, i64 0, i64 %tileall
+  %fl_m = and i32 %fl, 16
+  %memfree = icmp ne i32 %fl_m, 0
+  %tiled = icmp ne i64 %tile, 0
+  %pnl = getelementptr [0 x i32], ptr @ch_n, i64 0, i64 %nbz
+  %nl = load i32, ptr %pnl
+  %left = sub i32 %nl, %nx
+  %left64 = zext i32 %left to i64
+  %heavy = icmp uge i64 %left64, %parins
+  %par1 = and i1 %memfree, %tiled
+  %par = and i1 %par1, %heavy
+  %bad = or i1 %bad3, %par
+  br i1 %bad, label %stop, label %enter
+enter:
+  store i64 %tile, ptr %ptile
+  store i64 0, ptr %pfrom
+  %nxz = zext i32 %nx to i64
+  store i64 %nxz, ptr %pst0
+  %nch = load i64, ptr %pch
+  %nch1 = add i64 %nch, 1
+  store i64 %nch1, ptr %pch
+  %pnn = getelementptr [0 x i32], ptr @ch_n, i64 0, i64 %nbz
+  %nn = load i32, ptr %pnn
+  br label %go
+go:
+  br label %loop
+stop:
+  ret i32 %code
+}}
+
+attributes #0 = {{ noinline }}
+"""
+
+
 class ModuleGen:
     """Functions of one region (all blocks discovered from a root PC), as IR text."""
 
     def __init__(self, lanes: int, root: int):
         self.lanes, self.root = lanes, root
         self.funcs: list[str] = []
+        self.blocks: list[Block] = []
 
     def header(self) -> str:
         L = self.lanes
@@ -163,18 +356,65 @@ class ModuleGen:
         ]) + helpers()
 
     def text(self) -> str:
-        return self.header() + "\n".join(self.funcs)
+        return self.header() + "\n".join(self.funcs) + "\n" + self.chain()
+
+    # ---------------------------------------------------------------- the region's chain
+    def chain(self) -> str:
+        """@chain: run block ctx[cur_blk] from `start` to `end`, then, while every wave of the call is at the start
+        of another block of the region, that whole block, and so on (see CHAIN)."""
+        blocks = self.blocks
+        if not blocks:
+            return ""
+        nb = len(blocks)
+
+        def table(name: str, ty: str, vals) -> str:
+            return f"@{name} = internal constant [{nb} x {ty}] [{', '.join(f'{ty} {v}' for v in vals)}]"
+
+        def flags(b: Block) -> int:
+            memory_free = not any(k in ("gload", "gstore", "sload") for k in b.kinds)
+            return b.floats | bool(b.barriers) << 1 | b.gstores << 2 | b.lstores << 3 | memory_free << 4
+        tables = [table("ch_n", "i32", (len(b.insts) for b in blocks)),
+                  table("ch_endoff", "i64", (b.end_pc - self.root for b in blocks)),
+                  table("ch_lastoff", "i64", (b.insts[-1].pc - self.root for b in blocks)),
+                  table("ch_flags", "i32", (flags(b) for b in blocks)),
+                  table("ch_vgprs", "i64", (b.max_vgpr for b in blocks))]
+        calls = "\n".join(f"c{j}:\n  %r{j} = call i32 @{b.name}(ptr %ctx, ptr %waves, i64 %nw, i32 %st, i32 %en) #0\n"
+                          f"  br label %after" for j, b in enumerate(blocks))
+        cases = " ".join(f"i32 {j}, label %c{j}" for j in range(nb))
+        phis = ", ".join(f"[%r{j}, %c{j}]" for j in range(nb))
+        # where a block can go on: its fall-through and branch targets, wherever they sit in the region's blocks
+        at = {i.pc: (j, x) for j, b in enumerate(blocks) for x, i in enumerate(b.insts)}
+        dests = set()
+        for b in blocks:
+            last = b.insts[-1]
+            dests.add(b.end_pc)
+            if b.kinds[-1] == "branch":
+                dests.add(last.target)
+        dests = sorted(d for d in dests if d in at)
+        targets = " ".join(f"i64 {d - self.root}, label %t{t}" for t, d in enumerate(dests))
+        tcases = "\n".join(f"t{t}:\n  br label %check" for t in range(len(dests)))
+        tphis = ", ".join(f"[{at[d][0]}, %t{t}]" for t, d in enumerate(dests))
+        xphis = ", ".join(f"[{at[d][1]}, %t{t}]" for t, d in enumerate(dests))
+        slot = {k: CTX[k] for k in ("cur_blk", "start0", "cur_end", "steps", "limit", "budget", "every", "vgprs",
+                                    "mode_ok", "tile_all", "tile", "tile_from", "pc", "base_pc", "next_pc", "branched",
+                                    "chained", "par_insts")}
+        if not dests:                   # (no block goes on inside the region: stop at once)
+            targets, tcases, tphis, xphis = "", "t0:\n  br label %check", "[0, %t0]", "[0, %t0]"
+        return "\n".join(tables) + "\n" + CHAIN.format(calls=calls, cases=cases, phis=phis, targets=targets,
+                                                       tcases=tcases, tphis=tphis, xphis=xphis, **slot)
 
     # ---------------------------------------------------------------- one block
     def add(self, b: Block) -> str:
         name = f"blk_{b.pc - self.root:x}"
         b.name = name
+        self.blocks.append(b)
         f = Fn(self.lanes)
         f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) alwaysinline {{")
         f.lines.append("entry:")
         for key, ty in (("v", "ptr"), ("s", "ptr"), ("scc", "ptr"), ("em", "ptr"), ("full", "ptr"), ("pc", "ptr"),
                         ("n", "i64"), ("lds", "ptr"), ("lds_base", "ptr"), ("lds_size", "i64"), ("rtab", "ptr"),
-                        ("rcount", "i64"), ("wtab", "ptr"), ("wcount", "i64"), ("base_pc", "i64")):
+                        ("rcount", "i64"), ("wtab", "ptr"), ("wcount", "i64"), ("base_pc", "i64"), ("status", "ptr"),
+                        ("mode", "ptr")):
             p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[key]}")
             f.e(f"%{key}{'p' if ty == 'ptr' else ''} = load {ty}, ptr {p}")
         f.e(f"%nl = mul i64 %n, {self.lanes}")
@@ -213,14 +453,18 @@ class ModuleGen:
                 f.e("store i32 1, ptr %ctl")
             elif kind in ("gload", "gstore"):
                 self._global(f, b, idx[0], kind)
+            elif kind == "sload":
+                self._sload(f, b, idx[0])
+            elif kind == "end":
+                self._wave_loop(f, lambda em, i=idx[0]: self._end(em, b.insts[i]))
+                f.e("store i32 3, ptr %ctl")
             else:
                 part = 1 if kind == "ds1" else 0
                 self._wave_loop(f, lambda em, i=idx[0]: self._ds(em, b.insts[i], part))
             f.e(f"br label {nxt}")
         f.label(nxt)
         c = f.op("load i32, ptr %ctl")
-        z = f.op(f"icmp ne i32 {c}, 0")
-        f.e(f"%ret = select i1 {z}, i32 -2, i32 -1")
+        f.e(f"%ret = sub i32 -1, {c}")          # -1 fell through, -2 a branch set the PCs, -4 s_endpgm ended the waves
         f.e("ret i32 %ret")
         f.lines.append("}")
         f.lines[2:2] = f.allocas
@@ -267,7 +511,7 @@ class ModuleGen:
                 inst, k = b.insts[i], b.kinds[i]
                 if k != "alu":
                     continue
-                if not inst.enc.startswith("SOP"):
+                if not inst.enc.startswith("SOP") and inst.key not in LANE_OPS:
                     valu.append((i, inst))
                     continue
                 flush()
@@ -324,6 +568,78 @@ class ModuleGen:
             a = f.op(f"or i64 {lo64}, {hs}")
         return f.op(f"add i64 {a}, {off}") if off else a
 
+    # ---------------------------------------------------------------- s_endpgm
+    def _end(self, em: "_WaveEmitter", inst: Inst) -> None:
+        """The wave is done (status DONE, its PC left on the s_endpgm, as the interpreter's handler leaves it)."""
+        f = em.f
+        f.e(f"store i8 2, ptr {f.op(f'getelementptr i8, ptr %statusp, i64 {em.w}')}, align 1")
+        pc = f.op(f"add i64 %base_pc, {inst.pc - self.root}")
+        f.e(f"store i64 {pc}, ptr {f.op(f'getelementptr i64, ptr %pcp, i64 {em.w}')}")
+
+    # ---------------------------------------------------------------- scalar memory
+    def _find(self, f: Fn, hint: str, tab: str, cnt: str, a: str, nbytes: int) -> str:
+        """The host address of [a, a + nbytes) through the translated-range table (0: not in it): the range the
+        last access hit (`hint`, an alloca of lo, hi, host - lo) first, else the table's search (which updates it)."""
+        def at(j: int) -> str:
+            return f.op(f"load i64, ptr {f.op(f'getelementptr i64, ptr {hint}, i64 {j}')}")
+        lo, hi = at(0), at(1)
+        e = f.op(f"add i64 {a}, {nbytes}")
+        c1, c2, c3 = f.op(f"icmp uge i64 {a}, {lo}"), f.op(f"icmp ule i64 {e}, {hi}"), f.op(f"icmp uge i64 {e}, {a}")
+        inr = f.op(f"and i1 {f.op(f'and i1 {c1}, {c2}')}, {c3}")
+        fast, slow, join = f.t("hf"), f.t("hs"), f.t("hj")
+        f.e(f"br i1 {inr}, label {fast}, label {slow}")
+        f.label(fast)
+        h1 = f.op(f"add i64 {a}, {at(2)}")
+        f.e(f"br label {join}")
+        f.label(slow)
+        h2 = f.op(f"call i64 @lookup(ptr {tab}, i64 {cnt}, i64 {a}, i64 {nbytes}, ptr {hint})")
+        f.e(f"br label {join}")
+        f.label(join)
+        return f.op(f"phi i64 [{h1}, {fast}], [{h2}, {slow}]")
+
+    def _sload(self, f: Fn, b: Block, i: int) -> None:
+        """s_load_b32..b512 wave by wave (smem.py): n dwords at (SBASE + offset + SOFFSET) & ~3 into the destination
+        SGPRs. A wave whose range is not in the read table stops the block before the instruction (as a global
+        load's lane); when the destination overlaps the address registers every wave is checked first."""
+        inst = b.insts[i]
+        d, sb, so = inst.dst[0], inst.sbase, inst.soffset
+        nbytes = 4 * d.n
+        hint = f.alloca("[3 x i64]")
+        f.allocas.append(f"  store [3 x i64] [i64 1, i64 0, i64 0], ptr {hint}")
+        srcs = {sb.reg, sb.reg + 1} | ({so.reg} if so is not None else set())
+        two_pass = bool(srcs & set(range(d.reg, d.reg + d.n)))
+
+        def addr(em: "_WaveEmitter") -> str:
+            a = em.sget64(Operand("s", sb.reg, 2))
+            if inst.offset:
+                a = f.op(f"add i64 {a}, {inst.offset}")       # (signed)
+            if so is not None:
+                a = f.op(f"add i64 {a}, {f.op(f'zext i32 {em.sget(so)} to i64')}")
+            return f.op(f"and i64 {a}, -4")
+
+        def wave(em: "_WaveEmitter", check: bool, access: bool) -> None:
+            a = addr(em)
+            h = self._find(f, hint, "%rtabp", "%rcount", a, nbytes)
+            if check:
+                bad, ok = f.t("m"), f.t("k")
+                f.e(f"br i1 {f.op(f'icmp eq i64 {h}, 0')}, label {bad}, label {ok}")
+                f.label(bad)
+                for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", "0")):
+                    f.e(f"store i64 {val}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[slot]}')}")
+                f.e(f"ret i32 {i}")
+                f.label(ok)
+            if access:
+                hp = f.op(f"inttoptr i64 {h} to ptr")
+                vals = [f.op(f"load i32, ptr {f.op(f'getelementptr i8, ptr {hp}, i64 {4 * j}')}, align 1")
+                        for j in range(d.n)]
+                for j, v in enumerate(vals):
+                    em.sput(d.reg + j, v)
+        if two_pass:
+            self._wave_loop(f, lambda em: wave(em, True, False))
+            self._wave_loop(f, lambda em: wave(em, False, True))
+        else:
+            self._wave_loop(f, lambda em: wave(em, True, True))
+
     def _global(self, f: Fn, b: Block, i: int, kind: str) -> None:
         inst = b.insts[i]
         words = GWIDTH[inst.key.split("_")[-1]]
@@ -338,20 +654,7 @@ class ModuleGen:
             return f.op(f"load i64, ptr {f.op(f'getelementptr i64, ptr {hint}, i64 {j}')}")
 
         def find(a: str) -> str:
-            lo, hi = hint_at(0), hint_at(1)
-            e = f.op(f"add i64 {a}, {nbytes}")
-            c1, c2, c3 = f.op(f"icmp uge i64 {a}, {lo}"), f.op(f"icmp ule i64 {e}, {hi}"), f.op(f"icmp uge i64 {e}, {a}")
-            inr = f.op(f"and i1 {f.op(f'and i1 {c1}, {c2}')}, {c3}")
-            fast, slow, join = f.t("hf"), f.t("hs"), f.t("hj")
-            f.e(f"br i1 {inr}, label {fast}, label {slow}")
-            f.label(fast)
-            h1 = f.op(f"add i64 {a}, {hint_at(2)}")
-            f.e(f"br label {join}")
-            f.label(slow)
-            h2 = f.op(f"call i64 @lookup(ptr {tab}, i64 {cnt}, i64 {a}, i64 {nbytes}, ptr {hint})")
-            f.e(f"br label {join}")
-            f.label(join)
-            return f.op(f"phi i64 [{h1}, {fast}], [{h2}, {slow}]")
+            return self._find(f, hint, tab, cnt, a, nbytes)
 
         def lane_check(em, l):
             a = self._gaddr(em, inst, l)

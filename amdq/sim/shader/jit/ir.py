@@ -35,11 +35,15 @@ VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252
 CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, "lds_base": 8, "lds_size": 9,
        "rtab": 10, "rcount": 11, "wtab": 12, "wcount": 13, "miss_addr": 14, "miss_bytes": 15, "miss_write": 16,
        "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20,
-       "start0": 23}
-CTX_SLOTS = 24
+       "start0": 23, "status": 24, "mode": 37,
+       # the region's chain function (block.CHAIN): what runtime.step allows it, and where it stopped
+       "limit": 25, "budget": 26, "every": 27, "vgprs": 28, "mode_ok": 29, "tile_all": 30,
+       "cur_blk": 31, "cur_end": 32, "steps": 33, "next_pc": 34, "branched": 35, "chained": 36, "par_insts": 38}
+CTX_SLOTS = 40
 
 NOPS = frozenset(("s_nop", "s_delay_alu", "s_clause", "buffer_gl0_inv", "buffer_gl1_inv", "s_set_inst_prefetch_distance",
-                  "s_inst_prefetch", "global_inv", "global_wb", "global_wbinv"))   # no-ops in the interpreter too
+                  "s_inst_prefetch", "global_inv", "global_wb", "global_wbinv",
+                  "s_sendmsg"))   # no-ops in the interpreter too (salu._sendmsg: DEALLOC_VGPRS and friends)
 WAITS = frozenset(("s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt",
                    "s_waitcnt_depctr", "s_wait_loadcnt", "s_wait_storecnt", "s_wait_dscnt", "s_wait_kmcnt",
                    "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", "s_wait_samplecnt", "s_wait_bvhcnt",
@@ -78,7 +82,24 @@ CARRY = {"v_add_co_u32": (True, False, False), "v_sub_co_u32": (False, False, Fa
          "v_subrev_co_u32": (False, True, False), "v_add_co_ci_u32": (True, False, True),
          "v_sub_co_ci_u32": (False, False, True), "v_subrev_co_ci_u32": (False, True, True)}
 ICMP = {"eq": "eq", "ne": "ne", "lg": "ne", "gt": "gt", "ge": "ge", "lt": "lt", "le": "le"}
-FCMP = {"eq": "oeq", "lg": "one", "gt": "ogt", "ge": "oge", "lt": "olt", "le": "ole", "neq": "une"}
+FCMP = {"eq": "oeq", "lg": "one", "gt": "ogt", "ge": "oge", "lt": "olt", "le": "ole", "neq": "une",   # valu.CMPF
+        "nge": "ult", "nlg": "ueq", "ngt": "ule", "nle": "ugt", "nlt": "uge", "o": "ord", "u": "uno", "f": "false",
+        "t": "true"}
+# one f32 source, one result (valu_float.py): rounding (numpy's rint/trunc/floor/ceil: roundps), saturating
+# conversions (_to_int), and the _trans32 units computed in f64 from flushed inputs (no libm: rcp, rsq, sqrt)
+FUNARY = {"v_rndne_f32": "roundeven", "v_trunc_f32": "trunc", "v_floor_f32": "floor", "v_ceil_f32": "ceil",
+          "v_cvt_i32_f32": "fptosi", "v_cvt_u32_f32": "fptoui", "v_rcp_f32": "rcp", "v_rcp_iflag_f32": "rcp",
+          "v_rsq_f32": "rsq", "v_sqrt_f32": "sqrt"}
+MODE_SRC = -1        # an "x" operand reading the wave's MODE register (min/max look at MODE.IEEE)
+GFX9_KEYS = frozenset(("v_lshl_add_u64",))    # gfx9 builders (cdna.H9) whose semantics the emitter has too
+# RDNA4 builders (rdna4.OVERRIDES) whose semantics the emitter has too: the workgroup barrier (signal -1: a no-op,
+# wait: s_barrier's), s_load_b96 (the common s_load builder), the 64-bit scalar arithmetic without SCC
+RDNA4_KEYS = frozenset(("s_barrier_signal", "s_barrier_wait", "s_load_b96", "s_add_nc_u64", "s_sub_nc_u64",
+                        "s_mul_u64"))
+NC64 = {"s_add_nc_u64": "add", "s_sub_nc_u64": "sub", "s_mul_u64": "mul"}
+# VALU instructions that read or write one lane (valu_int.py): emitted wave by wave between VALU runs, as SALU
+LANE_OPS = frozenset(("v_readfirstlane_b32", "v_readlane_b32", "v_writelane_b32"))
+SOP1_32 = frozenset(("s_abs_i32", "s_brev_b32", "s_ctz_i32_b32"))
 SHIFT64 = {"v_lshlrev_b64": "shl", "v_lshrrev_b64": "lshr", "v_ashrrev_i64": "ashr"}
 GWIDTH = {"b32": 1, "b64": 2, "b96": 3, "b128": 4}
 DS_LOAD = {"ds_load_b32": 1, "ds_load_b64": 2, "ds_load_b96": 3, "ds_load_b128": 4}
@@ -122,8 +143,15 @@ def _src_ok(inst: Inst, count: int, bits=(32,)) -> bool:
     return all(_plain_src(s) for s in inst.src)
 
 
+# kinds that end a block (nothing after them runs in the same block) and kinds worth a block of their own
+ENDS = frozenset(("branch", "end"))
+WORK = frozenset(("alu", "gload", "gstore", "ds", "branch", "sload", "end"))
+SLOAD = {"s_load_b32": 1, "s_load_b64": 2, "s_load_b96": 3, "s_load_b128": 4, "s_load_b256": 8, "s_load_b512": 16}
+
+
 def kind_of(inst: Inst) -> str | None:
-    """'alu', 'nop', 'wait', 'barrier', 'branch', 'gload', 'gstore', 'ds' for an instruction the JIT translates, else None."""
+    """'alu', 'nop', 'wait', 'barrier', 'branch', 'gload', 'gstore', 'ds', 'sload' (scalar load), 'end' (s_endpgm)
+    for an instruction the JIT translates, else None."""
     k = inst.key
     if k in NOPS:
         return "nop"
@@ -131,8 +159,15 @@ def kind_of(inst: Inst) -> str | None:
         return "wait"
     if k in BRANCHES:
         return "branch"
-    if k == "s_barrier":
+    if k == "s_endpgm":
+        return "end"
+    if k in SLOAD:
+        return "sload" if _sload_ok(inst) else None
+    if k in ("s_barrier", "s_barrier_wait"):
         return "barrier"            # a no-op when every wave of the batch is in the call (runtime.step stops before it otherwise)
+    if k == "s_barrier_signal":     # the workgroup barrier's (rdna4._barrier_signal refuses any other id)
+        x = inst.src[0] if inst.src else None
+        return "nop" if x is not None and x.kind == "c" and x.value & 0xFFFFFFFF == 0xFFFFFFFF else None
     enc = inst.enc
     if any(d.bits == 16 for d in inst.dst if isinstance(d, Operand)) or getattr(inst, "sdwa", None) is not None:
         return None                 # 16-bit destinations (gfx9 zeroes or keeps the high half) and SDWA
@@ -140,11 +175,49 @@ def kind_of(inst: Inst) -> str | None:
         return "alu" if _salu_ok(inst) else None
     if enc in ("VOP1", "VOP2", "VOP3", "VOPC", "VOP3SD"):
         return "alu" if _valu_ok(inst) else None
+    if k == "v_dual":
+        return "alu" if all(h.key in DUAL_OK and _valu_ok(h) for h in halves(inst)) else None
     if enc == "GLOBAL":
         return _global_ok(inst)
     if enc == "DS":
         return "ds" if _ds_ok(inst) else None
     return None
+
+
+# VOPD halves translated: those whose interpreter semantics (valu_pk._vopd_half) are the VOP2 instruction's
+DUAL_OK = frozenset(("v_fmac_f32", "v_fmaak_f32", "v_fmamk_f32", "v_mul_f32", "v_add_f32", "v_sub_f32", "v_subrev_f32",
+                     "v_mov_b32", "v_add_nc_u32", "v_lshlrev_b32", "v_and_b32", "v_cndmask_b32", "v_max_f32",
+                     "v_min_f32"))
+
+
+def halves(inst: Inst) -> list[Inst]:
+    """The X and Y halves of a VOPD instruction as VOP2-style instructions (as the interpreter's handler builds
+    them); [inst] for any other instruction."""
+    if inst.key != "v_dual":
+        return [inst]
+    out = []
+    for h in (inst.x, inst.y):
+        hi = Inst(inst.pc, "VOPD", h.op, h.name)
+        hi.key, hi.src, hi.dst, hi.mask_bits = h.key, h.src, (h.dst,), inst.mask_bits
+        out.append(hi)
+    return out
+
+
+def is_float(inst: Inst) -> bool:
+    """Needs MODE's f32 denormals kept and round to nearest even (an f32 operation, or a VOPD with one)."""
+    return any("f32" in h.key for h in halves(inst))
+
+
+def _sload_ok(inst: Inst) -> bool:
+    """s_load_b*: SBASE an SGPR pair, SOFFSET absent or an SGPR, the destination SGPRs below VCC (the width the
+    destination tuple gives, as the interpreter's handler reads it)."""
+    if not inst.dst or inst.sbase is None or inst.sbase.kind != "s" or inst.sbase.reg + 2 > 128:
+        return False
+    so = inst.soffset
+    if so is not None and not (so.kind == "s" and so.n == 1 and so.reg < 128):
+        return False
+    d = inst.dst[0]
+    return d.kind == "s" and d.n == SLOAD[inst.key] and d.reg + d.n <= VCC
 
 
 def _sdst_ok(op: Operand, n: int = 1) -> bool:
@@ -157,6 +230,8 @@ def _salu_ok(inst: Inst) -> bool:
         return False
     if k in SOP2 or k in ADDSUB:
         return len(inst.src) == 2 and _sdst_ok(inst.dst[0]) and all(s.n == 1 for s in inst.src)
+    if k in NC64:
+        return len(inst.src) == 2 and _sdst_ok(inst.dst[0], 2) and all(x.n == 2 or x.kind == "c" for x in inst.src)
     if k in SOP2_64:
         return len(inst.src) == 2 and _sdst_ok(inst.dst[0], 2) and inst.src[0].n == 2 and \
             inst.src[1].n == (1 if k in ("s_lshl_b64", "s_lshr_b64") else 2)
@@ -170,6 +245,19 @@ def _salu_ok(inst: Inst) -> bool:
         return k.split("_")[2] in SCMP and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
     if k in ("s_movk_i32",):
         return _sdst_ok(inst.dst[0]) and inst.simm16 is not None
+    if k in SOP1_32:
+        return len(inst.src) == 1 and _sdst_ok(inst.dst[0]) and inst.src[0].n == 1
+    if k == "s_ctz_i32_b64":
+        return len(inst.src) == 1 and _sdst_ok(inst.dst[0]) and (inst.src[0].n == 2 or inst.src[0].kind == "c")
+    if k in ("s_cmp_eq_u64", "s_cmp_lg_u64"):
+        return len(inst.src) == 2 and all(x.n == 2 or x.kind == "c" for x in inst.src)
+    if k in ("s_bitcmp0_b32", "s_bitcmp1_b32", "s_bitcmp0_b64", "s_bitcmp1_b64"):
+        n = 2 if k.endswith("64") else 1
+        return len(inst.src) == 2 and (inst.src[0].n == n or inst.src[0].kind == "c") and inst.src[1].n == 1
+    if k.startswith("s_cmpk_"):
+        a = inst.dst[0] if inst.dst else (inst.src[0] if inst.src else None)
+        return a is not None and a.kind == "s" and a.n == 1 and a.reg < 128 and inst.simm16 is not None and \
+            k.split("_")[2] in SCMP and k[-3:] in ("i32", "u32")
     if k.endswith("_saveexec_b32") or k.endswith("_saveexec_b64"):
         op = k[2:].rsplit("_saveexec_", 1)[0]
         n = 2 if k.endswith("64") else 1
@@ -195,6 +283,31 @@ def _valu_ok(inst: Inst) -> bool:
         return _vdst_ok(inst) and len(inst.src) == 1 and inst.src[0].n == 1
     if k in VFLT:
         return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
+    if k in FUNARY:
+        return _vdst_ok(inst) and len(inst.src) == 1 and inst.src[0].n == 1
+    if k in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
+        return _vdst_ok(inst) and len(inst.src) == 2 and all(x.n == 1 for x in inst.src)
+    if k == "v_readfirstlane_b32":
+        return len(inst.src) == 1 and inst.src[0].n == 1 and inst.dst and _sdst_ok(inst.dst[0])
+    if k == "v_readlane_b32":
+        return len(inst.src) == 2 and all(x.n == 1 for x in inst.src) and inst.src[1].kind in ("s", "c") and \
+            inst.dst and _sdst_ok(inst.dst[0])
+    if k == "v_writelane_b32":
+        return len(inst.src) == 2 and all(x.n == 1 and x.kind in ("s", "c") for x in inst.src) and _vdst_ok(inst)
+    if k in ("v_max_f32", "v_min_f32"):
+        # not with an SGPR: numpy's fmax of a broadcast (k, 1) operand takes its scalar loop, which returns the
+        # second of two NaNs where the vector loop returns the first
+        return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 and s.kind != "s" for s in inst.src)
+    if k == "v_ldexp_f32":
+        return _vdst_ok(inst) and len(inst.src) == 2 and all(s.n == 1 for s in inst.src)
+    if k == "v_div_fixup_f32":
+        return _vdst_ok(inst) and len(inst.src) == 3 and all(s.n == 1 for s in inst.src)
+    if k == "v_div_fmas_f32":       # (VGPR factors: fp._fma32's operand order, which decides a NaN, is theirs)
+        return _vdst_ok(inst) and len(inst.src) == 3 and all(s.n == 1 for s in inst.src) and \
+            inst.src[0].kind == inst.src[1].kind == "v"
+    if k == "v_div_scale_f32":
+        return _vdst_ok(inst) and len(inst.dst) == 2 and _sdst_ok(inst.dst[1], 1) and len(inst.src) == 3 and \
+            all(s.n == 1 for s in inst.src)
     if k in FMA:
         n = 2 if k == "v_fmac_f32" else 3
         return _vdst_ok(inst) and len(inst.src) == n and all(s.n == 1 for s in inst.src)
@@ -212,6 +325,9 @@ def _valu_ok(inst: Inst) -> bool:
     if k in SHIFT64:
         return _vdst_ok(inst, 2) and len(inst.src) == 2 and inst.src[0].n == 1 and \
             (inst.src[1].n == 2 or inst.src[1].kind == "c")
+    if k == "v_lshl_add_u64":
+        return _vdst_ok(inst, 2) and len(inst.src) == 3 and inst.src[1].n == 1 and \
+            all(x.n == 2 or x.kind == "c" for x in (inst.src[0], inst.src[2]))
     if k.startswith("v_cmp_") or k.startswith("v_cmpx_"):
         parts = k.split("_")
         if len(parts) != 4 or len(inst.src) != 2 or not inst.dst or not all(s.n == 1 for s in inst.src):
@@ -264,7 +380,7 @@ def _fast_carry(inst: Inst, cin: bool) -> bool:
 def mask_dsts(inst: Inst) -> tuple[int, ...]:
     """The SGPR (pair) a VALU instruction may write a lane mask to (a superset: a run keeps it either way)."""
     k = inst.key
-    if k in CARRY or k == "v_mad_u64_u32":
+    if k in CARRY or k in ("v_mad_u64_u32", "v_div_scale_f32"):
         r = inst.dst[1].reg
     elif k.startswith("v_cmp"):
         r = inst.dst[0].reg
@@ -275,6 +391,10 @@ def mask_dsts(inst: Inst) -> tuple[int, ...]:
 
 def _vgprs(inst: Inst) -> tuple[set[int], set[int]]:
     """(VGPRs a VALU instruction reads, VGPRs it writes)."""
+    if inst.key == "v_dual":
+        rx, wx = _vgprs(halves(inst)[0])
+        ry, wy = _vgprs(halves(inst)[1])
+        return rx | ry, wx | wy
     rd = {s.reg + j for s in inst.src if s.kind == "v" for j in range(max(1, s.n))}
     d = inst.dst[0]
     wr = {d.reg + j for j in range(max(1, d.n))} if d.kind == "v" else set()
@@ -286,6 +406,11 @@ def _vgprs(inst: Inst) -> tuple[set[int], set[int]]:
 def _lane_srcs(inst: Inst) -> tuple[int, ...]:
     """Sources read as lane masks (the rest of the SGPR sources are scalars)."""
     return (2,) if inst.key == "v_cndmask_b32" or (inst.key in CARRY and CARRY[inst.key][2]) else ()
+
+
+def _implicit_masks(inst: Inst) -> tuple[int, ...]:
+    """SGPRs read as lane masks without being a source operand (v_div_fmas reads VCC)."""
+    return (VCC,) if inst.key == "v_div_fmas_f32" else ()
 
 
 def fuse(items: list[tuple[int, Inst]], lanes: int) -> list[list[tuple[int, Inst]]]:
@@ -302,17 +427,19 @@ def fuse(items: list[tuple[int, Inst]], lanes: int) -> list[list[tuple[int, Inst
     K = {EXEC}
     for i, inst in items:
         scal, lane = set(), []
-        ls = _lane_srcs(inst)
-        for j, s in enumerate(inst.src):
-            if s.kind == "s" and s.reg != NULL:
-                if j in ls:
-                    lane.append(s.reg)
-                else:
-                    scal |= {s.reg + t for t in range(max(1, s.n))}
-            elif s.kind == "x" and s.reg == EXECZ_SRC:
-                scal |= {EXEC, EXEC + 1}
-            elif s.kind == "x" and s.reg == VCCZ_SRC:
-                scal |= {VCC, VCC + 1}
+        lane += list(_implicit_masks(inst))
+        for h in halves(inst):
+            ls = _lane_srcs(h)
+            for j, s in enumerate(h.src):
+                if s.kind == "s" and s.reg != NULL:
+                    if j in ls:
+                        lane.append(s.reg)
+                    else:
+                        scal |= {s.reg + t for t in range(max(1, s.n))}
+                elif s.kind == "x" and s.reg == EXECZ_SRC:
+                    scal |= {EXEC, EXEC + 1}
+                elif s.kind == "x" and s.reg == VCCZ_SRC:
+                    scal |= {VCC, VCC + 1}
         kspan = set().union(*(span(k) for k in K))
         ok = not scal & W and all(r in K or not span(r) & W for r in lane) and \
             all(r in K or not span(r) & kspan for r in mask_dsts(inst))
@@ -387,6 +514,7 @@ class Emitter:
         self.masks: dict[int, str] | None = None   # inside a run: SGPR (pair) -> alloca of its lane mask's chunk
         self.pre: list[str] | None = None          # inside a run: lines hoisted before the chunk loop
         self.scache: dict = {}
+        self.defer: list | None = None             # a VOPD's writes, made once both halves have read
 
     # -- addresses
     def vrow(self, r: int) -> str:
@@ -417,6 +545,9 @@ class Emitter:
                     f.lines, self.pre = body, pre
             return self.scache[key]
         if op.kind == "x":
+            if op.reg == MODE_SRC:
+                p = f.op(f"getelementptr i32, ptr %modep, i64 {self.w}")
+                return f.op(f"load i32, ptr {p}, align 4")
             if op.reg == SCC_SRC:
                 p = f.op(f"getelementptr i32, ptr %sccp, i64 {self.w}")
                 return f.op(f"load i32, ptr {p}, align 4")
@@ -547,6 +678,9 @@ class Emitter:
 
     def vput(self, r: int, val: str) -> None:
         """EXEC-masked write of VGPR r."""
+        if self.defer is not None:
+            self.defer.append((r, val))
+            return
         f = self.f
         p = self.regs[r]
         old = f.op(f"load {f.VT}, ptr {p}")
@@ -575,6 +709,9 @@ class Emitter:
                 self.scc_put(f.op(f"icmp ne i32 {r}, 0"))
             elif scc:
                 self.scc_put(f.op(f"icmp {scc} i32 {a}, {b}"))
+            return
+        if k in NC64:
+            self.sput64(d.reg, f.op(f"{NC64[k]} i64 {self.sget64(inst.src[0])}, {self.sget64(inst.src[1])}"))
             return
         if k in SOP2_64:
             opn = SOP2_64[k]
@@ -631,6 +768,50 @@ class Emitter:
             r = f.op(f"select i1 {c}, {ty} {a}, {ty} {b}")
             (self.sput64 if w64 else self.sput)(d.reg, r)
             return
+        if k in SOP1_32 or k == "s_ctz_i32_b64":
+            if k == "s_ctz_i32_b64":       # salu._ctz: the lowest set bit, -1 for none
+                x = self.sget64(inst.src[0])
+                z = f.op(f"trunc i64 {f.op(f'call i64 @llvm.cttz.i64(i64 {x}, i1 false)')} to i32")
+                r = f.op(f"select i1 {f.op(f'icmp eq i64 {x}, 0')}, i32 -1, i32 {z}")
+            else:
+                x = self.sget(inst.src[0])
+                if k == "s_ctz_i32_b32":
+                    z = f.op(f"call i32 @llvm.cttz.i32(i32 {x}, i1 false)")
+                    r = f.op(f"select i1 {f.op(f'icmp eq i32 {x}, 0')}, i32 -1, i32 {z}")
+                elif k == "s_brev_b32":
+                    r = f.op(f"call i32 @llvm.bitreverse.i32(i32 {x})")
+                else:                       # s_abs_i32: |x| as int64, wrapped (|INT_MIN| = 0x80000000), SCC = r != 0
+                    r = f.op(f"call i32 @llvm.abs.i32(i32 {x}, i1 false)")
+                    self.scc_put(f.op(f"icmp ne i32 {r}, 0"))
+            self.sput(d.reg, r)
+            return
+        if k in ("s_cmp_eq_u64", "s_cmp_lg_u64"):
+            a, b = self.sget64(inst.src[0]), self.sget64(inst.src[1])
+            self.scc_put(f.op(f"icmp {'eq' if k == 's_cmp_eq_u64' else 'ne'} i64 {a}, {b}"))
+            return
+        if k.startswith("s_bitcmp"):
+            w64 = k.endswith("64")
+            ty = "i64" if w64 else "i32"
+            a = (self.sget64 if w64 else self.sget)(inst.src[0])
+            b = self.sget(inst.src[1])
+            if w64:
+                b = f.op(f"zext i32 {b} to i64")
+            sh = f.op(f"and {ty} {b}, {63 if w64 else 31}")
+            bit = f.op(f"and {ty} {f.op(f'lshr {ty} {a}, {sh}')}, 1")
+            self.scc_put(f.op(f"icmp eq {ty} {bit}, {k[8]}"))
+            return
+        if k.startswith("s_cmpk_"):            # salu._cmpk: the SGPR against simm16 (sign- or zero-extended)
+            _, _, op, typ = k.split("_")
+            a = self.sget(inst.dst[0] if inst.dst else inst.src[0])
+            kv = inst.simm16 & 0xFFFFFFFF if typ == "i32" else inst.simm16 & 0xFFFF
+            pred = SCMP[op]
+            if pred not in ("eq", "ne"):
+                pred = ("s" if typ == "i32" else "u") + pred
+            self.scc_put(f.op(f"icmp {pred} i32 {a}, {kv}"))
+            return
+        if k in LANE_OPS:
+            self._lane_op(inst)
+            return
         if k.startswith("s_cmp_"):
             _, _, op, typ = k.split("_")
             a, b = self.sget(inst.src[0]), self.sget(inst.src[1])
@@ -654,6 +835,55 @@ class Emitter:
             self.scc_put(f.op(f"icmp ne {ty} {new}, 0"))
             return
         raise AssertionError(k)
+
+    def _lane_op(self, inst: Inst) -> None:
+        """v_readfirstlane/v_readlane/v_writelane_b32 for the current wave (valu_int.py): one lane of a VGPR row
+        to an SGPR (the first lane of EXEC, lane 0 when none), or an SGPR to one lane whatever EXEC says."""
+        f, k = self.f, inst.key
+        src = inst.src[0]
+        if k == "v_writelane_b32":
+            lane = f.op(f"and i32 {self.sget(inst.src[1])}, {f.L - 1}")
+            p = self.lane_ptr(inst.dst[0].reg, f.op(f"zext i32 {lane} to i64"))
+            f.e(f"store i32 {self.sget(src)}, ptr {p}, align 4")
+            return
+        if src.kind != "v":                 # the same in every lane
+            self.sput(inst.dst[0].reg, self.sget(src))
+            return
+        if k == "v_readfirstlane_b32":
+            e = self.exec_bits()
+            lane = f.op(f"call {f.IT} @llvm.cttz.{f.IT}({f.IT} {e}, i1 false)")
+            lane = f.op(f"select i1 {f.op(f'icmp eq {f.IT} {e}, 0')}, {f.IT} 0, {f.IT} {lane}")
+            lane = f.op(f"zext {f.IT} {lane} to i64") if f.L == 32 else lane
+        else:
+            lane = f.op(f"zext i32 {f.op(f'and i32 {self.sget(inst.src[1])}, {f.L - 1}')} to i64")
+        self.sput(inst.dst[0].reg, f.op(f"load i32, ptr {self.lane_ptr(src.reg, lane)}, align 4"))
+
+    def _mbcnt(self, inst: Inst) -> str:
+        """valu_int._mbcnt for the current chunk: popcount of S0's bits below the lane (lo: lanes 0-31, hi: 32-63)
+        plus S1."""
+        f = self.f
+        VT = f.VT
+        first = f.op(f"trunc i64 {f.op(f'shl i64 {self.c}, 3')} to i32")
+        ramp = "<" + ", ".join(f"i32 {j}" for j in range(f.W)) + ">"
+        lane = f.op(f"add {VT} {f.splat(first)}, {ramp}")
+        c32, c31, one, ones = f.splat("32"), f.splat("31"), f.splat("1"), f.splat("-1")
+        if inst.key.endswith("hi_u32_b32"):
+            if f.L == 64:
+                ge = f.op(f"icmp uge {VT} {lane}, {c32}")
+                above = f.op(f"sub {VT} {lane}, {c32}")
+                n = f.op(f"select {f.MT} {ge}, {VT} {above}, {VT} zeroinitializer")
+            else:
+                n = "zeroinitializer"
+            full = f.op(f"icmp uge {VT} {lane}, {f.splat('64')}")
+        else:
+            n = f.op(f"call {VT} @llvm.umin.v{f.W}i32({VT} {lane}, {VT} {c32})")
+            full = f.op(f"icmp uge {VT} {lane}, {c32}")
+        n31 = f.op(f"call {VT} @llvm.umin.v{f.W}i32({VT} {n}, {VT} {c31})")
+        mask = f.op(f"sub {VT} {f.op(f'shl {VT} {one}, {n31}')}, {one}")
+        mask = f.op(f"select {f.MT} {full}, {VT} {ones}, {VT} {mask}")
+        bits = f.op(f"and {VT} {self.vget(inst.src[0])}, {mask}")
+        cnt = f.op(f"call {VT} @llvm.ctpop.v{f.W}i32({VT} {bits})")
+        return f.op(f"add {VT} {cnt}, {self.vget(inst.src[1])}")
 
     def _int_op(self, opn: str, a: str, b: str, ty: str) -> str:
         f = self.f
@@ -757,9 +987,17 @@ class Emitter:
             bits = f.op(f"load {f.IT}, ptr {acc[r]}")
             (self.sput if f.L == 32 else self.sput64)(r, bits)
 
-    def _valu(self, inst: Inst) -> None:
+    def _valu(self, inst: Inst, dual: bool = False) -> None:
         f, k = self.f, inst.key
         VT = f.VT
+        if k == "v_dual":               # both halves read before either writes (valu_pk._vopd)
+            self.defer = []
+            for h in halves(inst):
+                self._valu(h, dual=True)
+            writes, self.defer = self.defer, None
+            for r, v in writes:
+                self.vput(r, v)
+            return
         d = inst.dst[0]
         if k in VBIN:
             a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
@@ -830,6 +1068,33 @@ class Emitter:
             x = f.op(f"{'uitofp' if k.endswith('u32') else 'sitofp'} {VT} {self.vget(inst.src[0])} to {f.FT}")
             self.vput(d.reg, f.op(f"bitcast {f.FT} {x} to {VT}"))
             return
+        if k in FUNARY:
+            self.vput(d.reg, self._funary(FUNARY[k], self.fget(inst.src[0])))
+            return
+        if k in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
+            self.vput(d.reg, self._mbcnt(inst))
+            return
+        if k in ("v_max_f32", "v_min_f32"):
+            a, b = self.fget(inst.src[0]), self.fget(inst.src[1])
+            self.vput(d.reg, self._minmax(a, b, k == "v_max_f32"))
+            return
+        if k == "v_ldexp_f32":
+            x = self._f64(self.fget(inst.src[0]))
+            p = self._pow2(self.vget(inst.src[1]), 400)
+            self.vput(d.reg, self._to_f32(f.op(f"fmul <{f.W} x double> {x}, {p}")))
+            return
+        if k == "v_div_fixup_f32":
+            self.vput(d.reg, self._div_fixup(*(self.fget(x) for x in inst.src)))
+            return
+        if k == "v_div_scale_f32":
+            r, vcc = self._div_scale(*(self.fget(x) for x in inst.src))
+            self.vput(d.reg, r)
+            if inst.dst[1].reg != NULL:
+                self.mask_put(inst.dst[1].reg, f.op(f"and {f.MT} {vcc}, {self.exec_vec()}"))
+            return
+        if k == "v_div_fmas_f32":
+            self.vput(d.reg, self._div_fmas(inst, *(self.fget(x) for x in inst.src)))
+            return
         if k in VFLT:
             a, b = self.fget(inst.src[0]), self.fget(inst.src[1])
             opn = VFLT[k]
@@ -846,6 +1111,8 @@ class Emitter:
             else:
                 a, b, c = inst.src
             x, y = a, b          # the interpreter's NaN order: src0, src1, then the addend (tests/test_jit.py)
+            if dual and k != "v_fmamk_f32" and a.kind != "v":
+                x, y = b, a      # fp.fma32 multiplies the wider operand first: a VOPD's VGPR vsrc1 before src0
             xa, yb, cc = self.fget(x), self.fget(y), self.fget(c)
             fx, fy, fc = (f.op(f"bitcast {VT} {v} to {f.FT}") for v in (xa, yb, cc))
             r = f.op(f"call {f.FT} @llvm.fma.{self._suffix(f.FT)}({f.FT} {fx}, {f.FT} {fy}, {f.FT} {fc})")
@@ -896,6 +1163,12 @@ class Emitter:
             if carry is not None:
                 self.mask_put(inst.dst[1].reg, carry)
             return
+        if k == "v_lshl_add_u64":           # cdna._lshl_add_u64: (S0 << (S1 & 7)) + S2, 64-bit
+            V64 = f"<{f.W} x i64>"
+            sh = f.op(f"and {V64} {f.op(f'zext {VT} {self.vget(inst.src[1])} to {V64}')}, {f.splat('7', 'i64')}")
+            shifted = f.op(f"shl {V64} {self.vget64(inst.src[0])}, {sh}")
+            self.vput64(d.reg, f.op(f"add {V64} {shifted}, {self.vget64(inst.src[2])}"))
+            return
         if k in SHIFT64:
             V64 = f"<{f.W} x i64>"
             s = f.op(f"zext {VT} {self.vget(inst.src[0])} to {V64}")
@@ -922,6 +1195,190 @@ class Emitter:
                 self.mask_put(d.reg, m)
             return
         raise AssertionError(k)
+
+    # -- f32 helpers (bits as <W x i32>; the interpreter's valu_float.py)
+    def _vconst(self, v: int) -> str:
+        return self.f.splat(str(v & 0xFFFFFFFF if v >= 0 else v))
+
+    def _exp_field(self, bits: str) -> str:
+        f = self.f
+        return f.op(f"lshr {f.VT} {f.op(f'and {f.VT} {bits}, {self._vconst(0x7F800000)}')}, {self._vconst(23)}")
+
+    def _ftz(self, bits: str) -> str:
+        """Denormals to signed zero (valu.ftz_bits)."""
+        f = self.f
+        z = f.op(f"icmp eq {f.VT} {f.op(f'and {f.VT} {bits}, {self._vconst(0x7F800000)}')}, zeroinitializer")
+        sign = f.op(f"and {f.VT} {bits}, {self._vconst(0x80000000)}")
+        return f.op(f"select {f.MT} {z}, {f.VT} {sign}, {f.VT} {bits}")
+
+    def _fv(self, bits: str) -> str:
+        return self.f.op(f"bitcast {self.f.VT} {bits} to {self.f.FT}")
+
+    def _bits(self, fv: str) -> str:
+        return self.f.op(f"bitcast {self.f.FT} {fv} to {self.f.VT}")
+
+    def _f64(self, bits: str) -> str:
+        return self.f.op(f"fpext {self.f.FT} {self._fv(bits)} to <{self.f.W} x double>")
+
+    def _to_f32(self, d: str) -> str:
+        """An f64 vector rounded to f32 (round to nearest even), as bits."""
+        return self._bits(self.f.op(f"fptrunc <{self.f.W} x double> {d} to {self.f.FT}"))
+
+    def _pow2(self, n: str, lim: int) -> str:
+        """2.0 ** clip(n, -lim, lim) as <W x double> (n: i32 lanes; exact: |lim| < 1023)."""
+        f = self.f
+        V64 = f"<{f.W} x i64>"
+        n64 = f.op(f"sext {f.VT} {n} to {V64}")
+        lo, hi = f.splat(str(-lim), "i64"), f.splat(str(lim), "i64")
+        n64 = f.op(f"select <{f.W} x i1> {f.op(f'icmp slt {V64} {n64}, {lo}')}, {V64} {lo}, {V64} {n64}")
+        n64 = f.op(f"select <{f.W} x i1> {f.op(f'icmp sgt {V64} {n64}, {hi}')}, {V64} {hi}, {V64} {n64}")
+        biased = f.op(f"add {V64} {n64}, {f.splat('1023', 'i64')}")
+        e = f.op(f"shl {V64} {biased}, {f.splat('52', 'i64')}")
+        return f.op(f"bitcast {V64} {e} to <{f.W} x double>")
+
+    def _funary(self, op: str, x: str) -> str:
+        f = self.f
+        D = f"<{f.W} x double>"
+        if op in ("roundeven", "trunc", "floor", "ceil"):
+            return self._bits(f.op(f"call {f.FT} @llvm.{op}.v{f.W}f32({f.FT} {self._fv(x)})"))
+        if op in ("fptosi", "fptoui"):       # saturating, NaN -> 0 (valu_float._to_int)
+            return f.op(f"call {f.VT} @llvm.{op}.sat.v{f.W}i32.v{f.W}f32({f.FT} {self._fv(x)})")
+        x = self._ftz(x)                     # _trans32: denormal inputs read as zero
+        if op == "sqrt":                     # (correctly rounded in f32; not flushed after)
+            return self._bits(f.op(f"call {f.FT} @llvm.sqrt.v{f.W}f32({f.FT} {self._fv(x)})"))
+        d = self._f64(x)
+        if op == "rsq":
+            d = f.op(f"call {D} @llvm.sqrt.v{f.W}f64({D} {d})")
+        one = f.splat("1.0", "double")
+        return self._ftz(self._to_f32(f.op(f"fdiv {D} {one}, {d}")))
+
+    def _minmax(self, a: str, b: str, is_max: bool) -> str:
+        """valu_float.fmax/fmin: equal operands combine their bits (+0 above -0), a NaN is missing data (two NaNs:
+        the first, as numpy's vector loop gives it), in IEEE mode a signaling NaN operand gives it quieted."""
+        f = self.f
+        VT, MT = f.VT, f.MT
+        fa, fb = self._fv(a), self._fv(b)
+        eq = f.op(f"fcmp oeq {f.FT} {fa}, {fb}")
+        comb = f.op(f"{'and' if is_max else 'or'} {VT} {a}, {b}")
+        an, bn = self._isnan(fa), self._isnan(fb)
+        pred = "ogt" if is_max else "olt"
+        pick = f.op(f"select {MT} {f.op(f'fcmp {pred} {f.FT} {fa}, {fb}')}, {VT} {a}, {VT} {b}")
+        r = f.op(f"select {MT} {bn}, {VT} {a}, {VT} {f.op(f'select {MT} {an}, {VT} {b}, {VT} {pick}')}")
+        r = f.op(f"select {MT} {eq}, {VT} {comb}, {VT} {r}")
+        qbit = self._vconst(0x400000)
+
+        def snan(x: str, isn: str) -> str:
+            quiet = f.op(f"icmp ne {VT} {f.op(f'and {VT} {x}, {qbit}')}, zeroinitializer")
+            true = f.splat("true", "i1")
+            return f.op(f"and {MT} {isn}, {f.op(f'xor {MT} {quiet}, {true}')}")
+        ri = f.op(f"select {MT} {snan(b, bn)}, {VT} {self._quiet(b)}, {VT} {r}")
+        ri = f.op(f"select {MT} {snan(a, an)}, {VT} {self._quiet(a)}, {VT} {ri}")
+        mode = self.sget(Operand("x", MODE_SRC))
+        ieee = f.op(f"icmp ne i32 {f.op(f'and i32 {mode}, 512')}, 0")       # MODE.IEEE (bit 9)
+        return f.op(f"select i1 {ieee}, {VT} {ri}, {VT} {r}")
+
+    def _is_denorm(self, bits: str) -> str:
+        f = self.f
+        e0 = f.op(f"icmp eq {f.VT} {self._exp_field(bits)}, zeroinitializer")
+        nz = f.op(f"fcmp une {f.FT} {self._fv(bits)}, zeroinitializer")
+        return f.op(f"and {f.MT} {e0}, {nz}")
+
+    def _div_scale(self, s0: str, s1: str, s2: str) -> tuple[str, str]:
+        """valu_float.div_scale for f32 (1/s1 is never an f64 denormal: those cases drop out): (D, VCC)."""
+        f = self.f
+        VT, MT, FT = f.VT, f.MT, f.FT
+        e1, e2 = self._exp_field(s1), self._exp_field(s2)
+        f0, f1, f2 = self._fv(s0), self._fv(s1), self._fv(s2)
+        up = self._to_f32(f.op(f"fmul <{f.W} x double> {self._f64(s0)}, {self._pow2(self._vconst(64), 64)}"))
+        q = self._bits(f.op(f"fdiv {FT} {f2}, {f1}"))
+        zero = "zeroinitializer"
+        true = f.splat("true", "i1")
+        NOT = lambda m: f.op(f"xor {MT} {m}, {true}")  # noqa: E731
+        AND = lambda *ms: ms[0] if len(ms) == 1 else f.op(f"and {MT} {ms[0]}, {AND(*ms[1:])}")  # noqa: E731
+        c0 = f.op(f"or {MT} {f.op(f'fcmp oeq {FT} {f2}, {zero}')}, {f.op(f'fcmp oeq {FT} {f1}, {zero}')}")
+        n0 = NOT(c0)
+        gap = f.op(f"sub {VT} {e2}, {e1}")
+        c1 = AND(n0, f.op(f"icmp sge {VT} {gap}, {self._vconst(96)}"))
+        n1 = NOT(c1)
+        c2 = AND(n0, n1, self._is_denorm(s1))
+        n2 = NOT(c2)
+        c5 = AND(n0, n1, n2, self._is_denorm(q))
+        c6 = AND(n0, n1, n2, NOT(c5), f.op(f"icmp sle {VT} {e2}, {self._vconst(23)}"))
+        s01 = f.op(f"fcmp oeq {FT} {f0}, {f1}")
+        s02 = f.op(f"fcmp oeq {FT} {f0}, {f2}")
+        u1, u2 = AND(c1, s01), AND(c5, s02)
+        use_up = f.op(f"or {MT} {f.op(f'or {MT} {u1}, {c2}')}, {f.op(f'or {MT} {u2}, {c6}')}")
+        d = f.op(f"select {MT} {c0}, {VT} {self._vconst(0x7FC00000)}, {VT} {s0}")
+        d = f.op(f"select {MT} {use_up}, {VT} {up}, {VT} {d}")
+        return d, f.op(f"or {MT} {c1}, {c5}")
+
+    def _div_fixup(self, q: str, den: str, num: str) -> str:
+        """valu_float.div_fixup for f32."""
+        f = self.f
+        VT, MT, FT = f.VT, f.MT, f.FT
+        fq, fd, fn = self._fv(q), self._fv(den), self._fv(num)
+        sign = self._vconst(0x80000000)
+        x = f.op(f"xor {VT} {den}, {num}")
+        neg = f.op(f"icmp ne {VT} {f.op(f'and {VT} {x}, {sign}')}, zeroinitializer")
+        inf = f.op(f"select {MT} {neg}, {VT} {self._vconst(0xFF800000)}, {VT} {self._vconst(0x7F800000)}")
+        zero = f.op(f"select {MT} {neg}, {VT} {sign}, {VT} zeroinitializer")
+        mag = f.op(f"and {VT} {q}, {self._vconst(0x7FFFFFFF)}")
+        r = f.op(f"select {MT} {neg}, {VT} {f.op(f'or {VT} {mag}, {sign}')}, {VT} {mag}")
+        r = f.op(f"select {MT} {self._isnan(fq)}, {VT} {inf}, {VT} {r}")
+        en, ed = self._exp_field(num), self._exp_field(den)
+        under = f.op(f"icmp slt {VT} {f.op(f'sub {VT} {en}, {ed}')}, {self._vconst(-150)}")
+        r = f.op(f"select {MT} {under}, {VT} {zero}, {VT} {r}")
+        finf = f.splat("0x7FF0000000000000", "float")
+        def absinf(fv: str) -> str:
+            return f.op(f"fcmp oeq {FT} {f.op(f'call {FT} @llvm.fabs.v{f.W}f32({FT} {fv})')}, {finf}")
+        dinf, ninf = absinf(fd), absinf(fn)
+        zf = "zeroinitializer"
+        dz, nz = f.op(f"fcmp oeq {FT} {fd}, {zf}"), f.op(f"fcmp oeq {FT} {fn}, {zf}")
+        r = f.op(f"select {MT} {f.op(f'or {MT} {dinf}, {nz}')}, {VT} {zero}, {VT} {r}")
+        r = f.op(f"select {MT} {f.op(f'or {MT} {dz}, {ninf}')}, {VT} {inf}, {VT} {r}")
+        both = f.op(f"or {MT} {f.op(f'and {MT} {dz}, {nz}')}, {f.op(f'and {MT} {dinf}, {ninf}')}")
+        r = f.op(f"select {MT} {both}, {VT} {self._vconst(0xFFC00000)}, {VT} {r}")
+        r = f.op(f"select {MT} {self._isnan(fd)}, {VT} {self._quiet(den)}, {VT} {r}")
+        return f.op(f"select {MT} {self._isnan(fn)}, {VT} {self._quiet(num)}, {VT} {r}")
+
+    def _div_fmas(self, inst: Inst, a: str, b: str, c: str) -> str:
+        """valu_float._div_fmas for f32: fp.fma32_odd(a, b, c) (the f64 sum, rounded to odd where fp._fma32 finds
+        it may matter), times 2**64 or 2**-64 where VCC is set (by c's exponent), rounded once to f32."""
+        f = self.f
+        VT, MT = f.VT, f.MT
+        D, V64 = f"<{f.W} x double>", f"<{f.W} x i64>"
+        p = f.op(f"fmul {D} {self._f64(a)}, {self._f64(b)}")                # exact
+        cd = self._f64(c)
+        s = f.op(f"fadd {D} {p}, {cd}")
+        sb = f.op(f"bitcast {D} {s} to {V64}")
+        low = f.op(f"and {V64} {sb}, {f.splat(str(0x1FFFFFFF), 'i64')}")
+        tie = f.op(f"icmp eq {V64} {low}, {f.splat(str(0x10000000), 'i64')}")
+        r32 = self._to_f32(s)
+        cand = f.op(f"or {MT} {tie}, {f.op(f'icmp eq {VT} {self._exp_field(r32)}, zeroinitializer')}")
+        # fp.two_sum and fp.to_odd on the candidates
+        bb = f.op(f"fsub {D} {s}, {p}")
+        sbb = f.op(f"fsub {D} {s}, {bb}")
+        err = f.op(f"fadd {D} {f.op(f'fsub {D} {p}, {sbb}')}, {f.op(f'fsub {D} {cd}, {bb}')}")
+        zero = "zeroinitializer"
+        lsb = f.op(f"and {V64} {sb}, {f.splat('1', 'i64')}")
+        even = f.op(f"icmp eq {V64} {lsb}, zeroinitializer")
+        mag = f.op(f"call {D} @llvm.fabs.v{f.W}f64({D} {s})")
+        finite = f.op(f"fcmp one {D} {mag}, {f.splat('0x7FF0000000000000', 'double')}")
+        inexact = f.op(f"fcmp une {D} {err}, {zero}")
+        fix = f.op(f"and {MT} {f.op(f'and {MT} {inexact}, {even}')}, {finite}")
+        fix = f.op(f"and {MT} {fix}, {cand}")
+        up = f.op(f"icmp eq <{f.W} x i1> {f.op(f'fcmp ogt {D} {err}, {zero}')}, {f.op(f'fcmp ogt {D} {s}, {zero}')}")
+        step = f.op(f"select {MT} {up}, {V64} {f.splat('1', 'i64')}, {V64} {f.splat('-1', 'i64')}")
+        sb = f.op(f"add {V64} {sb}, {f.op(f'select {MT} {fix}, {V64} {step}, {V64} zeroinitializer')}")
+        s = f.op(f"bitcast {V64} {sb} to {D}")
+        vcc = self.lane_mask(Operand("s", VCC, 2 if f.L == 64 else 1))
+        bigc = f.op(f"icmp sgt {VT} {self._exp_field(c)}, {self._vconst(127)}")
+        k = f.op(f"select {MT} {bigc}, {VT} {self._vconst(64)}, {VT} {self._vconst(-64)}")
+        k = f.op(f"select {MT} {vcc}, {VT} {k}, {VT} zeroinitializer")
+        r = self._to_f32(f.op(f"fmul {D} {s}, {self._pow2(k, 64)}"))
+        # a NaN result: the one the f64 operations give in their order (a, b, an invalid product, c, an invalid
+        # sum), not whichever operand order the host instructions were given
+        return self._cold(r, lambda: f.op(f"call {VT} @nanfma_fix({VT} {a}, {VT} {b}, {VT} {c}, {VT} {r})"))
 
     def _quiet(self, bits: str) -> str:
         return self.f.op(f"or {self.f.VT} {bits}, {self.f.splat(str(0x400000))}")

@@ -1,9 +1,11 @@
 """The glue between the scheduler and compiled blocks: find the block at a PC, call it, handle its misses.
 
-`step(batch, icache, sel, pc, k, limit)` is the scheduler's one hook (core.Batch.run): it runs the compiled
+`step(batch, icache, sel, pc, k, limit, budget)` is the scheduler's one hook (core.Batch.run): it runs the compiled
 block holding `pc` for the waves `sel` (k of them), at most up to `limit` (the lowest PC of the other runnable
-waves, so waves still merge where the interpreter would merge them), and returns (instructions executed,
-bytes the PC advanced, whether a branch set the PCs), or None when the interpreter must take this PC.
+waves, so waves still merge where the interpreter would merge them), then goes on in compiled code from block to
+block of the region (block.CHAIN) while every wave of the call is at one PC there, below `limit`, and fewer than
+`budget` instructions (the scheduler's remaining max_steps) ran; it returns (instructions executed, bytes the PC
+advanced, whether the PCs were set per wave, wave-instructions), or None when the interpreter must take this PC.
 
 Regions: the first time a PC is asked for, the blocks reachable from it (straight-line code, fall-through and
 branch targets, up to MAX_BLOCKS) are found by fetching through the ICache (so code comes through the memory
@@ -27,16 +29,17 @@ import os
 
 import numpy as np
 
+from ..core import PAGE
 from .block import VERSION, Block, ModuleGen, finish
 from .compiled import Compiled, get, region_key, submit
-from .ir import CTX, CTX_SLOTS, WAITS, kind_of
+from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
 MAX_BLOCKS = 128
 MAX_INSTS = 512          # per block
 RANGES = 64              # translated ranges per table
 FULL_F32 = 0x30          # MODE.FP_DENORM f32 field: denormals kept
 ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
-counts = {"parallel_calls": 0, "calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
+counts = {"parallel_calls": 0, "calls": 0, "chained": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
 
 
 # Off unless asked for (AMDQ_SIM_JIT=1 or sync), for now: a kernel's cold compile costs ~0.4-1.4 s of CPU and
@@ -61,6 +64,21 @@ class Region:
     def __init__(self, root: int, blocks: list[Block], compiled: Compiled, deps: tuple, gen: int, key: str):
         self.root, self.blocks, self.compiled, self.deps, self.gen, self.key = root, blocks, compiled, deps, gen, key
         self.fns = {b.pc: compiled.fns[b.name] for b in blocks}
+        self.cells: dict[int, list] | None = None      # page -> the ICache's validity cell its lines were valid in
+
+    def valid(self, icache) -> bool:
+        """Its code bytes are unchanged in the ICache's current generation: every page it was decoded from still
+        has the cell it had (one page fetch per page and generation, shared with the interpreter's steps), else
+        line by line (a page that changed elsewhere)."""
+        cells = self.cells
+        if cells is not None and all(icache._page_cell(p) is c for p, c in cells.items()):
+            return True
+        if not icache._valid(self.deps):
+            return False
+        pages = {line & ~(PAGE - 1) for line, _ in self.deps}
+        cells = {p: icache._page_cell(p) for p in pages}
+        self.cells = cells if all(c is not None for c in cells.values()) else None
+        return True
 
 
 class Cache:
@@ -101,10 +119,12 @@ def _shared(isa) -> set:
             from .. import rdna4
             s = {k for k in isa.handlers if k in base and k not in rdna4.OVERRIDES}
             s |= {k for k in isa.handlers if k in WAITS or k in rdna4.WAITS}
+            s |= {k for k in RDNA4_KEYS if k in isa.handlers}     # RDNA4 operations the emitter knows (ir.py)
         elif isa.name == "cdna3":
             from .. import cdna
             s = {k for k in isa.handlers if k in base and k not in cdna.H9 and
                  not k.startswith(("buffer_", "v_cmpx_", "s_getreg", "s_setreg"))}
+            s |= {k for k in GFX9_KEYS if k in isa.handlers}       # gfx9 operations the emitter knows (ir.py)
         else:
             s = {k for k, b in isa.handlers.items() if base.get(k) is b}
         _shared_cache[isa.name] = s
@@ -151,7 +171,9 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
                 if inst.key != "s_branch":
                     work.append(p)
                 break
-        if insts and any(k in ("alu", "gload", "gstore", "ds", "branch") for k in kinds):
+            if k in ENDS:
+                break
+        if insts and any(k in WORK for k in kinds):
             blocks.append(finish(Block(pc, insts, kinds)))
             for i in insts:
                 covered[(i.pc, wave64)] = True
@@ -256,7 +278,7 @@ def lookup(icache, pc: int, wave64: bool):
     if hit is not None:
         region = hit[0]
         if region.gen != icache.gen:
-            if icache._valid(region.deps):
+            if region.valid(icache):
                 region.gen = icache.gen
             else:
                 cache.drop(region)
@@ -343,24 +365,53 @@ def _tables(batch, mem) -> Tables:
 
 
 class Context:
-    """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables."""
+    """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables. It is
+    kept with the register arrays (WaveState.jit_ctx: a small batch's are reused by the next batch of its shape),
+    and only what belongs to the batch is set again (bind)."""
 
     def __init__(self, batch):
         w = batch.w
-        self.w, self.mem = w, w.mem
         self.ctx = np.zeros(CTX_SLOTS, np.int64)
-        t = self.tables = _tables(batch, w.mem)
         self.all = np.arange(w.n, dtype=np.int64)
         c = self.ctx
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
-                          ("lds", w.lds), ("lds_base", w.lds_base), ("rtab", t.rtab), ("wtab", t.wtab)):
+                          ("status", w.status), ("mode", w.mode)):
             assert arr.flags.c_contiguous
             c[CTX[name]] = _addr(arr)
         c[CTX["n"]] = w.n
+        self.ptr, self.all_ptr = _addr(c), _addr(self.all)     # what every call passes
+        self.tables = self.lds = self.lds_base = None
+        self.bind(batch)
+
+    @classmethod
+    def of(cls, batch) -> "Context":
+        """The batch's context: the one its register arrays keep, bound to it, or a new one."""
+        w = batch.w
+        ctx = w.jit_ctx
+        if ctx is None:
+            ctx = w.jit_ctx = cls(batch)
+        else:
+            ctx.bind(batch)
+        batch._jit_ctx = ctx
+        return ctx
+
+    def bind(self, batch) -> None:
+        """Point at this batch's LDS, memory and translated-range tables."""
+        w = batch.w
+        self.mem = w.mem                # (not the WaveState: it keeps this context, and a cycle waits for the GC)
+        c = self.ctx
+        if w.lds is not self.lds:
+            assert w.lds.flags.c_contiguous
+            self.lds, c[CTX["lds"]] = w.lds, _addr(w.lds)
+        if w.lds_base is not self.lds_base:
+            self.lds_base, c[CTX["lds_base"]] = w.lds_base, _addr(w.lds_base)
         c[CTX["lds_size"]] = w.lds_size
+        t = _tables(batch, w.mem)
+        if t is not self.tables:
+            self.tables = t
+            c[CTX["rtab"]], c[CTX["wtab"]] = _addr(t.rtab), _addr(t.wtab)
         c[CTX["rcount"]], c[CTX["wcount"]] = t.count["rcount"], t.count["wcount"]
         self.span = getattr(self.mem, "jit_span", None)
-        self.ptr, self.all_ptr = _addr(c), _addr(self.all)     # what every call passes
 
     def resolve(self) -> bool:
         """Add the range of the last miss to its table; False when the memory model would fault there."""
@@ -387,6 +438,8 @@ class Context:
 
 def _mode_ok(w, sel) -> bool:
     m = w.mode[sel]
+    if len(m) <= 16:                    # (a short list is cheaper than two array operations)
+        return all(x & (FULL_F32 | ROUND_F32) == FULL_F32 for x in m.tolist())
     return bool(((m & (FULL_F32 | ROUND_F32)) == FULL_F32).all())
 
 
@@ -418,7 +471,7 @@ def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end
     """Run the call on several threads when that cannot change anything: a block with no global memory access
     (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
     boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
-    if tile == 0 or k * (end - i) < PARALLEL_MIN or "gload" in blk.kinds or "gstore" in blk.kinds:
+    if tile == 0 or k * (end - i) < PARALLEL_MIN or any(x in blk.kinds for x in ("gload", "gstore", "sload")):
         return False
     nt = threads()
     if nt < 2:
@@ -441,7 +494,7 @@ def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end
     if any(r >= 0 for r in rs):         # cannot happen without global memory instructions
         raise AssertionError(f"a block without global memory access stopped at instruction {rs}")
     counts["parallel_calls"] += 1
-    return -2 if -2 in rs else -1
+    return min(rs)                      # (every part ends the same way: -1, -2 after a branch, -4 s_endpgm)
 
 
 def _tile(batch, blk: Block, sel) -> int:
@@ -459,79 +512,148 @@ def _tile(batch, blk: Block, sel) -> int:
 
 _BASE_PC, _TILE, _TILE_FROM, _START0, _MISS_TILE = (CTX[k] for k in ("base_pc", "tile", "tile_from", "start0",
                                                                        "miss_tile"))
+(_LIMIT, _BUDGET, _EVERY, _VGPRS, _MODE_OK, _TILE_ALL, _CUR_BLK, _CUR_END, _STEPS, _NEXT_PC, _BRANCHED, _CHAINED,
+ _PAR_INSTS) = (CTX[k] for k in ("limit", "budget", "every", "vgprs", "mode_ok", "tile_all", "cur_blk", "cur_end",
+                                 "steps", "next_pc", "branched", "chained", "par_insts"))
+NO_LIMIT = (1 << 63) - 1
+CHAIN_WAVE_INSTRUCTIONS = 1 << 21   # per call at most (about 10-20 ms of compiled code): a host call stays short
 
 
-def step(batch, icache, sel, pc: int, k: int, limit: int | None):
-    """Run the compiled block at pc for the waves sel (see the module docstring); None: not here. Else
-    (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions executed)."""
+def _chain(region: Region):
+    """The region's chain function (block.CHAIN), looked up once."""
+    fn = region.__dict__.get("chain")
+    if fn is None:
+        from .compiled import FN
+        fn = region.chain = FN(region.compiled.engine.get_function_address("chain"))
+        region.index = {b.pc: j for j, b in enumerate(region.blocks)}
+        region.floats = any(b.floats for b in region.blocks)
+    return fn
+
+
+def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1 << 62):
+    """Run the compiled code at pc for the waves sel (see the module docstring): the block holding pc, then the
+    blocks of its region every wave of the call goes on to together (block.CHAIN) while fewer than `budget`
+    instructions ran. None: not here. Else (instruction steps, bytes the PC advanced, whether the PCs were set per
+    wave, wave-instructions executed)."""
     hit = lookup(icache, pc, batch.lanes == 64)
     if hit is None:
         return None
     region, blk, i = hit
     w = batch.w
-    if blk.max_vgpr > w.v.shape[0] or (blk.floats and not _mode_ok(w, sel)):
+    every = isinstance(sel, slice)
+    mode_ok = None
+    if blk.floats:
+        mode_ok = _mode_ok(w, sel)
+        if not mode_ok:
+            return None
+    if blk.max_vgpr > w.v.shape[0]:
         return None
     n = len(blk.insts)
     end = n if limit is None else bisect.bisect_left(blk.pcs, limit, i)   # (the block's PCs ascend)
-    if blk.barriers and not isinstance(sel, slice):    # s_barrier passes only with every wave of the batch in the call
+    if blk.barriers and not every:     # s_barrier passes only with every wave of the batch in the call
         end = min([end] + [b for b in blk.barriers if b >= i])
     if end == i:
         return None
     ctx = batch._jit_ctx
     if ctx is None:
-        ctx = batch._jit_ctx = Context(batch)
+        ctx = Context.of(batch)
     c = ctx.ctx
     tile = _tile(batch, blk, sel)
     c[_BASE_PC], c[_TILE], c[_TILE_FROM], c[_START0] = region.root, tile, 0, i
-    every = isinstance(sel, slice)
     waves = ctx.all if every else np.ascontiguousarray(sel, np.int64)
     wptr = ctx.all_ptr if every else waves.ctypes.data
-    fn = region.fns[blk.pc]
+    chain = _chain(region)
+    par = _parallel(batch, ctx, blk, region.fns[blk.pc], waves, k, i, end, tile)
+    if par is not False:               # (one block on several threads: no chaining)
+        counts["calls"] += 1
+        done = (end - i) * k
+        counts["wave_instructions"] += done
+        if par == -4:
+            w.barrier_pending = True
+        if par != -1:
+            return end - i, 0, True, done
+        return end - i, (blk.pcs[end] if end < n else blk.end_pc) - pc, False, done
+    if mode_ok is None and region.floats:
+        mode_ok = _mode_ok(w, sel)
+    c[_LIMIT] = NO_LIMIT if limit is None else min(limit, NO_LIMIT)
+    c[_BUDGET] = max(1, min(budget, CHAIN_WAVE_INSTRUCTIONS // max(k, 1)))
+    c[_EVERY], c[_VGPRS], c[_MODE_OK] = every, w.v.shape[0], bool(mode_ok)
+    c[_TILE_ALL] = tile_all = _tile_all(batch)
+    # blocks worth splitting over threads end the chain: the next call runs them in parallel (_parallel)
+    c[_PAR_INSTS] = -(-PARALLEL_MIN // k) if k > tile_all and threads() > 1 else NO_LIMIT
+    c[_CUR_BLK], c[_STEPS], c[_BRANCHED], c[_CHAINED] = region.index[blk.pc], 0, 0, 0
     start = i
-    par = _parallel(batch, ctx, blk, fn, waves, k, i, end, tile)
-    calls = misses = 0
+    misses = 0
     while True:
-        if par is not False:
-            r, par = par, False
-        else:
-            r = fn(ctx.ptr, wptr, k, start, end)
-        calls += 1
+        r = chain(ctx.ptr, wptr, k, start, end)
         if r < 0:
             break
         misses += 1
-        if ctx.resolve():
+        if ctx.resolve():              # the range is in the table now: the same block resumes at r
             c[_TILE_FROM] = c[_MISS_TILE]
-            start = r
+            start, end = r, int(c[_CUR_END])
             continue
-        counts["calls"] += calls
         counts["misses"] += misses
-        return _fallback(batch, ctx, blk, sel, waves, pc, k, i, end, r, tile)
-    counts["calls"] += calls
+        counts["calls"] += misses + 1 + int(c[_CHAINED])
+        counts["chained"] += int(c[_CHAINED])
+        return _fallback(batch, ctx, region, sel, waves, pc, k, r, every)
     counts["misses"] += misses
-    done = (end - i) * k
+    counts["calls"] += misses + 1 + int(c[_CHAINED])
+    counts["chained"] += int(c[_CHAINED])
+    steps = int(c[_STEPS])
+    done = steps * k
     counts["wave_instructions"] += done
-    if r == -2:
-        return end - i, 0, True, done
-    return end - i, (blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size) - pc, False, done
+    if r == -2:                        # the waves went apart at a branch (their PCs are set)
+        return steps, 0, True, done
+    if r == -4:                        # s_endpgm: waves that end no longer hold back their workgroup's barrier
+        w.barrier_pending = True
+        return steps, 0, True, done
+    if r == -3:
+        q = int(c[_NEXT_PC])
+    else:
+        cur = region.blocks[int(c[_CUR_BLK])]
+        e = int(c[_CUR_END])
+        q = cur.pcs[e] if e < len(cur.insts) else cur.end_pc
+    return _moved(w, sel, waves, every, bool(c[_BRANCHED]), pc, q, steps, done)
 
 
-def _fallback(batch, ctx, blk: Block, sel, waves, pc: int, k: int, i: int, end: int, r: int, tile: int):
-    """The memory model would fault (or split the access) at instruction r: the interpreter runs it. Waves of
-    earlier tiles finished the block, this tile's waves stopped before r, later tiles did not start."""
+def _moved(w, sel, waves, every: bool, written: bool, pc: int, q: int, steps: int, done: int):
+    """The step's result when every wave of the call is at q: the scheduler moves the PCs by q - pc, unless a
+    branch already wrote some of them (then they are set to q here)."""
+    if every or not written:
+        return steps, q - pc, False, done
+    w.pc[waves] = q
+    return steps, 0, True, done
+
+
+def _tile_all(batch) -> int:
+    """Waves per tile for blocks that may run in tiles (_tile)."""
+    wpg = batch.wpg
+    return max(wpg, TILE_WAVES // wpg * wpg)
+
+
+def _fallback(batch, ctx, region: Region, sel, waves, pc: int, k: int, r: int, every: bool):
+    """The memory model would fault (or split the access) at instruction r of the current block: the interpreter
+    runs it. Waves of earlier tiles finished the block, this tile's waves stopped before r, later tiles did not
+    start it."""
     counts["fallbacks"] += 1
-    tb = int(ctx.ctx[_MISS_TILE])
-    if tb == 0 and r == i:
+    c = ctx.ctx
+    blk = region.blocks[int(c[_CUR_BLK])]
+    i, end, tile, before = int(c[_START0]), int(c[_CUR_END]), int(c[_TILE]), int(c[_STEPS])
+    tb = int(c[_MISS_TILE])
+    if tb == 0 and r == i and before == 0:
         return None
     t_end = min(k, tb + (tile or k))
-    done = tb * (end - i) + (t_end - tb) * (r - i)
+    done = before * k + tb * (end - i) + (t_end - tb) * (r - i)
     counts["wave_instructions"] += done
-    if tile == 0 or tb == 0 and t_end >= k:
-        return r - i, blk.pcs[r] - pc, False, done
-    n = len(blk.insts)
-    stop = blk.pcs[end] if end < n else blk.insts[-1].pc + blk.insts[-1].size
-    idx = waves if not isinstance(sel, slice) else ctx.all
     w = batch.w
+    if tile == 0 or tb == 0 and t_end >= k:
+        return _moved(w, sel, waves, every, bool(c[_BRANCHED]), pc, blk.pcs[r], before + r - i, done)
+    n = len(blk.insts)
+    stop = blk.pcs[end] if end < n else blk.end_pc
+    idx = waves
     if blk.kinds[end - 1] != "branch" or end < n:
         w.pc[idx[:tb]] = stop
     w.pc[idx[tb:t_end]] = blk.pcs[r]
-    return end - i, 0, True, done
+    w.pc[idx[t_end:]] = blk.pcs[i]
+    return before + end - i, 0, True, done
