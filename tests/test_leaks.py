@@ -284,3 +284,25 @@ def test_bound_launches_and_graphs_of_a_freed_program_refuse(vadd_co, monkeypatc
                 g.replay()
         finally:
             d.close()
+
+
+def test_a_finalizer_never_waits_for_the_device_lock(dev):
+    """A buffer dropped on a thread while another holds the device lock is queued for freeing at once (garbage
+    collection runs finalizers on whatever thread allocates, the simulated GPU's worker among them, which a reset
+    holding the device lock waits for: a finalizer taking the lock there would deadlock), and is freed later."""
+    import threading
+    box = [dev.alloc(1 << 16)]
+    live = dev.allocator.live
+    dropped = threading.Event()
+
+    def drop():
+        box.clear()                                          # the last reference: Buffer.__del__ runs here
+        dropped.set()
+    with dev.lock:
+        t = threading.Thread(target=drop)
+        t.start()
+        assert dropped.wait(5), "a finalizer waited for the device lock"
+    t.join()
+    assert len(dev._pending_free) == 1
+    dev.synchronize()
+    assert not dev._pending_free and dev.allocator.live == live - (1 << 16)

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -265,7 +266,11 @@ class Device:
         self.scratch: Scratch | None = None
         self.profiler = None
         self.capturing = None
-        self._pending_free: list[tuple[int, object]] = []
+        # memory freed while the GPU may still use it: (timeline marks, allocation). Appended without the device lock
+        # (finalizers append to it, and a collection may run on any thread, the simulated GPU's worker while it holds
+        # the GPU's lock among them: taking the device lock there deadlocks against a reset holding it); deque
+        # appends and pops are atomic, so _reclaim under the lock takes only what was there when it started
+        self._pending_free: deque[tuple[tuple, object]] = deque()
         self._codes: weakref.WeakSet = weakref.WeakSet()      # LoadedCode of this device, freed at close
         self._clock = self._measure_clock()
 
@@ -629,20 +634,22 @@ class Device:
             self.iface.unmap_peer(a)
 
     def _release(self, buf: Buffer) -> None:
-        with self.lock:
-            self._pending_free.append((self._marks(), buf.alloc))
+        """A buffer's memory, freed once the work submitted so far is done. Lock-free: a finalizer calls it. (The
+        marks are the timelines' values now: no reference to the buffer is left, so work using it has taken its
+        value already.)"""
+        self._pending_free.append((self._marks(), buf.alloc))
 
     def _reclaim(self) -> None:
-        if not self._pending_free:
+        pending = self._pending_free
+        if not pending:
             return
         with self.lock:
-            keep = []
-            for marks, a in self._pending_free:
+            for _ in range(len(pending)):           # (what finalizers append meanwhile waits for the next call)
+                marks, a = entry = pending.popleft()
                 if all(t.completed >= v for t, v in marks):
                     self.allocator.free(a)
                 else:
-                    keep.append((marks, a))
-            self._pending_free = keep
+                    pending.append(entry)
 
     def where(self, va: int) -> str | None:
         """Where an address lies among this device's live allocations, in words ("12 bytes past the end of a
@@ -1038,7 +1045,7 @@ class Device:
                 code.drop()
             own = [a for _, a in self._pending_free] + [self.kernargs.alloc, self.signals, self.ts_alloc]
             own += [self.scratch.alloc] if self.scratch is not None else []
-            self._pending_free = []
+            self._pending_free.clear()
             for a in own:
                 self.allocator.free(a)
             self.allocator.trim(0)
