@@ -21,7 +21,7 @@ from amdq.sim.shader import wave as W
 from amdq.sim.shader.jit import compiled, runtime
 from test_targets_suite import _cases
 
-ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,)}
+ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,), "gfx950": (64,)}
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +46,9 @@ class Capture:
         monkeypatch.setattr(W.WaveState, "release", release)
 
 
-def _differential(monkeypatch, used: list):
+def _differential(monkeypatch, used: list, mode: str = "sync"):
+    """Every dispatch from now on runs twice: by the interpreter on a copy of memory, then with the JIT in `mode`
+    (AMDQ_SIM_JIT); memory, final registers and faults must agree."""
     cap = Capture(monkeypatch)
     orig = C.ShaderCore.dispatch
 
@@ -63,7 +65,7 @@ def _differential(monkeypatch, used: list):
         except GPUException as e:
             err_ref = e
         ref_states = cap.states
-        monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+        monkeypatch.setenv("AMDQ_SIM_JIT", mode)
         cap.states = []
         before = runtime.counts["wave_instructions"]
         try:
@@ -274,44 +276,37 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
     """Compiled code lands in AMDQ_SIM_JIT_CACHE; a process without it in memory loads it from disk."""
     d = tmp_path / "jit2"
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
-    saved = dict(compiled.MEMORY)
-    compiled.MEMORY.clear()
-    try:
-        _vadd()
-        files = sorted(p.name for p in d.iterdir())
-        assert files and all(f.endswith(".o") for f in files)
-        compiled.MEMORY.clear()
-        hits = compiled.stats["disk_hits"]
-        x, y, out = _vadd()
-        assert compiled.stats["disk_hits"] > hits
-        assert np.array_equal(out, x + np.float32(2) * y)
-        assert sorted(p.name for p in d.iterdir()) == files
-    finally:
-        compiled.MEMORY.update(saved)
+    runtime.forget()
+    _vadd()
+    files = sorted(p.name for p in d.iterdir())
+    assert files and all(f.endswith(".o") for f in files)
+    runtime.forget()                                    # as a new process
+    hits = compiled.stats["disk_hits"]
+    x, y, out = _vadd()
+    assert compiled.stats["disk_hits"] > hits
+    assert np.array_equal(out, x + np.float32(2) * y)
+    assert sorted(p.name for p in d.iterdir()) == files
 
 
 def test_background_compile_switches_over(monkeypatch):
-    """Default mode: the first dispatch runs interpreted while its region compiles on the worker thread; a later
-    dispatch runs the compiled code, with the same results."""
+    """Default mode, code hot at once (HOT 0): the first dispatch runs interpreted while its region compiles on the
+    worker thread; a later dispatch runs the compiled code, with the same results."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
-    saved = dict(compiled.MEMORY)
-    compiled.MEMORY.clear()
-    try:
+    monkeypatch.setattr(runtime, "HOT", 0.0)
+    runtime.forget()
+    x, y, out = _vadd(1024)
+    assert np.array_equal(out, x + np.float32(2) * y)
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        before = runtime.counts["wave_instructions"]
         x, y, out = _vadd(1024)
         assert np.array_equal(out, x + np.float32(2) * y)
-        import time
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            before = runtime.counts["wave_instructions"]
-            x, y, out = _vadd(1024)
-            assert np.array_equal(out, x + np.float32(2) * y)
-            if runtime.counts["wave_instructions"] > before:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the region never came into use")
-    finally:
-        compiled.MEMORY.update(saved)
+        if runtime.counts["wave_instructions"] > before:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the region never came into use")
 
 
 def test_env_var_forces_the_interpreter(monkeypatch):
@@ -402,3 +397,112 @@ def test_barriers_in_blocks(monkeypatch, wave):
     got = out.reshape(12, 64)
     keep = np.arange(12) % 3 != 1
     assert (got[keep] == want[keep]).all() and (got[~keep] == 0).all()
+
+
+# ---------------------------------------------------------------- tiering (runtime.py: what is compiled, and when)
+
+COLD_BRANCH = """
+__kernel void loop(__global const float *a, __global float *o, int n) {
+  int i = get_global_id(0);
+  float x = a[i];
+  for (int j = 0; j < n; j++) x = x * 0.5f + (float)j;
+  if (n < 0) { for (int j = 0; j < 7; j++) x = x * x + (float)(j * i); }   /* never runs */
+  o[i] = x;
+}
+"""
+
+
+def _candidates():
+    return list({id(c): c for cs in runtime.KNOWN.values() for c in cs}.values())
+
+
+def _loop(n_iter, n=256, wave=32):
+    a = np.arange(n, dtype=np.float32) / 7
+    (_, out), st = harness.run_cl(COLD_BRANCH, "loop", [a, np.zeros(n, np.float32), n_iter], (n // 64, 1, 1),
+                                  (64, 1, 1), flags=suite.wf(wave))
+    x = a.copy()
+    for j in range(n_iter):
+        x = x * np.float32(0.5) + np.float32(j)
+    assert np.array_equal(out, x)
+    return st
+
+
+def test_a_short_kernel_is_not_compiled(monkeypatch):
+    """Default mode: a kernel that runs for less than its compile would cost stays in the interpreter (nothing
+    compiled, nothing submitted), and its candidate's PCs are not searched again on the next dispatch."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    runtime.forget()
+    compiled_before, used_before = compiled.stats["compiled"], runtime.counts["wave_instructions"]
+    _loop(2)
+    found = []
+    orig = runtime._discover
+    monkeypatch.setattr(runtime, "_discover", lambda *a, **k: found.append(a[1]) or orig(*a, **k))
+    _loop(2)
+    assert compiled.stats["compiled"] == compiled_before and runtime.counts["wave_instructions"] == used_before
+    cands = _candidates()
+    assert cands and all(c.job is None and not c.parts and 0 < c.heat < c.trigger for c in cands)
+    assert found == [], "a new shader core searched again for blocks it had found"
+
+
+def test_a_hot_loop_compiles_what_ran(monkeypatch):
+    """Default mode: a loop that runs long enough is compiled (on the worker thread) and then runs compiled, with
+    the interpreter's results; the block that never ran is not compiled."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    runtime.forget()
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        before = runtime.counts["wave_instructions"]
+        _loop(200)
+        if runtime.counts["wave_instructions"] > before:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the hot loop never ran compiled")
+    (cand,) = [c for c in _candidates() if c.parts]
+    compiled_pcs = {b.pc for p in cand.parts for b in p.blocks}
+    assert compiled_pcs <= cand.ran
+    assert set(cand.by_pc) - cand.ran, "every block ran: the kernel's cold branch is not cold"
+    assert not compiled_pcs & (set(cand.by_pc) - cand.ran)
+
+
+@pytest.mark.parametrize("case", ["matmul_tiled", "lds_reduce", "divergent_loop", "atomics_lds"])
+def test_tiered_matches_interpreter(case, monkeypatch):
+    """Default mode with everything hot at once (HOT 0): blocks compile on the worker thread as they first run and
+    switch over mid-dispatch; every dispatch gives the interpreter's memory and registers."""
+    monkeypatch.setattr(runtime, "HOT", 0.0)
+    runtime.forget()
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    fn = getattr(suite, f"test_{case}")
+    kw = _cases_of(case)
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        fn(**kw)
+        if sum(used):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("nothing ever ran compiled")
+
+
+def _cases_of(case: str) -> dict:
+    return next(kw for name, kw in _cases() if name == f"test_{case}")
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
+@pytest.mark.parametrize("case", ["matmul_tiled", "lds_reduce", "vadd_partial", "atomics_global"])
+def test_second_tier_matches_interpreter(case, arch, monkeypatch):
+    """Regions recompiled at -O2 (OPT_HOT 0: at their first call) give the interpreter's memory and registers."""
+    monkeypatch.setattr(runtime, "OPT_HOT", 0.0)
+    runtime.forget()
+    recompiled = compiled.stats["recompiled"] + compiled.stats["memory_hits"] + compiled.stats["disk_hits"]
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    monkeypatch.setattr(suite, "run_cl", lambda *a, **k: harness.run_cl(*a, **{**k, "arch": arch, "flags": tuple(
+        f for f in k.get("flags", ()) if arch != "gfx942" or "wavefrontsize" not in f)}))
+    getattr(suite, f"test_{case}")(**_cases_of(case))
+    assert sum(used) > 0
+    assert any(p.tier == compiled.OPT for c in _candidates() for p in c.parts)
+    assert compiled.stats["recompiled"] + compiled.stats["memory_hits"] + compiled.stats["disk_hits"] > recompiled

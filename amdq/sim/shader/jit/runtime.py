@@ -5,11 +5,13 @@ block holding `pc` for the waves `sel` (k of them), at most up to `limit` (the l
 waves, so waves still merge where the interpreter would merge them), and returns (instructions executed,
 bytes the PC advanced, whether a branch set the PCs), or None when the interpreter must take this PC.
 
-Regions: the first time a PC is asked for, the blocks reachable from it (straight-line code, fall-through and
-branch targets, up to MAX_BLOCKS) are found by fetching through the ICache (so code comes through the memory
-model as the interpreter's does) and compiled together, keyed by their bytes (compiled.py). A region
-remembers the ICache lines it was decoded from; after an instruction-cache invalidate it is revalidated line
-by line, the ICache's rule, and thrown away when any byte changed.
+Candidates and regions: the first time a PC is asked for, the blocks reachable from it (straight-line code,
+fall-through and branch targets, up to MAX_BLOCKS) are found by fetching through the ICache (so code comes
+through the memory model as the interpreter's does): a candidate. The interpreter runs it and heats it; once hot,
+the blocks of it that ran are compiled together as a region, keyed by their bytes (compiled.py), and a region
+that stays hot is compiled again at -O2 (the tiering comment below says when). What is on disk is used at once.
+A candidate remembers the ICache lines its search read; after an instruction-cache invalidate it is revalidated
+line by line, the ICache's rule, and thrown away with its regions when any byte changed.
 
 Instructions are translated only where the family's handler is RDNA3's own (the same builder object, so the
 same semantics); anything else ends the block and runs in the interpreter.
@@ -24,11 +26,12 @@ from __future__ import annotations
 import bisect
 import ctypes
 import os
+import time
 
 import numpy as np
 
 from .block import VERSION, Block, ModuleGen, finish
-from .compiled import Compiled, get, region_key, submit
+from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
 from .ir import CTX, CTX_SLOTS, WAITS, kind_of
 
 MAX_BLOCKS = 128
@@ -57,63 +60,334 @@ def synchronous() -> bool:
     return os.environ.get("AMDQ_SIM_JIT", DEFAULT).strip().lower() == "sync"
 
 
+# ---------------------------------------------------------------- tiering: what is compiled, and when
+#
+# Interpreted steps heat the code they run. The blocks found from a PC (a Candidate) are compiled once the time the
+# interpreter spent in them reaches what compiling the blocks that ran is expected to cost (ski rental: never more
+# than twice the better of interpreting and compiling), on the worker thread, as one region; the blocks that did not
+# run stay with the interpreter (and are compiled the same way if they become hot). A region is compiled again at
+# -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is expected to cost. A region on
+# disk (or in memory) is used at once. AMDQ_SIM_JIT=sync compiles every candidate whole before its first use and
+# promotes at the same threshold, synchronously (tests, benchmarks).
+STEP_SECONDS = 1e-5      # the interpreter's cost of one step: a fixed part and one per lane (bench/shader.py's kernels:
+LANE_SECONDS = 3e-10     # ~5-10 us a step on small batches, ~0.3 ns a lane on 2^18-lane ones)
+COMPILE_SECONDS = (0.005, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
+                                    # the suite's kernels; refined by this process's own compiles, see _expected)
+OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
+HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
+OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x that compile's expected seconds
+_compiled_insts = [0]    # instructions of the regions this process compiled at the fast tier (for _expected)
+_counted: set[str] = set()
+
+
+def _expected(insts: int) -> float:
+    """Expected seconds of a fast-tier compile of a region of `insts` instructions: the prior, refined by what this
+    process's compiles took (weighted as one prior region of 100 instructions)."""
+    base, per = COMPILE_SECONDS
+    from . import compiled
+    prior_insts = 100
+    rate = (compiled.stats["compile_seconds"] + (base + per * prior_insts)) / (_compiled_insts[0] + prior_insts)
+    return rate * max(insts, 1)
+
+
+class Part:
+    """A compiled region: some blocks of a Candidate as one module (process-wide: every ICache holding the same
+    bytes runs it); `seconds` of compiled code run so far decide its promotion to -O2."""
+
+    def __init__(self, cand: "Candidate", blocks: list[Block], key: str, compiled: Compiled, tier: str):
+        self.family, self.wave64 = cand.family, cand.wave64
+        self.blocks, self.root, self.key = blocks, min(b.pc for b in blocks), key
+        self.insts = sum(len(b.insts) for b in blocks)
+        self.seconds, self.job = 0.0, None
+        self.use(compiled, tier)
+
+    def use(self, compiled: Compiled, tier: str) -> None:
+        self.compiled, self.tier = compiled, tier
+        self.fns = {b.pc: compiled.fns[b.name] for b in self.blocks}
+        self.cost = OPT_RATIO * _expected(self.insts) if tier == FAST else float("inf")   # of its -O2 compile
+
+
+class Candidate:
+    """The blocks found from one PC (_discover), process-wide like its Parts: the interpreter's heat in them, the
+    blocks that ran, the regions compiled from them, the one being compiled."""
+
+    def __init__(self, family: str, wave64: bool, blocks: list[Block], lines: tuple):
+        self.family, self.wave64, self.blocks, self.lines = family, wave64, blocks, lines
+        self.by_pc = {b.pc: b for b in blocks}
+        self.key = _key(family, wave64, blocks)          # all of them as one region
+        self.heat, self.trigger = 0.0, 0.0               # interpreted seconds; the heat that starts a compile
+        self.ran: set[int] = set()                       # blocks (their PCs) the interpreter ran
+        self.left: set[int] = set(self.by_pc)            # blocks not compiled nor being compiled
+        self.parts: list[Part] = []
+        self.job = None                                  # (future, blocks, key) being compiled
+        self.empty: list[int] = []                       # PCs its search read that hold no block
+
+    def saw(self, blk: Block) -> None:
+        self.ran.add(blk.pc)
+        self.retrigger()
+
+    def retrigger(self) -> None:
+        """The heat at which the blocks that ran and are not compiled get compiled (HOT x the compile's cost)."""
+        ran = self.ran & self.left
+        self.trigger = HOT * _expected(sum(len(self.by_pc[p].insts) for p in ran)) if ran else float("inf")
+
+
+def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
+    root = min(b.pc for b in blocks)
+    insts = sorted((i for b in blocks for i in b.insts), key=lambda i: i.pc)
+    return region_key(family, wave64, root, insts, VERSION, [b.pc for b in blocks], tier)
+
+
+def _make_ir(blocks: list[Block], wave64: bool):
+    root = min(b.pc for b in blocks)
+    for b in blocks:
+        b.name = f"blk_{b.pc - root:x}"
+
+    def make_ir() -> str:
+        gen = ModuleGen(64 if wave64 else 32, root)
+        for b in blocks:
+            gen.add(b)
+        return gen.text()
+    return make_ir
+
+
+def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
+    """Compile `blocks` of cand as one region: at once (now, or when it is on disk) or on the worker thread."""
+    blocks = sorted(blocks, key=lambda b: b.pc)
+    key = _key(cand.family, cand.wave64, blocks)
+    cand.left -= {b.pc for b in blocks}
+    make_ir = _make_ir(blocks, cand.wave64)
+    names = [b.name for b in blocks]
+    if now or available(key):
+        try:
+            c = get(key, names, make_ir)
+        except Exception:               # a compile failure leaves these blocks to the interpreter
+            return
+        _adopt(cand, blocks, key, c)
+        return
+    cand.job = (submit(key, names, make_ir), blocks, key)
+
+
+def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled) -> None:
+    if c.source == "compiled" and key not in _counted:
+        _counted.add(key)
+        _compiled_insts[0] += sum(len(b.insts) for b in blocks)
+        if len(blocks) < len(cand.blocks):
+            _index_add(cand, blocks)
+    cand.parts.append(Part(cand, blocks, key, c, FAST))
+    cand.retrigger()
+
+
+def _collect(cand: Candidate) -> None:
+    """The candidate's compile finished: its region joins the parts (a failure leaves the blocks interpreted)."""
+    fut, blocks, key = cand.job
+    cand.job = None
+    try:
+        c = fut.result()
+    except Exception:
+        return
+    _adopt(cand, blocks, key, c)
+
+
+def _index_add(cand: Candidate, blocks: list[Block]) -> None:
+    """Note on disk (beside the code) that this subset of the candidate's blocks was compiled, so a later process
+    finding the same candidate loads it at once (an append of one line; failures are ignored)."""
+    path = _index_path(cand)
+    if path:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a") as f:
+                f.write(",".join(f"{b.pc - cand.blocks[0].pc:x}" for b in blocks) + "\n")
+        except OSError:
+            pass
+
+
+def _index_path(cand: Candidate) -> str | None:
+    from .compiled import directory
+    d = directory()
+    return os.path.join(d, cand.key + ".idx") if d else None
+
+
+def _from_disk(cand: Candidate) -> None:
+    """Load what an earlier process compiled of this candidate: the whole of it, or the subsets its index names."""
+    if available(cand.key):
+        _compile(cand, cand.blocks, True)
+        return
+    path = _index_path(cand)
+    try:
+        with open(path) as f:
+            subsets = f.read().split()
+    except (OSError, TypeError):
+        return
+    first = cand.blocks[0].pc
+    for line in subsets:
+        try:
+            pcs = {first + int(x, 16) for x in line.split(",")}
+        except ValueError:
+            continue
+        if pcs <= cand.left:
+            blocks = [cand.by_pc[p] for p in pcs]
+            if available(_key(cand.family, cand.wave64, blocks)):
+                _compile(cand, blocks, True)
+
+
+def _promote(part: Part) -> None:
+    """Compile the part again at -O2 (at once in sync mode or when it is on disk; else on the worker thread)."""
+    cand_key = _key_of(part)
+    make_ir = _make_ir(part.blocks, part.wave64)
+    names = [b.name for b in part.blocks]
+    if synchronous() or available(cand_key):
+        try:
+            part.use(get(cand_key, names, make_ir, OPT), OPT)
+        except Exception:
+            part.cost = float("inf")
+        return
+    part.job = submit(cand_key, names, make_ir, OPT)
+
+
+def _key_of(part: Part) -> str:
+    return _key(part.family, part.wave64, part.blocks, OPT)
+
+
+def _charge(part: Part, seconds: float) -> None:
+    """Compiled code of the part ran for `seconds`: promote it once that pays (see the tiering comment above)."""
+    part.seconds += seconds
+    job = part.job
+    if job is not None:
+        if job.done():
+            part.job = None
+            try:
+                part.use(job.result(), OPT)
+            except Exception:
+                part.cost = float("inf")
+    elif part.seconds >= OPT_HOT * part.cost:
+        _promote(part)
+
+
 class Region:
-    def __init__(self, root: int, blocks: list[Block], compiled: Compiled, deps: tuple, gen: int, key: str):
-        self.root, self.blocks, self.compiled, self.deps, self.gen, self.key = root, blocks, compiled, deps, gen, key
-        self.fns = {b.pc: compiled.fns[b.name] for b in blocks}
+    """A Part as one ICache holds it, valid while its candidate is (held: the ICache generation and lines)."""
+
+    def __init__(self, part: Part, held: "Held"):
+        self.part, self.held = part, held
+        self.root, self.blocks = part.root, part.blocks
+
+    @property
+    def fns(self) -> dict:
+        return self.part.fns
+
+
+class Held:
+    """A Candidate as one ICache holds it (the generation and lines it is valid in, the parts installed so far)."""
+
+    def __init__(self, cand: Candidate, deps: tuple, gen: int):
+        self.cand, self.deps, self.gen, self.parts = cand, deps, gen, 0
 
 
 class Cache:
-    """Per ICache (one ISA family of one shader core): regions and where each PC sits in them."""
+    """Per ICache (one ISA family of one shader core): where each PC sits, in compiled regions or in candidates."""
 
     def __init__(self):
         self.at: dict[tuple[int, bool], tuple[Region, Block, int]] = {}
-        # PCs known not to start a block: (ICache generation, the lines the search read, None if it could not tell)
+        self.cold: dict[tuple[int, bool], tuple[Held, Block]] = {}
+        # PCs known not to be in a block: (ICache generation, the lines the search read, None if it could not tell)
         self.none: dict[tuple[int, bool], tuple[int, tuple | None]] = {}
-        self.regions: list[Region] = []
-        self.pending: dict[tuple[int, bool], object] = {}   # PC -> the region being compiled for it (see _region)
-        self.jobs: list = []
+        self.held: dict[int, Held] = {}                  # id(candidate) -> how this ICache holds it
 
-    def drop(self, region: Region) -> None:
-        self.regions.remove(region)
-        self.none.clear()               # a search that stopped at the region's PCs may find a block now
-        for key in [k for k, v in self.at.items() if v[0] is region]:
-            del self.at[key]
+    def drop(self, held: Held) -> None:
+        """Forget a candidate and its regions here (its code changed)."""
+        self.held.pop(id(held.cand), None)
+        w64 = held.cand.wave64
+        for b in held.cand.blocks:
+            for i in b.insts:
+                k = (i.pc, w64)
+                v = self.cold.get(k)
+                if v is not None and v[0] is held:
+                    del self.cold[k]
+                v = self.at.get(k)
+                if v is not None and v[0].held is held:
+                    del self.at[k]
+        self.none.clear()               # a search that stopped at its PCs may find a block now
+
+    def hold(self, held: Held) -> None:
+        cand, w64 = held.cand, held.cand.wave64
+        self.held[id(cand)] = held
+        for b in cand.blocks:
+            for i in b.insts:
+                self.cold.setdefault((i.pc, w64), (held, b))
+        for p in cand.empty:
+            self.none.setdefault((p, w64), (held.gen, held.deps))
+        self.install(held)
+
+    def install(self, held: Held) -> None:
+        """The candidate's parts compiled since this ICache last looked, in place of its cold blocks."""
+        cand, w64 = held.cand, held.cand.wave64
+        for part in cand.parts[held.parts:]:
+            region = Region(part, held)
+            for b in part.blocks:
+                for j, i in enumerate(b.insts):
+                    k = (i.pc, w64)
+                    v = self.cold.get(k)
+                    if v is not None and v[0] is held:
+                        del self.cold[k]
+                        self.at[k] = (region, b, j)
+        held.parts = len(cand.parts)
 
 
-_shared_cache: dict[str, set] = {}
-# regions of every ICache in the process, by (family, wave64, PC of each of their instructions): a new shader core
-# (one per dispatch in standalone runs) reuses them once the code lines' bytes are checked equal
-KNOWN: dict[tuple[str, bool, int], list[tuple[tuple, list[Block], Compiled, int, str]]] = {}
+# candidates of every ICache in the process, by (family, wave64, each PC their search read, the bytes of that PC's
+# line): a new shader core (one per dispatch in standalone runs) takes them (their heat, their compiled regions) once
+# all their code lines' bytes are checked equal
+KNOWN: dict[tuple[str, bool, int, bytes], list[Candidate]] = {}
+_shared_cache: dict[str, frozenset] = {}
 
 
-def _shared(isa) -> set:
-    """Handler keys whose semantics in this family are RDNA3's: RDNA3's own builders; for RDNA4 every common key
-    it does not override (rdna4.OVERRIDES; its VALU builders are made again from the same code), plus its wait
-    instructions (no-ops in the simulator, as RDNA3's s_waitcnt); for CDNA3 the RDNA3 builders it takes over
-    unchanged (cdna.table: not the gfx9 ones, v_cmpx, buffers, MODE access), which its 16-bit-destination
-    and SDWA wrapper leaves alone for the 32-bit, non-SDWA forms the JIT translates (ir.kind_of)."""
+def _rdna3_own(isa, rdna3: dict) -> set:
+    """RDNA3: its own builders."""
+    return {k for k, b in isa.handlers.items() if rdna3.get(k) is b}
+
+
+def _rdna4(isa, rdna3: dict) -> set:
+    """RDNA4: every common key it does not override (rdna4.OVERRIDES; its VALU builders are made again from the
+    same code), plus its wait instructions (no-ops in the simulator, as RDNA3's s_waitcnt)."""
+    from .. import rdna4
+    s = {k for k in isa.handlers if k in rdna3 and k not in rdna4.OVERRIDES}
+    return s | {k for k in isa.handlers if k in WAITS or k in rdna4.WAITS}
+
+
+def _cdna3(isa, rdna3: dict) -> set:
+    """CDNA3: the RDNA3 builders it takes over unchanged (cdna.table: not the gfx9 ones, v_cmpx, buffers, MODE
+    access), which its 16-bit-destination and SDWA wrapper leaves alone for the 32-bit, non-SDWA forms the JIT
+    translates (ir.kind_of)."""
+    from .. import cdna
+    return {k for k in isa.handlers if k in rdna3 and k not in cdna.H9 and
+            not k.startswith(("buffer_", "v_cmpx_", "s_getreg", "s_setreg"))}
+
+
+def _cdna4(isa, rdna3: dict) -> set:
+    """CDNA4: CDNA3's keys where its builder is CDNA3's own (cdna4.table adds gfx950's operations and overrides
+    nothing else; its decoder gives the same instruction for the encodings both have)."""
+    from ..isa import for_isa
+    cdna3 = for_isa("cdna3")
+    return {k for k in _shared(cdna3) if isa.handlers.get(k) is cdna3.handlers[k]}
+
+
+SHARED = {"rdna3": _rdna3_own, "rdna4": _rdna4, "cdna3": _cdna3, "cdna4": _cdna4}   # family -> its rule
+
+
+def _shared(isa) -> frozenset:
+    """Handler keys whose semantics in this family are RDNA3's (SHARED: one rule per family; none for a family
+    without a rule)."""
     s = _shared_cache.get(isa.name)
     if s is None:
         from ..isa import for_isa
-        base = for_isa("rdna3").handlers
-        if isa.name == "rdna4":
-            from .. import rdna4
-            s = {k for k in isa.handlers if k in base and k not in rdna4.OVERRIDES}
-            s |= {k for k in isa.handlers if k in WAITS or k in rdna4.WAITS}
-        elif isa.name == "cdna3":
-            from .. import cdna
-            s = {k for k in isa.handlers if k in base and k not in cdna.H9 and
-                 not k.startswith(("buffer_", "v_cmpx_", "s_getreg", "s_setreg"))}
-        else:
-            s = {k for k, b in isa.handlers.items() if base.get(k) is b}
-        _shared_cache[isa.name] = s
+        rule = SHARED.get(isa.name)
+        s = _shared_cache[isa.name] = frozenset(rule(isa, for_isa("rdna3").handlers) if rule else ())
     return s
 
 
-def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None = None) -> list[Block]:
+def _discover(icache, root: int, wave64: bool, covered, read: list | None = None,
+              refused: list | None = None) -> list[Block]:
     """The blocks reachable from root that are not covered yet; `read` collects the PCs whose instructions were
-    looked at (None appended for one that did not decode)."""
+    looked at (None appended for one that did not decode), `refused` those that do not translate."""
     shared = _shared(icache.isa)
     blocks: list[Block] = []
     work, seen = [root], set()
@@ -138,6 +412,8 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
                 read.append(p)
             k = kind_of(inst) if inst.key in shared else None
             if k is None:
+                if refused is not None:
+                    refused.append(p)
                 if not control:
                     work.append(p + inst.size)
                 elif inst.target is not None:
@@ -158,132 +434,127 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
     return blocks
 
 
-def _region(cache: Cache, icache, pc: int, wave64: bool, read: list) -> bool:
-    covered = {k: True for k in (*cache.at, *cache.pending)}
-    blocks = _discover(icache, pc, wave64, covered, read)
-    if not blocks:
-        return False
-    root = min(b.pc for b in blocks)
-    insts = [i for b in blocks for i in b.insts]
-    family = icache.isa.name
-    key = region_key(family, wave64, root, sorted(insts, key=lambda i: i.pc), VERSION)
-    gen = ModuleGen(64 if wave64 else 32, root)
-    for b in blocks:
-        b.name = f"blk_{b.pc - root:x}"
-
-    def make_ir() -> str:
-        for b in blocks:
-            gen.add(b)
-        return gen.text()
-    deps = tuple({d for i in insts for d in icache.deps.get((i.pc, wave64), ())})
-    lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
-    names = [b.name for b in blocks]
-    job = get(key, names, make_ir) if synchronous() else submit(key, names, make_ir)
-    if not synchronous() and not job.done():
-        job = (job, lines, blocks, root, key, deps, family, insts, icache.gen)
-        cache.jobs.append(job)
-        for i in insts:
-            cache.pending[(i.pc, wave64)] = job
-        return True
-    _finish(cache, icache, job if synchronous() else job.result(), lines, blocks, root, key, deps, family, insts, wave64)
-    return True
-
-
-def _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64) -> None:
-    entry = (lines, blocks, compiled, root, key)
-    for i in insts:
-        known = KNOWN.setdefault((family, wave64, i.pc), [])
-        if len(known) >= 8:
-            del known[0]
-        known.append(entry)
-    _install(cache, icache, entry, deps, wave64)
-
-
-def _collect(cache: Cache, icache, wave64: bool) -> None:
-    """Install the regions whose compilation finished (dropping those whose code changed meanwhile)."""
-    for job in [j for j in cache.jobs if j[0].done()]:
-        cache.jobs.remove(job)
-        fut, lines, blocks, root, key, deps, family, insts, gen = job
-        for pc_key in [k for k, v in cache.pending.items() if v is job]:
-            del cache.pending[pc_key]
-        try:
-            compiled = fut.result()
-        except Exception:              # a compile failure leaves these PCs to the interpreter
-            for i in insts:
-                cache.none[(i.pc, wave64)] = (icache.gen, None)
-            continue
-        if gen != icache.gen and not icache._valid(deps):
-            cache.none.clear()          # searches that stopped at its PCs may find a block now
-            continue
-        _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64)
-
-
-def _install(cache: Cache, icache, entry, deps: tuple, wave64: bool) -> None:
-    lines, blocks, compiled, root, key = entry
-    region = Region(root, blocks, compiled, deps, icache.gen, key)
-    cache.regions.append(region)
-    for b in blocks:
-        for j, i in enumerate(b.insts):
-            cache.at.setdefault((i.pc, wave64), (region, b, j))
-
-
-def _known(cache: Cache, icache, pc: int, wave64: bool) -> bool:
-    """Install a region another ICache compiled for the same bytes at pc; False if there is none."""
+def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
+    """Hold the candidate covering pc: one another ICache found for the same bytes, or a new one (discovered; what
+    an earlier process compiled of it loaded from disk; compiled whole at once in sync mode). PCs the search found
+    that no block can hold are noted as such."""
     from ....errors import GPUFault
-    for entry in reversed(KNOWN.get((icache.isa.name, wave64, pc), ())):
+    family = icache.isa.name
+    key = (pc, wave64)
+    try:
+        here = icache._line(pc & ~(icache.LINE - 1))[0]
+    except GPUFault:
+        here = None
+    for cand in reversed(KNOWN.get((family, wave64, pc, here), ())):
         deps = []
         try:
-            for line, data in entry[0]:
+            for line, data in cand.lines:
                 got, ver = icache._line(line)
                 if got != data:
                     break
                 deps.append((line, ver))
             else:
-                _install(cache, icache, entry, tuple(deps), wave64)
-                return True
+                held = cache.held.get(id(cand))
+                if held is None:
+                    if synchronous() and cand.left and cand.job is None:
+                        _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+                    held = Held(cand, tuple(deps), icache.gen)
+                    cache.hold(held)
+                if key not in cache.cold and key not in cache.at:     # a PC its search read that holds no block
+                    cache.none[key] = (icache.gen, held.deps)
+                return
         except GPUFault:
             continue
-    return False
+    read: list = []
+    refused: list = []
+    covered = {k: True for k in (*cache.at, *cache.cold)}
+    blocks = _discover(icache, pc, wave64, covered, read, refused)
+    for p in refused:
+        cache.none[(p, wave64)] = (icache.gen, icache.deps.get((p, wave64)))
+    if not blocks:
+        _note_none(cache, icache, key, read)
+        return
+    # the candidate depends on every line its search read (the same bytes give the same blocks)
+    deps = tuple({d for p in read if p is not None for d in icache.deps.get((p, wave64), ())})
+    lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
+    cand = Candidate(family, wave64, blocks, lines)
+    inside = {i.pc for b in blocks for i in b.insts}
+    cand.empty = sorted({p for p in read if p is not None} - inside)
+    for p in inside | set(cand.empty):
+        known = KNOWN.setdefault((family, wave64, p, icache.lines[p & ~(icache.LINE - 1)][0]), [])
+        if len(known) >= 8:
+            del known[0]
+        known.append(cand)
+    _from_disk(cand)
+    if synchronous() and cand.left:
+        _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+    cache.hold(Held(cand, deps, icache.gen))
+    if key not in cache.cold and key not in cache.at:
+        _note_none(cache, icache, key, read)
 
 
-def lookup(icache, pc: int, wave64: bool):
-    """(region, block, index) of the compiled code holding pc, compiling its region on first use; or None."""
+def lookup(icache, pc: int, wave64: bool, cost: float = 0.0):
+    """(region, block, index) of the compiled code holding pc, or None (the interpreter runs it, and `cost`, its
+    expected seconds, heats the candidate holding pc: see the tiering comment above)."""
     cache = getattr(icache, "jit", None)
     if cache is None:
         cache = icache.jit = Cache()
     key = (pc, wave64)
     hit = cache.at.get(key)
     if hit is not None:
-        region = hit[0]
-        if region.gen != icache.gen:
-            if icache._valid(region.deps):
-                region.gen = icache.gen
-            else:
-                cache.drop(region)
-                hit = None
-        if hit is not None:
+        held = hit[0].held
+        if held.gen == icache.gen or _revalidate(cache, icache, held):
             return hit
-    if _known_none(cache, icache, key):
+    cold = cache.cold.get(key)
+    if cold is not None:
+        held, blk = cold
+        if held.gen == icache.gen or _revalidate(cache, icache, held):
+            cand = held.cand
+            cand.heat += cost
+            if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts):
+                return None             # (the common case: interpreted, not hot yet)
+            return _warm(cache, held, blk, key)
+    elif _known_none(cache, icache, key):
         return None
-    if cache.jobs:
-        _collect(cache, icache, wave64)
-        hit = cache.at.get(key)
-        if hit is not None:
-            return hit
-    if key in cache.pending:
-        return None
-    if _known(cache, icache, pc, wave64):
-        hit = cache.at.get(key)
-        if hit is not None:
-            return hit
-    read: list = []
-    if not _region(cache, icache, pc, wave64, read):
-        _note_none(cache, icache, key, read)
-        return None
-    hit = cache.at.get(key)
-    if hit is None and key not in cache.pending:
-        _note_none(cache, icache, key, read)
-    return hit
+    _find(cache, icache, pc, wave64)
+    cold = cache.cold.get(key)
+    if cold is None:
+        return cache.at.get(key)
+    return _warm(cache, cold[0], cold[1], key)
+
+
+def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
+    """The interpreter is at blk of a candidate: note that it ran, start compiling what ran once it is hot, take
+    the regions compiled meanwhile; the hit if pc's block is compiled now."""
+    cand = held.cand
+    if blk.pc not in cand.ran:
+        cand.saw(blk)
+    if cand.job is not None:
+        if cand.job[0].done():
+            _collect(cand)
+    elif cand.heat >= cand.trigger and blk.pc in cand.left:
+        _compile(cand, [cand.by_pc[p] for p in cand.ran & cand.left], False)
+    if held.parts != len(cand.parts):
+        cache.install(held)
+        return cache.at.get(key)
+    return None
+
+
+def forget() -> None:
+    """Forget what this process compiled and found (compiled.MEMORY, KNOWN; shader cores made from now on start
+    afresh): what a new process starts with (tests, benchmarks of cold and disk-cached compiles)."""
+    from . import compiled
+    compiled.MEMORY.clear()
+    KNOWN.clear()
+
+
+def _revalidate(cache: Cache, icache, held: Held) -> bool:
+    """A new ICache generation: the candidate's lines unchanged (valid again, with its regions), or it is dropped."""
+    if icache._valid(held.deps):
+        held.gen = icache.gen
+        return True
+    cache.drop(held)
+    return False
 
 
 def _note_none(cache: Cache, icache, key: tuple[int, bool], read: list) -> None:
@@ -464,7 +735,7 @@ _BASE_PC, _TILE, _TILE_FROM, _START0, _MISS_TILE = (CTX[k] for k in ("base_pc", 
 def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     """Run the compiled block at pc for the waves sel (see the module docstring); None: not here. Else
     (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions executed)."""
-    hit = lookup(icache, pc, batch.lanes == 64)
+    hit = lookup(icache, pc, batch.lanes == 64, STEP_SECONDS + k * batch.lanes * LANE_SECONDS)
     if hit is None:
         return None
     region, blk, i = hit
@@ -488,6 +759,7 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     wptr = ctx.all_ptr if every else waves.ctypes.data
     fn = region.fns[blk.pc]
     start = i
+    t0 = time.perf_counter()
     par = _parallel(batch, ctx, blk, fn, waves, k, i, end, tile)
     calls = misses = 0
     while True:
@@ -505,9 +777,11 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None):
             continue
         counts["calls"] += calls
         counts["misses"] += misses
+        _charge(region.part, time.perf_counter() - t0)
         return _fallback(batch, ctx, blk, sel, waves, pc, k, i, end, r, tile)
     counts["calls"] += calls
     counts["misses"] += misses
+    _charge(region.part, time.perf_counter() - t0)
     done = (end - i) * k
     counts["wave_instructions"] += done
     if r == -2:
