@@ -25,7 +25,8 @@ _lock = threading.Lock()
 _state: dict = {}
 MEMORY: dict[str, "Compiled"] = {}          # key -> compiled region (this process)
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "load_seconds": 0.0,
-         "compile_cpu_seconds": 0.0, "ir_lines": 0, "recompiled": 0, "recompile_seconds": 0.0}
+         "compile_cpu_seconds": 0.0, "ir_lines": 0, "recompiled": 0, "recompile_seconds": 0.0,
+         "compiled_instructions": 0}
 # seconds of the compiles by stage (this process, both tiers): IR text, parse, verify, IR passes, machine code, loading
 STAGES = ("ir", "parse", "verify", "passes", "emit", "load")
 stage_seconds = dict.fromkeys(STAGES, 0.0)
@@ -116,8 +117,8 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def submit(key: str, names: list[str], make_ir, tier: str = FAST):
-    """A future of get(key, names, make_ir, tier), compiled on the JIT's worker thread (LLVM releases the interpreter
+def submit(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0):
+    """A future of get(key, names, make_ir, tier, size), compiled on the JIT's worker thread (LLVM releases the interpreter
     lock while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key` is in memory."""
     global _pool
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -129,7 +130,7 @@ def submit(key: str, names: list[str], make_ir, tier: str = FAST):
     with _pool_lock:                 # not _lock: the worker holds that for a whole compilation
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdq-jit")
-    return _pool.submit(get, key, names, make_ir, tier)
+    return _pool.submit(get, key, names, make_ir, tier, size)
 
 
 def _path(key: str) -> str | None:
@@ -145,8 +146,9 @@ def available(key: str) -> bool:
     return path is not None and os.path.exists(path)
 
 
-def get(key: str, names: list[str], make_ir, tier: str = FAST) -> Compiled:
-    """The compiled region of `key`: from memory, from disk, or compiled from make_ir() at `tier` (and stored)."""
+def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) -> Compiled:
+    """The compiled region of `key`: from memory, from disk, or compiled from make_ir() at `tier` (and stored);
+    `size`: its instructions (stats["compiled_instructions"]: what the compile seconds were spent on)."""
     with _lock:
         hit = MEMORY.get(key)
         if hit is not None:
@@ -198,6 +200,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST) -> Compiled:
             stats["load_seconds"] += dt
         elif tier == FAST:
             stats["compile_seconds"] += dt
+            stats["compiled_instructions"] += size
             stats["compile_cpu_seconds"] += time.thread_time() - tc
         else:
             stats["recompile_seconds"] += dt

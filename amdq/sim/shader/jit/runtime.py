@@ -76,8 +76,6 @@ COMPILE_SECONDS = (0.005, 0.0006)   # the fast tier's compile: seconds per regio
 OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
 HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
 OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x that compile's expected seconds
-_compiled_insts = [0]    # instructions of the regions this process compiled at the fast tier (for _expected)
-_counted: set[str] = set()
 
 
 def _expected(insts: int) -> float:
@@ -86,7 +84,8 @@ def _expected(insts: int) -> float:
     base, per = COMPILE_SECONDS
     from . import compiled
     prior_insts = 100
-    rate = (compiled.stats["compile_seconds"] + (base + per * prior_insts)) / (_compiled_insts[0] + prior_insts)
+    st = compiled.stats
+    rate = (st["compile_seconds"] + (base + per * prior_insts)) / (st["compiled_instructions"] + prior_insts)
     return rate * max(insts, 1)
 
 
@@ -158,22 +157,20 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     cand.left -= {b.pc for b in blocks}
     make_ir = _make_ir(blocks, cand.wave64)
     names = [b.name for b in blocks]
+    size = sum(len(b.insts) for b in blocks)
     if now or available(key):
         try:
-            c = get(key, names, make_ir)
+            c = get(key, names, make_ir, FAST, size)
         except Exception:               # a compile failure leaves these blocks to the interpreter
             return
         _adopt(cand, blocks, key, c)
         return
-    cand.job = (submit(key, names, make_ir), blocks, key)
+    cand.job = (submit(key, names, make_ir, FAST, size), blocks, key)
 
 
 def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled) -> None:
-    if c.source == "compiled" and key not in _counted:
-        _counted.add(key)
-        _compiled_insts[0] += sum(len(b.insts) for b in blocks)
-        if len(blocks) < len(cand.blocks):
-            _index_add(cand, blocks)
+    if c.source == "compiled" and len(blocks) < len(cand.blocks):
+        _index_add(cand, blocks)
     cand.parts.append(Part(cand, blocks, key, c, FAST))
     cand.retrigger()
 
@@ -333,9 +330,9 @@ class Cache:
         held.parts = len(cand.parts)
 
 
-# candidates of every ICache in the process, by (family, wave64, each PC their search read, the bytes of that PC's
-# line): a new shader core (one per dispatch in standalone runs) takes them (their heat, their compiled regions) once
-# all their code lines' bytes are checked equal
+# candidates of every ICache in the process, by (family, wave64, the PC their search started from, the bytes of that
+# PC's line): a new shader core (one per dispatch in standalone runs) asks for the same PCs first and takes them
+# (their heat, their compiled regions) once all their code lines' bytes are checked equal
 KNOWN: dict[tuple[str, bool, int, bytes], list[Candidate]] = {}
 _shared_cache: dict[str, frozenset] = {}
 
@@ -478,13 +475,11 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     deps = tuple({d for p in read if p is not None for d in icache.deps.get((p, wave64), ())})
     lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
     cand = Candidate(family, wave64, blocks, lines)
-    inside = {i.pc for b in blocks for i in b.insts}
-    cand.empty = sorted({p for p in read if p is not None} - inside)
-    for p in inside | set(cand.empty):
-        known = KNOWN.setdefault((family, wave64, p, icache.lines[p & ~(icache.LINE - 1)][0]), [])
-        if len(known) >= 8:
-            del known[0]
-        known.append(cand)
+    cand.empty = sorted({p for p in read if p is not None} - {i.pc for b in blocks for i in b.insts})
+    known = KNOWN.setdefault((family, wave64, pc, here), [])
+    if len(known) >= 8:
+        del known[0]
+    known.append(cand)
     _from_disk(cand)
     if synchronous() and cand.left:
         _compile(cand, [cand.by_pc[p] for p in cand.left], True)
