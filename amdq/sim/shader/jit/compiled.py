@@ -61,6 +61,11 @@ def _llvm(tier: str = FAST):
     return _state["llvm"], tm
 
 
+def started() -> bool:
+    """LLVM is loaded and initialised in this process (what a first key or compile costs otherwise)."""
+    return "llvm" in _state
+
+
 def host_id() -> str:
     """LLVM's version and the host CPU (name and features): part of every key."""
     _llvm()

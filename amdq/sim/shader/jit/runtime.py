@@ -73,6 +73,8 @@ STEP_SECONDS = 1e-5      # the interpreter's cost of one step: a fixed part and 
 LANE_SECONDS = 3e-10     # ~5-10 us a step on small batches, ~0.3 ns a lane on 2^18-lane ones)
 COMPILE_SECONDS = (0.005, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
                                     # the suite's kernels; refined by this process's own compiles, see _expected)
+LOAD_SECONDS = 0.002     # loading a region from the disk cache (bench/shader.py: jit_disk_ms)
+START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
 OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
 HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
 OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x that compile's expected seconds
@@ -113,8 +115,9 @@ class Candidate:
     def __init__(self, family: str, wave64: bool, blocks: list[Block], lines: tuple):
         self.family, self.wave64, self.blocks, self.lines = family, wave64, blocks, lines
         self.by_pc = {b.pc: b for b in blocks}
-        self.key = _key(family, wave64, blocks)          # all of them as one region
-        self.heat, self.trigger = 0.0, 0.0               # interpreted seconds; the heat that starts a compile
+        self._key = None                                 # (all of them as one region: see key)
+        self.checked = False                             # the disk cache was looked at
+        self.heat, self.trigger = 0.0, 0.0               # interpreted seconds; the heat that acts next
         self.ran: set[int] = set()                       # blocks (their PCs) the interpreter ran
         self.left: set[int] = set(self.by_pc)            # blocks not compiled nor being compiled
         self.parts: list[Part] = []
@@ -125,10 +128,21 @@ class Candidate:
         self.ran.add(blk.pc)
         self.retrigger()
 
+    @property
+    def key(self) -> str:
+        """The key of all its blocks as one region (computing it starts LLVM: the host CPU is part of it)."""
+        if self._key is None:
+            self._key = _key(self.family, self.wave64, self.blocks)
+        return self._key
+
     def retrigger(self) -> None:
-        """The heat at which the blocks that ran and are not compiled get compiled (HOT x the compile's cost)."""
+        """The heat at which something happens next: the disk cache is looked at (LOAD_SECONDS, plus LLVM's start
+        the first time), then the blocks that ran and are not compiled get compiled (HOT x the compile's cost)."""
         ran = self.ran & self.left
         self.trigger = HOT * _expected(sum(len(self.by_pc[p].insts) for p in ran)) if ran else float("inf")
+        if not self.checked:
+            from . import compiled
+            self.trigger = min(self.trigger, LOAD_SECONDS + (0.0 if compiled.started() else START_SECONDS))
 
 
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
@@ -480,7 +494,9 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     if len(known) >= 8:
         del known[0]
     known.append(cand)
-    _from_disk(cand)
+    if synchronous():
+        cand.checked = True
+        _from_disk(cand)
     if synchronous() and cand.left:
         _compile(cand, [cand.by_pc[p] for p in cand.left], True)
     cache.hold(Held(cand, deps, icache.gen))
@@ -527,8 +543,13 @@ def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
     if cand.job is not None:
         if cand.job[0].done():
             _collect(cand)
-    elif cand.heat >= cand.trigger and blk.pc in cand.left:
-        _compile(cand, [cand.by_pc[p] for p in cand.ran & cand.left], False)
+    elif cand.heat >= cand.trigger:
+        if not cand.checked:
+            cand.checked = True
+            _from_disk(cand)
+            cand.retrigger()
+        elif blk.pc in cand.left:
+            _compile(cand, [cand.by_pc[p] for p in cand.ran & cand.left], False)
     if held.parts != len(cand.parts):
         cache.install(held)
         return cache.at.get(key)
