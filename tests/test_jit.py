@@ -428,20 +428,35 @@ def _loop(n_iter, n=256, wave=32):
 
 
 def test_a_short_kernel_is_not_compiled(monkeypatch):
-    """Default mode: a kernel that runs for less than its compile would cost stays in the interpreter (nothing
-    compiled, nothing submitted), and its candidate's PCs are not searched again on the next dispatch."""
+    """Default mode: a kernel that runs for less than a search of its code would cost stays in the interpreter:
+    nothing searched, nothing compiled, LLVM not even started for it."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
     runtime.forget()
     compiled_before, used_before = compiled.stats["compiled"], runtime.counts["wave_instructions"]
-    _loop(2)
     found = []
     orig = runtime._discover
     monkeypatch.setattr(runtime, "_discover", lambda *a, **k: found.append(a[1]) or orig(*a, **k))
     _loop(2)
+    _loop(2)
+    assert found == [] and _candidates() == []
     assert compiled.stats["compiled"] == compiled_before and runtime.counts["wave_instructions"] == used_before
-    cands = _candidates()
-    assert cands and all(c.job is None and not c.parts and 0 < c.heat < c.trigger for c in cands)
-    assert found == [], "a new shader core searched again for blocks it had found"
+
+
+def test_a_searched_kernel_is_not_searched_again(monkeypatch):
+    """A kernel searched once (HOT small enough for the search, not for a compile) is not searched again by the
+    next dispatch's new shader core: it takes the candidate, whose heat goes on growing."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)
+    monkeypatch.setattr(runtime, "COMPILE_SECONDS", (1e9, 1e9))
+    runtime.forget()
+    _loop(2)
+    (cand,) = _candidates()
+    heat = cand.heat
+    found = []
+    orig = runtime._discover
+    monkeypatch.setattr(runtime, "_discover", lambda *a, **k: found.append(a[1]) or orig(*a, **k))
+    _loop(2)
+    assert found == [] and _candidates() == [cand] and cand.heat > heat and not cand.parts
 
 
 def test_a_hot_loop_compiles_what_ran(monkeypatch):

@@ -32,6 +32,7 @@ import numpy as np
 
 from .block import VERSION, Block, ModuleGen, finish
 from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
+from ..core import PAGE
 from .ir import CTX, CTX_SLOTS, WAITS, kind_of
 
 MAX_BLOCKS = 128
@@ -73,6 +74,7 @@ STEP_SECONDS = 1e-5      # the interpreter's cost of one step: a fixed part and 
 LANE_SECONDS = 3e-10     # ~5-10 us a step on small batches, ~0.3 ns a lane on 2^18-lane ones)
 COMPILE_SECONDS = (0.005, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
                                     # the suite's kernels; refined by this process's own compiles, see _expected)
+SEARCH_SECONDS = 0.01    # searching a page's code for blocks (decoding what did not run too: ~5-15 ms a suite kernel)
 LOAD_SECONDS = 0.002     # loading a region from the disk cache (bench/shader.py: jit_disk_ms)
 START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
 OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
@@ -303,6 +305,7 @@ class Cache:
         # PCs known not to be in a block: (ICache generation, the lines the search read, None if it could not tell)
         self.none: dict[tuple[int, bool], tuple[int, tuple | None]] = {}
         self.held: dict[int, Held] = {}                  # id(candidate) -> how this ICache holds it
+        self.pre: dict[tuple[int, bool], list] = {}      # code page -> [interpreted seconds, seconds that search]
 
     def drop(self, held: Held) -> None:
         """Forget a candidate and its regions here (its code changed)."""
@@ -344,10 +347,11 @@ class Cache:
         held.parts = len(cand.parts)
 
 
-# candidates of every ICache in the process, by (family, wave64, the PC their search started from, the bytes of that
-# PC's line): a new shader core (one per dispatch in standalone runs) asks for the same PCs first and takes them
-# (their heat, their compiled regions) once all their code lines' bytes are checked equal
-KNOWN: dict[tuple[str, bool, int, bytes], list[Candidate]] = {}
+# candidates of every ICache in the process, by (family, wave64, the code page their search started in): a new shader
+# core (one per dispatch in standalone runs) takes them (their heat, their compiled regions) when it first runs code
+# of that page, once all their code lines' bytes are checked equal
+KNOWN: dict[tuple[str, bool, int], list[Candidate]] = {}
+KNOWN_PER_PAGE = 16
 _shared_cache: dict[str, frozenset] = {}
 
 
@@ -445,18 +449,13 @@ def _discover(icache, root: int, wave64: bool, covered, read: list | None = None
     return blocks
 
 
-def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
-    """Hold the candidate covering pc: one another ICache found for the same bytes, or a new one (discovered; what
-    an earlier process compiled of it loaded from disk; compiled whole at once in sync mode). PCs the search found
-    that no block can hold are noted as such."""
+def _take_known(cache: Cache, icache, page: int, wave64: bool) -> None:
+    """Hold the candidates other ICaches of the process found in this code page, those whose lines hold the same
+    bytes here (with their heat and compiled regions; compiled whole at once in sync mode)."""
     from ....errors import GPUFault
-    family = icache.isa.name
-    key = (pc, wave64)
-    try:
-        here = icache._line(pc & ~(icache.LINE - 1))[0]
-    except GPUFault:
-        here = None
-    for cand in reversed(KNOWN.get((family, wave64, pc, here), ())):
+    for cand in reversed(KNOWN.get((icache.isa.name, wave64, page), ())):
+        if id(cand) in cache.held:
+            continue
         deps = []
         try:
             for line, data in cand.lines:
@@ -465,17 +464,19 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
                     break
                 deps.append((line, ver))
             else:
-                held = cache.held.get(id(cand))
-                if held is None:
-                    if synchronous() and cand.left and cand.job is None:
-                        _compile(cand, [cand.by_pc[p] for p in cand.left], True)
-                    held = Held(cand, tuple(deps), icache.gen)
-                    cache.hold(held)
-                if key not in cache.cold and key not in cache.at:     # a PC its search read that holds no block
-                    cache.none[key] = (icache.gen, held.deps)
-                return
+                if synchronous() and cand.left and cand.job is None:
+                    _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+                cache.hold(Held(cand, tuple(deps), icache.gen))
         except GPUFault:
             continue
+
+
+def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
+    """Search for the blocks reachable from pc and hold them as a new candidate (what an earlier process compiled
+    of it loaded from disk and the rest compiled at once in sync mode). PCs the search found that no block can hold
+    are noted as such."""
+    family = icache.isa.name
+    key = (pc, wave64)
     read: list = []
     refused: list = []
     covered = {k: True for k in (*cache.at, *cache.cold)}
@@ -490,15 +491,15 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
     cand = Candidate(family, wave64, blocks, lines)
     cand.empty = sorted({p for p in read if p is not None} - {i.pc for b in blocks for i in b.insts})
-    known = KNOWN.setdefault((family, wave64, pc, here), [])
-    if len(known) >= 8:
+    known = KNOWN.setdefault((family, wave64, pc & ~(PAGE - 1)), [])
+    if len(known) >= KNOWN_PER_PAGE:
         del known[0]
     known.append(cand)
     if synchronous():
         cand.checked = True
         _from_disk(cand)
-    if synchronous() and cand.left:
-        _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+        if cand.left:
+            _compile(cand, [cand.by_pc[p] for p in cand.left], True)
     cache.hold(Held(cand, deps, icache.gen))
     if key not in cache.cold and key not in cache.at:
         _note_none(cache, icache, key, read)
@@ -527,6 +528,18 @@ def lookup(icache, pc: int, wave64: bool, cost: float = 0.0):
             return _warm(cache, held, blk, key)
     elif _known_none(cache, icache, key):
         return None
+    # code no candidate holds yet: its page heats up, and is searched once it spent what a search costs
+    pk = (pc & ~(PAGE - 1), wave64)
+    pre = cache.pre.get(pk)
+    if pre is None:
+        pre = cache.pre[pk] = [0.0, 0.0 if synchronous() else HOT * SEARCH_SECONDS]
+        _take_known(cache, icache, pk[0], wave64)
+        if key in cache.cold or key in cache.at or key in cache.none:
+            return lookup(icache, pc, wave64, cost)
+    pre[0] += cost
+    if pre[0] < pre[1]:
+        return None
+    pre[0] = 0.0
     _find(cache, icache, pc, wave64)
     cold = cache.cold.get(key)
     if cold is None:
