@@ -27,6 +27,7 @@ import bisect
 import ctypes
 import os
 import time
+from time import perf_counter as _clock
 
 import numpy as np
 
@@ -63,15 +64,15 @@ def synchronous() -> bool:
 
 # ---------------------------------------------------------------- tiering: what is compiled, and when
 #
-# Interpreted steps heat the code they run. The blocks found from a PC (a Candidate) are compiled once the time the
+# Interpreted steps heat the code they run (the time from one lookup to the next). The blocks found from a PC (a Candidate) are compiled once the time the
 # interpreter spent in them reaches what compiling the blocks that ran is expected to cost (ski rental: never more
 # than twice the better of interpreting and compiling), on the worker thread, as one region; the blocks that did not
 # run stay with the interpreter (and are compiled the same way if they become hot). A region is compiled again at
 # -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is expected to cost. A region on
 # disk (or in memory) is used at once. AMDQ_SIM_JIT=sync compiles every candidate whole before its first use and
 # promotes at the same threshold, synchronously (tests, benchmarks).
-STEP_SECONDS = 1e-5      # the interpreter's cost of one step: a fixed part and one per lane (bench/shader.py's kernels:
-LANE_SECONDS = 3e-10     # ~5-10 us a step on small batches, ~0.3 ns a lane on 2^18-lane ones)
+GAP_SECONDS = 0.002      # at most this much of the time between two lookups is the interpreter's step (a longer gap
+                         # spans a batch's or a dispatch's set-up, or the host between dispatches)
 COMPILE_SECONDS = (0.005, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
                                     # the suite's kernels; refined by this process's own compiles, see _expected)
 SEARCH_SECONDS = 0.01    # searching a page's code for blocks (decoding what did not run too: ~5-15 ms a suite kernel)
@@ -305,7 +306,9 @@ class Cache:
         # PCs known not to be in a block: (ICache generation, the lines the search read, None if it could not tell)
         self.none: dict[tuple[int, bool], tuple[int, tuple | None]] = {}
         self.held: dict[int, Held] = {}                  # id(candidate) -> how this ICache holds it
-        self.pre: dict[tuple[int, bool], list] = {}      # code page -> [interpreted seconds, seconds that search]
+        self.pages: dict[tuple[int, bool], Heat] = {}    # code pages not searched yet: their interpreted time
+        self.warming = None                              # what the interpreter runs until the next lookup (heat)
+        self.t = 0.0                                     # the last lookup's time
 
     def drop(self, held: Held) -> None:
         """Forget a candidate and its regions here (its code changed)."""
@@ -505,12 +508,19 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
         _note_none(cache, icache, key, read)
 
 
-def lookup(icache, pc: int, wave64: bool, cost: float = 0.0):
-    """(region, block, index) of the compiled code holding pc, or None (the interpreter runs it, and `cost`, its
-    expected seconds, heats the candidate holding pc: see the tiering comment above)."""
+def lookup(icache, pc: int, wave64: bool):
+    """(region, block, index) of the compiled code holding pc, or None: the interpreter runs it (the time until the
+    next lookup heats the candidate holding pc, or its page: see the tiering comment above)."""
     cache = getattr(icache, "jit", None)
     if cache is None:
         cache = icache.jit = Cache()
+    now = _clock()
+    warming = cache.warming                 # what the interpreter ran since the last lookup: its time heats it
+    if warming is not None:
+        gap = now - cache.t
+        warming.heat += gap if gap < GAP_SECONDS else GAP_SECONDS
+        cache.warming = None
+    cache.t = now
     key = (pc, wave64)
     hit = cache.at.get(key)
     if hit is not None:
@@ -521,8 +531,7 @@ def lookup(icache, pc: int, wave64: bool, cost: float = 0.0):
     if cold is not None:
         held, blk = cold
         if held.gen == icache.gen or _revalidate(cache, icache, held):
-            cand = held.cand
-            cand.heat += cost
+            cand = cache.warming = held.cand
             if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts):
                 return None             # (the common case: interpreted, not hot yet)
             return _warm(cache, held, blk, key)
@@ -530,21 +539,29 @@ def lookup(icache, pc: int, wave64: bool, cost: float = 0.0):
         return None
     # code no candidate holds yet: its page heats up, and is searched once it spent what a search costs
     pk = (pc & ~(PAGE - 1), wave64)
-    pre = cache.pre.get(pk)
-    if pre is None:
-        pre = cache.pre[pk] = [0.0, 0.0 if synchronous() else HOT * SEARCH_SECONDS]
+    page = cache.pages.get(pk)
+    if page is None:
+        page = cache.pages[pk] = Heat(0.0 if synchronous() else HOT * SEARCH_SECONDS)
         _take_known(cache, icache, pk[0], wave64)
         if key in cache.cold or key in cache.at or key in cache.none:
-            return lookup(icache, pc, wave64, cost)
-    pre[0] += cost
-    if pre[0] < pre[1]:
+            return lookup(icache, pc, wave64)
+    if page.heat < page.trigger:
+        cache.warming = page
         return None
-    pre[0] = 0.0
+    page.heat = 0.0
     _find(cache, icache, pc, wave64)
     cold = cache.cold.get(key)
     if cold is None:
         return cache.at.get(key)
+    cache.warming = cold[0].cand
     return _warm(cache, cold[0], cold[1], key)
+
+
+class Heat:
+    """Interpreted seconds in code no candidate holds yet (one code page of one ICache), and the search's threshold."""
+
+    def __init__(self, trigger: float):
+        self.heat, self.trigger = 0.0, trigger
 
 
 def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
@@ -764,7 +781,7 @@ _BASE_PC, _TILE, _TILE_FROM, _START0, _MISS_TILE = (CTX[k] for k in ("base_pc", 
 def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     """Run the compiled block at pc for the waves sel (see the module docstring); None: not here. Else
     (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions executed)."""
-    hit = lookup(icache, pc, batch.lanes == 64, STEP_SECONDS + k * batch.lanes * LANE_SECONDS)
+    hit = lookup(icache, pc, batch.lanes == 64)
     if hit is None:
         return None
     region, blk, i = hit
