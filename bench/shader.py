@@ -15,7 +15,7 @@ kernel in fewer, wider instructions, so its wave-instruction rate, lane rate and
 the family check (`family_vs_gfx1100` in the JSON: the lowest work rate over the kernels, target 0.8) is on
 the work rate.
 
-JIT (sim/shader/jit): every kernel runs twice, by the interpreter (AMDQ_SIM_JIT=0, the default) and with the JIT (sync);
+JIT (sim/shader/jit): every kernel runs twice, by the interpreter (AMDQ_SIM_JIT=0) and with the JIT (sync: compiled before first use);
 each kernel's figures are the JIT's, with `interp_*` beside them (the same measurements for the interpreter) and
 `jit_speedup` = interpreter seconds / JIT seconds. The JIT's timed runs are its steady state, every region
 recompiled at -O2 (the second tier, jit/compiled.py TIERS); `jit_fast_seconds` and `jit_fast_speedup` are the same

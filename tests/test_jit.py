@@ -293,6 +293,7 @@ def test_background_compile_switches_over(monkeypatch):
     worker thread; a later dispatch runs the compiled code, with the same results."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
     monkeypatch.setattr(runtime, "HOT", 0.0)
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)
     runtime.forget()
     x, y, out = _vadd(1024)
     assert np.array_equal(out, x + np.float32(2) * y)
@@ -310,11 +311,18 @@ def test_background_compile_switches_over(monkeypatch):
 
 
 def test_env_var_forces_the_interpreter(monkeypatch):
+    """AMDQ_SIM_JIT=0: no compiled code runs, even code compiled already; unset: the JIT is on (the default)."""
+    before = runtime.counts["calls"]
+    _vadd()
+    assert runtime.counts["calls"] > before             # (sync: compiled)
     monkeypatch.setenv("AMDQ_SIM_JIT", "0")
+    assert not runtime.enabled()
     before = runtime.counts["calls"]
     x, y, out = _vadd()
     assert runtime.counts["calls"] == before
     assert np.array_equal(out, x + np.float32(2) * y)
+    monkeypatch.delenv("AMDQ_SIM_JIT")
+    assert runtime.enabled() and not runtime.synchronous()
 
 
 NAN_OPS = """
@@ -483,9 +491,10 @@ def test_a_hot_loop_compiles_what_ran(monkeypatch):
 
 @pytest.mark.parametrize("case", ["matmul_tiled", "lds_reduce", "divergent_loop", "atomics_lds"])
 def test_tiered_matches_interpreter(case, monkeypatch):
-    """Default mode with everything hot at once (HOT 0): blocks compile on the worker thread as they first run and
+    """Default mode with everything hot at once (HOT and SEARCH_SECONDS 0): blocks compile on the worker thread as they first run and
     switch over mid-dispatch; every dispatch gives the interpreter's memory and registers."""
     monkeypatch.setattr(runtime, "HOT", 0.0)
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)
     runtime.forget()
     used: list[int] = []
     _differential(monkeypatch, used, mode="1")

@@ -44,15 +44,14 @@ ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
 counts = {"parallel_calls": 0, "calls": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
 
 
-# Off unless asked for (AMDQ_SIM_JIT=1 or sync), for now: a kernel's cold compile costs ~0.4-1.4 s of CPU and
-# the compiled code runs 1-6x the interpreter's speed, so for the short kernels most runs are made of (the test
-# suite, the demo) the background compiles cost more than they save, and on a 2-core machine they compete with the
-# simulated GPU itself (bench/shader.py and bench/kernels.py measure both). The default turns on once the JIT wins.
-DEFAULT = "0"
+# On by default: code is interpreted until it gets hot (the tiering below), so the short kernels most runs are made
+# of (the test suite, the demo) cost what the interpreter costs plus the lookups (1-3%), and hot code runs compiled
+# (bench/kernels.py and bench/shader.py measure both).
+DEFAULT = "1"
 
 
 def enabled() -> bool:
-    """AMDQ_SIM_JIT=1 (or sync) runs basic blocks as compiled code; unset or 0 (off/no/false): the interpreter."""
+    """Unset, 1 or sync: basic blocks that get hot run as compiled code; 0 (off/no/false): the interpreter only."""
     return os.environ.get("AMDQ_SIM_JIT", DEFAULT).strip().lower() not in ("0", "off", "no", "false", "")
 
 
@@ -64,13 +63,15 @@ def synchronous() -> bool:
 
 # ---------------------------------------------------------------- tiering: what is compiled, and when
 #
-# Interpreted steps heat the code they run (the time from one lookup to the next). The blocks found from a PC (a Candidate) are compiled once the time the
-# interpreter spent in them reaches what compiling the blocks that ran is expected to cost (ski rental: never more
-# than twice the better of interpreting and compiling), on the worker thread, as one region; the blocks that did not
+# Interpreted steps heat the code they run: the time from one lookup to the next. Code no candidate holds heats its
+# page, which is searched for blocks once it spent what a search costs; the blocks found from a PC (a Candidate) heat
+# together: past what loading them costs, the disk cache is looked at (a region found there is used at once); past
+# what compiling the blocks that ran is expected to cost (ski rental: never more than twice the better of
+# interpreting and compiling), those blocks are compiled as one region on the worker thread; the blocks that did not
 # run stay with the interpreter (and are compiled the same way if they become hot). A region is compiled again at
-# -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is expected to cost. A region on
-# disk (or in memory) is used at once. AMDQ_SIM_JIT=sync compiles every candidate whole before its first use and
-# promotes at the same threshold, synchronously (tests, benchmarks).
+# -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is expected to cost.
+# AMDQ_SIM_JIT=sync searches and compiles every candidate whole before its first use, and promotes at the same
+# threshold, synchronously (tests, benchmarks).
 GAP_SECONDS = 0.002      # at most this much of the time between two lookups is the interpreter's step (a longer gap
                          # spans a batch's or a dispatch's set-up, or the host between dispatches)
 COMPILE_SECONDS = (0.005, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
@@ -186,10 +187,14 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
 
 
 def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled) -> None:
+    """A region of cand is compiled: it joins the parts (at -O2 at once when that is on disk already)."""
     if c.source == "compiled" and len(blocks) < len(cand.blocks):
         _index_add(cand, blocks)
-    cand.parts.append(Part(cand, blocks, key, c, FAST))
+    part = Part(cand, blocks, key, c, FAST)
+    cand.parts.append(part)
     cand.retrigger()
+    if c.source != "compiled" and available(_key_of(part)):
+        _promote(part)
 
 
 def _collect(cand: Candidate) -> None:
@@ -247,19 +252,20 @@ def _from_disk(cand: Candidate) -> None:
 
 def _promote(part: Part) -> None:
     """Compile the part again at -O2 (at once in sync mode or when it is on disk; else on the worker thread)."""
-    cand_key = _key_of(part)
+    key = _key_of(part)
     make_ir = _make_ir(part.blocks, part.wave64)
     names = [b.name for b in part.blocks]
-    if synchronous() or available(cand_key):
+    if synchronous() or available(key):
         try:
-            part.use(get(cand_key, names, make_ir, OPT), OPT)
+            part.use(get(key, names, make_ir, OPT), OPT)
         except Exception:
             part.cost = float("inf")
         return
-    part.job = submit(cand_key, names, make_ir, OPT)
+    part.job = submit(key, names, make_ir, OPT)
 
 
 def _key_of(part: Part) -> str:
+    """The key of the part's -O2 code."""
     return _key(part.family, part.wave64, part.blocks, OPT)
 
 
@@ -541,7 +547,7 @@ def lookup(icache, pc: int, wave64: bool):
     pk = (pc & ~(PAGE - 1), wave64)
     page = cache.pages.get(pk)
     if page is None:
-        page = cache.pages[pk] = Heat(0.0 if synchronous() else HOT * SEARCH_SECONDS)
+        page = cache.pages[pk] = Heat(0.0 if synchronous() else SEARCH_SECONDS)
         _take_known(cache, icache, pk[0], wave64)
         if key in cache.cold or key in cache.at or key in cache.none:
             return lookup(icache, pc, wave64)
@@ -584,6 +590,19 @@ def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
         cache.install(held)
         return cache.at.get(key)
     return None
+
+
+def compile_what_ran() -> int:
+    """Compile now (first tier) the blocks of every candidate of the process that ran and are not compiled yet, as
+    the hot path would (benchmarks: a kernel's compile cost); the number of regions made (compiled or loaded)."""
+    n = 0
+    for cand in list({id(c): c for cs in KNOWN.values() for c in cs}.values()):
+        blocks = [cand.by_pc[p] for p in sorted(cand.ran & cand.left)]
+        if blocks and cand.job is None:
+            before = len(cand.parts)
+            _compile(cand, blocks, True)
+            n += len(cand.parts) - before
+    return n
 
 
 def forget() -> None:
