@@ -278,8 +278,8 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
     runtime.forget()
     _vadd()
-    files = sorted(p.name for p in d.iterdir())
-    assert files and all(f.endswith(".o") for f in files)
+    files = sorted(p.name for p in d.iterdir())         # object files, and the index naming them per candidate
+    assert any(f.endswith(".o") for f in files) and all(f.endswith((".o", ".idx")) for f in files)
     runtime.forget()                                    # as a new process
     hits = compiled.stats["disk_hits"]
     x, y, out = _vadd()
@@ -436,42 +436,44 @@ def _loop(n_iter, n=256, wave=32):
 
 
 def test_a_short_kernel_is_not_compiled(monkeypatch):
-    """Default mode: a kernel that runs for less than a search of its code would cost stays in the interpreter:
-    nothing searched, nothing compiled, LLVM not even started for it."""
+    """Default mode: a kernel that runs for less than its compile would cost stays in the interpreter: nothing
+    compiled or submitted, and what its search found (the blocks that ran) is still below its threshold."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
     runtime.forget()
     compiled_before, used_before = compiled.stats["compiled"], runtime.counts["wave_instructions"]
-    found = []
-    orig = runtime._discover
-    monkeypatch.setattr(runtime, "_discover", lambda *a, **k: found.append(a[1]) or orig(*a, **k))
     _loop(2)
     _loop(2)
-    assert found == [] and _candidates() == []
     assert compiled.stats["compiled"] == compiled_before and runtime.counts["wave_instructions"] == used_before
+    assert all(c.job is None and not c.parts and c.heat < c.trigger for c in _candidates())
 
 
 def test_a_searched_kernel_is_not_searched_again(monkeypatch):
-    """A kernel searched once (HOT small enough for the search, not for a compile) is not searched again by the
-    next dispatch's new shader core: it takes the candidate, whose heat goes on growing."""
+    """A kernel searched once (its loop ran for longer than a search costs; never compiled here) is not searched
+    again by the next dispatch's new shader core: it takes the candidates, whose heat goes on growing."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
-    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)
     monkeypatch.setattr(runtime, "COMPILE_SECONDS", (1e9, 1e9))
     runtime.forget()
-    _loop(2)
-    (cand,) = _candidates()
-    heat = cand.heat
+    _loop(50)
+    cands = _candidates()
+    heat = sum(c.heat for c in cands)
     found = []
     orig = runtime._discover
     monkeypatch.setattr(runtime, "_discover", lambda *a, **k: found.append(a[1]) or orig(*a, **k))
-    _loop(2)
-    assert found == [] and _candidates() == [cand] and cand.heat > heat and not cand.parts
+    _loop(50)
+    assert cands and found == [] and _candidates() == cands and not any(c.parts for c in cands)
+    assert sum(c.heat for c in cands) > heat
 
 
 def test_a_hot_loop_compiles_what_ran(monkeypatch):
     """Default mode: a loop that runs long enough is compiled (on the worker thread) and then runs compiled, with
-    the interpreter's results; the block that never ran is not compiled."""
+    the interpreter's results; only code the interpreter ran is compiled (the whole-kernel compile of sync mode
+    also compiles the branch that never runs)."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
     runtime.forget()
+    fetched, recording = set(), [True]
+    orig_get = C.ICache.get
+    monkeypatch.setattr(C.ICache, "get", lambda ic, pc, w: (fetched.add(pc) if recording[0] else None) or
+                        orig_get(ic, pc, w))
     import time
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -482,11 +484,16 @@ def test_a_hot_loop_compiles_what_ran(monkeypatch):
         time.sleep(0.05)
     else:
         raise AssertionError("the hot loop never ran compiled")
-    (cand,) = [c for c in _candidates() if c.parts]
-    compiled_pcs = {b.pc for p in cand.parts for b in p.blocks}
-    assert compiled_pcs <= cand.ran
-    assert set(cand.by_pc) - cand.ran, "every block ran: the kernel's cold branch is not cold"
-    assert not compiled_pcs & (set(cand.by_pc) - cand.ran)
+    recording[0] = False
+
+    def compiled_pcs():
+        return {i.pc for c in _candidates() for p in c.parts for b in p.blocks for i in b.insts}
+    hot = compiled_pcs()
+    assert hot and hot <= fetched
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    runtime.forget()
+    _loop(2)
+    assert compiled_pcs() - fetched, "the whole kernel holds no code that did not run: its cold branch is not cold"
 
 
 @pytest.mark.parametrize("case", ["matmul_tiled", "lds_reduce", "divergent_loop", "atomics_lds"])

@@ -237,10 +237,11 @@ def _store(path: str, obj: bytes) -> None:
 
 
 def region_key(family: str, wave64: bool, root: int, insts: list, version: int, starts: list[int] = (),
-               tier: str = FAST) -> str:
-    """sha256 over what the region's code depends on (see the module docstring); `starts`: its blocks' PCs."""
+               tier: str = FAST, host: bool = True) -> str:
+    """sha256 over what the region's code depends on (see the module docstring); `starts`: its blocks' PCs. Without
+    `host`, the key of the code alone (LLVM is not started for it: runtime.py's index of what was compiled)."""
     h = hashlib.sha256()
-    h.update(f"amdq-jit|{version}|{tier}|{host_id()}|{family}|{int(wave64)}|".encode())
+    h.update(f"amdq-jit|{version}|{tier}|{host_id() if host else '-'}|{family}|{int(wave64)}|".encode())
     h.update(",".join(str(p - root) for p in sorted(starts)).encode() + b"|")
     for i in insts:
         h.update(f"{i.pc - root}:{len(i.raw)}:".encode())

@@ -76,7 +76,7 @@ GAP_SECONDS = 0.002      # at most this much of the time between two lookups is 
                          # spans a batch's or a dispatch's set-up, or the host between dispatches)
 COMPILE_SECONDS = (0.005, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
                                     # the suite's kernels; refined by this process's own compiles, see _expected)
-SEARCH_SECONDS = 0.01    # searching a page's code for blocks (decoding what did not run too: ~5-15 ms a suite kernel)
+SEARCH_SECONDS = 0.002   # searching a page's code for blocks (the instructions the interpreter decoded: ~1-2 ms)
 LOAD_SECONDS = 0.002     # loading a region from the disk cache (bench/shader.py: jit_disk_ms)
 START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
 OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
@@ -134,19 +134,23 @@ class Candidate:
 
     @property
     def key(self) -> str:
-        """The key of all its blocks as one region (computing it starts LLVM: the host CPU is part of it)."""
+        """The key of its code (all its blocks, no host: computing it does not start LLVM), which names its index
+        on disk (_index_add)."""
         if self._key is None:
-            self._key = _key(self.family, self.wave64, self.blocks)
+            root = min(self.by_pc)
+            insts = sorted((i for b in self.blocks for i in b.insts), key=lambda i: i.pc)
+            self._key = region_key(self.family, self.wave64, root, insts, VERSION, list(self.by_pc), "index", False)
         return self._key
 
     def retrigger(self) -> None:
-        """The heat at which something happens next: the disk cache is looked at (LOAD_SECONDS, plus LLVM's start
-        the first time), then the blocks that ran and are not compiled get compiled (HOT x the compile's cost)."""
+        """The heat at which something happens next: the disk cache is looked at (LOAD_SECONDS), then the blocks
+        that ran and are not compiled get compiled (HOT x the compile's cost, LLVM's start the first time)."""
+        from . import compiled
         ran = self.ran & self.left
-        self.trigger = HOT * _expected(sum(len(self.by_pc[p].insts) for p in ran)) if ran else float("inf")
+        start = 0.0 if compiled.started() else START_SECONDS
+        self.trigger = HOT * (_expected(sum(len(self.by_pc[p].insts) for p in ran)) + start) if ran else float("inf")
         if not self.checked:
-            from . import compiled
-            self.trigger = min(self.trigger, LOAD_SECONDS + (0.0 if compiled.started() else START_SECONDS))
+            self.trigger = min(self.trigger, LOAD_SECONDS)
 
 
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
@@ -188,7 +192,7 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
 
 def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled) -> None:
     """A region of cand is compiled: it joins the parts (at -O2 at once when that is on disk already)."""
-    if c.source == "compiled" and len(blocks) < len(cand.blocks):
+    if c.source == "compiled":
         _index_add(cand, blocks)
     part = Part(cand, blocks, key, c, FAST)
     cand.parts.append(part)
@@ -209,8 +213,9 @@ def _collect(cand: Candidate) -> None:
 
 
 def _index_add(cand: Candidate, blocks: list[Block]) -> None:
-    """Note on disk (beside the code) that this subset of the candidate's blocks was compiled, so a later process
-    finding the same candidate loads it at once (an append of one line; failures are ignored)."""
+    """Note on disk (beside the code, under the candidate's code key) that these of its blocks were compiled as a
+    region, so a later process finding the same candidate loads it without compiling (an append of one line;
+    failures are ignored)."""
     path = _index_path(cand)
     if path:
         try:
@@ -228,10 +233,8 @@ def _index_path(cand: Candidate) -> str | None:
 
 
 def _from_disk(cand: Candidate) -> None:
-    """Load what an earlier process compiled of this candidate: the whole of it, or the subsets its index names."""
-    if available(cand.key):
-        _compile(cand, cand.blocks, True)
-        return
+    """Load what an earlier process compiled of this candidate: the regions its index names (without an index, a
+    stat and no more: LLVM starts only for what is there)."""
     path = _index_path(cand)
     try:
         with open(path) as f:
@@ -409,9 +412,11 @@ def _shared(isa) -> frozenset:
 
 
 def _discover(icache, root: int, wave64: bool, covered, read: list | None = None,
-              refused: list | None = None) -> list[Block]:
+              refused: list | None = None, ran_only: bool = False) -> list[Block]:
     """The blocks reachable from root that are not covered yet; `read` collects the PCs whose instructions were
-    looked at (None appended for one that did not decode), `refused` those that do not translate."""
+    looked at (None appended for one that did not decode), `refused` those that do not translate. ran_only: past
+    root, only instructions the ICache decoded already (those the interpreter ran): a block ends before the first
+    other one, and the search decodes nothing the interpreter would not."""
     shared = _shared(icache.isa)
     blocks: list[Block] = []
     work, seen = [root], set()
@@ -424,6 +429,8 @@ def _discover(icache, root: int, wave64: bool, covered, read: list | None = None
         while len(insts) < MAX_INSTS:
             if insts and (p in seen or (p, wave64) in covered):
                 work.append(p)
+                break
+            if ran_only and p != root and (p, wave64) not in icache.steps:
                 break
             try:
                 st = icache.get(p, wave64)
@@ -489,7 +496,8 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     read: list = []
     refused: list = []
     covered = {k: True for k in (*cache.at, *cache.cold)}
-    blocks = _discover(icache, pc, wave64, covered, read, refused)
+    sync = synchronous()
+    blocks = _discover(icache, pc, wave64, covered, read, refused, ran_only=not sync)
     for p in refused:
         cache.none[(p, wave64)] = (icache.gen, icache.deps.get((p, wave64)))
     if not blocks:
@@ -504,7 +512,7 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     if len(known) >= KNOWN_PER_PAGE:
         del known[0]
     known.append(cand)
-    if synchronous():
+    if sync:
         cand.checked = True
         _from_disk(cand)
         if cand.left:
