@@ -19,12 +19,11 @@ jit/runtime.py) is paid in its column (`jit_compile_ms`: the compile time it spe
 The ratio reported is the JIT's time against the interpreter's in the same run (`jit_speedup` = interpreter
 seconds / JIT seconds).
 
-Compile time per case (`compile_ms`, `disk_ms`, `memory_ms`): two more children run the suite with the JIT searching
-every kernel at once and compiling nothing while it runs; after each case, what ran of it is compiled at once (the
-first tier, as the JIT compiles a hot kernel: jit/runtime.py compile_what_ran): one child with an empty disk cache
-(cold: the compile), then one on the disk cache it left (a new process: loading), each case twice there (the
-second: from memory, which costs nothing). The goal is at most 50 ms cold per case (`compile_goal_ms`). Last
-line: JSON.
+Compile time per case (`compile_ms`, `disk_ms`, `memory_ms`): two more children run the suite with AMDQ_SIM_JIT=sync
+(every kernel compiled whole before its first use, first tier: an upper bound of what the JIT compiles of it, which
+is what ran of it once hot): one with an empty disk cache (cold: the compile), then one on the disk cache it left (a
+new process: loading), each case twice there (the second: from memory, which costs nothing). The goal is at most
+50 ms cold per case (`compile_goal_ms`). Last line: JSON.
 
     python bench/kernels.py [--quick] [--arch gfx1100,gfx1201,gfx942] [--where core|device] [--repeat N]
 """
@@ -46,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-MODES = {"interp": "0", "jit": "1", "compile": "1", "disk": "1"}    # mode -> AMDQ_SIM_JIT
+MODES = {"interp": "0", "jit": "1", "compile": "sync", "disk": "sync"}    # mode -> AMDQ_SIM_JIT
 ROUNDS = 2             # the interpreter and JIT children run this many times, alternately (each case: the best)
 COMPILE_GOAL_MS = 50
 FAMILY = {"gfx942": [("test_cdna", "test_mfma"), ("test_cdna", "test_mfma_chain_through_lds"),
@@ -96,7 +95,7 @@ class Timer:
             self.kernels.append(kernel)
 
 
-def run_suite(archs: list[str], where: str, repeat: int, family: bool, compile_after: bool = False) -> dict:
+def run_suite(archs: list[str], where: str, repeat: int, family: bool) -> dict:
     """{case id: {"seconds": best wall seconds, "kernels": [...]} or {"skipped"/"error": why}} for this process."""
     import pytest
 
@@ -116,8 +115,6 @@ def run_suite(archs: list[str], where: str, repeat: int, family: bool, compile_a
             c0 = compile_ms()
             try:
                 call()
-                if compile_after:
-                    _compile_what_ran()
             except pytest.skip.Exception as e:
                 out[cid] = {"skipped": str(e)}
                 return
@@ -169,11 +166,6 @@ def compile_ms() -> tuple[float, float]:
     from amdq.sim.shader.jit import compiled
     st = compiled.stats
     return (st["compile_seconds"] + st["recompile_seconds"]) * 1e3, st["load_seconds"] * 1e3
-
-
-def _compile_what_ran() -> None:
-    from amdq.sim.shader.jit import runtime
-    runtime.compile_what_ran()
 
 
 def _jit_wait() -> None:
@@ -252,11 +244,10 @@ def _merge(got: dict, mode: str, res: dict, seconds: float) -> None:
 def child(a) -> None:
     """One mode in this process: the suite and the demo, as JSON on the last line."""
     archs = [x.strip() for x in a.arch.split(",") if x.strip()]
-    compile_after = a.child in ("compile", "disk")
-    if compile_after:                                 # search at once, compile only after each case (compile_ms)
+    if a.child in ("compile", "disk"):                # the first tier's compile time alone
         from amdq.sim.shader.jit import runtime
-        runtime.SEARCH_SECONDS, runtime.HOT, runtime.OPT_HOT = 0.0, float("inf"), float("inf")
-    res = {"suite": run_suite(archs, a.where, a.repeat, not a.quick, compile_after)}
+        runtime.OPT_HOT = float("inf")
+    res = {"suite": run_suite(archs, a.where, a.repeat, not a.quick)}
     if a.child in ("interp", "jit"):                  # (the compile-time runs time no demo)
         res["demo"] = run_demo(archs[0])
     print(json.dumps(res))
@@ -336,7 +327,7 @@ def main() -> None:
                            "memory_max_ms": max((r.get("memory_ms", 0.0) for r in cases.values()), default=0.0),
                            "jit_compiled_total_ms": round(sum(r.get("jit_compile_ms", 0.0) for r in cases.values()), 1),
                            "over_goal": over}
-        print(f"compile (first tier, what ran): median {compile_summary['cold_median_ms']} ms, max "
+        print(f"compile (first tier, whole kernels): median {compile_summary['cold_median_ms']} ms, max "
               f"{compile_summary['cold_max_ms']} ms cold, {len(over)} of {len(cold)} cases over "
               f"{COMPILE_GOAL_MS} ms; the JIT's own run compiled {compile_summary['jit_compiled_total_ms']} ms in all")
     print(f"suite total: " + ", ".join(f"{m} {totals[m]:.2f} s" for m in modes)

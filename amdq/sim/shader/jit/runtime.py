@@ -600,19 +600,6 @@ def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
     return None
 
 
-def compile_what_ran() -> int:
-    """Compile now (first tier) the blocks of every candidate of the process that ran and are not compiled yet, as
-    the hot path would (benchmarks: a kernel's compile cost); the number of regions made (compiled or loaded)."""
-    n = 0
-    for cand in list({id(c): c for cs in KNOWN.values() for c in cs}.values()):
-        blocks = [cand.by_pc[p] for p in sorted(cand.ran & cand.left)]
-        if blocks and cand.job is None:
-            before = len(cand.parts)
-            _compile(cand, blocks, True)
-            n += len(cand.parts) - before
-    return n
-
-
 def forget() -> None:
     """Forget what this process compiled and found (compiled.MEMORY, KNOWN; shader cores made from now on start
     afresh): what a new process starts with (tests, benchmarks of cold and disk-cached compiles)."""
