@@ -525,8 +525,9 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
 def lookup(icache, pc: int, wave64: bool):
     """(region, block, index) of the compiled code holding pc, or None: the interpreter runs it (the time until the
     next lookup heats the candidate holding pc, or its page: see the tiering comment above)."""
-    cache = getattr(icache, "jit", None)
-    if cache is None:
+    try:
+        cache = icache.jit
+    except AttributeError:
         cache = icache.jit = Cache()
     now = _clock()
     warming = cache.warming                 # what the interpreter ran since the last lookup: its time heats it
@@ -549,8 +550,10 @@ def lookup(icache, pc: int, wave64: bool):
             if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts):
                 return None             # (the common case: interpreted, not hot yet)
             return _warm(cache, held, blk, key)
-    elif _known_none(cache, icache, key):
-        return None
+    else:
+        no = cache.none.get(key)
+        if no is not None and (no[0] == icache.gen or _known_none(cache, icache, key)):
+            return None
     # code no candidate holds yet: its page heats up, and is searched once it spent what a search costs
     pk = (pc & ~(PAGE - 1), wave64)
     page = cache.pages.get(pk)
