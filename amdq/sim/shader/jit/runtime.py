@@ -5,16 +5,17 @@ block holding `pc` for the waves `sel` (k of them), at most up to `limit` (the l
 waves, so waves still merge where the interpreter would merge them), and returns (instructions executed,
 bytes the PC advanced, whether a branch set the PCs), or None when the interpreter must take this PC.
 
-Candidates and regions: the first time a PC is asked for, the blocks reachable from it (straight-line code,
-fall-through and branch targets, up to MAX_BLOCKS) are found by fetching through the ICache (so code comes
-through the memory model as the interpreter's does): a candidate. The interpreter runs it and heats it; once hot,
-the blocks of it that ran are compiled together as a region, keyed by their bytes (compiled.py), and a region
-that stays hot is compiled again at -O2 (the tiering comment below says when). What is on disk is used at once.
-A candidate remembers the ICache lines its search read; after an instruction-cache invalidate it is revalidated
-line by line, the ICache's rule, and thrown away with its regions when any byte changed.
+Candidates and regions: code is searched for blocks once the interpreter spent long enough in it (the tiering
+comment below): the blocks reachable from a PC (straight-line code, fall-through and branch targets, up to
+MAX_BLOCKS), fetched through the ICache (so code comes through the memory model as the interpreter's does), only
+the instructions the interpreter already ran (sync mode: all of them, at once): a candidate. The interpreter goes on
+running it and heats it; once hot, the blocks of it that ran are compiled together as a region, keyed by their bytes
+(compiled.py), and a region that stays hot is compiled again at -O2. What is on disk is used without compiling. A
+candidate remembers the ICache lines its search read; after an instruction-cache invalidate it is revalidated line
+by line, the ICache's rule, and thrown away with its regions when any byte changed.
 
-Instructions are translated only where the family's handler is RDNA3's own (the same builder object, so the
-same semantics); anything else ends the block and runs in the interpreter.
+Instructions are translated only where the family's handler has RDNA3's semantics (SHARED: one rule per family,
+RDNA3, RDNA4, CDNA3, CDNA4); anything else ends the block and runs in the interpreter.
 
 Global memory goes through a table of translated ranges per batch (the memory model's `jit_span`: an
 allocation of FlatMemory, a run of the GPU MMU). A lane outside the table stops the block before that
