@@ -44,7 +44,15 @@ FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c
 
 
 def _llvm(tier: str = FAST):
-    """(llvmlite.binding, the tier's target machine), initialised once."""
+    """(llvmlite.binding, the tier's target machine), initialised once (by whichever thread asks first)."""
+    with _init_lock:
+        return _llvm_locked(tier)
+
+
+_init_lock = threading.Lock()
+
+
+def _llvm_locked(tier: str):
     if "llvm" not in _state:
         import llvmlite.binding as llvm
         llvm.initialize_native_target()
@@ -122,20 +130,26 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def submit(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0):
-    """A future of get(key, names, make_ir, tier, size), compiled on the JIT's worker thread (LLVM releases the interpreter
-    lock while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key` is in memory."""
+def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
+    """A future of (key, get(key, names, make_ir, tier, size)), compiled on the JIT's worker thread (LLVM releases the
+    interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key`
+    is in memory. `key` may be a function making it: then it is made on the worker too (making the first key of a
+    process starts LLVM, ~70 ms)."""
     global _pool
     from concurrent.futures import Future, ThreadPoolExecutor
-    hit = MEMORY.get(key)
+    hit = MEMORY.get(key) if isinstance(key, str) else None
     if hit is not None:
         f = Future()
-        f.set_result(hit)
+        f.set_result((key, hit))
         return f
     with _pool_lock:                 # not _lock: the worker holds that for a whole compilation
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdq-jit")
-    return _pool.submit(get, key, names, make_ir, tier, size)
+
+    def job():
+        k = key if isinstance(key, str) else key()
+        return k, get(k, names, make_ir, tier, size)
+    return _pool.submit(job)
 
 
 def _path(key: str) -> str | None:

@@ -126,7 +126,7 @@ class Candidate:
         self.ran: set[int] = set()                       # blocks (their PCs) the interpreter ran
         self.left: set[int] = set(self.by_pc)            # blocks not compiled nor being compiled
         self.parts: list[Part] = []
-        self.job = None                                  # (future, blocks, key) being compiled
+        self.job = None                                  # (future of (key, Compiled), blocks) being compiled
         self.empty: list[int] = []                       # PCs its search read that hold no block
 
     def saw(self, blk: Block) -> None:
@@ -174,13 +174,18 @@ def _make_ir(blocks: list[Block], wave64: bool):
 
 
 def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
-    """Compile `blocks` of cand as one region: at once (now, or when it is on disk) or on the worker thread."""
+    """Compile `blocks` of cand as one region: at once (now, or when it is on disk) or on the worker thread (which
+    also makes the key when LLVM has not started yet: starting it is the worker's work too)."""
+    from . import compiled
     blocks = sorted(blocks, key=lambda b: b.pc)
-    key = _key(cand.family, cand.wave64, blocks)
     cand.left -= {b.pc for b in blocks}
     make_ir = _make_ir(blocks, cand.wave64)
     names = [b.name for b in blocks]
     size = sum(len(b.insts) for b in blocks)
+    if not now and not compiled.started():
+        cand.job = (submit(lambda: _key(cand.family, cand.wave64, blocks), names, make_ir, FAST, size), blocks)
+        return
+    key = _key(cand.family, cand.wave64, blocks)
     if now or available(key):
         try:
             c = get(key, names, make_ir, FAST, size)
@@ -188,7 +193,7 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
             return
         _adopt(cand, blocks, key, c)
         return
-    cand.job = (submit(key, names, make_ir, FAST, size), blocks, key)
+    cand.job = (submit(key, names, make_ir, FAST, size), blocks)
 
 
 def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled) -> None:
@@ -204,10 +209,10 @@ def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled) -> None:
 
 def _collect(cand: Candidate) -> None:
     """The candidate's compile finished: its region joins the parts (a failure leaves the blocks interpreted)."""
-    fut, blocks, key = cand.job
+    fut, blocks = cand.job
     cand.job = None
     try:
-        c = fut.result()
+        key, c = fut.result()
     except Exception:
         return
     _adopt(cand, blocks, key, c)
@@ -265,7 +270,7 @@ def _promote(part: Part) -> None:
         except Exception:
             part.cost = float("inf")
         return
-    part.job = submit(key, names, make_ir, OPT)
+    part.job = submit(key, names, make_ir, OPT, part.insts)
 
 
 def _key_of(part: Part) -> str:
@@ -281,7 +286,7 @@ def _charge(part: Part, seconds: float) -> None:
         if job.done():
             part.job = None
             try:
-                part.use(job.result(), OPT)
+                part.use(job.result()[1], OPT)
             except Exception:
                 part.cost = float("inf")
     elif part.seconds >= OPT_HOT * part.cost:
