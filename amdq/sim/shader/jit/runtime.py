@@ -75,8 +75,9 @@ def synchronous() -> bool:
 # threshold, synchronously (tests, benchmarks).
 GAP_SECONDS = 0.002      # at most this much of the time between two lookups is the interpreter's step (a longer gap
                          # spans a batch's or a dispatch's set-up, or the host between dispatches)
-COMPILE_SECONDS = (0.005, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
-                                    # the suite's kernels; refined by this process's own compiles, see _expected)
+COMPILE_SECONDS = (0.015, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
+                                    # the suite's kernels, quiet: 18 ms for the smallest, 77 for the matmul's 104
+                                    # instructions; scaled by this process's own compiles, see _expected)
 SEARCH_SECONDS = 0.002   # searching a page's code for blocks (the instructions the interpreter decoded: ~1-2 ms)
 LOAD_SECONDS = 0.002     # loading a region from the disk cache (bench/shader.py: jit_disk_ms)
 START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
@@ -86,14 +87,15 @@ OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x
 
 
 def _expected(insts: int) -> float:
-    """Expected seconds of a fast-tier compile of a region of `insts` instructions: the prior, refined by what this
-    process's compiles took (weighted as one prior region of 100 instructions)."""
+    """Expected seconds of a fast-tier compile of a region of `insts` instructions: COMPILE_SECONDS's model (a part
+    per region, a part per instruction), scaled by how this process's compiles compared with it (the prior counting
+    as one region of 100 instructions)."""
     base, per = COMPILE_SECONDS
     from . import compiled
-    prior_insts = 100
     st = compiled.stats
-    rate = (st["compile_seconds"] + (base + per * prior_insts)) / (st["compiled_instructions"] + prior_insts)
-    return rate * max(insts, 1)
+    prior = base + per * 100
+    scale = (st["compile_seconds"] + prior) / (base * st["compiled"] + per * st["compiled_instructions"] + prior)
+    return scale * (base + per * max(insts, 1))
 
 
 class Part:
