@@ -542,3 +542,49 @@ def test_second_tier_matches_interpreter(case, arch, monkeypatch):
     assert sum(used) > 0
     assert any(p.tier == compiled.OPT for c in _candidates() for p in c.parts)
     assert compiled.stats["recompiled"] + compiled.stats["memory_hits"] + compiled.stats["disk_hits"] > recompiled
+
+
+def test_two_simulated_gpus_share_candidates(monkeypatch, tmp_path):
+    """Two simulated GPUs of one process (each with its worker thread) run the same hot loop at the same time: the
+    candidates and regions they share are searched, compiled and installed under one lock; every result is exact."""
+    import threading
+    from sims import open_sim
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "HOT", 0.0)
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)
+    runtime.forget()
+    devs = [open_sim(monkeypatch, tmp_path / str(i), "SIMKFD", "gfx1100") for i in range(2)]
+    try:
+        code = harness.compile_cl(COLD_BRANCH, "gfx1100", flags=tuple(suite.wf(32))).read_bytes()
+        n, n_iter = 256, 100
+        a = np.arange(n, dtype=np.float32) / 7
+        want = a.copy()
+        for j in range(n_iter):
+            want = want * np.float32(0.5) + np.float32(j)
+        errors: list = []
+        before = runtime.counts["wave_instructions"]
+        import time
+        deadline = time.monotonic() + 60
+
+        def run(dev):
+            try:
+                k = dev.load(code)["loop"]
+                src, out = dev.upload(a), dev.upload(np.zeros(n, np.float32))
+                for i in range(10_000):        # until compiled code ran (at least 8 launches)
+                    k(src, out, n_iter, grid=n // 64, block=64, wait=True)
+                    if not np.array_equal(out.numpy(np.float32), want):
+                        errors.append("wrong result")
+                    if i >= 8 and (runtime.counts["wave_instructions"] > before or time.monotonic() > deadline):
+                        break
+            except Exception as e:         # reported by the main thread
+                errors.append(repr(e))
+        threads = [threading.Thread(target=run, args=(d,)) for d in devs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert runtime.counts["wave_instructions"] > before, "no compiled code ran"
+    finally:
+        for d in devs:
+            d.close()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import os
+import threading
 import time
 from time import perf_counter as _clock
 
@@ -180,6 +181,8 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     also makes the key when LLVM has not started yet: starting it is the worker's work too)."""
     from . import compiled
     blocks = sorted(blocks, key=lambda b: b.pc)
+    if not blocks:
+        return
     cand.left -= {b.pc for b in blocks}
     make_ir = _make_ir(blocks, cand.wave64)
     names = [b.name for b in blocks]
@@ -283,16 +286,19 @@ def _key_of(part: Part) -> str:
 def _charge(part: Part, seconds: float) -> None:
     """Compiled code of the part ran for `seconds`: promote it once that pays (see the tiering comment above)."""
     part.seconds += seconds
-    job = part.job
-    if job is not None:
-        if job.done():
-            part.job = None
-            try:
-                part.use(job.result()[1], OPT)
-            except Exception:
-                part.cost = float("inf")
-    elif part.seconds >= OPT_HOT * part.cost:
-        _promote(part)
+    if part.job is None and part.seconds < OPT_HOT * part.cost:
+        return
+    with _lock:
+        job = part.job
+        if job is not None:
+            if job.done():
+                part.job = None
+                try:
+                    part.use(job.result()[1], OPT)
+                except Exception:
+                    part.cost = float("inf")
+        elif part.seconds >= OPT_HOT * part.cost:
+            _promote(part)
 
 
 class Region:
@@ -373,6 +379,9 @@ class Cache:
 KNOWN: dict[tuple[str, bool, int], list[Candidate]] = {}
 KNOWN_PER_PAGE = 16
 _shared_cache: dict[str, frozenset] = {}
+# candidates and parts are shared by the shader cores of the process, which may run on several threads (one
+# simulated GPU's worker each): what changes them (searches, compiles, promotions) holds this lock
+_lock = threading.RLock()
 
 
 def _rdna3_own(isa, rdna3: dict) -> set:
@@ -567,14 +576,16 @@ def lookup(icache, pc: int, wave64: bool):
     page = cache.pages.get(pk)
     if page is None:
         page = cache.pages[pk] = Heat(0.0 if synchronous() else SEARCH_SECONDS)
-        _take_known(cache, icache, pk[0], wave64)
+        with _lock:
+            _take_known(cache, icache, pk[0], wave64)
         if key in cache.cold or key in cache.at or key in cache.none:
             return lookup(icache, pc, wave64)
     if page.heat < page.trigger:
         cache.warming = page
         return None
     page.heat = 0.0
-    _find(cache, icache, pc, wave64)
+    with _lock:
+        _find(cache, icache, pc, wave64)
     cold = cache.cold.get(key)
     if cold is None:
         return cache.at.get(key)
@@ -592,6 +603,11 @@ class Heat:
 def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
     """The interpreter is at blk of a candidate: note that it ran, start compiling what ran once it is hot, take
     the regions compiled meanwhile; the hit if pc's block is compiled now."""
+    with _lock:
+        return _warm_locked(cache, held, blk, key)
+
+
+def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
     cand = held.cand
     if blk.pc not in cand.ran:
         cand.saw(blk)
