@@ -588,3 +588,32 @@ def test_two_simulated_gpus_share_candidates(monkeypatch, tmp_path):
     finally:
         for d in devs:
             d.close()
+
+
+def test_code_slower_than_the_interpreter_is_turned_off(monkeypatch):
+    """A region whose compiled code runs slower per wave-instruction than the interpreter did (here: the
+    interpreter's record made to look very fast) is turned off, tried again at -O2, then off for good: the
+    interpreter runs it, with the same results."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "JUDGE_SECONDS", 0.0)
+    runtime.forget()
+    import time
+    deadline = time.monotonic() + 120
+    while not any(c.parts for c in _candidates()) and time.monotonic() < deadline:
+        _loop(200)
+        time.sleep(0.02)
+    hot = [c for c in _candidates() if c.parts]
+    assert hot, "the hot loop was never compiled"
+    for c in hot:
+        c.heat, c.work = 1.0, 10 ** 15                  # the interpreter's record: 1 fs a wave-instruction
+    parts = [p for c in hot for p in c.parts]
+    while time.monotonic() < deadline:
+        _loop(200)
+        if all(p.off and p.tier == compiled.OPT and p.job is None for p in parts):
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the slow regions were not turned off after their -O2 trial")
+    ran = [p.seconds for p in parts]
+    _loop(200)
+    assert all(p.off for p in parts) and [p.seconds for p in parts] == ran     # their code no longer runs

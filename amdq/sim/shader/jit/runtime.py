@@ -84,6 +84,7 @@ LOAD_SECONDS = 0.002     # loading a region from the disk cache (bench/shader.py
 START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
 OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
 HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
+JUDGE_SECONDS = 0.02     # compiled code is compared with the interpreter after this long (and again after each window)
 OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x that compile's expected seconds
 
 
@@ -104,15 +105,18 @@ class Part:
     bytes runs it); `seconds` of compiled code run so far decide its promotion to -O2."""
 
     def __init__(self, cand: "Candidate", blocks: list[Block], key: str, compiled: Compiled, tier: str):
-        self.family, self.wave64 = cand.family, cand.wave64
+        self.cand, self.family, self.wave64 = cand, cand.family, cand.wave64
         self.blocks, self.root, self.key = blocks, min(b.pc for b in blocks), key
         self.insts = sum(len(b.insts) for b in blocks)
         self.seconds, self.job = 0.0, None
+        self.off = False                # its code ran slower than the interpreter had: interpreted again
         self.use(compiled, tier)
 
     def use(self, compiled: Compiled, tier: str) -> None:
         self.compiled, self.tier = compiled, tier
         self.fns = {b.pc: compiled.fns[b.name] for b in self.blocks}
+        self.judged, self.work = self.seconds, 0       # compiled seconds and wave-instructions since this code came
+        self.off = False                                # (new code: a new trial)
         self.cost = OPT_RATIO * _expected(self.insts) if tier == FAST else float("inf")   # of its -O2 compile
 
 
@@ -126,6 +130,7 @@ class Candidate:
         self._key = None                                 # (all of them as one region: see key)
         self.checked = False                             # the disk cache was looked at
         self.heat, self.trigger = 0.0, 0.0               # interpreted seconds; the heat that acts next
+        self.work = 0                                    # interpreted wave-instructions (for heat / work)
         self.ran: set[int] = set()                       # blocks (their PCs) the interpreter ran
         self.left: set[int] = set(self.by_pc)            # blocks not compiled nor being compiled
         self.parts: list[Part] = []
@@ -283,9 +288,13 @@ def _key_of(part: Part) -> str:
     return _key(part.family, part.wave64, part.blocks, OPT)
 
 
-def _charge(part: Part, seconds: float) -> None:
-    """Compiled code of the part ran for `seconds`: promote it once that pays (see the tiering comment above)."""
+def _charge(part: Part, seconds: float, work: int) -> None:
+    """Compiled code of the part ran `work` wave-instructions in `seconds`: promote it once that pays (see the
+    tiering comment above); turn it off if it runs slower than the interpreter did (JUDGE_SECONDS)."""
     part.seconds += seconds
+    part.work += work
+    if part.seconds - part.judged >= JUDGE_SECONDS:
+        _judge(part)
     if part.job is None and part.seconds < OPT_HOT * part.cost:
         return
     with _lock:
@@ -298,6 +307,23 @@ def _charge(part: Part, seconds: float) -> None:
                 except Exception:
                     part.cost = float("inf")
         elif part.seconds >= OPT_HOT * part.cost:
+            _promote(part)
+
+
+def _judge(part: Part) -> None:
+    """After JUDGE_SECONDS of its compiled code: seconds per wave-instruction against the interpreter's in the same
+    candidate before it was compiled (when that measured at least JUDGE_SECONDS). Slower: the part is off, the
+    interpreter runs it (e.g. scalar code over many waves: one numpy step for all of them against a wave loop), at
+    the first tier until its -O2 code comes (a new trial, compiled now), at -O2 for good. The interpreter is the
+    yardstick: compiled code never loses to it by more than a window."""
+    cand = part.cand
+    mine = (part.seconds - part.judged) / max(part.work, 1)
+    part.judged, part.work = part.seconds, 0
+    if cand.heat < JUDGE_SECONDS or not cand.work or mine <= cand.heat / cand.work:
+        return
+    with _lock:
+        part.off = True
+        if part.tier == FAST and part.job is None and part.cost != float("inf"):
             _promote(part)
 
 
@@ -539,9 +565,9 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
         _note_none(cache, icache, key, read)
 
 
-def lookup(icache, pc: int, wave64: bool):
-    """(region, block, index) of the compiled code holding pc, or None: the interpreter runs it (the time until the
-    next lookup heats the candidate holding pc, or its page: see the tiering comment above)."""
+def lookup(icache, pc: int, wave64: bool, waves: int = 1):
+    """(region, block, index) of the compiled code holding pc, or None: the interpreter runs it for `waves` waves
+    (the time until the next lookup heats the candidate holding pc, or its page: see the tiering comment above)."""
     try:
         cache = icache.jit
     except AttributeError:
@@ -556,14 +582,19 @@ def lookup(icache, pc: int, wave64: bool):
     key = (pc, wave64)
     hit = cache.at.get(key)
     if hit is not None:
-        held = hit[0].held
-        if held.gen == icache.gen or _revalidate(cache, icache, held):
+        region = hit[0]
+        if region.part.off:             # slower than the interpreter here (_judge): interpreted
+            if region.part.job is not None:
+                _charge(region.part, 0.0, 0)            # (its -O2 code may have come: a new trial)
+            return None
+        if region.held.gen == icache.gen or _revalidate(cache, icache, region.held):
             return hit
     cold = cache.cold.get(key)
     if cold is not None:
         held, blk = cold
         if held.gen == icache.gen or _revalidate(cache, icache, held):
             cand = cache.warming = held.cand
+            cand.work += waves
             if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts):
                 return None             # (the common case: interpreted, not hot yet)
             return _warm(cache, held, blk, key)
@@ -590,6 +621,7 @@ def lookup(icache, pc: int, wave64: bool):
     if cold is None:
         return cache.at.get(key)
     cache.warming = cold[0].cand
+    cold[0].cand.work += waves
     return _warm(cache, cold[0], cold[1], key)
 
 
@@ -822,7 +854,7 @@ _BASE_PC, _TILE, _TILE_FROM, _START0, _MISS_TILE = (CTX[k] for k in ("base_pc", 
 def step(batch, icache, sel, pc: int, k: int, limit: int | None):
     """Run the compiled block at pc for the waves sel (see the module docstring); None: not here. Else
     (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions executed)."""
-    hit = lookup(icache, pc, batch.lanes == 64)
+    hit = lookup(icache, pc, batch.lanes == 64, k)
     if hit is None:
         return None
     region, blk, i = hit
@@ -864,12 +896,12 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None):
             continue
         counts["calls"] += calls
         counts["misses"] += misses
-        _charge(region.part, time.perf_counter() - t0)
+        _charge(region.part, time.perf_counter() - t0, 0)
         return _fallback(batch, ctx, blk, sel, waves, pc, k, i, end, r, tile)
     counts["calls"] += calls
     counts["misses"] += misses
-    _charge(region.part, time.perf_counter() - t0)
     done = (end - i) * k
+    _charge(region.part, time.perf_counter() - t0, done)
     counts["wave_instructions"] += done
     if r == -2:
         return end - i, 0, True, done
