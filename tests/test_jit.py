@@ -455,6 +455,7 @@ def test_a_searched_kernel_is_not_searched_again(monkeypatch):
     growing."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
     monkeypatch.setattr(runtime, "COMPILE_SECONDS", (1e9, 1e9))
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.001)
     runtime.forget()
     _loop(50)
     cands = _candidates()
@@ -475,10 +476,18 @@ def test_a_hot_loop_compiles_what_ran(monkeypatch):
     also compiles the branch that never runs)."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
     runtime.forget()
-    fetched, recording = set(), [True]
-    orig_get = C.ICache.get
+    fetched, recording = set(), [True]              # the PCs the interpreter fetched (not the searches)
+    orig_get, orig_discover = C.ICache.get, runtime._discover
     monkeypatch.setattr(C.ICache, "get", lambda ic, pc, w: (fetched.add(pc) if recording[0] else None) or
                         orig_get(ic, pc, w))
+
+    def discover(*a, **k):
+        was, recording[0] = recording[0], False
+        try:
+            return orig_discover(*a, **k)
+        finally:
+            recording[0] = was
+    monkeypatch.setattr(runtime, "_discover", discover)
     import time
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

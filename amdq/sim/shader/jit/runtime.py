@@ -79,7 +79,11 @@ GAP_SECONDS = 0.002      # at most this much of the time between two lookups is 
 COMPILE_SECONDS = (0.015, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
                                     # the suite's kernels, quiet: 18 ms for the smallest, 77 for the matmul's 104
                                     # instructions; scaled by this process's own compiles, see _expected)
-SEARCH_SECONDS = 0.002   # searching a page's code for blocks (the instructions the interpreter decoded: ~1-2 ms)
+SEARCH_SECONDS = 0.01    # searching a page's code for blocks (decoding what did not run too: ~5-15 ms a suite kernel)
+RAN_ONLY = False         # a search follows only the instructions the interpreter decoded (ran): it decodes nothing new,
+                         # but a search made early in a kernel's first pass finds little, and the kernel ends up in
+                         # small candidates (a 128x128 matmul: six of 1-2 blocks, its 72-instruction loop in none,
+                         # 7.5 ms a launch against 4 ms with whole candidates); off until candidates can grow
 LOAD_SECONDS = 0.002     # loading a region from the disk cache (bench/shader.py: jit_disk_ms)
 START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
 OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
@@ -540,7 +544,7 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     refused: list = []
     covered = {k: True for k in (*cache.at, *cache.cold)}
     sync = synchronous()
-    blocks = _discover(icache, pc, wave64, covered, read, refused, ran_only=not sync)
+    blocks = _discover(icache, pc, wave64, covered, read, refused, ran_only=RAN_ONLY and not sync)
     for p in refused:
         cache.none[(p, wave64)] = (icache.gen, icache.deps.get((p, wave64)))
     if not blocks:
