@@ -6,15 +6,24 @@ function with each choice of its parameters, outputs checked by the test's own a
 --arch (as tests/test_targets_suite.py runs it: RDNA with both wave sizes, CDNA wave64), plus the family kernels
 of tests/kernels_cdna (gfx942: tests/test_cdna.py) and tests/kernels_rdna4 (gfx1201: tests/test_wmma.py). A
 case's time is the wall time of its kernel runs (load, upload, dispatch, read back; clang's compile is done
-before the clock starts, it is cached on disk), best of --repeat. --where core runs them on the shader core
+before the clock starts, it is cached on disk), best of --repeat and of the ROUNDS child runs (interpreter and JIT
+alternately: this machine is shared). --where core runs them on the shader core
 alone (tests/harness.py), --where device through the public API on a SIMKFD device in sync mode
 (tests/device_harness.py). The demo (`amdq demo`, amdq/demo.py) runs end to end on SIM:<first arch>: its wall
 time, and its simulated GPU time per launch.
 
 Each mode runs in a child process with AMDQ_SIM_JIT set (1: the JIT, 0: the interpreter); the JIT column is
-measured when the tree has the JIT package (amdq/sim/shader/jit) and says "absent" otherwise. The ratio
-reported is the JIT's time against the interpreter's in the same run (`jit_speedup` = interpreter seconds / JIT
-seconds). Last line: JSON.
+measured when the tree has the JIT package (amdq/sim/shader/jit) and says "absent" otherwise. The JIT runs as a
+user's first run does: its disk cache empty (a fresh AMDQ_SIM_JIT_CACHE), so what it compiles (only what gets hot,
+jit/runtime.py) is paid in its column (`jit_compile_ms`: the compile time it spent per case, on its worker thread).
+The ratio reported is the JIT's time against the interpreter's in the same run (`jit_speedup` = interpreter
+seconds / JIT seconds).
+
+Compile time per case (`compile_ms`, `disk_ms`, `memory_ms`): two more children run the suite with AMDQ_SIM_JIT=sync
+(every kernel compiled whole before its first use, first tier: an upper bound of what the JIT compiles of it, which
+is what ran of it once hot): one with an empty disk cache (cold: the compile), then one on the disk cache it left (a
+new process: loading), each case twice there (the second: from memory, which costs nothing). The goal is at most
+50 ms cold per case (`compile_goal_ms`). Last line: JSON.
 
     python bench/kernels.py [--quick] [--arch gfx1100,gfx1201,gfx942] [--where core|device] [--repeat N]
 """
@@ -26,15 +35,19 @@ import io
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-MODES = {"interp": "0", "jit": "1"}           # mode -> AMDQ_SIM_JIT
+MODES = {"interp": "0", "jit": "1", "compile": "sync", "disk": "sync"}    # mode -> AMDQ_SIM_JIT
+ROUNDS = 2             # the interpreter and JIT children run this many times, alternately (each case: the best)
+COMPILE_GOAL_MS = 50
 FAMILY = {"gfx942": [("test_cdna", "test_mfma"), ("test_cdna", "test_mfma_chain_through_lds"),
                      ("test_cdna", "test_sdwa_byte_short_vectors"), ("test_cdna", "test_atomic_add_f64")],
           "gfx1201": [("test_wmma", "test_wmma_matmul")]}
@@ -95,9 +108,11 @@ def run_suite(archs: list[str], where: str, repeat: int, family: bool) -> dict:
 
     def case(cid: str, call, timers: list[Timer]) -> None:
         best, err = float("inf"), None
+        spent = []                                       # per run: JIT compile and load ms (compile_ms below)
         for _ in range(repeat):
             for t in timers:
                 t.spent, t.kernels = 0.0, []
+            c0 = compile_ms()
             try:
                 call()
             except pytest.skip.Exception as e:
@@ -107,8 +122,11 @@ def run_suite(archs: list[str], where: str, repeat: int, family: bool) -> dict:
                 err = f"{type(e).__name__}: {e}"
                 break
             best = min(best, sum(t.spent for t in timers))
+            _jit_wait()
+            spent.append([round(b - a, 1) for a, b in zip(c0, compile_ms())])
         kernels = sorted({k for t in timers for k in t.kernels})
-        out[cid] = {"error": err[:300]} if err else {"seconds": round(best, 4), "kernels": kernels}
+        out[cid] = {"error": err[:300]} if err else {"seconds": round(best, 4), "kernels": kernels,
+                                                      "compile_ms": spent}
 
     for arch in archs:
         gen = get_target(arch).gen
@@ -141,6 +159,25 @@ def run_suite(archs: list[str], where: str, repeat: int, family: bool) -> dict:
     return out
 
 
+def compile_ms() -> tuple[float, float]:
+    """This process's JIT milliseconds so far: (compiling, both tiers; loading from disk); 0s without the JIT."""
+    if not has_jit():
+        return 0.0, 0.0
+    from amdq.sim.shader.jit import compiled
+    st = compiled.stats
+    return (st["compile_seconds"] + st["recompile_seconds"]) * 1e3, st["load_seconds"] * 1e3
+
+
+def _jit_wait() -> None:
+    """Let the JIT's worker finish what it is compiling (so a case's compile time is charged to it)."""
+    if not has_jit():
+        return
+    from amdq.sim.shader.jit import compiled
+    pool = compiled._pool
+    if pool is not None:
+        pool.submit(lambda: None).result()
+
+
 def run_demo(arch: str) -> dict:
     """`amdq demo` on SIM:<arch> (engines on the launching thread): wall seconds, simulated GPU time per launch."""
     import amdq.demo as demo
@@ -169,10 +206,50 @@ def run_demo(arch: str) -> dict:
             "valid": rc == 0}
 
 
+def _compile_row(cid: str, got: dict) -> dict:
+    """A case's compile figures: what the JIT's own run compiled (ms, all runs), and the first tier's whole-kernel
+    compile cold, from disk, from memory (the child runs' first, first and last run)."""
+    def runs(mode):
+        return got.get(mode, {}).get("suite", {}).get(cid, {}).get("compile_ms") or []
+    row = {}
+    if runs("jit"):
+        row["jit_compile_ms"] = round(sum(r[0] for r in runs("jit")) / ROUNDS, 1)     # (a round's mean)
+    if runs("compile"):
+        row["compile_ms"] = runs("compile")[0][0]
+    if runs("disk"):
+        row["disk_ms"] = round(sum(runs("disk")[0]), 1)
+        row["memory_ms"] = round(sum(runs("disk")[-1]), 1)
+    return row
+
+
+def _merge(got: dict, mode: str, res: dict, seconds: float) -> None:
+    """Fold one child run into got[mode]: per case and for the demo the better of the rounds."""
+    old = got.get(mode)
+    res["run_seconds"] = seconds
+    if old is None:
+        got[mode] = res
+        return
+    old["run_seconds"] = round(old["run_seconds"] + seconds, 1)
+    for cid, r in res["suite"].items():
+        o = old["suite"].get(cid, {})
+        if "seconds" in r and ("seconds" not in o or r["seconds"] < o["seconds"]):
+            r["compile_ms"] = o.get("compile_ms", []) + r.get("compile_ms", [])
+            old["suite"][cid] = r
+        elif "seconds" in o:
+            o["compile_ms"] = o.get("compile_ms", []) + r.get("compile_ms", [])
+    if "demo" in res and res["demo"]["gpu_ms_per_launch"] < old["demo"]["gpu_ms_per_launch"]:
+        old["demo"] = res["demo"]
+
+
 def child(a) -> None:
     """One mode in this process: the suite and the demo, as JSON on the last line."""
     archs = [x.strip() for x in a.arch.split(",") if x.strip()]
-    res = {"suite": run_suite(archs, a.where, a.repeat, not a.quick), "demo": run_demo(archs[0])}
+    if a.child in ("compile", "disk"):                # the first tier's compile time alone
+        from amdq.sim.shader.jit import runtime
+        runtime.OPT_HOT = float("inf")
+    res = {"suite": run_suite(archs, a.where, a.repeat, not a.quick)}
+    if a.child in ("interp", "jit"):                  # (the compile-time runs time no demo)
+        res["demo"] = run_demo(archs[0])
     print(json.dumps(res))
 
 
@@ -191,19 +268,25 @@ def main() -> None:
     jit = has_jit()
     modes = ["interp"] + (["jit"] if jit else [])
     got: dict[str, dict] = {}
-    for mode in modes:
-        env = {**os.environ, "AMDQ_SIM_JIT": MODES[mode], "PYTHONPATH": os.pathsep.join(
-            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-        cmd = [sys.executable, __file__, "--child", mode, "--arch", a.arch, "--where", a.where,
-               "--repeat", str(a.repeat)] + (["--quick"] if a.quick else [])
-        t = time.perf_counter()
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        lines = p.stdout.strip().splitlines()
-        if p.returncode or not lines:
-            sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
-            raise SystemExit(f"bench/kernels.py: the {mode} run failed (exit {p.returncode})")
-        got[mode] = json.loads(lines[-1])
-        got[mode]["run_seconds"] = round(time.perf_counter() - t, 1)
+    order = [m for _ in range(ROUNDS) for m in modes] + (["compile", "disk"] if jit else [])
+    with tempfile.TemporaryDirectory() as made:
+        for mode in order:
+            env = {**os.environ, "AMDQ_SIM_JIT": MODES[mode], "PYTHONPATH": os.pathsep.join(
+                [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+            cold = tempfile.mkdtemp(prefix="amdq-bench-jit-")                # the JIT's first run: an empty cache
+            if mode != "interp":
+                env["AMDQ_SIM_JIT_CACHE"] = made if mode in ("compile", "disk") else cold
+            repeat = max(2, a.repeat) if mode == "disk" else a.repeat
+            cmd = [sys.executable, __file__, "--child", mode, "--arch", a.arch, "--where", a.where,
+                   "--repeat", str(repeat)] + (["--quick"] if a.quick else [])
+            t = time.perf_counter()
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            shutil.rmtree(cold, ignore_errors=True)
+            lines = p.stdout.strip().splitlines()
+            if p.returncode or not lines:
+                sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
+                raise SystemExit(f"bench/kernels.py: the {mode} run failed (exit {p.returncode})")
+            _merge(got, mode, json.loads(lines[-1]), round(time.perf_counter() - t, 1))
     cases: dict[str, dict] = {}
     for cid in got["interp"]["suite"]:
         row = {"kernels": got["interp"]["suite"][cid].get("kernels", [])}
@@ -214,15 +297,20 @@ def main() -> None:
                 row[f"{mode}_{'error' if 'error' in r else 'skipped'}"] = r.get("error") or r.get("skipped")
         if not jit:
             row["jit_s"] = None
-        elif row.get("interp_s") and row.get("jit_s"):
-            row["jit_speedup"] = round(row["interp_s"] / row["jit_s"], 2)
+        else:
+            if row.get("interp_s") and row.get("jit_s"):
+                row["jit_speedup"] = round(row["interp_s"] / row["jit_s"], 2)
+            row.update(_compile_row(cid, got))
         cases[cid] = row
-    print(f"{'case':48s} {'interpreter s':>14s} {'JIT s':>10s} {'speedup':>8s}")
+    print(f"{'case':48s} {'interpreter s':>14s} {'JIT s':>10s} {'speedup':>8s} {'JIT compiled ms':>16s} "
+          f"{'compile ms (cold/disk/memory)':>30s}")
     for cid, row in cases.items():
         i, j = row.get("interp_s"), row.get("jit_s")
         note = row.get("interp_error") or row.get("interp_skipped") or ""
+        cold = "/".join(str(row.get(k, "-")) for k in ("compile_ms", "disk_ms", "memory_ms"))
         print(f"{cid[:48]:48s} {i if i is not None else '-':>14} {j if j is not None else '-':>10} "
-              f"{row.get('jit_speedup', '-'):>8}" + (f"  {note[:60]}" if note else ""))
+              f"{row.get('jit_speedup', '-'):>8} {row.get('jit_compile_ms', '-'):>16} {cold:>30}"
+              + (f"  {note[:60]}" if note else ""))
     totals = {m: round(sum(r["seconds"] for r in got[m]["suite"].values() if "seconds" in r), 3) for m in modes}
     demo = {m: got[m]["demo"] for m in modes}
     for m in modes:
@@ -230,14 +318,27 @@ def main() -> None:
         print(f"demo ({m}): {d['seconds']:.2f} s end to end, {d['launches']} launches, "
               f"{d['gpu_ms_per_launch']:.2f} ms simulated GPU time per launch{'' if d['valid'] else '  WRONG'}")
     failed = sorted(c for c, r in cases.items() if any(k.endswith("_error") for k in r))
+    compile_summary = None
+    if jit:
+        cold = {c: r["compile_ms"] for c, r in cases.items() if r.get("compile_ms") is not None}
+        over = sorted(c for c, v in cold.items() if v > COMPILE_GOAL_MS)
+        compile_summary = {"cold_max_ms": max(cold.values(), default=0.0),
+                           "cold_median_ms": sorted(cold.values())[len(cold) // 2] if cold else 0.0,
+                           "memory_max_ms": max((r.get("memory_ms", 0.0) for r in cases.values()), default=0.0),
+                           "jit_compiled_total_ms": round(sum(r.get("jit_compile_ms", 0.0) for r in cases.values()), 1),
+                           "over_goal": over}
+        print(f"compile (first tier, whole kernels): median {compile_summary['cold_median_ms']} ms, max "
+              f"{compile_summary['cold_max_ms']} ms cold, {len(over)} of {len(cold)} cases over "
+              f"{COMPILE_GOAL_MS} ms; the JIT's own run compiled {compile_summary['jit_compiled_total_ms']} ms in all")
     print(f"suite total: " + ", ".join(f"{m} {totals[m]:.2f} s" for m in modes)
           + ("" if jit else "  (no JIT in this tree: the JIT column is empty; AMDQ_SIM_JIT=1 measures it once it is)")
           + (f"; {len(failed)} cases failed" if failed else ""))
     res = {"where": a.where, "archs": a.arch.split(","), "repeat": a.repeat, "jit": "present" if jit else "absent",
            "cases": cases, "totals": totals, "demo": demo, "failed": failed,
            "jit_speedup_total": round(totals["interp"] / totals["jit"], 2) if jit and totals.get("jit") else None,
-           "demo_targets": {"gpu_ms_per_launch": 2.0},
-           "run_seconds": {m: got[m]["run_seconds"] for m in modes}}
+           "demo_targets": {"gpu_ms_per_launch": 2.0}, "compile": compile_summary,
+           "compile_goal_ms": COMPILE_GOAL_MS,
+           "run_seconds": {m: r["run_seconds"] for m, r in got.items()}}
     print(json.dumps(res))
     if failed or not all(d["valid"] for d in demo.values()):
         raise SystemExit(1)

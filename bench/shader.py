@@ -15,11 +15,13 @@ kernel in fewer, wider instructions, so its wave-instruction rate, lane rate and
 the family check (`family_vs_gfx1100` in the JSON: the lowest work rate over the kernels, target 0.8) is on
 the work rate.
 
-JIT (sim/shader/jit): every kernel runs twice, by the interpreter (AMDQ_SIM_JIT=0, the default) and with the JIT (sync);
+JIT (sim/shader/jit): every kernel runs twice, by the interpreter (AMDQ_SIM_JIT=0) and with the JIT (sync: compiled before first use);
 each kernel's figures are the JIT's, with `interp_*` beside them (the same measurements for the interpreter) and
-`jit_speedup` = interpreter seconds / JIT seconds. JIT compile time per kernel: `jit_compile_ms` (cold: an empty
-memory and disk cache), `jit_disk_ms` (a fresh process's load from the disk cache), `jit_cached_ms` (compiled code
-in memory: the next dispatch pays nothing). Compiled code runs on `jit_threads` threads (the dispatch's host
+`jit_speedup` = interpreter seconds / JIT seconds. The JIT's timed runs are its steady state, every region
+recompiled at -O2 (the second tier, jit/compiled.py TIERS); `jit_fast_seconds` and `jit_fast_speedup` are the same
+runs with the first tier's code. JIT compile time per kernel: `jit_compile_ms` (cold, first tier: an empty memory and
+disk cache), `jit_disk_ms` (a fresh process's load from the disk cache), `jit_cached_ms` (compiled code in memory:
+the next dispatch pays nothing), `jit_opt_ms` (the -O2 recompile, cold). Compiled code runs on `jit_threads` threads (the dispatch's host
 thread, plus AMDQ_SIM_JIT_THREADS - 1 workers for calls over whole workgroups without global memory access; the
 ctypes calls release the interpreter lock). `jit_coverage`: the share of wave-instructions that ran as compiled code
 (the rest ran in the interpreter). The JIT's efficiency counts its steps as the interpreter's.
@@ -109,8 +111,8 @@ class Meter:
 
 def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 5, arch: str = "gfx1100"):
     """The interpreter's figures (`interp_*`) beside the JIT's (see the module docstring)."""
-    from amdq.sim.shader.jit import compiled
-    old = os.environ.get("AMDQ_SIM_JIT")
+    from amdq.sim.shader.jit import compiled, runtime
+    old, old_opt = os.environ.get("AMDQ_SIM_JIT"), runtime.OPT_HOT
     try:
         os.environ["AMDQ_SIM_JIT"] = "0"
         _, interp = _bench(name, src, kernel, args, grid, block, meter, flags, repeat, arch)
@@ -118,24 +120,31 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
         run_cl = functools.partial(_run_cl, arch=arch)
         times = {}
         with tempfile.TemporaryDirectory() as d:              # cold: nothing compiled in memory or on disk
-            saved, old_dir = dict(compiled.MEMORY), os.environ.get("AMDQ_SIM_JIT_CACHE")
+            old_dir = os.environ.get("AMDQ_SIM_JIT_CACHE")
             os.environ["AMDQ_SIM_JIT_CACHE"] = d
             try:
-                for what in ("compile", "disk", "cached"):
-                    if what != "cached":
-                        compiled.MEMORY.clear()
-                    c0 = compiled.stats["compile_seconds"] + compiled.stats["load_seconds"]
+                runtime.OPT_HOT = float("inf")                # the fast tier alone first
+                for what in ("compile", "disk", "cached", "opt"):
+                    if what in ("compile", "disk"):
+                        runtime.forget()
+                    if what == "opt":                         # then every region again at -O2, cold
+                        runtime.OPT_HOT = 0.0
+                    c0 = sum(compiled.stats[k] for k in ("compile_seconds", "load_seconds", "recompile_seconds"))
                     run_cl(src, kernel, args, grid, block, flags=flags)
-                    times[what] = compiled.stats["compile_seconds"] + compiled.stats["load_seconds"] - c0
+                    times[what] = sum(compiled.stats[k] for k in ("compile_seconds", "load_seconds",
+                                                                  "recompile_seconds")) - c0
             finally:
-                compiled.MEMORY.clear()
-                compiled.MEMORY.update(saved)
+                runtime.forget()
                 if old_dir is None:
                     os.environ.pop("AMDQ_SIM_JIT_CACHE", None)
                 else:
                     os.environ["AMDQ_SIM_JIT_CACHE"] = old_dir
+        runtime.OPT_HOT = float("inf")
+        _, fast = _bench(name, src, kernel, args, grid, block, meter, flags, repeat, arch)
+        runtime.OPT_HOT = 0.0                                  # steady state: every region at -O2 (from the warm-up)
         outs, jit = _bench(name, src, kernel, args, grid, block, meter, flags, repeat, arch)
     finally:
+        runtime.OPT_HOT = old_opt
         if old is None:
             os.environ.pop("AMDQ_SIM_JIT", None)
         else:
@@ -144,8 +153,9 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
     res.update({f"interp_{k}": v for k, v in interp.items()
                 if k not in ("wave_instructions", "steps", "jit_coverage", "jit_fallbacks")})
     res["jit_speedup"] = round(interp["seconds"] / max(jit["seconds"], 1e-9), 2)
+    res["jit_fast_seconds"] = fast["seconds"]
+    res["jit_fast_speedup"] = round(interp["seconds"] / max(fast["seconds"], 1e-9), 2)
     res.update({f"jit_{k}_ms": round(v * 1e3, 1) for k, v in times.items()})
-    from amdq.sim.shader.jit import runtime
     res["jit_threads"] = runtime.threads()
     return outs, res
 
@@ -261,8 +271,9 @@ def _run_arch(arch: str, a, meter) -> dict:
         print(f"{arch:8s} {k:11s} {st['wave_instructions']:>9} wave-instr  {st['seconds']:8.3f} s ({st['cpu_seconds']:.3f} cpu)  "
               f"{st['wave_instructions_per_s'] / 1e6:7.2f} M/s  efficiency {st['efficiency']:.2f}  "
               f"{'valid' if ok[k] else 'WRONG'}  | interpreter {st['interp_seconds']:7.3f} s "
-              f"{st['interp_wave_instructions_per_s'] / 1e6:6.2f} M/s  JIT x{st['jit_speedup']:.1f}  compile "
-              f"{st['jit_compile_ms']:.0f} ms (disk {st['jit_disk_ms']:.0f}, cached {st['jit_cached_ms']:.0f}), "
+              f"{st['interp_wave_instructions_per_s'] / 1e6:6.2f} M/s  JIT x{st['jit_speedup']:.1f} (fast tier "
+              f"x{st['jit_fast_speedup']:.1f})  compile {st['jit_compile_ms']:.0f} ms (disk {st['jit_disk_ms']:.0f}, "
+              f"cached {st['jit_cached_ms']:.0f}, -O2 {st['jit_opt_ms']:.0f}), "
               f"{st['jit_threads']} threads, {100 * st['jit_coverage']:.0f}% compiled"
               + (f" (interpreted: {', '.join(f'{m} {n}' for m, n in st['jit_fallbacks'].items())})"
                  if st["jit_fallbacks"] else ""))

@@ -40,7 +40,7 @@ ENV = {
     "AMDQ_FIRMWARE_PATH": "directories searched first for GPU firmware (os.pathsep-separated)",
     "AMDQ_FIRMWARE_CACHE": "where scripts/fetch_firmware.sh unpacks firmware (default ~/.cache/amdq)",
     "AMDQ_SYSFS_PCI": "the sysfs PCI device directory the PCI interface scans (default /sys/bus/pci/devices)",
-    "AMDQ_SIM_JIT": "`1`: the shader core runs basic blocks as host code compiled by llvmlite (in the background; `sync`: before first use); unset or `0` (the default for now): the interpreter",
+    "AMDQ_SIM_JIT": "unset or `1` (the default): the shader core interprets code first and runs the code that gets hot as host code compiled by llvmlite (in the background); `sync`: every kernel compiled before its first use; `0`: the interpreter only (the reference)",
     "AMDQ_SIM_JIT_THREADS": "host threads the shader JIT's compiled blocks may run on (default: up to 2)",
     "AMDQ_SIM_JIT_CACHE": "where the shader JIT keeps compiled code (default $AMDQ_CACHE/jit; `0` keeps it in memory only)",
     "AMDQ_SIM_MODE": "`async` (default: the simulated GPU on a worker thread) or `sync` (on the host's threads)",

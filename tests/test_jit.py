@@ -21,7 +21,7 @@ from amdq.sim.shader import wave as W
 from amdq.sim.shader.jit import compiled, runtime
 from test_targets_suite import _cases
 
-ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,)}
+ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,), "gfx950": (64,)}
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +46,9 @@ class Capture:
         monkeypatch.setattr(W.WaveState, "release", release)
 
 
-def _differential(monkeypatch, used: list):
+def _differential(monkeypatch, used: list, mode: str = "sync"):
+    """Every dispatch from now on runs twice: by the interpreter on a copy of memory, then with the JIT in `mode`
+    (AMDQ_SIM_JIT); memory, final registers and faults must agree."""
     cap = Capture(monkeypatch)
     orig = C.ShaderCore.dispatch
 
@@ -63,7 +65,7 @@ def _differential(monkeypatch, used: list):
         except GPUException as e:
             err_ref = e
         ref_states = cap.states
-        monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+        monkeypatch.setenv("AMDQ_SIM_JIT", mode)
         cap.states = []
         before = runtime.counts["wave_instructions"]
         try:
@@ -114,21 +116,23 @@ def test_jit_matches_interpreter(arch, name, kw, monkeypatch):
     assert used, "no dispatch ran"
 
 
-def test_jit_covers_the_bench_kernels():
-    """vadd, the tiled matmul and the LDS reduction run mostly compiled on gfx1100 (else the JIT does nothing)."""
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx950"])
+def test_jit_covers_the_bench_kernels(arch):
+    """vadd and the tiled matmul run mostly compiled on gfx1100 and on gfx950 (CDNA4: CDNA3's translated keys),
+    else the JIT does nothing there."""
     r = np.random.default_rng(0)
     n = 4096
     x, y = r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
     before = runtime.counts["wave_instructions"]
     (_, _, out), st = harness.run_cl("vadd.cl", "vadd", [x, y, np.zeros(n, np.float32), 2.0, n], (n // 256, 1, 1),
-                                     (256, 1, 1))
+                                     (256, 1, 1), arch=arch)
     assert np.array_equal(out, x + np.float32(2) * y)
     assert runtime.counts["wave_instructions"] - before > 0.6 * st.wave_instructions
     m = 32
     A, B = r.standard_normal((m, m)).astype(np.float32), r.standard_normal((m, m)).astype(np.float32)
     before = runtime.counts["wave_instructions"]
     _, st = harness.run_cl("matmul_tiled.cl", "matmul_tiled", [A, B, np.zeros((m, m), np.float32), m],
-                           (m // 16, m // 16, 1), (16, 16, 1))
+                           (m // 16, m // 16, 1), (16, 16, 1), arch=arch)
     assert runtime.counts["wave_instructions"] - before > 0.8 * st.wave_instructions
 
 
@@ -274,55 +278,53 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
     """Compiled code lands in AMDQ_SIM_JIT_CACHE; a process without it in memory loads it from disk."""
     d = tmp_path / "jit2"
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
-    saved, known = dict(compiled.MEMORY), dict(runtime.KNOWN)
-    compiled.MEMORY.clear()
-    runtime.KNOWN.clear()
-    try:
-        _vadd()
-        files = sorted(p.name for p in d.iterdir())
-        assert files and all(f.endswith(".o") for f in files)
-        compiled.MEMORY.clear()             # a new process: nothing compiled in memory
-        runtime.KNOWN.clear()
-        hits = compiled.stats["disk_hits"]
-        x, y, out = _vadd()
-        assert compiled.stats["disk_hits"] > hits
-        assert np.array_equal(out, x + np.float32(2) * y)
-        assert sorted(p.name for p in d.iterdir()) == files
-    finally:
-        compiled.MEMORY.update(saved)
-        runtime.KNOWN.update(known)
+    runtime.forget()
+    _vadd()
+    files = sorted(p.name for p in d.iterdir())         # object files, and the index naming them per candidate
+    assert any(f.endswith(".o") for f in files) and all(f.endswith((".o", ".idx")) for f in files)
+    runtime.forget()                                    # as a new process
+    hits = compiled.stats["disk_hits"]
+    x, y, out = _vadd()
+    assert compiled.stats["disk_hits"] > hits
+    assert np.array_equal(out, x + np.float32(2) * y)
+    assert sorted(p.name for p in d.iterdir()) == files
 
 
 def test_background_compile_switches_over(monkeypatch):
-    """Default mode: the first dispatch runs interpreted while its region compiles on the worker thread; a later
-    dispatch runs the compiled code, with the same results."""
+    """Default mode, code hot at once (HOT 0): the first dispatch runs interpreted while its region compiles on the
+    worker thread; a later dispatch runs the compiled code, with the same results."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
-    saved = dict(compiled.MEMORY)
-    compiled.MEMORY.clear()
-    try:
+    monkeypatch.setattr(runtime, "HOT", 0.0)
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)
+    runtime.forget()
+    x, y, out = _vadd(1024)
+    assert np.array_equal(out, x + np.float32(2) * y)
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        before = runtime.counts["wave_instructions"]
         x, y, out = _vadd(1024)
         assert np.array_equal(out, x + np.float32(2) * y)
-        import time
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            before = runtime.counts["wave_instructions"]
-            x, y, out = _vadd(1024)
-            assert np.array_equal(out, x + np.float32(2) * y)
-            if runtime.counts["wave_instructions"] > before:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the region never came into use")
-    finally:
-        compiled.MEMORY.update(saved)
+        if runtime.counts["wave_instructions"] > before:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the region never came into use")
 
 
 def test_env_var_forces_the_interpreter(monkeypatch):
+    """AMDQ_SIM_JIT=0: no compiled code runs, even code compiled already; unset: the JIT is on (the default)."""
+    before = runtime.counts["calls"]
+    _vadd()
+    assert runtime.counts["calls"] > before             # (sync: compiled)
     monkeypatch.setenv("AMDQ_SIM_JIT", "0")
+    assert not runtime.enabled()
     before = runtime.counts["calls"]
     x, y, out = _vadd()
     assert runtime.counts["calls"] == before
     assert np.array_equal(out, x + np.float32(2) * y)
+    monkeypatch.delenv("AMDQ_SIM_JIT")
+    assert runtime.enabled() and not runtime.synchronous()
 
 
 NAN_OPS = """
@@ -724,3 +726,222 @@ def test_lane_ops_and_scalar_ops(monkeypatch, arch, wave, s, u, t):
             want[wv] += 1000
     assert np.array_equal(o2, want.reshape(-1).astype(np.int32))
     assert used and runtime.counts["wave_instructions"] > before
+
+
+# ---------------------------------------------------------------- tiering (runtime.py: what is compiled, and when)
+
+COLD_BRANCH = """
+__kernel void loop(__global const float *a, __global float *o, int n) {
+  int i = get_global_id(0);
+  float x = a[i];
+  for (int j = 0; j < n; j++) x = x * 0.5f + (float)j;
+  if (n < 0) { for (int j = 0; j < 7; j++) x = x * x + (float)(j * i); }   /* never runs */
+  o[i] = x;
+}
+"""
+
+
+def _candidates():
+    return list({id(c): c for cs in runtime.KNOWN.values() for c in cs}.values())
+
+
+def _loop(n_iter, n=256, wave=32):
+    a = np.arange(n, dtype=np.float32) / 7
+    (_, out), st = harness.run_cl(COLD_BRANCH, "loop", [a, np.zeros(n, np.float32), n_iter], (n // 64, 1, 1),
+                                  (64, 1, 1), flags=suite.wf(wave))
+    x = a.copy()
+    for j in range(n_iter):
+        x = x * np.float32(0.5) + np.float32(j)
+    assert np.array_equal(out, x)
+    return st
+
+
+def test_a_short_kernel_is_not_compiled(monkeypatch):
+    """Default mode: a kernel that runs for less than its compile would cost stays in the interpreter: nothing
+    compiled or submitted, and what its search found (the blocks that ran) is still below its threshold."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    runtime.forget()
+    compiled_before, used_before = compiled.stats["compiled"], runtime.counts["wave_instructions"]
+    _loop(2)
+    _loop(2)
+    assert compiled.stats["compiled"] == compiled_before and runtime.counts["wave_instructions"] == used_before
+    assert all(c.job is None and not c.parts and c.heat < c.trigger for c in _candidates())
+
+
+def test_a_searched_kernel_is_not_searched_again(monkeypatch):
+    """A kernel searched once (its loop ran for longer than a search costs; never compiled here) is not searched
+    again by the next dispatch's new shader core where it was: it takes the candidates, whose heat goes on
+    growing."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "COMPILE_SECONDS", (1e9, 1e9))
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.001)
+    runtime.forget()
+    _loop(50)
+    cands = _candidates()
+    heat = sum(c.heat for c in cands)
+    found = []
+    orig = runtime._discover
+    monkeypatch.setattr(runtime, "_discover", lambda *a, **k: found.append(a[1]) or orig(*a, **k))
+    _loop(50)
+    held = {i.pc for c in cands for b in c.blocks for i in b.insts}
+    assert cands and not held & set(found)             # (other code of the kernel may get searched: timing)
+    assert all(c in _candidates() for c in cands) and not any(c.parts for c in cands)
+    assert sum(c.heat for c in cands) > heat
+
+
+def test_a_hot_loop_compiles_what_ran(monkeypatch):
+    """Default mode: a loop that runs long enough is compiled (on the worker thread) and then runs compiled, with
+    the interpreter's results; only code the interpreter ran is compiled (the whole-kernel compile of sync mode
+    also compiles the branch that never runs)."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    runtime.forget()
+    fetched, recording = set(), [True]              # the PCs the interpreter fetched (not the searches)
+    orig_get, orig_discover = C.ICache.get, runtime._discover
+    monkeypatch.setattr(C.ICache, "get", lambda ic, pc, w: (fetched.add(pc) if recording[0] else None) or
+                        orig_get(ic, pc, w))
+
+    def discover(*a, **k):
+        was, recording[0] = recording[0], False
+        try:
+            return orig_discover(*a, **k)
+        finally:
+            recording[0] = was
+    monkeypatch.setattr(runtime, "_discover", discover)
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        before = runtime.counts["wave_instructions"]
+        _loop(200)
+        if runtime.counts["wave_instructions"] > before:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the hot loop never ran compiled")
+    recording[0] = False
+
+    def compiled_pcs():
+        return {i.pc for c in _candidates() for p in c.parts for b in p.blocks for i in b.insts}
+    hot = compiled_pcs()
+    assert hot and hot <= fetched
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    runtime.forget()
+    _loop(2)
+    assert compiled_pcs() - fetched, "the whole kernel holds no code that did not run: its cold branch is not cold"
+
+
+@pytest.mark.parametrize("case", ["matmul_tiled", "lds_reduce", "divergent_loop", "atomics_lds"])
+def test_tiered_matches_interpreter(case, monkeypatch):
+    """Default mode with everything hot at once (HOT and SEARCH_SECONDS 0): blocks compile on the worker thread as they first run and
+    switch over mid-dispatch; every dispatch gives the interpreter's memory and registers."""
+    monkeypatch.setattr(runtime, "HOT", 0.0)
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)
+    runtime.forget()
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    fn = getattr(suite, f"test_{case}")
+    kw = _cases_of(case)
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        fn(**kw)
+        if sum(used):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("nothing ever ran compiled")
+
+
+def _cases_of(case: str) -> dict:
+    return next(kw for name, kw in _cases() if name == f"test_{case}")
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
+@pytest.mark.parametrize("case", ["matmul_tiled", "lds_reduce", "vadd_partial", "atomics_global"])
+def test_second_tier_matches_interpreter(case, arch, monkeypatch):
+    """Regions recompiled at -O2 (OPT_HOT 0: at their first call) give the interpreter's memory and registers."""
+    monkeypatch.setattr(runtime, "OPT_HOT", 0.0)
+    runtime.forget()
+    recompiled = compiled.stats["recompiled"] + compiled.stats["memory_hits"] + compiled.stats["disk_hits"]
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    monkeypatch.setattr(suite, "run_cl", lambda *a, **k: harness.run_cl(*a, **{**k, "arch": arch, "flags": tuple(
+        f for f in k.get("flags", ()) if arch != "gfx942" or "wavefrontsize" not in f)}))
+    getattr(suite, f"test_{case}")(**_cases_of(case))
+    assert sum(used) > 0
+    assert any(p.tier == compiled.OPT for c in _candidates() for p in c.parts)
+    assert compiled.stats["recompiled"] + compiled.stats["memory_hits"] + compiled.stats["disk_hits"] > recompiled
+
+
+def test_two_simulated_gpus_share_candidates(monkeypatch, tmp_path):
+    """Two simulated GPUs of one process (each with its worker thread) run the same hot loop at the same time: the
+    candidates and regions they share are searched, compiled and installed under one lock; every result is exact."""
+    import threading
+    from sims import open_sim
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "HOT", 0.0)
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)
+    runtime.forget()
+    devs = [open_sim(monkeypatch, tmp_path / str(i), "SIMKFD", "gfx1100") for i in range(2)]
+    try:
+        code = harness.compile_cl(COLD_BRANCH, "gfx1100", flags=tuple(suite.wf(32))).read_bytes()
+        n, n_iter = 256, 100
+        a = np.arange(n, dtype=np.float32) / 7
+        want = a.copy()
+        for j in range(n_iter):
+            want = want * np.float32(0.5) + np.float32(j)
+        errors: list = []
+        before = runtime.counts["wave_instructions"]
+        import time
+        deadline = time.monotonic() + 60
+
+        def run(dev):
+            try:
+                k = dev.load(code)["loop"]
+                src, out = dev.upload(a), dev.upload(np.zeros(n, np.float32))
+                for i in range(10_000):        # until compiled code ran (at least 8 launches)
+                    k(src, out, n_iter, grid=n // 64, block=64, wait=True)
+                    if not np.array_equal(out.numpy(np.float32), want):
+                        errors.append("wrong result")
+                    if i >= 8 and (runtime.counts["wave_instructions"] > before or time.monotonic() > deadline):
+                        break
+            except Exception as e:         # reported by the main thread
+                errors.append(repr(e))
+        threads = [threading.Thread(target=run, args=(d,)) for d in devs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert runtime.counts["wave_instructions"] > before, "no compiled code ran"
+    finally:
+        for d in devs:
+            d.close()
+
+
+def test_code_slower_than_the_interpreter_is_turned_off(monkeypatch):
+    """A region whose compiled code runs slower per wave-instruction than the interpreter did (here: the
+    interpreter's record made to look very fast) is turned off, tried again at -O2, then off for good: the
+    interpreter runs it, with the same results."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "JUDGE_SECONDS", 0.0)
+    runtime.forget()
+    import time
+    deadline = time.monotonic() + 120
+    while not any(c.parts for c in _candidates()) and time.monotonic() < deadline:
+        _loop(200)
+        time.sleep(0.02)
+    hot = [c for c in _candidates() if c.parts]
+    assert hot, "the hot loop was never compiled"
+    for c in hot:
+        c.heat, c.work = 1.0, 10 ** 15                  # the interpreter's record: 1 fs a wave-instruction
+    parts = [p for c in hot for p in c.parts]
+    while time.monotonic() < deadline:
+        _loop(200)
+        if all(p.off and p.tier == compiled.OPT and p.job is None for p in parts):
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the slow regions were not turned off after their -O2 trial")
+    ran = [p.seconds for p in parts]
+    _loop(200)
+    assert all(p.off for p in parts) and [p.seconds for p in parts] == ran     # their code no longer runs

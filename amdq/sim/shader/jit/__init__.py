@@ -6,10 +6,11 @@
   (compiled code goes on from block to block, loop back-edges included, while every wave of the call stays at one
   PC of the region).
 - compiled.py: IR -> machine code, cached in memory and on disk (keyed by the code bytes).
-- runtime.py: the scheduler's hook (core.Batch.run asks for the block at a PC, falls back to the interpreter).
+- runtime.py: the scheduler's hook (core.Batch.run asks for the block at a PC, falls back to the interpreter), and
+  what gets compiled when: code is interpreted first, and compiled once it is hot (two tiers, compiled.py).
 
 The interpreter stays the reference: the JIT's results are the interpreter's, bit for bit (tests/test_jit.py).
-AMDQ_SIM_JIT=0 forces the interpreter.
+The JIT is on by default; AMDQ_SIM_JIT=0 forces the interpreter.
 """
 from __future__ import annotations
 

@@ -1,11 +1,16 @@
 """Host machine code for a region's IR (llvmlite's MCJIT, the host CPU's features), cached in memory and on disk.
 
-The key is a sha256 over the JIT's version, LLVM's version, the host CPU name and features, the ISA family,
-the wave size and the bytes of every instruction of the region with its offset from the region's root (the
-generated code is position independent: PCs are the root's plus constants), so compiled code is never used
-for other bytes. On disk: $AMDQ_SIM_JIT_CACHE (default $AMDQ_CACHE/jit, else ~/.cache/amdq/jit; `0` turns the
-disk cache off), one object file per key, written to a temporary file and renamed into place; a file that
-does not load is compiled again. Failures to read or write the cache never fail a dispatch.
+Two tiers (TIERS): a region is first compiled cheaply (a short IR pipeline, instruction selection and register
+allocation at -O0: a third of the -O2 compile time, code up to 2x slower on loops), and compiled again at -O2 once
+it has run long enough in compiled code that the better code pays for the second compile (runtime.py decides).
+
+The key is a sha256 over the JIT's version, the tier, LLVM's version, the host CPU name and features, the ISA
+family, the wave size, the offsets of the region's blocks and the bytes of every instruction of the region with
+its offset from the region's root (the generated code is position independent: PCs are the root's plus
+constants), so compiled code is never used for other bytes. On disk: $AMDQ_SIM_JIT_CACHE (default
+$AMDQ_CACHE/jit, else ~/.cache/amdq/jit; `0` turns the disk cache off), one object file per key, written to a
+temporary file and renamed into place; a file that does not load is compiled again. Failures to read or write
+the cache never fail a dispatch.
 """
 from __future__ import annotations
 
@@ -20,24 +25,53 @@ _lock = threading.Lock()
 _state: dict = {}
 MEMORY: dict[str, "Compiled"] = {}          # key -> compiled region (this process)
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "load_seconds": 0.0,
-         "compile_cpu_seconds": 0.0, "ir_lines": 0}
+         "compile_cpu_seconds": 0.0, "ir_lines": 0, "recompiled": 0, "recompile_seconds": 0.0,
+         "compiled_instructions": 0}
+# seconds of the compiles by stage (this process, both tiers): IR text, parse, verify, IR passes, machine code, loading
+STAGES = ("ir", "parse", "verify", "passes", "emit", "load")
+stage_seconds = dict.fromkeys(STAGES, 0.0)
+
+# tier -> (the IR passes, the codegen level): "fast" first, "opt" for the regions that stay hot. The short pipeline
+# (inline the block bodies, promote the allocas, simplify the CFG) gives code as fast as the longer one with
+# instcombine and GVN (measured on bench/shader.py's kernels, gfx1100/gfx1201/gfx942) for half its time; -O0 codegen
+# (fast instruction selection and register allocation) costs a fifth of -O2's, with code up to 2x slower (the fast
+# register allocator spills the vector loops: thread CPU time of the matmul 11 -> 25 ms).
+FAST, OPT = "fast", "opt"
+TIERS = {FAST: (("always_inliner", "sroa", "simplify_cfg"), 0),
+         OPT: (("always_inliner", "sroa", "simplify_cfg"), 2)}
 
 FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32)
 
 
-def _llvm():
-    """(llvmlite.binding, target machine), initialised once."""
-    if "tm" not in _state:
+def _llvm(tier: str = FAST):
+    """(llvmlite.binding, the tier's target machine), initialised once (by whichever thread asks first)."""
+    with _init_lock:
+        return _llvm_locked(tier)
+
+
+_init_lock = threading.Lock()
+
+
+def _llvm_locked(tier: str):
+    if "llvm" not in _state:
         import llvmlite.binding as llvm
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_default_triple()
-        cpu, feats = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        _state["tm"] = target.create_target_machine(cpu=cpu, features=feats, opt=CODEGEN_OPT, codemodel="jitdefault",
-                                                    reloc="pic")
-        _state["llvm"] = llvm
+        _state["target"] = llvm.Target.from_default_triple()
+        _state["cpu"] = cpu, feats = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
         _state["id"] = f"{llvm.llvm_version_info}|{cpu}|{feats}"
-    return _state["llvm"], _state["tm"]
+        _state["llvm"] = llvm
+    tm = _state.get(tier)
+    if tm is None:
+        cpu, feats = _state["cpu"]
+        tm = _state[tier] = _state["target"].create_target_machine(cpu=cpu, features=feats, opt=TIERS[tier][1],
+                                                                   codemodel="jitdefault", reloc="pic")
+    return _state["llvm"], tm
+
+
+def started() -> bool:
+    """LLVM is loaded and initialised in this process (what a first key or compile costs otherwise)."""
+    return "llvm" in _state
 
 
 def host_id() -> str:
@@ -83,22 +117,12 @@ def _add(llvm, eng, obj: bytes) -> None:
     eng.finalize_object()
 
 
-CODEGEN_OPT = 2       # instruction selection and register allocation at -O2: the scalarised gathers need it; the light
-                      # pipeline below costs a third of the full -O2 one with the same speed (measured on the bench kernels)
-
-
-def _optimise(llvm, tm, mod) -> None:
-    """A light pipeline: inline the block bodies, promote the allocas, combine, simplify the CFG, remove
-    redundancy (the generated code is already vector code; loop passes have nothing to add)."""
+def _optimise(llvm, tm, mod, tier: str) -> None:
+    """The tier's IR passes (the generated code is already vector code; loop passes have nothing to add)."""
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=1))
     pm = llvm.create_new_module_pass_manager()
-    pm.add_always_inliner_pass()
-    pm.add_sroa_pass()
-    pm.add_instruction_combine_pass()
-    pm.add_simplify_cfg_pass()
-    pm.add_new_gvn_pass()
-    pm.add_instruction_combine_pass()
-    pm.add_simplify_cfg_pass()
+    for name in TIERS[tier][0]:
+        getattr(pm, f"add_{name}_pass")()
     pm.run(mod, pb)
 
 
@@ -106,33 +130,52 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def submit(key: str, names: list[str], make_ir):
-    """A future of get(key, names, make_ir), compiled on the JIT's worker thread (LLVM releases the interpreter lock
-    while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key` is in memory."""
+def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
+    """A future of (key, get(key, names, make_ir, tier, size)), compiled on the JIT's worker thread (LLVM releases the
+    interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key`
+    is in memory. `key` may be a function making it: then it is made on the worker too (making the first key of a
+    process starts LLVM, ~70 ms)."""
     global _pool
     from concurrent.futures import Future, ThreadPoolExecutor
-    hit = MEMORY.get(key)
+    hit = MEMORY.get(key) if isinstance(key, str) else None
     if hit is not None:
         f = Future()
-        f.set_result(hit)
+        f.set_result((key, hit))
         return f
     with _pool_lock:                 # not _lock: the worker holds that for a whole compilation
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdq-jit")
-    return _pool.submit(get, key, names, make_ir)
+
+    def job():
+        k = key if isinstance(key, str) else key()
+        return k, get(k, names, make_ir, tier, size)
+    return _pool.submit(job)
 
 
-def get(key: str, names: list[str], make_ir) -> Compiled:
-    """The compiled region of `key`: from memory, from disk, or compiled from make_ir() (and stored)."""
+def _path(key: str) -> str | None:
+    d = directory()
+    return os.path.join(d, key + ".o") if d else None
+
+
+def available(key: str) -> bool:
+    """`key` is compiled already: in memory, or on disk (a file that may still turn out damaged)."""
+    if key in MEMORY:
+        return True
+    path = _path(key)
+    return path is not None and os.path.exists(path)
+
+
+def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) -> Compiled:
+    """The compiled region of `key`: from memory, from disk, or compiled from make_ir() at `tier` (and stored);
+    `size`: its instructions (stats["compiled_instructions"]: what the compile seconds were spent on)."""
     with _lock:
         hit = MEMORY.get(key)
         if hit is not None:
             stats["memory_hits"] += 1
             return hit
-        llvm, tm = _llvm()
+        llvm, tm = _llvm(tier)
         t, tc = time.perf_counter(), time.thread_time()
-        d = directory()
-        path = os.path.join(d, key + ".o") if d else None
+        path = _path(key)
         obj = None
         if path:
             try:
@@ -153,23 +196,47 @@ def get(key: str, names: list[str], make_ir) -> Compiled:
                 eng = _engine(llvm, tm)
         if not obj:
             source = "compiled"
+            clock = _Stages()
             ir = make_ir()
+            clock("ir")
             stats["ir_lines"] += ir.count("\n")
             mod = llvm.parse_assembly(ir)
+            clock("parse")
             mod.verify()
-            _optimise(llvm, tm, mod)
+            clock("verify")
+            _optimise(llvm, tm, mod, tier)
+            clock("passes")
             mod.triple = tm.triple
             obj = tm.emit_object(mod)
+            clock("emit")
             _add(llvm, eng, obj)
-            stats["compiled"] += 1
+            clock("load")
+            stats["compiled" if tier == FAST else "recompiled"] += 1
             if path:
                 _store(path, obj)
         dt = time.perf_counter() - t
-        stats["compile_seconds" if source == "compiled" else "load_seconds"] += dt
-        if source == "compiled":
+        if source != "compiled":
+            stats["load_seconds"] += dt
+        elif tier == FAST:
+            stats["compile_seconds"] += dt
+            stats["compiled_instructions"] += size
             stats["compile_cpu_seconds"] += time.thread_time() - tc
+        else:
+            stats["recompile_seconds"] += dt
         c = MEMORY[key] = Compiled(eng, names, dt, source)
         return c
+
+
+class _Stages:
+    """Adds the seconds since the last call to stage_seconds[stage]."""
+
+    def __init__(self):
+        self.t = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        t = time.perf_counter()
+        stage_seconds[stage] += t - self.t
+        self.t = t
 
 
 def _store(path: str, obj: bytes) -> None:
@@ -183,10 +250,13 @@ def _store(path: str, obj: bytes) -> None:
         pass
 
 
-def region_key(family: str, wave64: bool, root: int, insts: list, version: int) -> str:
-    """sha256 over what the region's code depends on (see the module docstring)."""
+def region_key(family: str, wave64: bool, root: int, insts: list, version: int, starts: list[int] = (),
+               tier: str = FAST, host: bool = True) -> str:
+    """sha256 over what the region's code depends on (see the module docstring); `starts`: its blocks' PCs. Without
+    `host`, the key of the code alone (LLVM is not started for it: runtime.py's index of what was compiled)."""
     h = hashlib.sha256()
-    h.update(f"amdq-jit|{version}|{host_id()}|{family}|{int(wave64)}|".encode())
+    h.update(f"amdq-jit|{version}|{tier}|{host_id() if host else '-'}|{family}|{int(wave64)}|".encode())
+    h.update(",".join(str(p - root) for p in sorted(starts)).encode() + b"|")
     for i in insts:
         h.update(f"{i.pc - root}:{len(i.raw)}:".encode())
         h.update(bytes(i.raw))

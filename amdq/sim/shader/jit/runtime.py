@@ -7,14 +7,17 @@ block of the region (block.CHAIN) while every wave of the call is at one PC ther
 `budget` instructions (the scheduler's remaining max_steps) ran; it returns (instructions executed, bytes the PC
 advanced, whether the PCs were set per wave, wave-instructions), or None when the interpreter must take this PC.
 
-Regions: the first time a PC is asked for, the blocks reachable from it (straight-line code, fall-through and
-branch targets, up to MAX_BLOCKS) are found by fetching through the ICache (so code comes through the memory
-model as the interpreter's does) and compiled together, keyed by their bytes (compiled.py). A region
-remembers the ICache lines it was decoded from; after an instruction-cache invalidate it is revalidated line
-by line, the ICache's rule, and thrown away when any byte changed.
+Candidates and regions: code is searched for blocks once the interpreter spent long enough in it (the tiering
+comment below): the blocks reachable from a PC (straight-line code, fall-through and branch targets, up to
+MAX_BLOCKS), fetched through the ICache (so code comes through the memory model as the interpreter's does), only
+the instructions the interpreter already ran (sync mode: all of them, at once): a candidate. The interpreter goes on
+running it and heats it; once hot, the blocks of it that ran are compiled together as a region, keyed by their bytes
+(compiled.py), and a region that stays hot is compiled again at -O2. What is on disk is used without compiling. A
+candidate remembers the ICache lines its search read; after an instruction-cache invalidate it is revalidated line
+by line, the ICache's rule, and thrown away with its regions when any byte changed.
 
-Instructions are translated only where the family's handler is RDNA3's own (the same builder object, so the
-same semantics); anything else ends the block and runs in the interpreter.
+Instructions are translated only where the family's handler has RDNA3's semantics (SHARED: one rule per family,
+RDNA3, RDNA4, CDNA3, CDNA4); anything else ends the block and runs in the interpreter.
 
 Global memory goes through a table of translated ranges per batch (the memory model's `jit_span`: an
 allocation of FlatMemory, a run of the GPU MMU). A lane outside the table stops the block before that
@@ -26,12 +29,15 @@ from __future__ import annotations
 import bisect
 import ctypes
 import os
+import threading
+import time
+from time import perf_counter as _clock
 
 import numpy as np
 
-from ..core import PAGE
 from .block import VERSION, Block, ModuleGen, finish
-from .compiled import Compiled, get, region_key, submit
+from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
+from ..core import PAGE
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
 MAX_BLOCKS = 128
@@ -42,15 +48,14 @@ ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
 counts = {"parallel_calls": 0, "calls": 0, "chained": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
 
 
-# Off unless asked for (AMDQ_SIM_JIT=1 or sync), for now: a kernel's cold compile costs ~0.4-1.4 s of CPU and
-# the compiled code runs 1-6x the interpreter's speed, so for the short kernels most runs are made of (the test
-# suite, the demo) the background compiles cost more than they save, and on a 2-core machine they compete with the
-# simulated GPU itself (bench/shader.py and bench/kernels.py measure both). The default turns on once the JIT wins.
-DEFAULT = "0"
+# On by default: code is interpreted until it gets hot (the tiering below), so the short kernels most runs are made
+# of (the test suite, the demo) cost what the interpreter costs plus the lookups (1-3%), and hot code runs compiled
+# (bench/kernels.py and bench/shader.py measure both).
+DEFAULT = "1"
 
 
 def enabled() -> bool:
-    """AMDQ_SIM_JIT=1 (or sync) runs basic blocks as compiled code; unset or 0 (off/no/false): the interpreter."""
+    """Unset, 1 or sync: basic blocks that get hot run as compiled code; 0 (off/no/false): the interpreter only."""
     return os.environ.get("AMDQ_SIM_JIT", DEFAULT).strip().lower() not in ("0", "off", "no", "false", "")
 
 
@@ -60,10 +65,299 @@ def synchronous() -> bool:
     return os.environ.get("AMDQ_SIM_JIT", DEFAULT).strip().lower() == "sync"
 
 
+# ---------------------------------------------------------------- tiering: what is compiled, and when
+#
+# Interpreted steps heat the code they run: the time from one lookup to the next. Code no candidate holds heats its
+# page, which is searched for blocks once it spent what a search costs; the blocks found from a PC (a Candidate) heat
+# together: past what loading them costs, the disk cache is looked at (a region found there is used at once); past
+# what compiling the blocks that ran is expected to cost (ski rental: never more than twice the better of
+# interpreting and compiling), those blocks are compiled as one region on the worker thread; the blocks that did not
+# run stay with the interpreter (and are compiled the same way if they become hot). A region is compiled again at
+# -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is expected to cost.
+# AMDQ_SIM_JIT=sync searches and compiles every candidate whole before its first use, and promotes at the same
+# threshold, synchronously (tests, benchmarks).
+GAP_SECONDS = 0.002      # at most this much of the time between two lookups is the interpreter's step (a longer gap
+                         # spans a batch's or a dispatch's set-up, or the host between dispatches)
+COMPILE_SECONDS = (0.015, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
+                                    # the suite's kernels, quiet: 18 ms for the smallest, 77 for the matmul's 104
+                                    # instructions; scaled by this process's own compiles, see _expected)
+SEARCH_SECONDS = 0.01    # searching a page's code for blocks (decoding what did not run too: ~5-15 ms a suite kernel)
+RAN_ONLY = False         # a search follows only the instructions the interpreter decoded (ran): it decodes nothing new,
+                         # but a search made early in a kernel's first pass finds little, and the kernel ends up in
+                         # small candidates (a 128x128 matmul: six of 1-2 blocks, its 72-instruction loop in none,
+                         # 7.5 ms a launch against 4 ms with whole candidates); off until candidates can grow
+LOAD_SECONDS = 0.002     # loading a region from the disk cache (bench/shader.py: jit_disk_ms)
+START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
+OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
+HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
+JUDGE_SECONDS = 0.02     # compiled code is compared with the interpreter after this long (and again after each window)
+OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x that compile's expected seconds
+
+
+def _expected(insts: int) -> float:
+    """Expected seconds of a fast-tier compile of a region of `insts` instructions: COMPILE_SECONDS's model (a part
+    per region, a part per instruction), scaled by how this process's compiles compared with it (the prior counting
+    as one region of 100 instructions)."""
+    base, per = COMPILE_SECONDS
+    from . import compiled
+    st = compiled.stats
+    prior = base + per * 100
+    scale = (st["compile_seconds"] + prior) / (base * st["compiled"] + per * st["compiled_instructions"] + prior)
+    return scale * (base + per * max(insts, 1))
+
+
+class Part:
+    """A compiled region: some blocks of a Candidate as one module (process-wide: every ICache holding the same
+    bytes runs it); `seconds` of compiled code run so far decide its promotion to -O2."""
+
+    def __init__(self, cand: "Candidate", blocks: list[Block], key: str, compiled: Compiled, tier: str):
+        self.cand, self.family, self.wave64 = cand, cand.family, cand.wave64
+        self.blocks, self.root, self.key = blocks, min(b.pc for b in blocks), key
+        self.index = {b.pc: j for j, b in enumerate(blocks)}        # (the chain function numbers them so)
+        self.floats = any(b.floats for b in blocks)
+        self.insts = sum(len(b.insts) for b in blocks)
+        self.seconds, self.job = 0.0, None
+        self.off = False                # its code ran slower than the interpreter had: interpreted again
+        self.use(compiled, tier)
+
+    def use(self, compiled: Compiled, tier: str) -> None:
+        from .compiled import FN
+        self.compiled, self.tier = compiled, tier
+        self.fns = {b.pc: compiled.fns[b.name] for b in self.blocks}
+        self.chain = FN(compiled.engine.get_function_address("chain"))     # block.CHAIN: on from block to block
+        self.judged, self.work = self.seconds, 0       # compiled seconds and wave-instructions since this code came
+        self.off = False                                # (new code: a new trial)
+        self.cost = OPT_RATIO * _expected(self.insts) if tier == FAST else float("inf")   # of its -O2 compile
+
+
+class Candidate:
+    """The blocks found from one PC (_discover), process-wide like its Parts: the interpreter's heat in them, the
+    blocks that ran, the regions compiled from them, the one being compiled."""
+
+    def __init__(self, family: str, wave64: bool, blocks: list[Block], lines: tuple):
+        self.family, self.wave64, self.blocks, self.lines = family, wave64, blocks, lines
+        self.by_pc = {b.pc: b for b in blocks}
+        self._key = None                                 # (all of them as one region: see key)
+        self.checked = False                             # the disk cache was looked at
+        self.heat, self.trigger = 0.0, 0.0               # interpreted seconds; the heat that acts next
+        self.work = 0                                    # interpreted wave-instructions (for heat / work)
+        self.ran: set[int] = set()                       # blocks (their PCs) the interpreter ran
+        self.left: set[int] = set(self.by_pc)            # blocks not compiled nor being compiled
+        self.parts: list[Part] = []
+        self.job = None                                  # (future of (key, Compiled), blocks) being compiled
+        self.empty: list[int] = []                       # PCs its search read that hold no block
+
+    def saw(self, blk: Block) -> None:
+        self.ran.add(blk.pc)
+        self.retrigger()
+
+    @property
+    def key(self) -> str:
+        """The key of its code (all its blocks, no host: computing it does not start LLVM), which names its index
+        on disk (_index_add)."""
+        if self._key is None:
+            root = min(self.by_pc)
+            insts = sorted((i for b in self.blocks for i in b.insts), key=lambda i: i.pc)
+            self._key = region_key(self.family, self.wave64, root, insts, VERSION, list(self.by_pc), "index", False)
+        return self._key
+
+    def retrigger(self) -> None:
+        """The heat at which something happens next: the disk cache is looked at (LOAD_SECONDS), then the blocks
+        that ran and are not compiled get compiled (HOT x the compile's cost, LLVM's start the first time)."""
+        from . import compiled
+        ran = self.ran & self.left
+        start = 0.0 if compiled.started() else START_SECONDS
+        self.trigger = HOT * (_expected(sum(len(self.by_pc[p].insts) for p in ran)) + start) if ran else float("inf")
+        if not self.checked:
+            self.trigger = min(self.trigger, LOAD_SECONDS)
+
+
+def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
+    root = min(b.pc for b in blocks)
+    insts = sorted((i for b in blocks for i in b.insts), key=lambda i: i.pc)
+    return region_key(family, wave64, root, insts, VERSION, [b.pc for b in blocks], tier)
+
+
+def _make_ir(blocks: list[Block], wave64: bool):
+    root = min(b.pc for b in blocks)
+    for b in blocks:
+        b.name = f"blk_{b.pc - root:x}"
+
+    def make_ir() -> str:
+        gen = ModuleGen(64 if wave64 else 32, root)
+        for b in blocks:
+            gen.add(b)
+        return gen.text()
+    return make_ir
+
+
+def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
+    """Compile `blocks` of cand as one region: at once (now, or when it is on disk) or on the worker thread (which
+    also makes the key when LLVM has not started yet: starting it is the worker's work too)."""
+    from . import compiled
+    blocks = sorted(blocks, key=lambda b: b.pc)
+    if not blocks:
+        return
+    cand.left -= {b.pc for b in blocks}
+    make_ir = _make_ir(blocks, cand.wave64)
+    names = [b.name for b in blocks]
+    size = sum(len(b.insts) for b in blocks)
+    if not now and not compiled.started():
+        cand.job = (submit(lambda: _key(cand.family, cand.wave64, blocks), names, make_ir, FAST, size), blocks)
+        return
+    key = _key(cand.family, cand.wave64, blocks)
+    if now or available(key):
+        try:
+            c = get(key, names, make_ir, FAST, size)
+        except Exception:               # a compile failure leaves these blocks to the interpreter
+            return
+        _adopt(cand, blocks, key, c)
+        return
+    cand.job = (submit(key, names, make_ir, FAST, size), blocks)
+
+
+def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled) -> None:
+    """A region of cand is compiled: it joins the parts (at -O2 at once when that is on disk already)."""
+    if c.source == "compiled":
+        _index_add(cand, blocks)
+    part = Part(cand, blocks, key, c, FAST)
+    cand.parts.append(part)
+    cand.retrigger()
+    if c.source != "compiled" and available(_key_of(part)):
+        _promote(part)
+
+
+def _collect(cand: Candidate) -> None:
+    """The candidate's compile finished: its region joins the parts (a failure leaves the blocks interpreted)."""
+    fut, blocks = cand.job
+    cand.job = None
+    try:
+        key, c = fut.result()
+    except Exception:
+        return
+    _adopt(cand, blocks, key, c)
+
+
+def _index_add(cand: Candidate, blocks: list[Block]) -> None:
+    """Note on disk (beside the code, under the candidate's code key) that these of its blocks were compiled as a
+    region, so a later process finding the same candidate loads it without compiling (an append of one line;
+    failures are ignored)."""
+    path = _index_path(cand)
+    if path:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a") as f:
+                f.write(",".join(f"{b.pc - cand.blocks[0].pc:x}" for b in blocks) + "\n")
+        except OSError:
+            pass
+
+
+def _index_path(cand: Candidate) -> str | None:
+    from .compiled import directory
+    d = directory()
+    return os.path.join(d, cand.key + ".idx") if d else None
+
+
+def _from_disk(cand: Candidate) -> None:
+    """Load what an earlier process compiled of this candidate: the regions its index names (without an index, a
+    stat and no more: LLVM starts only for what is there)."""
+    path = _index_path(cand)
+    try:
+        with open(path) as f:
+            subsets = f.read().split()
+    except (OSError, TypeError):
+        return
+    first = cand.blocks[0].pc
+    for line in subsets:
+        try:
+            pcs = {first + int(x, 16) for x in line.split(",")}
+        except ValueError:
+            continue
+        if pcs <= cand.left:
+            blocks = [cand.by_pc[p] for p in pcs]
+            if available(_key(cand.family, cand.wave64, blocks)):
+                _compile(cand, blocks, True)
+
+
+def _promote(part: Part) -> None:
+    """Compile the part again at -O2 (at once in sync mode or when it is on disk; else on the worker thread)."""
+    key = _key_of(part)
+    make_ir = _make_ir(part.blocks, part.wave64)
+    names = [b.name for b in part.blocks]
+    if synchronous() or available(key):
+        try:
+            part.use(get(key, names, make_ir, OPT), OPT)
+        except Exception:
+            part.cost = float("inf")
+        return
+    part.job = submit(key, names, make_ir, OPT, part.insts)
+
+
+def _key_of(part: Part) -> str:
+    """The key of the part's -O2 code."""
+    return _key(part.family, part.wave64, part.blocks, OPT)
+
+
+def _charge(part: Part, seconds: float, work: int) -> None:
+    """Compiled code of the part ran `work` wave-instructions in `seconds`: promote it once that pays (see the
+    tiering comment above); turn it off if it runs slower than the interpreter did (JUDGE_SECONDS)."""
+    part.seconds += seconds
+    part.work += work
+    if part.seconds - part.judged >= JUDGE_SECONDS:
+        _judge(part)
+    if part.job is None and part.seconds < OPT_HOT * part.cost:
+        return
+    with _lock:
+        job = part.job
+        if job is not None:
+            if job.done():
+                part.job = None
+                try:
+                    part.use(job.result()[1], OPT)
+                except Exception:
+                    part.cost = float("inf")
+        elif part.seconds >= OPT_HOT * part.cost:
+            _promote(part)
+
+
+def _judge(part: Part) -> None:
+    """After JUDGE_SECONDS of its compiled code: seconds per wave-instruction against the interpreter's in the same
+    candidate before it was compiled (when that measured at least JUDGE_SECONDS). Slower: the part is off, the
+    interpreter runs it (e.g. scalar code over many waves: one numpy step for all of them against a wave loop), at
+    the first tier until its -O2 code comes (a new trial, compiled now), at -O2 for good. The interpreter is the
+    yardstick: compiled code never loses to it by more than a window."""
+    cand = part.cand
+    mine = (part.seconds - part.judged) / max(part.work, 1)
+    part.judged, part.work = part.seconds, 0
+    if cand.heat < JUDGE_SECONDS or not cand.work or mine <= cand.heat / cand.work:
+        return
+    with _lock:
+        part.off = True
+        if part.tier == FAST and part.job is None and part.cost != float("inf"):
+            _promote(part)
+
+
 class Region:
-    def __init__(self, root: int, blocks: list[Block], compiled: Compiled, deps: tuple, gen: int, key: str):
-        self.root, self.blocks, self.compiled, self.deps, self.gen, self.key = root, blocks, compiled, deps, gen, key
-        self.fns = {b.pc: compiled.fns[b.name] for b in blocks}
+    """A Part as one ICache holds it, valid while its candidate is (held: the ICache generation and lines)."""
+
+    def __init__(self, part: Part, held: "Held"):
+        self.part, self.held = part, held
+        self.root, self.blocks, self.index, self.floats = part.root, part.blocks, part.index, part.floats
+
+    @property
+    def fns(self) -> dict:
+        return self.part.fns
+
+    @property
+    def chain(self):
+        return self.part.chain
+
+
+class Held:
+    """A Candidate as one ICache holds it (the generation and lines it is valid in, the parts installed so far)."""
+
+    def __init__(self, cand: Candidate, deps: tuple, gen: int):
+        self.cand, self.deps, self.gen, self.parts = cand, deps, gen, 0
         self.cells: dict[int, list] | None = None      # page -> the ICache's validity cell its lines were valid in
 
     def valid(self, icache) -> bool:
@@ -82,58 +376,121 @@ class Region:
 
 
 class Cache:
-    """Per ICache (one ISA family of one shader core): regions and where each PC sits in them."""
+    """Per ICache (one ISA family of one shader core): where each PC sits, in compiled regions or in candidates."""
 
     def __init__(self):
         self.at: dict[tuple[int, bool], tuple[Region, Block, int]] = {}
-        # PCs known not to start a block: (ICache generation, the lines the search read, None if it could not tell)
+        self.cold: dict[tuple[int, bool], tuple[Held, Block]] = {}
+        # PCs known not to be in a block: (ICache generation, the lines the search read, None if it could not tell)
         self.none: dict[tuple[int, bool], tuple[int, tuple | None]] = {}
-        self.regions: list[Region] = []
-        self.pending: dict[tuple[int, bool], object] = {}   # PC -> the region being compiled for it (see _region)
-        self.jobs: list = []
+        self.held: dict[int, Held] = {}                  # id(candidate) -> how this ICache holds it
+        self.pages: dict[tuple[int, bool], Heat] = {}    # code pages not searched yet: their interpreted time
+        self.warming = None                              # what the interpreter runs until the next lookup (heat)
+        self.t = 0.0                                     # the last lookup's time
 
-    def drop(self, region: Region) -> None:
-        self.regions.remove(region)
-        self.none.clear()               # a search that stopped at the region's PCs may find a block now
-        for key in [k for k, v in self.at.items() if v[0] is region]:
-            del self.at[key]
+    def drop(self, held: Held) -> None:
+        """Forget a candidate and its regions here (its code changed)."""
+        self.held.pop(id(held.cand), None)
+        w64 = held.cand.wave64
+        for b in held.cand.blocks:
+            for i in b.insts:
+                k = (i.pc, w64)
+                v = self.cold.get(k)
+                if v is not None and v[0] is held:
+                    del self.cold[k]
+                v = self.at.get(k)
+                if v is not None and v[0].held is held:
+                    del self.at[k]
+        self.none.clear()               # a search that stopped at its PCs may find a block now
+
+    def hold(self, held: Held) -> None:
+        cand, w64 = held.cand, held.cand.wave64
+        self.held[id(cand)] = held
+        for b in cand.blocks:
+            for i in b.insts:
+                self.cold.setdefault((i.pc, w64), (held, b))
+        for p in cand.empty:
+            self.none.setdefault((p, w64), (held.gen, held.deps))
+        self.install(held)
+
+    def install(self, held: Held) -> None:
+        """The candidate's parts compiled since this ICache last looked, in place of its cold blocks."""
+        cand, w64 = held.cand, held.cand.wave64
+        for part in cand.parts[held.parts:]:
+            region = Region(part, held)
+            for b in part.blocks:
+                for j, i in enumerate(b.insts):
+                    k = (i.pc, w64)
+                    v = self.cold.get(k)
+                    if v is not None and v[0] is held:
+                        del self.cold[k]
+                        self.at[k] = (region, b, j)
+        held.parts = len(cand.parts)
 
 
-_shared_cache: dict[str, set] = {}
-# regions of every ICache in the process, by (family, wave64, PC of each of their instructions): a new shader core
-# (one per dispatch in standalone runs) reuses them once the code lines' bytes are checked equal
-KNOWN: dict[tuple[str, bool, int], list[tuple[tuple, list[Block], Compiled, int, str]]] = {}
+# candidates of every ICache in the process, by (family, wave64, the code page their search started in): a new shader
+# core (one per dispatch in standalone runs) takes them (their heat, their compiled regions) when it first runs code
+# of that page, once all their code lines' bytes are checked equal
+KNOWN: dict[tuple[str, bool, int], list[Candidate]] = {}
+KNOWN_PER_PAGE = 16
+_shared_cache: dict[str, frozenset] = {}
+# candidates and parts are shared by the shader cores of the process, which may run on several threads (one
+# simulated GPU's worker each): what changes them (searches, compiles, promotions) holds this lock
+_lock = threading.RLock()
 
 
-def _shared(isa) -> set:
-    """Handler keys whose semantics in this family are RDNA3's: RDNA3's own builders; for RDNA4 every common key
-    it does not override (rdna4.OVERRIDES; its VALU builders are made again from the same code), plus its wait
-    instructions (no-ops in the simulator, as RDNA3's s_waitcnt); for CDNA3 the RDNA3 builders it takes over
-    unchanged (cdna.table: not the gfx9 ones, v_cmpx, buffers, MODE access), which its 16-bit-destination
-    and SDWA wrapper leaves alone for the 32-bit, non-SDWA forms the JIT translates (ir.kind_of)."""
+def _rdna3_own(isa, rdna3: dict) -> set:
+    """RDNA3: its own builders."""
+    return {k for k, b in isa.handlers.items() if rdna3.get(k) is b}
+
+
+def _rdna4(isa, rdna3: dict) -> set:
+    """RDNA4: every common key it does not override (rdna4.OVERRIDES; its VALU builders are made again from the
+    same code), plus its wait instructions (no-ops in the simulator, as RDNA3's s_waitcnt)."""
+    from .. import rdna4
+    s = {k for k in isa.handlers if k in rdna3 and k not in rdna4.OVERRIDES}
+    s |= {k for k in RDNA4_KEYS if k in isa.handlers}        # RDNA4 operations the emitter knows (ir.py)
+    return s | {k for k in isa.handlers if k in WAITS or k in rdna4.WAITS}
+
+
+def _cdna3(isa, rdna3: dict) -> set:
+    """CDNA3: the RDNA3 builders it takes over unchanged (cdna.table: not the gfx9 ones, v_cmpx, buffers, MODE
+    access), which its 16-bit-destination and SDWA wrapper leaves alone for the 32-bit, non-SDWA forms the JIT
+    translates (ir.kind_of)."""
+    from .. import cdna
+    s = {k for k in isa.handlers if k in rdna3 and k not in cdna.H9 and
+         not k.startswith(("buffer_", "v_cmpx_", "s_getreg", "s_setreg"))}
+    return s | {k for k in GFX9_KEYS if k in isa.handlers}   # gfx9 operations the emitter knows (ir.py)
+
+
+def _cdna4(isa, rdna3: dict) -> set:
+    """CDNA4: CDNA3's keys where its builder is CDNA3's own (cdna4.table adds gfx950's operations and overrides
+    nothing else; its decoder gives the same instruction for the encodings both have)."""
+    from ..isa import for_isa
+    cdna3 = for_isa("cdna3")
+    return {k for k in _shared(cdna3) if isa.handlers.get(k) is cdna3.handlers[k]}
+
+
+SHARED = {"rdna3": _rdna3_own, "rdna4": _rdna4, "cdna3": _cdna3, "cdna4": _cdna4}   # family -> its rule
+
+
+def _shared(isa) -> frozenset:
+    """Handler keys whose semantics in this family are RDNA3's (SHARED: one rule per family; none for a family
+    without a rule)."""
     s = _shared_cache.get(isa.name)
     if s is None:
         from ..isa import for_isa
-        base = for_isa("rdna3").handlers
-        if isa.name == "rdna4":
-            from .. import rdna4
-            s = {k for k in isa.handlers if k in base and k not in rdna4.OVERRIDES}
-            s |= {k for k in isa.handlers if k in WAITS or k in rdna4.WAITS}
-            s |= {k for k in RDNA4_KEYS if k in isa.handlers}     # RDNA4 operations the emitter knows (ir.py)
-        elif isa.name == "cdna3":
-            from .. import cdna
-            s = {k for k in isa.handlers if k in base and k not in cdna.H9 and
-                 not k.startswith(("buffer_", "v_cmpx_", "s_getreg", "s_setreg"))}
-            s |= {k for k in GFX9_KEYS if k in isa.handlers}       # gfx9 operations the emitter knows (ir.py)
-        else:
-            s = {k for k, b in isa.handlers.items() if base.get(k) is b}
-        _shared_cache[isa.name] = s
+        rule = SHARED.get(isa.name)
+        s = _shared_cache[isa.name] = frozenset(rule(isa, for_isa("rdna3").handlers) if rule else ())
     return s
 
 
-def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None = None) -> list[Block]:
+def _discover(icache, root: int, wave64: bool, covered, read: list | None = None,
+              refused: list | None = None, ran_only: bool = False) -> list[Block]:
     """The blocks reachable from root that are not covered yet; `read` collects the PCs whose instructions were
-    looked at (None appended for one that did not decode)."""
+    looked at (None appended for one that did not decode), `refused` those that do not translate. ran_only: past
+    root, only instructions the ICache decoded already (those the interpreter ran): a block ends before the first
+    other one, and the search decodes nothing the interpreter would not."""
     shared = _shared(icache.isa)
     blocks: list[Block] = []
     work, seen = [root], set()
@@ -147,6 +504,8 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
             if insts and (p in seen or (p, wave64) in covered):
                 work.append(p)
                 break
+            if ran_only and p != root and (p, wave64) not in icache.steps:
+                break
             try:
                 st = icache.get(p, wave64)
             except Exception:           # an instruction that does not decode or build: the interpreter says so
@@ -158,6 +517,8 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
                 read.append(p)
             k = kind_of(inst) if inst.key in shared else None
             if k is None:
+                if refused is not None:
+                    refused.append(p)
                 if not control:
                     work.append(p + inst.size)
                 elif inst.target is not None:
@@ -180,132 +541,172 @@ def _discover(icache, root: int, wave64: bool, covered: dict, read: list | None 
     return blocks
 
 
-def _region(cache: Cache, icache, pc: int, wave64: bool, read: list) -> bool:
-    covered = {k: True for k in (*cache.at, *cache.pending)}
-    blocks = _discover(icache, pc, wave64, covered, read)
-    if not blocks:
-        return False
-    root = min(b.pc for b in blocks)
-    insts = [i for b in blocks for i in b.insts]
-    family = icache.isa.name
-    key = region_key(family, wave64, root, sorted(insts, key=lambda i: i.pc), VERSION)
-    gen = ModuleGen(64 if wave64 else 32, root)
-    for b in blocks:
-        b.name = f"blk_{b.pc - root:x}"
-
-    def make_ir() -> str:
-        for b in blocks:
-            gen.add(b)
-        return gen.text()
-    deps = tuple({d for i in insts for d in icache.deps.get((i.pc, wave64), ())})
-    lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
-    names = [b.name for b in blocks]
-    job = get(key, names, make_ir) if synchronous() else submit(key, names, make_ir)
-    if not synchronous() and not job.done():
-        job = (job, lines, blocks, root, key, deps, family, insts, icache.gen)
-        cache.jobs.append(job)
-        for i in insts:
-            cache.pending[(i.pc, wave64)] = job
-        return True
-    _finish(cache, icache, job if synchronous() else job.result(), lines, blocks, root, key, deps, family, insts, wave64)
-    return True
-
-
-def _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64) -> None:
-    entry = (lines, blocks, compiled, root, key)
-    for i in insts:
-        known = KNOWN.setdefault((family, wave64, i.pc), [])
-        if len(known) >= 8:
-            del known[0]
-        known.append(entry)
-    _install(cache, icache, entry, deps, wave64)
-
-
-def _collect(cache: Cache, icache, wave64: bool) -> None:
-    """Install the regions whose compilation finished (dropping those whose code changed meanwhile)."""
-    for job in [j for j in cache.jobs if j[0].done()]:
-        cache.jobs.remove(job)
-        fut, lines, blocks, root, key, deps, family, insts, gen = job
-        for pc_key in [k for k, v in cache.pending.items() if v is job]:
-            del cache.pending[pc_key]
-        try:
-            compiled = fut.result()
-        except Exception:              # a compile failure leaves these PCs to the interpreter
-            for i in insts:
-                cache.none[(i.pc, wave64)] = (icache.gen, None)
-            continue
-        if gen != icache.gen and not icache._valid(deps):
-            cache.none.clear()          # searches that stopped at its PCs may find a block now
-            continue
-        _finish(cache, icache, compiled, lines, blocks, root, key, deps, family, insts, wave64)
-
-
-def _install(cache: Cache, icache, entry, deps: tuple, wave64: bool) -> None:
-    lines, blocks, compiled, root, key = entry
-    region = Region(root, blocks, compiled, deps, icache.gen, key)
-    cache.regions.append(region)
-    for b in blocks:
-        for j, i in enumerate(b.insts):
-            cache.at.setdefault((i.pc, wave64), (region, b, j))
-
-
-def _known(cache: Cache, icache, pc: int, wave64: bool) -> bool:
-    """Install a region another ICache compiled for the same bytes at pc; False if there is none."""
+def _take_known(cache: Cache, icache, page: int, wave64: bool) -> None:
+    """Hold the candidates other ICaches of the process found in this code page, those whose lines hold the same
+    bytes here (with their heat and compiled regions; compiled whole at once in sync mode)."""
     from ....errors import GPUFault
-    for entry in reversed(KNOWN.get((icache.isa.name, wave64, pc), ())):
+    for cand in reversed(KNOWN.get((icache.isa.name, wave64, page), ())):
+        if id(cand) in cache.held:
+            continue
         deps = []
         try:
-            for line, data in entry[0]:
+            for line, data in cand.lines:
                 got, ver = icache._line(line)
                 if got != data:
                     break
                 deps.append((line, ver))
             else:
-                _install(cache, icache, entry, tuple(deps), wave64)
-                return True
+                if synchronous() and cand.left and cand.job is None:
+                    _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+                cache.hold(Held(cand, tuple(deps), icache.gen))
         except GPUFault:
             continue
-    return False
 
 
-def lookup(icache, pc: int, wave64: bool):
-    """(region, block, index) of the compiled code holding pc, compiling its region on first use; or None."""
-    cache = getattr(icache, "jit", None)
-    if cache is None:
+def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
+    """Search for the blocks reachable from pc and hold them as a new candidate (what an earlier process compiled
+    of it loaded from disk and the rest compiled at once in sync mode). PCs the search found that no block can hold
+    are noted as such."""
+    family = icache.isa.name
+    key = (pc, wave64)
+    read: list = []
+    refused: list = []
+    covered = {k: True for k in (*cache.at, *cache.cold)}
+    sync = synchronous()
+    blocks = _discover(icache, pc, wave64, covered, read, refused, ran_only=RAN_ONLY and not sync)
+    for p in refused:
+        cache.none[(p, wave64)] = (icache.gen, icache.deps.get((p, wave64)))
+    if not blocks:
+        _note_none(cache, icache, key, read)
+        return
+    # the candidate depends on every line its search read (the same bytes give the same blocks)
+    deps = tuple({d for p in read if p is not None for d in icache.deps.get((p, wave64), ())})
+    lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
+    cand = Candidate(family, wave64, blocks, lines)
+    cand.empty = sorted({p for p in read if p is not None} - {i.pc for b in blocks for i in b.insts})
+    known = KNOWN.setdefault((family, wave64, pc & ~(PAGE - 1)), [])
+    if len(known) >= KNOWN_PER_PAGE:
+        del known[0]
+    known.append(cand)
+    if sync:
+        cand.checked = True
+        _from_disk(cand)
+        if cand.left:
+            _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+    cache.hold(Held(cand, deps, icache.gen))
+    if key not in cache.cold and key not in cache.at:
+        _note_none(cache, icache, key, read)
+
+
+def lookup(icache, pc: int, wave64: bool, waves: int = 1):
+    """(region, block, index) of the compiled code holding pc, or None: the interpreter runs it for `waves` waves
+    (the time until the next lookup heats the candidate holding pc, or its page: see the tiering comment above)."""
+    try:
+        cache = icache.jit
+    except AttributeError:
         cache = icache.jit = Cache()
+    now = _clock()
+    warming = cache.warming                 # what the interpreter ran since the last lookup: its time heats it
+    if warming is not None:
+        gap = now - cache.t
+        warming.heat += gap if gap < GAP_SECONDS else GAP_SECONDS
+        cache.warming = None
+    cache.t = now
     key = (pc, wave64)
     hit = cache.at.get(key)
     if hit is not None:
         region = hit[0]
-        if region.gen != icache.gen:
-            if region.valid(icache):
-                region.gen = icache.gen
-            else:
-                cache.drop(region)
-                hit = None
-        if hit is not None:
+        if region.part.off:             # slower than the interpreter here (_judge): interpreted
+            if region.part.job is not None:
+                _charge(region.part, 0.0, 0)            # (its -O2 code may have come: a new trial)
+            return None
+        if region.held.gen == icache.gen or _revalidate(cache, icache, region.held):
             return hit
-    if _known_none(cache, icache, key):
+    cold = cache.cold.get(key)
+    if cold is not None:
+        held, blk = cold
+        if held.gen == icache.gen or _revalidate(cache, icache, held):
+            cand = cache.warming = held.cand
+            cand.work += waves
+            if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts):
+                return None             # (the common case: interpreted, not hot yet)
+            return _warm(cache, held, blk, key)
+    else:
+        no = cache.none.get(key)
+        if no is not None and (no[0] == icache.gen or _known_none(cache, icache, key)):
+            return None
+    # code no candidate holds yet: its page heats up, and is searched once it spent what a search costs
+    pk = (pc & ~(PAGE - 1), wave64)
+    page = cache.pages.get(pk)
+    if page is None:
+        page = cache.pages[pk] = Heat(0.0 if synchronous() else SEARCH_SECONDS)
+        with _lock:
+            _take_known(cache, icache, pk[0], wave64)
+        if key in cache.cold or key in cache.at or key in cache.none:
+            return lookup(icache, pc, wave64)
+    if page.heat < page.trigger:
+        cache.warming = page
         return None
-    if cache.jobs:
-        _collect(cache, icache, wave64)
-        hit = cache.at.get(key)
-        if hit is not None:
-            return hit
-    if key in cache.pending:
-        return None
-    if _known(cache, icache, pc, wave64):
-        hit = cache.at.get(key)
-        if hit is not None:
-            return hit
-    read: list = []
-    if not _region(cache, icache, pc, wave64, read):
-        _note_none(cache, icache, key, read)
-        return None
-    hit = cache.at.get(key)
-    if hit is None and key not in cache.pending:
-        _note_none(cache, icache, key, read)
-    return hit
+    page.heat = 0.0
+    with _lock:
+        _find(cache, icache, pc, wave64)
+    cold = cache.cold.get(key)
+    if cold is None:
+        return cache.at.get(key)
+    cache.warming = cold[0].cand
+    cold[0].cand.work += waves
+    return _warm(cache, cold[0], cold[1], key)
+
+
+class Heat:
+    """Interpreted seconds in code no candidate holds yet (one code page of one ICache), and the search's threshold."""
+
+    def __init__(self, trigger: float):
+        self.heat, self.trigger = 0.0, trigger
+
+
+def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
+    """The interpreter is at blk of a candidate: note that it ran, start compiling what ran once it is hot, take
+    the regions compiled meanwhile; the hit if pc's block is compiled now."""
+    with _lock:
+        return _warm_locked(cache, held, blk, key)
+
+
+def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
+    cand = held.cand
+    if blk.pc not in cand.ran:
+        cand.saw(blk)
+    if cand.job is not None:
+        if cand.job[0].done():
+            _collect(cand)
+    elif cand.heat >= cand.trigger:
+        if not cand.checked:
+            cand.checked = True
+            _from_disk(cand)
+            cand.retrigger()
+        elif blk.pc in cand.left:
+            _compile(cand, [cand.by_pc[p] for p in cand.ran & cand.left], False)
+    if held.parts != len(cand.parts):
+        cache.install(held)
+        return cache.at.get(key)
+    return None
+
+
+def forget() -> None:
+    """Forget what this process compiled and found (compiled.MEMORY, KNOWN; shader cores made from now on start
+    afresh): what a new process starts with (tests, benchmarks of cold and disk-cached compiles)."""
+    from . import compiled
+    compiled.MEMORY.clear()
+    KNOWN.clear()
+
+
+def _revalidate(cache: Cache, icache, held: Held) -> bool:
+    """A new ICache generation: the candidate's lines unchanged (valid again, with its regions), or it is dropped."""
+    if held.valid(icache):
+        held.gen = icache.gen
+        return True
+    cache.drop(held)
+    return False
 
 
 def _note_none(cache: Cache, icache, key: tuple[int, bool], read: list) -> None:
@@ -519,23 +920,12 @@ NO_LIMIT = (1 << 63) - 1
 CHAIN_WAVE_INSTRUCTIONS = 1 << 21   # per call at most (about 10-20 ms of compiled code): a host call stays short
 
 
-def _chain(region: Region):
-    """The region's chain function (block.CHAIN), looked up once."""
-    fn = region.__dict__.get("chain")
-    if fn is None:
-        from .compiled import FN
-        fn = region.chain = FN(region.compiled.engine.get_function_address("chain"))
-        region.index = {b.pc: j for j, b in enumerate(region.blocks)}
-        region.floats = any(b.floats for b in region.blocks)
-    return fn
-
-
 def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1 << 62):
     """Run the compiled code at pc for the waves sel (see the module docstring): the block holding pc, then the
     blocks of its region every wave of the call goes on to together (block.CHAIN) while fewer than `budget`
     instructions ran. None: not here. Else (instruction steps, bytes the PC advanced, whether the PCs were set per
     wave, wave-instructions executed)."""
-    hit = lookup(icache, pc, batch.lanes == 64)
+    hit = lookup(icache, pc, batch.lanes == 64, k)
     if hit is None:
         return None
     region, blk, i = hit
@@ -562,11 +952,13 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
     c[_BASE_PC], c[_TILE], c[_TILE_FROM], c[_START0] = region.root, tile, 0, i
     waves = ctx.all if every else np.ascontiguousarray(sel, np.int64)
     wptr = ctx.all_ptr if every else waves.ctypes.data
-    chain = _chain(region)
+    chain = region.chain
+    t0 = _clock()
     par = _parallel(batch, ctx, blk, region.fns[blk.pc], waves, k, i, end, tile)
     if par is not False:               # (one block on several threads: no chaining)
         counts["calls"] += 1
         done = (end - i) * k
+        _charge(region.part, _clock() - t0, done)
         counts["wave_instructions"] += done
         if par == -4:
             w.barrier_pending = True
@@ -596,12 +988,14 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
         counts["misses"] += misses
         counts["calls"] += misses + 1 + int(c[_CHAINED])
         counts["chained"] += int(c[_CHAINED])
+        _charge(region.part, _clock() - t0, 0)
         return _fallback(batch, ctx, region, sel, waves, pc, k, r, every)
     counts["misses"] += misses
     counts["calls"] += misses + 1 + int(c[_CHAINED])
     counts["chained"] += int(c[_CHAINED])
     steps = int(c[_STEPS])
     done = steps * k
+    _charge(region.part, _clock() - t0, done)
     counts["wave_instructions"] += done
     if r == -2:                        # the waves went apart at a branch (their PCs are set)
         return steps, 0, True, done
