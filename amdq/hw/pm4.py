@@ -35,6 +35,8 @@ class PM4Set:
 
     def __init__(self, gen: int, opcodes: dict[str, int], layouts: dict[str, Words]):
         self.gen, self.opcodes, self.layouts = gen, opcodes, layouts
+        self._compiled: dict[str, Any] = {}        # name -> Words.decoder() of its fixed layout (None: has a tail)
+        self._headers: dict[int, dict[str, int]] = {}   # header dword -> its fields (read-only dicts)
         self.names: dict[int, str] = {}
         for name, op in sorted(opcodes.items(), key=lambda kv: (kv[0] not in layouts, len(kv[0]), kv[0])):
             self.names.setdefault(op, name)
@@ -66,7 +68,11 @@ class PM4Set:
         if not 0 <= i < len(dwords):
             raise BadPacket("read past the end of the stream", i)
         h = int(dwords[i]) & 0xFFFFFFFF
-        hd = HEADER.decode(h)
+        hd = self._headers.get(h)
+        if hd is None:                              # (a stream repeats a few headers: each is decoded once)
+            if len(self._headers) >= 4096:
+                self._headers.clear()
+            hd = self._headers[h] = HEADER.decode(h)
         if hd["TYPE"] == 2:
             return Packet("TYPE2", -1, {}, 1)
         if hd["TYPE"] != 3:
@@ -85,24 +91,17 @@ class PM4Set:
         if lay is None:
             fields: dict[str, Any] = {"BODY": body}
         else:
+            fast = self._compiled.get(name, False)
+            if fast is False:
+                fast = self._compiled[name] = lay.decoder()
             try:
-                fields = lay.decode(body)
+                # a packet of exactly its fixed words: the layout's compiled decoder (the same fields as decode)
+                fields = fast(body) if fast is not None and len(body) == len(lay.words) else lay.decode(body)
             except ValueError as e:
                 raise BadPacket(str(e), i) from None
             if name in REG_RANGES:
                 fields["REG"] = REG_RANGES[name][0] + fields.pop("REG_OFFSET")
         return Packet(name, op, fields, size, hd["SHADER_TYPE"], hd["PREDICATE"])
-
-    def redecode(self, dwords: Sequence[int], i: int, prev: Packet, prev_body: Sequence[int]) -> Packet:
-        """decode(dwords, i) of a packet with the header of `prev`, whose body dwords were prev_body: only the
-        dwords that differ are read again (a RELEASE_MEM that writes a new timestamp slot each launch)."""
-        lay = self.layouts.get(prev.name)
-        if lay is None or lay.tail or prev.name in REG_RANGES or prev.size != len(prev_body) + 1 or \
-                i + prev.size > len(dwords):
-            return self.decode(dwords, i)
-        body = [int(x) & 0xFFFFFFFF for x in dwords[i + 1:i + prev.size]]
-        return Packet(prev.name, prev.opcode, lay.redecode(body, prev_body, prev.fields), prev.size,
-                      prev.shader_type, prev.predicate)
 
     def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:
         """(index, packet) for every packet in dwords[start:end]."""

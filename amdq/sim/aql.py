@@ -61,6 +61,8 @@ QSTATE = A.AMD_QUEUE.reader("read_dispatch_id", "read_dispatch_id_field_base_byt
                             "scratch_wave64_lane_byte_size", "queue_properties")
 SIG_VALUE, SIG_MAILBOX, SIG_EVENT = (A.AMD_SIGNAL.offsetof(n) for n in ("value", "event_mailbox_ptr", "event_id"))
 SIG_START, SIG_END = A.AMD_SIGNAL.offsetof("start_ts"), A.AMD_SIGNAL.offsetof("end_ts")
+INVALID_HEADER = A.header(A.HSA_PACKET_TYPE_INVALID)      # what the master XCC writes over a released slot
+U16, U64 = struct.Struct("<H"), struct.Struct("<Q")
 CONDITIONS = {A.HSA_SIGNAL_CONDITION_EQ: lambda v, r: v == r, A.HSA_SIGNAL_CONDITION_NE: lambda v, r: v != r,
               A.HSA_SIGNAL_CONDITION_LT: lambda v, r: v < r, A.HSA_SIGNAL_CONDITION_GTE: lambda v, r: v >= r}
 
@@ -187,20 +189,46 @@ class AQLQueue(PM4Executor):
     def step(self, budget: int) -> int:
         if self.stopped:
             return 0
-        if self.fetch >= self.wr and not self.inflight and self.vendor is None and not self.pm4_active:
+        inflight = self.inflight
+        if self.fetch >= self.wr and not inflight and self.vendor is None and not self.pm4_active:
             return 0                                    # idle: nothing rung, nothing in flight
         work = 0
+        linked = self.link is not None
         try:
             while work < budget and self.exception is None and not (self.hang_at is not None and self.stopped):
                 n = 0
-                if self.pm4_active:
-                    self.at = self.vendor
-                    n += PM4Executor.step(self, budget - work)
-                if self.vendor is not None and not self.pm4_active and self.exception is None:
-                    self._complete(self.vendor)
-                    self.vendor = None
-                    n += 1
-                n += self._run(budget - work) + self._poll() + self._sync() + self._retire() + self._fetch()
+                if self.vendor is not None:             # (PM4 of this queue runs only inside a vendor packet)
+                    if self.pm4_active:
+                        self.at = self.vendor
+                        n += PM4Executor.step(self, budget - work)
+                    if not self.pm4_active and self.exception is None:
+                        self._complete(self.vendor)
+                        self.vendor = None
+                        n += 1
+                if inflight:
+                    # one look at the packets in flight says which of the stages below have anything to do
+                    run = poll = sync = False
+                    for s in inflight:
+                        if s.run is not None:
+                            run = True
+                        elif s.wait is not None:
+                            poll = True
+                        elif s.mine and not s.done:
+                            sync = True
+                    if run:
+                        k = self._run(budget - work)
+                        n += k
+                        sync = sync or (linked and k > 0)
+                    if poll:
+                        k = self._poll()
+                        n += k
+                        sync = sync or (linked and k > 0)
+                    if sync:
+                        n += self._sync()
+                    if inflight and inflight[0].done:
+                        n += self._retire()
+                if self.fetch < self.wr:
+                    n += self._fetch()
                 if not n:
                     break
                 work += n
@@ -303,8 +331,9 @@ class AQLQueue(PM4Executor):
         if group > self.gpu.target.lds_bytes:
             return self._bad(f"group_segment_size {group} exceeds the {self.gpu.target.lds_bytes} bytes of LDS")
         if self.link is not None and not self.master:   # a die with no workgroup of this grid has nothing to set up
-            grid = tuple(-(-g // b) for g, b in zip(items, block))      # (the master XCC reads and checks the rest)
-            if 0 in grid or not len(_share(grid[0] * grid[1] * grid[2], self.logical, self.n_xcc, self.chunk)):
+            # (the master XCC reads and checks the rest): its first workgroup would be the flat id logical * chunk
+            total = -(-gx // wx) * -(-gy // wy) * -(-gz // wz)
+            if self.chunk and self.n_xcc > 1 and self.logical * self.chunk >= total or not total:
                 return self._complete(s)
         kd = self._read(kobj, 64)
         k = self._kd.get(kd)
@@ -381,7 +410,7 @@ class AQLQueue(PM4Executor):
 
     def settle(self) -> int:
         """Complete and release the packets every XCC has finished (what the next step would do first)."""
-        if self.stopped:
+        if not self.inflight or self.stopped:
             return 0
         try:
             return self._sync() + self._retire()
@@ -464,7 +493,7 @@ class AQLQueue(PM4Executor):
             s = self.inflight.pop(0)
             if self.master:                             # the other XCCs let go of the slot without a write
                 buf, o = self._mem(self.ring_va + (s.index % self.slots) * SLOT, 2, True)
-                struct.pack_into("<H", buf, o, A.header(A.HSA_PACKET_TYPE_INVALID))
+                U16.pack_into(buf, o, INVALID_HEADER)
             if self.link is not None:
                 self.link.release(s.index)
             self.rd += 1
@@ -472,7 +501,7 @@ class AQLQueue(PM4Executor):
             n += 1
         if n and self.master:
             buf, o = self._mem(self.rptr_va, 8, True)
-            struct.pack_into("<Q", buf, o, self.rd)
+            U64.pack_into(buf, o, self.rd)
         return n
 
 
@@ -514,14 +543,16 @@ class MultiXCCQueue:
             return 0
         # the slice is shared by the XCCs that have work of their own (an idle one, or one that only waits for the
         # others to finish their parts, returns at once): one die running a small grid gets the whole slice
-        busy = sum(1 for e in self.xccs if e.consuming) or 1
+        xccs = self.xccs
+        busy = sum(1 for e in xccs if e.consuming) or 1
         share, work = max(1, budget // busy), 0
-        for e in self.xccs:
+        for e in xccs:
             work += e.step(share)
-            if self.exception is not None:    # a fault on one XCC stops the queue at once
-                break
-        if work and self.exception is None:   # a packet the later XCCs just finished their parts of completes now
-            work += sum(e.settle() for e in self.xccs)
+            if e.exception is not None:       # a fault on one XCC stops the queue at once
+                return work
+        if work:                              # a packet the later XCCs just finished their parts of completes now
+            for e in xccs:
+                work += e.settle()
         return work
 
     @property
