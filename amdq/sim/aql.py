@@ -101,11 +101,15 @@ class XCCLink:
 
     def __init__(self, n: int):
         self.n = n
+        self.acquired = -1                           # the last packet whose acquire fence invalidated the icache
+        self.epoch = 0                               # counts the events that may let a waiting XCC go on: a part
+        # finished, a doorbell (an XCC that found nothing to do is not stepped again until it changes: AQLQueue.quiet)
         self.parts: dict[int, int] = {}              # packet index -> XCCs that finished their part
         self.released: dict[int, int] = {}           # packet index -> XCCs that let go of it
 
     def finish(self, index: int) -> None:
         self.parts[index] = self.parts.get(index, 0) + 1
+        self.epoch += 1
 
     def complete(self, index: int) -> bool:
         return self.parts.get(index, 0) >= self.n
@@ -141,7 +145,11 @@ class AQLQueue(PM4Executor):
         self.scratch_unit = gpu.target.gen.scratch_unit
         self._kd: dict[bytes, tuple] = {}
         self._tmpring: dict[int, dict] = {}          # COMPUTE_TMPRING_SIZE value -> its fields
-        self._held: tuple[int, bytes] | None = None  # (index, bytes) of a packet read but held by its barrier
+        # (index, bytes, barrier bit, is a vendor packet) of a packet read but held back (by its barrier bit, or a
+        # vendor packet waiting for the one running)
+        self._held: tuple[int, bytes, int, bool] | None = None
+        self._undone = 0                             # packets in flight not yet complete
+        self.quiet: int | None = None                # the link's epoch when this XCC last had nothing to do
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -158,9 +166,10 @@ class AQLQueue(PM4Executor):
     def consuming(self) -> bool:
         """Has work of its own to do now: packets to fetch, a dispatch or PM4 to run (not only packets it finished
         its part of, waiting for the other XCCs, or a packet held back by its barrier bit)."""
-        fetch = self.fetch < self.wr and (self._held is None or self._held[0] != self.fetch)
-        return not self.stopped and (fetch or self.pm4_active or self.vendor is not None or
-                                     any(s.run is not None or s.wait is not None for s in self.inflight))
+        if self.fetch < self.wr and (self._held is None or self._held[0] != self.fetch) or self.vendor is not None \
+                or self.pm4_active or any(s.run is not None or s.wait is not None for s in self.inflight):
+            return not self.stopped
+        return False
 
     def context(self) -> dict:
         s = self.at
@@ -259,8 +268,12 @@ class AQLQueue(PM4Executor):
 
     # -- the packet processor ------------------------------------------------------------------
     def _fetch(self) -> int:
+        inflight, held = self.inflight, self._held
+        if held is not None and held[0] == self.fetch and \
+                ((held[2] and self._undone) or (held[3] and self.vendor is not None)):
+            return 0                                    # the packet read last time still waits: nothing to read
         n = 0
-        while self.fetch < self.wr and len(self.inflight) < WINDOW and self.exception is None:
+        while self.fetch < self.wr and len(inflight) < WINDOW and self.exception is None:
             if self.wr - self.rd > self.slots:
                 self._bad(f"doorbell index {self.wr - 1} is more than the ring's {self.slots} slots ahead of "
                             f"the read index {self.rd}")
@@ -270,24 +283,38 @@ class AQLQueue(PM4Executor):
             if held is not None and held[0] == self.fetch:
                 raw = held[1]                           # read before and held back: not read again
             else:
-                raw = self._mem(va, SLOT)[0].tobytes()
+                raw = self._view(va, SLOT).tobytes()
             hdr = raw[0] | raw[1] << 8
             typ = hdr & 0xFF
             if typ == A.HSA_PACKET_TYPE_INVALID:
                 break                                   # reserved but not yet written: wait at this slot
-            if (hdr >> A.HSA_PACKET_HEADER_BARRIER & 1 and any(not s.done for s in self.inflight)) or \
-                    (typ == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC and self.vendor is not None):
-                self._held = (self.fetch, raw)          # a valid packet waits for its barrier: kept as read
+            # the barrier bit waits for every earlier packet to complete; a vendor packet for the one before it
+            barrier, vendor = hdr >> A.HSA_PACKET_HEADER_BARRIER & 1, typ == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC
+            if (barrier and self._undone) or (vendor and self.vendor is not None):
+                self._held = (self.fetch, raw, barrier, vendor)     # a valid packet waits: kept as read
                 break
             self._held = None
             if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3:
-                self.gpu.core(self.vmid).invalidate_icache()
+                self._acquire(self.fetch)
             s = self.at = Slot(self.fetch, typ, A.COMPLETION_SIGNAL.unpack_from(raw)[0])
-            self.inflight.append(s)
+            inflight.append(s)
+            self._undone += 1
             self.fetch += 1
             n += 1
             self._start(s, raw, va)
         return n
+
+    def _acquire(self, index: int) -> None:
+        """An acquire fence at packet `index`: the instruction cache is invalidated. The compute units' decoded
+        instructions are one cache shared by the XCCs of a queue here, so the first XCC to reach the packet
+        invalidates it for all: an XCC that reaches the packet later fetches no instruction older than that (what
+        runs between is the packet's other parts, concurrent on hardware, and packets ordered after it)."""
+        link = self.link
+        if link is not None:
+            if link.acquired >= index:
+                return
+            link.acquired = index
+        self.gpu.core(self.vmid).invalidate_icache()
 
     def _start(self, s: Slot, raw: bytes, va: int) -> None:
         t = s.type
@@ -408,16 +435,6 @@ class AQLQueue(PM4Executor):
                 work += 1
         return work
 
-    def settle(self) -> int:
-        """Complete and release the packets every XCC has finished (what the next step would do first)."""
-        if not self.inflight or self.stopped:
-            return 0
-        try:
-            return self._sync() + self._retire()
-        except AmdqError as e:
-            self.stop_on(e, "CP")
-            return 1
-
     def _poll(self) -> int:
         return sum(self._poll_one(s) for s in self.inflight if s.wait is not None and not s.done)
 
@@ -454,6 +471,7 @@ class AQLQueue(PM4Executor):
         if self.link is None:
             self._signal(s)
             s.done = True
+            self._undone -= 1
         else:
             s.mine = True
             self.link.finish(s.index)
@@ -468,6 +486,7 @@ class AQLQueue(PM4Executor):
                 if self.master:
                     self._signal(s)
                 s.done = True
+                self._undone -= 1
                 n += 1
         return n
 
@@ -537,23 +556,30 @@ class MultiXCCQueue:
     def doorbell(self, value: int) -> None:
         for e in self.xccs:                   # the doorbell write reaches every XCC's packet processor
             e.doorbell(value)
+        self.link.epoch += 1
 
     def step(self, budget: int) -> int:
         if self.stopped or not self.xccs:
             return 0
         # the slice is shared by the XCCs that have work of their own (an idle one, or one that only waits for the
         # others to finish their parts, returns at once): one die running a small grid gets the whole slice
-        xccs = self.xccs
+        xccs, link = self.xccs, self.link
         busy = sum(1 for e in xccs if e.consuming) or 1
         share, work = max(1, budget // busy), 0
-        for e in xccs:
-            work += e.step(share)
-            if e.exception is not None:       # a fault on one XCC stops the queue at once
-                return work
-        if work:                              # a packet the later XCCs just finished their parts of completes now
+        while True:                           # passes over the dies until none moves (or the slice is spent)
+            moved = 0
             for e in xccs:
-                work += e.settle()
-        return work
+                if e.quiet == link.epoch:     # found nothing to do, and no die finished a part or rang since
+                    continue
+                k = e.step(share)
+                if e.exception is not None:   # a fault on one XCC stops the queue at once
+                    return work + k
+                if not k and not e.consuming:
+                    e.quiet = link.epoch
+                moved += k
+            work += moved
+            if not moved or work >= budget:
+                return work
 
     @property
     def busy(self) -> bool:
@@ -625,6 +651,7 @@ class MultiXCCQueue:
     def hang_at(self, v: int | None) -> None:
         for e in self.xccs:
             e.hang_at = v
+        self.link.epoch += 1
 
     @property
     def hung(self) -> bool:
@@ -634,6 +661,7 @@ class MultiXCCQueue:
     def hung(self, v: bool) -> None:
         for e in self.xccs:
             e.hung = v
+        self.link.epoch += 1
 
     def stop(self, record, **where) -> None:
         """Stop the queue on an exception not tied to one XCC (a simulator error): the master XCC records it."""

@@ -69,6 +69,7 @@ class XCCGroup(MultiXCCQueue):
         return q
 
     def add(self, eng: AQLQueue, gate: Callable[[], bool]) -> None:
+        self.link.acquired = -1                 # (a die joining may start the ring over: its acquires are its own)
         self.xccs.append(eng)
         self.xccs.sort(key=lambda e: e.xcc)
         self.gates[eng] = gate
@@ -85,6 +86,7 @@ class XCCGroup(MultiXCCQueue):
         for e in self.xccs:
             if self.gates[e]():
                 e.doorbell(value)
+        self.link.epoch += 1
 
 
 @dataclass
