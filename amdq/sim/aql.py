@@ -93,7 +93,7 @@ class Slot:
         self.index, self.type, self.signal = index, type, signal
         self.run = self.wait = self.kobj = None
         self.seen, self.done, self.mine = 0, False, False      # complete (every XCC), this XCC's part done
-        self.what = TYPES.get(type, f"type {type}")
+        self.what = TYPES.get(type) or f"type {type}"
 
 
 class XCCLink:
@@ -132,8 +132,13 @@ class AQLQueue(PM4Executor):
         # this XCC's MQD: its index in the partition, compute_current_logic_xcc_id, compute_tg_chunk_size
         self.xcc, self.logical, self.chunk, self.link = xcc, logical, chunk, link
         self.n_xcc = link.n if link is not None else 1
+        self.lds_limit = gpu.target.lds_bytes
         # CP_HQD_PQ_CONTROL.NO_UPDATE_RPTR clear: it owns the read pointer (`master` given: read from that register)
         self.master = xcc == XCC.MASTER_XCC if master is None else master
+        # the flat id of its first workgroup of any grid (workgroups go round-robin in chunks), on a die other than the
+        # master XCC (which always sets a dispatch up); a grid of no more workgroups has none for it
+        self.first_wg = (logical * chunk if chunk and self.n_xcc > 1 else 0) if link is not None and not self.master \
+            else None
         self.ring_va, self.slots = args["ring_base_address"], args["ring_size"] // SLOT
         self.rptr_va, self.wptr_va = args["read_pointer_address"], args["write_pointer_address"]
         self.queue_va: int | None = None
@@ -236,8 +241,10 @@ class AQLQueue(PM4Executor):
                         n += self._sync()
                     if inflight and inflight[0].done:
                         n += self._retire()
-                if self.fetch < self.wr:
-                    n += self._fetch()
+                held = self._held
+                if self.fetch < self.wr and (held is None or held[0] != self.fetch or not (
+                        (held[2] and self._undone) or (held[3] and self.vendor is not None))):
+                    n += self._fetch()                  # (not while the packet read last time still waits)
                 if not n:
                     break
                 work += n
@@ -268,10 +275,7 @@ class AQLQueue(PM4Executor):
 
     # -- the packet processor ------------------------------------------------------------------
     def _fetch(self) -> int:
-        inflight, held = self.inflight, self._held
-        if held is not None and held[0] == self.fetch and \
-                ((held[2] and self._undone) or (held[3] and self.vendor is not None)):
-            return 0                                    # the packet read last time still waits: nothing to read
+        inflight = self.inflight
         n = 0
         while self.fetch < self.wr and len(inflight) < WINDOW and self.exception is None:
             if self.wr - self.rd > self.slots:
@@ -352,16 +356,15 @@ class AQLQueue(PM4Executor):
     def _dispatch_packet(self, s: Slot, raw: bytes, va: int) -> None:
         hs, wx, wy, wz, gx, gy, gz, priv, group, kobj, karg = A.DISPATCH_READ.unpack_from(raw)
         s.kobj = kobj
-        block, items = (wx, wy, wz), (gx, gy, gz)
-        if 0 in block:
-            return self._bad(f"workgroup size {block} has a zero dimension")
-        if group > self.gpu.target.lds_bytes:
-            return self._bad(f"group_segment_size {group} exceeds the {self.gpu.target.lds_bytes} bytes of LDS")
-        if self.link is not None and not self.master:   # a die with no workgroup of this grid has nothing to set up
-            # (the master XCC reads and checks the rest): its first workgroup would be the flat id logical * chunk
-            total = -(-gx // wx) * -(-gy // wy) * -(-gz // wz)
-            if self.chunk and self.n_xcc > 1 and self.logical * self.chunk >= total or not total:
+        if not (wx and wy and wz):
+            return self._bad(f"workgroup size {(wx, wy, wz)} has a zero dimension")
+        if group > self.lds_limit:
+            return self._bad(f"group_segment_size {group} exceeds the {self.lds_limit} bytes of LDS")
+        if self.first_wg is not None:                   # a die with no workgroup of this grid has nothing to set up
+            total = -(-gx // wx) * -(-gy // wy) * -(-gz // wz)          # (the master XCC reads and checks the rest)
+            if self.first_wg >= total:
                 return self._complete(s)
+        block, items = (wx, wy, wz), (gx, gy, gz)
         kd = self._read(kobj, 64)
         k = self._kd.get(kd)
         if k is None:
