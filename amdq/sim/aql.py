@@ -155,6 +155,7 @@ class AQLQueue(PM4Executor):
         self._held: tuple[int, bytes, int, bool] | None = None
         self._undone = 0                             # packets in flight not yet complete
         self.quiet: int | None = None                # the link's epoch when this XCC last had nothing to do
+        self._synced = -1                            # the link's epoch when it last looked for complete packets
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -237,7 +238,7 @@ class AQLQueue(PM4Executor):
                         k = self._poll()
                         n += k
                         sync = sync or (linked and k > 0)
-                    if sync:
+                    if sync and self._synced != self.link.epoch:    # (another die finished a part since)
                         n += self._sync()
                     if inflight and inflight[0].done:
                         n += self._retire()
@@ -469,29 +470,42 @@ class AQLQueue(PM4Executor):
 
     def _complete(self, s: Slot) -> None:
         """This XCC has finished its part of the packet. With one XCC the packet is complete: its completion
-        signal (decrement, event), then it may be released; with several, `_sync` completes it once every XCC
-        has finished its part."""
+        signal (decrement, event), then it may be released; with several, it is complete once every XCC has
+        finished its part: at once if this XCC's part was the last, else in `_sync` when it sees the others'."""
         if self.link is None:
             self._signal(s)
             s.done = True
             self._undone -= 1
-        else:
-            s.mine = True
-            self.link.finish(s.index)
+            return
+        s.mine = True
+        link = self.link
+        current = self._synced == link.epoch            # (nothing finished elsewhere since its last look)
+        link.finish(s.index)
+        if link.complete(s.index):
+            self._done(s)
+        if current:
+            self._synced = link.epoch
 
     def _sync(self) -> int:
         """Packets every XCC has finished become complete; the master XCC writes their completion signals."""
-        if self.link is None:
+        link = self.link
+        if link is None:
             return 0
         n = 0
         for s in self.inflight:
-            if s.mine and not s.done and self.link.complete(s.index):
-                if self.master:
-                    self._signal(s)
-                s.done = True
-                self._undone -= 1
+            if s.mine and not s.done and link.complete(s.index):
+                self._done(s)
                 n += 1
+        self._synced = link.epoch
         return n
+
+    def _done(self, s: Slot) -> None:
+        """A packet of a multi-XCC queue is complete (every XCC finished its part): the master XCC writes its
+        completion signal."""
+        if self.master:
+            self._signal(s)
+        s.done = True
+        self._undone -= 1
 
     def _signal(self, s: Slot) -> None:
         """The completion signal of a complete packet: end timestamp, decrement, event mailbox and interrupt."""
@@ -545,6 +559,7 @@ class MultiXCCQueue:
         self.xccs = [AQLQueue(gpu, vmid, args, x, XCC.logical_xcc(start, x, n), chunk, self.link) for x in range(n)]
         self.name = f"AQL queue @ {args['ring_base_address']:#x} on {n} XCCs"
         self._queue_id: int | None = None
+        self._order: list[AQLQueue] | None = None      # the dies in the order of a pass (see _pass_order)
 
     @classmethod
     def joined(cls, gpu, vmid: int, n: int, name: str) -> "MultiXCCQueue":
@@ -552,7 +567,7 @@ class MultiXCCQueue:
         packet processors are appended to `xccs`; every one of the partition's `n` XCCs must have finished its
         part of a packet for the packet to complete."""
         q = cls.__new__(cls)
-        q.gpu, q.vmid, q.link, q.xccs, q.name, q._queue_id = gpu, vmid, XCCLink(n), [], name, None
+        q.gpu, q.vmid, q.link, q.xccs, q.name, q._queue_id, q._order = gpu, vmid, XCCLink(n), [], name, None, None
         return q
 
     # -- engine protocol ----------------------------------------------------------------------
@@ -566,7 +581,7 @@ class MultiXCCQueue:
             return 0
         # the slice is shared by the XCCs that have work of their own (an idle one, or one that only waits for the
         # others to finish their parts, returns at once): one die running a small grid gets the whole slice
-        xccs, link = self.xccs, self.link
+        xccs, link = self._pass_order(), self.link
         busy = sum(1 for e in xccs if e.consuming) or 1
         share, work = max(1, budget // busy), 0
         while True:                           # passes over the dies until none moves (or the slice is spent)
@@ -583,6 +598,17 @@ class MultiXCCQueue:
             work += moved
             if not moved or work >= budget:
                 return work
+
+    def _pass_order(self) -> list[AQLQueue]:
+        """The dies in the order a pass steps them (they run concurrently on hardware; here one after the other):
+        the master XCC last, so that a packet whose last part another die finishes in a pass is completed, released
+        and its completion signal written by the master in that same pass, and the master goes on to the next packet
+        at once (stepped first, it finished its part before the others and found the packet complete only in the
+        next pass)."""
+        order = self._order
+        if order is None or len(order) != len(self.xccs):
+            order = self._order = sorted(self.xccs, key=lambda e: e.master)
+        return order
 
     @property
     def busy(self) -> bool:

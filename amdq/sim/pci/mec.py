@@ -72,10 +72,12 @@ class XCCGroup(MultiXCCQueue):
         self.link.acquired = -1                 # (a die joining may start the ring over: its acquires are its own)
         self.xccs.append(eng)
         self.xccs.sort(key=lambda e: e.xcc)
+        self._order = None
         self.gates[eng] = gate
 
     def remove(self, eng: AQLQueue) -> None:
         self.xccs.remove(eng)
+        self._order = None
         self.gates.pop(eng, None)
         eng.kill()
 
