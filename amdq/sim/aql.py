@@ -156,6 +156,7 @@ class AQLQueue(PM4Executor):
         self._undone = 0                             # packets in flight not yet complete
         self.quiet: int | None = None                # the link's epoch when this XCC last had nothing to do
         self._synced = -1                            # the link's epoch when it last looked for complete packets
+        self._started = False                        # the last fetch started work (a dispatch, PM4, a wait)
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -220,9 +221,10 @@ class AQLQueue(PM4Executor):
                         self._complete(self.vendor)
                         self.vendor = None
                         n += 1
+                run = poll = False
                 if inflight:
                     # one look at the packets in flight says which of the stages below have anything to do
-                    run = poll = sync = False
+                    sync = False
                     for s in inflight:
                         if s.run is not None:
                             run = True
@@ -245,7 +247,11 @@ class AQLQueue(PM4Executor):
                 held = self._held
                 if self.fetch < self.wr and (held is None or held[0] != self.fetch or not (
                         (held[2] and self._undone) or (held[3] and self.vendor is not None))):
-                    n += self._fetch()                  # (not while the packet read last time still waits)
+                    self._started = False               # (not while the packet read last time still waits)
+                    k = self._fetch()
+                    n += k
+                    if k and not (self._started or run or poll or inflight[0].done or self.vendor is not None):
+                        return work + n                 # (all it has is what it finished its part of)
                 if not n:
                     break
                 work += n
@@ -328,6 +334,7 @@ class AQLQueue(PM4Executor):
         elif t in (A.HSA_PACKET_TYPE_BARRIER_AND, A.HSA_PACKET_TYPE_BARRIER_OR):
             deps = [h for h in A.BARRIER_DEPS.unpack_from(raw) if h]
             s.wait = (t, deps)
+            self._started = True
             self._poll_one(s)
         elif t == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC:
             fmt = raw[2]
@@ -341,11 +348,13 @@ class AQLQueue(PM4Executor):
                     self._complete(s)                  # PM4 runs on one die (the master), as amdgpu runs a PM4
                     return                             # queue on one XCC: the others only let go of the slot
                 self.vendor = s
+                self._started = True
                 self.push_ib(dws[:4], va + 4)          # the slot's PM4 dwords: one INDIRECT_BUFFER
             elif fmt == A.HSA_AMD_PACKET_TYPE_BARRIER_VALUE:
                 s.what = "VENDOR_SPECIFIC BARRIER_VALUE"
                 f = A.BARRIER_VALUE.unpack(raw)
                 s.wait = ("value", f["signal"]["handle"], f["value"], f["mask"], f["cond"])
+                self._started = True
                 self._poll_one(s)
             else:
                 self._bad(f"vendor-specific packet with unknown AmdFormat {fmt}")
@@ -416,6 +425,7 @@ class AQLQueue(PM4Executor):
             return self.stop(F.WaveException(f"waves killed (injected kill_wave){self._on()}", killed=True),
                              kernel_pc=d.pgm_addr)
         s.run = self.gpu.core(self.vmid).start(d, ids)
+        self._started = True
         self.dispatches += 1
 
     def _on(self) -> str:
