@@ -37,6 +37,7 @@ class PM4Set:
         self.gen, self.opcodes, self.layouts = gen, opcodes, layouts
         self._compiled: dict[str, Any] = {}        # name -> Words.decoder() of its fixed layout (None: has a tail)
         self._headers: dict[int, dict[str, int]] = {}   # header dword -> its fields (read-only dicts)
+        self._plans: dict[int, tuple | None] = {}      # header dword -> fixed(header)
         self.names: dict[int, str] = {}
         for name, op in sorted(opcodes.items(), key=lambda kv: (kv[0] not in layouts, len(kv[0]), kv[0])):
             self.names.setdefault(op, name)
@@ -63,11 +64,36 @@ class PM4Set:
             return [header(self.opcodes["NOP"], 1, shader_type, predicate, count=NOP_ONE_DWORD_COUNT)]
         return [header(self.opcodes[name], len(body) + 1, shader_type, predicate)] + body
 
+    def fixed(self, h: int) -> tuple | None:
+        """(name, opcode, size in dwords, compiled decoder of the body, shader_type, predicate) of the packet
+        whose header is `h` when its layout is all fixed words and the header's COUNT says exactly that many (what
+        decode does for it: the compiled decoder over the body); None for any other header."""
+        plan = self._plans.get(h, False)
+        if plan is False:
+            hd, plan = HEADER.decode(h), None
+            name = self.names.get(hd["IT_OPCODE"]) if hd["TYPE"] == 3 else None
+            lay = self.layouts.get(name) if name is not None else None
+            if lay is not None and name not in REG_RANGES and hd["COUNT"] != NOP_ONE_DWORD_COUNT and \
+                    hd["COUNT"] + 1 == len(lay.words):
+                fast = self._compiled.get(name, False)
+                if fast is False:
+                    fast = self._compiled[name] = lay.decoder()
+                if fast is not None:
+                    plan = (name, hd["IT_OPCODE"], hd["COUNT"] + 2, fast, hd["SHADER_TYPE"], hd["PREDICATE"])
+            if len(self._plans) >= 4096:
+                self._plans.clear()
+            self._plans[h] = plan
+        return plan
+
     def decode(self, dwords: Sequence[int], i: int = 0) -> Packet:
         """The packet starting at dwords[i]. Raises BadPacket (never anything else) on a malformed stream."""
         if not 0 <= i < len(dwords):
             raise BadPacket("read past the end of the stream", i)
         h = int(dwords[i]) & 0xFFFFFFFF
+        plan = self.fixed(h)
+        if plan is not None and i + plan[2] <= len(dwords):
+            name, op, size, fast, st, pred = plan
+            return Packet(name, op, fast([int(x) & 0xFFFFFFFF for x in dwords[i + 1:i + size]]), size, st, pred)
         hd = self._headers.get(h)
         if hd is None:                              # (a stream repeats a few headers: each is decoded once)
             if len(self._headers) >= 4096:
@@ -91,12 +117,8 @@ class PM4Set:
         if lay is None:
             fields: dict[str, Any] = {"BODY": body}
         else:
-            fast = self._compiled.get(name, False)
-            if fast is False:
-                fast = self._compiled[name] = lay.decoder()
             try:
-                # a packet of exactly its fixed words: the layout's compiled decoder (the same fields as decode)
-                fields = fast(body) if fast is not None and len(body) == len(lay.words) else lay.decode(body)
+                fields = lay.decode(body)
             except ValueError as e:
                 raise BadPacket(str(e), i) from None
             if name in REG_RANGES:

@@ -167,6 +167,13 @@ class PM4Executor(QueueEngine):
             p = self._memo.get(key)
             if p is not None:
                 return p
+        if key is not None:                     # a packet of fixed words: its compiled decoder over the body
+            plan = self.pm4.fixed(int(dws[pos]))
+            if plan is not None:
+                name, op, n, fast, st, pred = plan
+                p = pm4.Packet(name, op, fast(dws[pos + 1:pos + n].tolist()), n, st, pred)
+                self._remember(key, p)
+                return p
         nf = self._fixed_words(int(dws[pos])) if key is not None else None
         if nf is not None and size > 1 + nf:
             p = self._with_tail(dws, pos, size, nf)
