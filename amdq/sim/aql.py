@@ -178,6 +178,11 @@ class AQLQueue(PM4Executor):
             return not self.stopped
         return False
 
+    @property
+    def executing(self) -> bool:
+        """Runs a dispatch or the PM4 of a vendor packet."""
+        return self.vendor is not None or any(s.run is not None for s in self.inflight)
+
     def context(self) -> dict:
         s = self.at
         out = {"xcc": self.xcc} if self.link is not None else {}      # which die stopped, on a multi-XCC queue
@@ -589,10 +594,10 @@ class MultiXCCQueue:
     def step(self, budget: int) -> int:
         if self.stopped or not self.xccs:
             return 0
-        # the slice is shared by the XCCs that have work of their own (an idle one, or one that only waits for the
-        # others to finish their parts, returns at once): one die running a small grid gets the whole slice
+        # the slice is shared by the XCCs running a dispatch or PM4 (fetching packets or waiting for the others to
+        # finish their parts costs next to nothing): one die running a small grid gets the whole slice
         xccs, link = self._pass_order(), self.link
-        busy = sum(1 for e in xccs if e.consuming) or 1
+        busy = sum(1 for e in xccs if e.executing) or 1
         share, work = max(1, budget // busy), 0
         while True:                           # passes over the dies until none moves (or the slice is spent)
             moved = 0
