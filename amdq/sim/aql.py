@@ -132,7 +132,9 @@ class AQLQueue(PM4Executor):
         # this XCC's MQD: its index in the partition, compute_current_logic_xcc_id, compute_tg_chunk_size
         self.xcc, self.logical, self.chunk, self.link = xcc, logical, chunk, link
         self.n_xcc = link.n if link is not None else 1
-        self.lds_limit = gpu.target.lds_bytes
+        self.lds_limit, self.isa = gpu.target.lds_bytes, gpu.target.isa
+        f = self.cregs.rsrc2.fields["LDS_SIZE"]        # COMPUTE_PGM_RSRC2.LDS_SIZE: the packet's group segment
+        self._lds_lo, self._lds_keep = f.lo, ~(((1 << (f.hi - f.lo + 1)) - 1) << f.lo)
         # CP_HQD_PQ_CONTROL.NO_UPDATE_RPTR clear: it owns the read pointer (`master` given: read from that register)
         self.master = xcc == XCC.MASTER_XCC if master is None else master
         # the flat id of its first workgroup of any grid (workgroups go round-robin in chunks), on a die other than the
@@ -379,7 +381,6 @@ class AQLQueue(PM4Executor):
             total = -(-gx // wx) * -(-gy // wy) * -(-gz // wz)          # (the master XCC reads and checks the rest)
             if self.first_wg >= total:
                 return self._complete(s)
-        block, items = (wx, wy, wz), (gx, gy, gz)
         kd = self._read(kobj, 64)
         k = self._kd.get(kd)
         if k is None:
@@ -389,7 +390,8 @@ class AQLQueue(PM4Executor):
                                 f["compute_pgm_rsrc3"], [(n, c) for flag, n, c in KD.USER_SGPRS if props[flag]],
                                 bool(props["ENABLE_WAVEFRONT_SIZE32"]) and self.gpu.target.gen.wave32)
         entry, rsrc1, rsrc2, rsrc3, user_sgprs, wave32 = k
-        _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(self._queue(), QSTATE.size))
+        queue = self._queue()
+        _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(queue, QSTATE.size))
         tmp = self._tmpring.get(tmpring)
         if tmp is None:
             tmp = self._tmpring[tmpring] = self.tmpring.decode(tmpring)
@@ -403,7 +405,7 @@ class AQLQueue(PM4Executor):
             scratch += off
             base = (srd[0] | (srd[1] & 0xFFFF) << 32) + off
             srd = [base & 0xFFFFFFFF, (srd[1] & ~0xFFFF) | (base >> 32) & 0xFFFF, srd[2], srd[3]]
-        vals = {"private_segment_buffer": srd, "dispatch_ptr": va, "queue_ptr": self._queue(),
+        vals = {"private_segment_buffer": srd, "dispatch_ptr": va, "queue_ptr": queue,
                 "kernarg_segment_ptr": karg, "dispatch_id": s.index, "flat_scratch_init": scratch,
                 "private_segment_size": priv}
         user = []
@@ -411,14 +413,12 @@ class AQLQueue(PM4Executor):
             v = vals[name]
             user += v if isinstance(v, list) else [v & 0xFFFFFFFF, v >> 32][:count]
         lds = -(-group // LDS_GRANULE)
-        f = self.cregs.rsrc2.fields["LDS_SIZE"]
-        rsrc2 = rsrc2 & ~(((1 << (f.hi - f.lo + 1)) - 1) << f.lo) | lds << f.lo
-        grid = tuple(-(-g // b) for g, b in zip(items, block))
-        d = DispatchRegs(pgm_addr=kobj + entry, rsrc1=rsrc1, rsrc2=rsrc2, rsrc3=rsrc3, grid=grid, block=block,
-                         user_data=user[:16], wave64=not wave32, lds_bytes=lds * LDS_GRANULE, scratch_base=scratch,
-                         scratch_wave_bytes=wave_bytes, scratch_waves=tmp["WAVES"],
-                         partial=tuple(g % b for g, b in zip(items, block)), gfx=self.gen, xcc=self.xcc,
-                         isa=self.gpu.target.isa, info={"aql_index": s.index})
+        grid = (-(-gx // wx), -(-gy // wy), -(-gz // wz))
+        d = DispatchRegs(pgm_addr=kobj + entry, rsrc1=rsrc1, rsrc2=rsrc2 & self._lds_keep | lds << self._lds_lo,
+                         rsrc3=rsrc3, grid=grid, block=(wx, wy, wz), user_data=user[:16], wave64=not wave32,
+                         lds_bytes=lds * LDS_GRANULE, scratch_base=scratch, scratch_wave_bytes=wave_bytes,
+                         scratch_waves=tmp["WAVES"], partial=(gx % wx, gy % wy, gz % wz), gfx=self.gen, xcc=self.xcc,
+                         isa=self.isa, info={"aql_index": s.index})
         if props & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING and s.signal and self.master:
             self._signal_ts(s.signal, SIG_START)
         ids = None
