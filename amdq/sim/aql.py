@@ -159,6 +159,8 @@ class AQLQueue(PM4Executor):
         self.quiet: int | None = None                # the link's epoch when this XCC last had nothing to do
         self._synced = -1                            # the link's epoch when it last looked for complete packets
         self._started = False                        # the last fetch started work (a dispatch, PM4, a wait)
+        self._ring: np.ndarray | None = None          # the ring's bytes (valid while the MMU's TLB is _ring_tlb)
+        self._ring_tlb = None
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -296,12 +298,14 @@ class AQLQueue(PM4Executor):
                 self._bad(f"doorbell index {self.wr - 1} is more than the ring's {self.slots} slots ahead of "
                             f"the read index {self.rd}")
                 return n
-            va = self.ring_va + (self.fetch % self.slots) * SLOT
+            o = (self.fetch % self.slots) * SLOT
+            va = self.ring_va + o
             held = self._held
             if held is not None and held[0] == self.fetch:
                 raw = held[1]                           # read before and held back: not read again
             else:
-                raw = self._view(va, SLOT).tobytes()
+                ring = self._ring if self._ring_tlb is self.mmu._tlb else self._ring_view()
+                raw = ring[o:o + SLOT].tobytes() if ring is not None else self._view(va, SLOT).tobytes()
             hdr = raw[0] | raw[1] << 8
             typ = hdr & 0xFF
             if typ == A.HSA_PACKET_TYPE_INVALID:
@@ -312,7 +316,8 @@ class AQLQueue(PM4Executor):
                 self._held = (self.fetch, raw, barrier, vendor)     # a valid packet waits: kept as read
                 break
             self._held = None
-            if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3:
+            if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3 and (self.link is None or
+                                                                    self.link.acquired < self.fetch):
                 self._acquire(self.fetch)
             s = self.at = Slot(self.fetch, typ, A.COMPLETION_SIGNAL.unpack_from(raw)[0])
             inflight.append(s)
@@ -321,6 +326,16 @@ class AQLQueue(PM4Executor):
             n += 1
             self._start(s, raw, va)
         return n
+
+    def _ring_view(self) -> np.ndarray | None:
+        """The ring's bytes, translated once per TLB generation (None when part of it does not translate: each slot
+        is then read on its own, and the one that does not faults with its own address)."""
+        self._ring_tlb = self.mmu._tlb
+        try:
+            self._ring = self._translated(self.ring_va, self.slots * SLOT, False)
+        except GPUFault:
+            self._ring = None
+        return self._ring
 
     def _acquire(self, index: int) -> None:
         """An acquire fence at packet `index`: the instruction cache is invalidated. The compute units' decoded
