@@ -62,6 +62,9 @@ QSTATE = A.AMD_QUEUE.reader("read_dispatch_id", "read_dispatch_id_field_base_byt
 SIG_VALUE, SIG_MAILBOX, SIG_EVENT = (A.AMD_SIGNAL.offsetof(n) for n in ("value", "event_mailbox_ptr", "event_id"))
 SIG_START, SIG_END = A.AMD_SIGNAL.offsetof("start_ts"), A.AMD_SIGNAL.offsetof("end_ts")
 INVALID_HEADER = A.header(A.HSA_PACKET_TYPE_INVALID)      # what the master XCC writes over a released slot
+_INVALID, _VENDOR = A.HSA_PACKET_TYPE_INVALID, A.HSA_PACKET_TYPE_VENDOR_SPECIFIC
+_BARRIER_BIT, _ACQUIRE_LO = A.HSA_PACKET_HEADER_BARRIER, A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE
+_SIGNAL = A.COMPLETION_SIGNAL.unpack_from
 U16, U64 = struct.Struct("<H"), struct.Struct("<Q")
 CONDITIONS = {A.HSA_SIGNAL_CONDITION_EQ: lambda v, r: v == r, A.HSA_SIGNAL_CONDITION_NE: lambda v, r: v != r,
               A.HSA_SIGNAL_CONDITION_LT: lambda v, r: v < r, A.HSA_SIGNAL_CONDITION_GTE: lambda v, r: v >= r}
@@ -291,40 +294,38 @@ class AQLQueue(PM4Executor):
 
     # -- the packet processor ------------------------------------------------------------------
     def _fetch(self) -> int:
-        inflight = self.inflight
-        n = 0
-        while self.fetch < self.wr and len(inflight) < WINDOW and self.exception is None:
-            if self.wr - self.rd > self.slots:
-                self._bad(f"doorbell index {self.wr - 1} is more than the ring's {self.slots} slots ahead of "
+        inflight, slots, link = self.inflight, self.slots, self.link
+        n, i = 0, self.fetch
+        while i < self.wr and len(inflight) < WINDOW and self.exception is None:
+            if self.wr - self.rd > slots:
+                self._bad(f"doorbell index {self.wr - 1} is more than the ring's {slots} slots ahead of "
                             f"the read index {self.rd}")
                 return n
-            o = (self.fetch % self.slots) * SLOT
-            va = self.ring_va + o
+            o = (i % slots) * SLOT
             held = self._held
-            if held is not None and held[0] == self.fetch:
+            if held is not None and held[0] == i:
                 raw = held[1]                           # read before and held back: not read again
             else:
                 ring = self._ring if self._ring_tlb is self.mmu._tlb else self._ring_view()
-                raw = ring[o:o + SLOT].tobytes() if ring is not None else self._view(va, SLOT).tobytes()
+                raw = ring[o:o + SLOT].tobytes() if ring is not None else self._view(self.ring_va + o, SLOT).tobytes()
             hdr = raw[0] | raw[1] << 8
             typ = hdr & 0xFF
-            if typ == A.HSA_PACKET_TYPE_INVALID:
+            if typ == _INVALID:
                 break                                   # reserved but not yet written: wait at this slot
             # the barrier bit waits for every earlier packet to complete; a vendor packet for the one before it
-            barrier, vendor = hdr >> A.HSA_PACKET_HEADER_BARRIER & 1, typ == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC
+            barrier, vendor = hdr >> _BARRIER_BIT & 1, typ == _VENDOR
             if (barrier and self._undone) or (vendor and self.vendor is not None):
-                self._held = (self.fetch, raw, barrier, vendor)     # a valid packet waits: kept as read
+                self._held = (i, raw, barrier, vendor)  # a valid packet waits: kept as read
                 break
             self._held = None
-            if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3 and (self.link is None or
-                                                                    self.link.acquired < self.fetch):
-                self._acquire(self.fetch)
-            s = self.at = Slot(self.fetch, typ, A.COMPLETION_SIGNAL.unpack_from(raw)[0])
+            if hdr >> _ACQUIRE_LO & 3 and (link is None or link.acquired < i):
+                self._acquire(i)
+            s = self.at = Slot(i, typ, _SIGNAL(raw)[0])
             inflight.append(s)
             self._undone += 1
-            self.fetch += 1
+            i = self.fetch = i + 1
             n += 1
-            self._start(s, raw, va)
+            self._start(s, raw, self.ring_va + o)
         return n
 
     def _ring_view(self) -> np.ndarray | None:

@@ -554,6 +554,8 @@ class Batch:
 
     def _release_barriers(self) -> None:
         w = self.w
+        if w.n <= SMALL and BARRIER not in w.status.tolist():
+            return                      # (no wave waits: a wave ended, as every one-wave dispatch's does)
         at = w.status == BARRIER
         if at.all():                    # every wave arrived: all go on
             w.status[:] = RUN
