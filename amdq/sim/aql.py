@@ -162,6 +162,7 @@ class AQLQueue(PM4Executor):
         self.quiet: int | None = None                # the link's epoch when this XCC last had nothing to do
         self._synced = -1                            # the link's epoch when it last looked for complete packets
         self._started = False                        # the last fetch started work (a dispatch, PM4, a wait)
+        self._runs = 0                               # packets in flight with a dispatch running
         self._ring: np.ndarray | None = None          # the ring's bytes (valid while the MMU's TLB is _ring_tlb)
         self._ring_tlb = None
 
@@ -185,10 +186,6 @@ class AQLQueue(PM4Executor):
             return not self.stopped
         return False
 
-    @property
-    def executing(self) -> bool:
-        """Runs a dispatch or the PM4 of a vendor packet."""
-        return self.vendor is not None or any(s.run is not None for s in self.inflight)
 
     def context(self) -> dict:
         s = self.at
@@ -205,6 +202,7 @@ class AQLQueue(PM4Executor):
         super().drop()
         for s in self.inflight:
             s.run = None
+        self._runs = 0
 
     def _where(self) -> str:
         s = self.at
@@ -215,8 +213,8 @@ class AQLQueue(PM4Executor):
         self.bad_packet(reason if "AQL packet" in reason else f"{reason}; at {where}", where)
 
     def step(self, budget: int) -> int:
-        if self.stopped:
-            return 0
+        if self.exception is not None or self.hung or (self.hang_at is not None and self.stopped):
+            return 0                                    # (stopped, without the property's call when nothing is armed)
         inflight = self.inflight
         if self.fetch >= self.wr and not inflight and self.vendor is None and not self.pm4_active:
             return 0                                    # idle: nothing rung, nothing in flight
@@ -446,6 +444,7 @@ class AQLQueue(PM4Executor):
             return self.stop(F.WaveException(f"waves killed (injected kill_wave){self._on()}", killed=True),
                              kernel_pc=d.pgm_addr)
         s.run = self.gpu.core(self.vmid).start(d, ids)
+        self._runs += 1
         self._started = True
         self.dispatches += 1
 
@@ -466,6 +465,7 @@ class AQLQueue(PM4Executor):
                 self.last_stats, self.last_index = s.run.stats, s.index
                 self._waves += s.run.waves_retired
                 s.run = None
+                self._runs -= 1
                 self._complete(s)
                 work += 1
         return work
@@ -608,13 +608,18 @@ class MultiXCCQueue:
         self.link.epoch += 1
 
     def step(self, budget: int) -> int:
-        if self.stopped or not self.xccs:
-            return 0
+        xccs, link = self._pass_order(), self.link
         # the slice is shared by the XCCs running a dispatch or PM4 (fetching packets or waiting for the others to
         # finish their parts costs next to nothing): one die running a small grid gets the whole slice
-        xccs, link = self._pass_order(), self.link
-        busy = sum(1 for e in xccs if e.executing) or 1
-        share, work = max(1, budget // busy), 0
+        busy = 0
+        for e in xccs:
+            if e.exception is not None or e.hung or (e.hang_at is not None and e.stopped):
+                return 0                      # (the queue stopped: `stopped`, without its calls when nothing is armed)
+            if e._runs or e.vendor is not None:
+                busy += 1
+        if not xccs:
+            return 0
+        share, work = max(1, budget // (busy or 1)), 0
         while True:                           # passes over the dies until none moves (or the slice is spent)
             moved = 0
             for e in xccs:
