@@ -186,7 +186,6 @@ class AQLQueue(PM4Executor):
             return not self.stopped
         return False
 
-
     def context(self) -> dict:
         s = self.at
         out = {"xcc": self.xcc} if self.link is not None else {}      # which die stopped, on a multi-XCC queue
@@ -579,7 +578,11 @@ class MultiXCCQueue:
 
     `start` is the driver's logical-XCC counter at creation: XCC x gets compute_current_logic_xcc_id
     (start + x) % n. The first hardware exception on any XCC stops the whole queue (no later packet could
-    complete without the stopped XCC's part); destroying the queue stops every XCC."""
+    complete without the stopped XCC's part); destroying the queue stops every XCC.
+
+    A step makes passes over the dies (each keeps its own state and reads and decodes every packet itself) until
+    none moves: the master XCC last in a pass (_pass_order), and a die that found nothing to do is not stepped again
+    until a die finishes a part of a packet or the doorbell rings (XCCLink.epoch)."""
 
     kind = "cp"
 
