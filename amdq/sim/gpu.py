@@ -13,7 +13,6 @@ between two slices: a spinning kernel never keeps `alloc`, `load` or `close` wai
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from typing import Any, Callable, Protocol
@@ -30,7 +29,7 @@ from .mmu import MMU
 
 GPU_CLOCK_HZ = 100_000_000
 SLICE_S = 0.002                  # engine work per lock hold
-HAND_OVER_S = sys.getswitchinterval()   # the worker lets host threads have the interpreter lock at least this often
+HAND_OVER_S = SLICE_S            # the worker lets host threads have the interpreter lock at least this often
 
 
 class Engine(Protocol):
@@ -261,9 +260,10 @@ class SimGPU:
             if share_gil:
                 # numpy drops and retakes the interpreter lock inside many calls, and CPython forces a hand-over
                 # only when no switch happened for an interval: a host thread waiting for the lock could starve
-                # for seconds. A real sleep between slices hands it over, once per switch interval (after every
-                # slice, the sleeps and the waits for the lock after them took a third of a busy GPU's time on a
-                # loaded machine: short launches run several slices).
+                # for seconds. A real sleep between slices hands it over, once per slice's worth of time (a host
+                # call waits for one slice at most, as for the GPU lock); after every slice, the sleeps and the waits
+                # for the lock after them took a third of a busy GPU's time on a loaded machine (short launches run
+                # several slices).
                 now = time.perf_counter()
                 if now - self._handed >= HAND_OVER_S:
                     time.sleep(0)
