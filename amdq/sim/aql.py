@@ -62,7 +62,7 @@ QSTATE = A.AMD_QUEUE.reader("read_dispatch_id", "read_dispatch_id_field_base_byt
 SIG_VALUE, SIG_MAILBOX, SIG_EVENT = (A.AMD_SIGNAL.offsetof(n) for n in ("value", "event_mailbox_ptr", "event_id"))
 SIG_START, SIG_END = A.AMD_SIGNAL.offsetof("start_ts"), A.AMD_SIGNAL.offsetof("end_ts")
 INVALID_HEADER = A.header(A.HSA_PACKET_TYPE_INVALID)      # what the master XCC writes over a released slot
-_INVALID, _VENDOR = A.HSA_PACKET_TYPE_INVALID, A.HSA_PACKET_TYPE_VENDOR_SPECIFIC
+_INVALID, _VENDOR, _DISPATCH = A.HSA_PACKET_TYPE_INVALID, A.HSA_PACKET_TYPE_VENDOR_SPECIFIC, A.HSA_PACKET_TYPE_KERNEL_DISPATCH
 _BARRIER_BIT, _ACQUIRE_LO = A.HSA_PACKET_HEADER_BARRIER, A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE
 _SIGNAL = A.COMPLETION_SIGNAL.unpack_from
 U16, U64 = struct.Struct("<H"), struct.Struct("<Q")
@@ -110,9 +110,11 @@ class XCCLink:
         self.parts: dict[int, int] = {}              # packet index -> XCCs that finished their part
         self.released: dict[int, int] = {}           # packet index -> XCCs that let go of it
 
-    def finish(self, index: int) -> None:
-        self.parts[index] = self.parts.get(index, 0) + 1
+    def finish(self, index: int) -> bool:
+        """An XCC finished its part of packet `index`; True when that was the last part (the packet is complete)."""
+        k = self.parts[index] = self.parts.get(index, 0) + 1
         self.epoch += 1
+        return k >= self.n
 
     def complete(self, index: int) -> bool:
         return self.parts.get(index, 0) >= self.n
@@ -349,7 +351,7 @@ class AQLQueue(PM4Executor):
 
     def _start(self, s: Slot, raw: bytes, va: int) -> None:
         t = s.type
-        if t == A.HSA_PACKET_TYPE_KERNEL_DISPATCH:
+        if t == _DISPATCH:
             self._dispatch_packet(s, raw, va)
         elif t in (A.HSA_PACKET_TYPE_BARRIER_AND, A.HSA_PACKET_TYPE_BARRIER_OR):
             deps = [h for h in A.BARRIER_DEPS.unpack_from(raw) if h]
@@ -510,8 +512,7 @@ class AQLQueue(PM4Executor):
         s.mine = True
         link = self.link
         current = self._synced == link.epoch            # (nothing finished elsewhere since its last look)
-        link.finish(s.index)
-        if link.complete(s.index):
+        if link.finish(s.index):
             self._done(s)
         if current:
             self._synced = link.epoch
@@ -554,18 +555,18 @@ class AQLQueue(PM4Executor):
                 self.gpu.interrupt("CP_EOP", event, self.vmid, queue=self.name)
 
     def _retire(self) -> int:
-        n = 0
-        while self.inflight and self.inflight[0].done:
-            s = self.inflight.pop(0)
-            if self.master:                             # the other XCCs let go of the slot without a write
+        n, inflight, link, master = 0, self.inflight, self.link, self.master
+        while inflight and inflight[0].done:
+            s = inflight.pop(0)
+            if master:                                  # the other XCCs let go of the slot without a write
                 buf, o = self._mem(self.ring_va + (s.index % self.slots) * SLOT, 2, True)
                 U16.pack_into(buf, o, INVALID_HEADER)
-            if self.link is not None:
-                self.link.release(s.index)
-            self.rd += 1
-            self.retired += 1
+            if link is not None:
+                link.release(s.index)
             n += 1
-        if n and self.master:
+        self.rd += n
+        self.retired += n
+        if n and master:
             buf, o = self._mem(self.rptr_va, 8, True)
             U64.pack_into(buf, o, self.rd)
         return n
