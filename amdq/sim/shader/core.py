@@ -422,7 +422,7 @@ class Batch:
         w.xcc = d.xcc
         w.dispatch = d
         self.uniform: int | None = None
-        self.jit = _jit_hook()          # (asked once per batch: a sliced run calls run() many times)
+        self.jit = jit_hook()          # (asked once per batch: a sliced run calls run() many times)
 
     def run(self, stats: Stats, max_steps: int | None = None) -> bool:
         """Execute until every wave ended (True) or max_steps steps were taken (False)."""
@@ -571,8 +571,9 @@ class Batch:
 _JIT: list = []                         # the jit package once imported (None: it cannot load)
 
 
-def _jit_hook():
-    """The JIT's step function (jit/runtime.py), or None when AMDQ_SIM_JIT=0 or the JIT cannot load."""
+def jit_hook():
+    """The JIT's step function (jit/runtime.py), or None when AMDQ_SIM_JIT=0 or the JIT cannot load. The first call
+    imports the JIT (the simulated GPU makes it when it is made, not in a first dispatch)."""
     if not _JIT:
         try:
             from . import jit
