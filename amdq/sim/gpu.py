@@ -99,8 +99,8 @@ class SimGPU:
             for_isa(self.target.isa)
         except UnsupportedInstruction:
             pass
-        from .shader.core import jit_hook            # and the JIT's modules imported (tens of ms without bytecode
-        jit_hook()                                   # caches: they were part of the first dispatch's GPU time)
+        from .shader.core import jit_hook             # and the JIT's modules imported (tens of ms without bytecode
+        jit_hook()                                    # caches: they were part of the first dispatch's GPU time)
         self._worker = None
         if self.mode == "async":
             self._worker = threading.Thread(target=self._run_worker, name="amdq-sim-gpu", daemon=True)

@@ -422,7 +422,7 @@ class Batch:
         w.xcc = d.xcc
         w.dispatch = d
         self.uniform: int | None = None
-        self.jit = jit_hook()          # (asked once per batch: a sliced run calls run() many times)
+        self.jit = jit_hook()           # (asked once per batch: a sliced run calls run() many times)
 
     def run(self, stats: Stats, max_steps: int | None = None) -> bool:
         """Execute until every wave ended (True) or max_steps steps were taken (False)."""
