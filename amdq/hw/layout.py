@@ -400,25 +400,5 @@ class Words:
         exec(compile(src, f"<decoder of {self.name}>", "exec"), scope)
         return scope["decode"]
 
-    def redecode(self, words: Sequence[int], prev_words: Sequence[int], prev: dict[str, Any]) -> dict[str, Any]:
-        """decode(words), given prev == decode(prev_words) of as many words: only the words that differ are read
-        again (a packet reused with a new address: a timestamp, a fence). A layout with a tail decodes anew."""
-        if self.tail or len(words) != len(prev_words):
-            return self.decode(words)
-        out, widen = dict(prev), set()
-        for k in range(min(len(words), len(self.words))):
-            w = words[k]
-            if w == prev_words[k]:
-                continue
-            for fname, m, lo in self.words[k]._plan:
-                wide = self._part_of.get(fname)
-                if wide is not None and wide in out:
-                    widen.add(wide)
-                else:
-                    out[fname] = (w & m) >> lo
-        for k in widen:
-            out[k] = sum(self.where[p][1].get(words[self.where[p][0]]) << sh for p, sh in self.wide[k])
-        return out
-
     def __repr__(self) -> str:
         return f"Words({self.name}, {len(self.words)}{'+' + self.tail if self.tail else ''})"

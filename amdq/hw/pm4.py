@@ -35,6 +35,9 @@ class PM4Set:
 
     def __init__(self, gen: int, opcodes: dict[str, int], layouts: dict[str, Words]):
         self.gen, self.opcodes, self.layouts = gen, opcodes, layouts
+        self._compiled: dict[str, Any] = {}        # name -> Words.decoder() of its fixed layout (None: has a tail)
+        self._headers: dict[int, dict[str, int]] = {}   # header dword -> its fields (read-only dicts)
+        self._plans: dict[int, tuple | None] = {}      # header dword -> fixed(header)
         self.names: dict[int, str] = {}
         for name, op in sorted(opcodes.items(), key=lambda kv: (kv[0] not in layouts, len(kv[0]), kv[0])):
             self.names.setdefault(op, name)
@@ -61,12 +64,41 @@ class PM4Set:
             return [header(self.opcodes["NOP"], 1, shader_type, predicate, count=NOP_ONE_DWORD_COUNT)]
         return [header(self.opcodes[name], len(body) + 1, shader_type, predicate)] + body
 
+    def fixed(self, h: int) -> tuple | None:
+        """(name, opcode, size in dwords, compiled decoder of the body, shader_type, predicate) of the packet
+        whose header is `h` when its layout is all fixed words and the header's COUNT says exactly that many (what
+        decode does for it: the compiled decoder over the body); None for any other header."""
+        plan = self._plans.get(h, False)
+        if plan is False:
+            hd, plan = HEADER.decode(h), None
+            name = self.names.get(hd["IT_OPCODE"]) if hd["TYPE"] == 3 else None
+            lay = self.layouts.get(name) if name is not None else None
+            if lay is not None and name not in REG_RANGES and hd["COUNT"] != NOP_ONE_DWORD_COUNT and \
+                    hd["COUNT"] + 1 == len(lay.words):
+                fast = self._compiled.get(name, False)
+                if fast is False:
+                    fast = self._compiled[name] = lay.decoder()
+                if fast is not None:
+                    plan = (name, hd["IT_OPCODE"], hd["COUNT"] + 2, fast, hd["SHADER_TYPE"], hd["PREDICATE"])
+            if len(self._plans) >= 4096:
+                self._plans.clear()
+            self._plans[h] = plan
+        return plan
+
     def decode(self, dwords: Sequence[int], i: int = 0) -> Packet:
         """The packet starting at dwords[i]. Raises BadPacket (never anything else) on a malformed stream."""
         if not 0 <= i < len(dwords):
             raise BadPacket("read past the end of the stream", i)
         h = int(dwords[i]) & 0xFFFFFFFF
-        hd = HEADER.decode(h)
+        plan = self.fixed(h)
+        if plan is not None and i + plan[2] <= len(dwords):
+            name, op, size, fast, st, pred = plan
+            return Packet(name, op, fast([int(x) & 0xFFFFFFFF for x in dwords[i + 1:i + size]]), size, st, pred)
+        hd = self._headers.get(h)
+        if hd is None:                              # (a stream repeats a few headers: each is decoded once)
+            if len(self._headers) >= 4096:
+                self._headers.clear()
+            hd = self._headers[h] = HEADER.decode(h)
         if hd["TYPE"] == 2:
             return Packet("TYPE2", -1, {}, 1)
         if hd["TYPE"] != 3:
@@ -92,17 +124,6 @@ class PM4Set:
             if name in REG_RANGES:
                 fields["REG"] = REG_RANGES[name][0] + fields.pop("REG_OFFSET")
         return Packet(name, op, fields, size, hd["SHADER_TYPE"], hd["PREDICATE"])
-
-    def redecode(self, dwords: Sequence[int], i: int, prev: Packet, prev_body: Sequence[int]) -> Packet:
-        """decode(dwords, i) of a packet with the header of `prev`, whose body dwords were prev_body: only the
-        dwords that differ are read again (a RELEASE_MEM that writes a new timestamp slot each launch)."""
-        lay = self.layouts.get(prev.name)
-        if lay is None or lay.tail or prev.name in REG_RANGES or prev.size != len(prev_body) + 1 or \
-                i + prev.size > len(dwords):
-            return self.decode(dwords, i)
-        body = [int(x) & 0xFFFFFFFF for x in dwords[i + 1:i + prev.size]]
-        return Packet(prev.name, prev.opcode, lay.redecode(body, prev_body, prev.fields), prev.size,
-                      prev.shader_type, prev.predicate)
 
     def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:
         """(index, packet) for every packet in dwords[start:end]."""

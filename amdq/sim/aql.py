@@ -61,6 +61,11 @@ QSTATE = A.AMD_QUEUE.reader("read_dispatch_id", "read_dispatch_id_field_base_byt
                             "scratch_wave64_lane_byte_size", "queue_properties")
 SIG_VALUE, SIG_MAILBOX, SIG_EVENT = (A.AMD_SIGNAL.offsetof(n) for n in ("value", "event_mailbox_ptr", "event_id"))
 SIG_START, SIG_END = A.AMD_SIGNAL.offsetof("start_ts"), A.AMD_SIGNAL.offsetof("end_ts")
+INVALID_HEADER = A.header(A.HSA_PACKET_TYPE_INVALID)      # what the master XCC writes over a released slot
+_INVALID, _VENDOR, _DISPATCH = A.HSA_PACKET_TYPE_INVALID, A.HSA_PACKET_TYPE_VENDOR_SPECIFIC, A.HSA_PACKET_TYPE_KERNEL_DISPATCH
+_BARRIER_BIT, _ACQUIRE_LO = A.HSA_PACKET_HEADER_BARRIER, A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE
+_SIGNAL = A.COMPLETION_SIGNAL.unpack_from
+U16, U64 = struct.Struct("<H"), struct.Struct("<Q")
 CONDITIONS = {A.HSA_SIGNAL_CONDITION_EQ: lambda v, r: v == r, A.HSA_SIGNAL_CONDITION_NE: lambda v, r: v != r,
               A.HSA_SIGNAL_CONDITION_LT: lambda v, r: v < r, A.HSA_SIGNAL_CONDITION_GTE: lambda v, r: v >= r}
 
@@ -91,7 +96,7 @@ class Slot:
         self.index, self.type, self.signal = index, type, signal
         self.run = self.wait = self.kobj = None
         self.seen, self.done, self.mine = 0, False, False      # complete (every XCC), this XCC's part done
-        self.what = TYPES.get(type, f"type {type}")
+        self.what = TYPES.get(type) or f"type {type}"
 
 
 class XCCLink:
@@ -99,11 +104,17 @@ class XCCLink:
 
     def __init__(self, n: int):
         self.n = n
+        self.acquired = -1                           # the last packet whose acquire fence invalidated the icache
+        self.epoch = 0                               # counts the events that may let a waiting XCC go on: a part
+        # finished, a doorbell (an XCC that found nothing to do is not stepped again until it changes: AQLQueue.quiet)
         self.parts: dict[int, int] = {}              # packet index -> XCCs that finished their part
         self.released: dict[int, int] = {}           # packet index -> XCCs that let go of it
 
-    def finish(self, index: int) -> None:
-        self.parts[index] = self.parts.get(index, 0) + 1
+    def finish(self, index: int) -> bool:
+        """An XCC finished its part of packet `index`; True when that was the last part (the packet is complete)."""
+        k = self.parts[index] = self.parts.get(index, 0) + 1
+        self.epoch += 1
+        return k >= self.n
 
     def complete(self, index: int) -> bool:
         return self.parts.get(index, 0) >= self.n
@@ -126,8 +137,15 @@ class AQLQueue(PM4Executor):
         # this XCC's MQD: its index in the partition, compute_current_logic_xcc_id, compute_tg_chunk_size
         self.xcc, self.logical, self.chunk, self.link = xcc, logical, chunk, link
         self.n_xcc = link.n if link is not None else 1
+        self.lds_limit, self.isa = gpu.target.lds_bytes, gpu.target.isa
+        f = self.cregs.rsrc2.fields["LDS_SIZE"]        # COMPUTE_PGM_RSRC2.LDS_SIZE: the packet's group segment
+        self._lds_lo, self._lds_keep = f.lo, ~(((1 << (f.hi - f.lo + 1)) - 1) << f.lo)
         # CP_HQD_PQ_CONTROL.NO_UPDATE_RPTR clear: it owns the read pointer (`master` given: read from that register)
         self.master = xcc == XCC.MASTER_XCC if master is None else master
+        # the flat id of its first workgroup of any grid (workgroups go round-robin in chunks), on a die other than the
+        # master XCC (which always sets a dispatch up); a grid of no more workgroups has none for it
+        self.first_wg = (logical * chunk if chunk and self.n_xcc > 1 else 0) if link is not None and not self.master \
+            else None
         self.ring_va, self.slots = args["ring_base_address"], args["ring_size"] // SLOT
         self.rptr_va, self.wptr_va = args["read_pointer_address"], args["write_pointer_address"]
         self.queue_va: int | None = None
@@ -139,7 +157,16 @@ class AQLQueue(PM4Executor):
         self.scratch_unit = gpu.target.gen.scratch_unit
         self._kd: dict[bytes, tuple] = {}
         self._tmpring: dict[int, dict] = {}          # COMPUTE_TMPRING_SIZE value -> its fields
-        self._held: tuple[int, bytes] | None = None  # (index, bytes) of a packet read but held by its barrier
+        # (index, bytes, barrier bit, is a vendor packet) of a packet read but held back (by its barrier bit, or a
+        # vendor packet waiting for the one running)
+        self._held: tuple[int, bytes, int, bool] | None = None
+        self._undone = 0                             # packets in flight not yet complete
+        self.quiet: int | None = None                # the link's epoch when this XCC last had nothing to do
+        self._synced = -1                            # the link's epoch when it last looked for complete packets
+        self._started = False                        # the last fetch started work (a dispatch, PM4, a wait)
+        self._runs = 0                               # packets in flight with a dispatch running
+        self._ring: np.ndarray | None = None          # the ring's bytes (valid while the MMU's TLB is _ring_tlb)
+        self._ring_tlb = None
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -156,9 +183,10 @@ class AQLQueue(PM4Executor):
     def consuming(self) -> bool:
         """Has work of its own to do now: packets to fetch, a dispatch or PM4 to run (not only packets it finished
         its part of, waiting for the other XCCs, or a packet held back by its barrier bit)."""
-        fetch = self.fetch < self.wr and (self._held is None or self._held[0] != self.fetch)
-        return not self.stopped and (fetch or self.pm4_active or self.vendor is not None or
-                                     any(s.run is not None or s.wait is not None for s in self.inflight))
+        if self.fetch < self.wr and (self._held is None or self._held[0] != self.fetch) or self.vendor is not None \
+                or self.pm4_active or any(s.run is not None or s.wait is not None for s in self.inflight):
+            return not self.stopped
+        return False
 
     def context(self) -> dict:
         s = self.at
@@ -175,6 +203,7 @@ class AQLQueue(PM4Executor):
         super().drop()
         for s in self.inflight:
             s.run = None
+        self._runs = 0
 
     def _where(self) -> str:
         s = self.at
@@ -185,22 +214,55 @@ class AQLQueue(PM4Executor):
         self.bad_packet(reason if "AQL packet" in reason else f"{reason}; at {where}", where)
 
     def step(self, budget: int) -> int:
-        if self.stopped:
-            return 0
-        if self.fetch >= self.wr and not self.inflight and self.vendor is None and not self.pm4_active:
+        if self.exception is not None or self.hung or (self.hang_at is not None and self.stopped):
+            return 0                                    # (stopped, without the property's call when nothing is armed)
+        inflight = self.inflight
+        if self.fetch >= self.wr and not inflight and self.vendor is None and not self.pm4_active:
             return 0                                    # idle: nothing rung, nothing in flight
         work = 0
+        linked = self.link is not None
         try:
             while work < budget and self.exception is None and not (self.hang_at is not None and self.stopped):
                 n = 0
-                if self.pm4_active:
-                    self.at = self.vendor
-                    n += PM4Executor.step(self, budget - work)
-                if self.vendor is not None and not self.pm4_active and self.exception is None:
-                    self._complete(self.vendor)
-                    self.vendor = None
-                    n += 1
-                n += self._run(budget - work) + self._poll() + self._sync() + self._retire() + self._fetch()
+                if self.vendor is not None:             # (PM4 of this queue runs only inside a vendor packet)
+                    if self.pm4_active:
+                        self.at = self.vendor
+                        n += PM4Executor.step(self, budget - work)
+                    if not self.pm4_active and self.exception is None:
+                        self._complete(self.vendor)
+                        self.vendor = None
+                        n += 1
+                run = poll = False
+                if inflight:
+                    # one look at the packets in flight says which of the stages below have anything to do
+                    sync = False
+                    for s in inflight:
+                        if s.run is not None:
+                            run = True
+                        elif s.wait is not None:
+                            poll = True
+                        elif s.mine and not s.done:
+                            sync = True
+                    if run:
+                        k = self._run(budget - work)
+                        n += k
+                        sync = sync or (linked and k > 0)
+                    if poll:
+                        k = self._poll()
+                        n += k
+                        sync = sync or (linked and k > 0)
+                    if sync and self._synced != self.link.epoch:    # (another die finished a part since)
+                        n += self._sync()
+                    if inflight and inflight[0].done:
+                        n += self._retire()
+                held = self._held
+                if self.fetch < self.wr and (held is None or held[0] != self.fetch or not (
+                        (held[2] and self._undone) or (held[3] and self.vendor is not None))):
+                    self._started = False               # (not while the packet read last time still waits)
+                    k = self._fetch()
+                    n += k
+                    if k and not (self._started or run or poll or inflight[0].done or self.vendor is not None):
+                        return work + n                 # (all it has is what it finished its part of)
                 if not n:
                     break
                 work += n
@@ -231,43 +293,70 @@ class AQLQueue(PM4Executor):
 
     # -- the packet processor ------------------------------------------------------------------
     def _fetch(self) -> int:
-        n = 0
-        while self.fetch < self.wr and len(self.inflight) < WINDOW and self.exception is None:
-            if self.wr - self.rd > self.slots:
-                self._bad(f"doorbell index {self.wr - 1} is more than the ring's {self.slots} slots ahead of "
+        inflight, slots, link = self.inflight, self.slots, self.link
+        n, i = 0, self.fetch
+        while i < self.wr and len(inflight) < WINDOW and self.exception is None:
+            if self.wr - self.rd > slots:
+                self._bad(f"doorbell index {self.wr - 1} is more than the ring's {slots} slots ahead of "
                             f"the read index {self.rd}")
                 return n
-            va = self.ring_va + (self.fetch % self.slots) * SLOT
+            o = (i % slots) * SLOT
             held = self._held
-            if held is not None and held[0] == self.fetch:
+            if held is not None and held[0] == i:
                 raw = held[1]                           # read before and held back: not read again
             else:
-                raw = self._mem(va, SLOT)[0].tobytes()
+                ring = self._ring if self._ring_tlb is self.mmu._tlb else self._ring_view()
+                raw = ring[o:o + SLOT].tobytes() if ring is not None else self._view(self.ring_va + o, SLOT).tobytes()
             hdr = raw[0] | raw[1] << 8
             typ = hdr & 0xFF
-            if typ == A.HSA_PACKET_TYPE_INVALID:
+            if typ == _INVALID:
                 break                                   # reserved but not yet written: wait at this slot
-            if (hdr >> A.HSA_PACKET_HEADER_BARRIER & 1 and any(not s.done for s in self.inflight)) or \
-                    (typ == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC and self.vendor is not None):
-                self._held = (self.fetch, raw)          # a valid packet waits for its barrier: kept as read
+            # the barrier bit waits for every earlier packet to complete; a vendor packet for the one before it
+            barrier, vendor = hdr >> _BARRIER_BIT & 1, typ == _VENDOR
+            if (barrier and self._undone) or (vendor and self.vendor is not None):
+                self._held = (i, raw, barrier, vendor)  # a valid packet waits: kept as read
                 break
             self._held = None
-            if hdr >> A.HSA_PACKET_HEADER_ACQUIRE_FENCE_SCOPE & 3:
-                self.gpu.core(self.vmid).invalidate_icache()
-            s = self.at = Slot(self.fetch, typ, A.COMPLETION_SIGNAL.unpack_from(raw)[0])
-            self.inflight.append(s)
-            self.fetch += 1
+            if hdr >> _ACQUIRE_LO & 3 and (link is None or link.acquired < i):
+                self._acquire(i)
+            s = self.at = Slot(i, typ, _SIGNAL(raw)[0])
+            inflight.append(s)
+            self._undone += 1
+            i = self.fetch = i + 1
             n += 1
-            self._start(s, raw, va)
+            self._start(s, raw, self.ring_va + o)
         return n
+
+    def _ring_view(self) -> np.ndarray | None:
+        """The ring's bytes, translated once per TLB generation (None when part of it does not translate: each slot
+        is then read on its own, and the one that does not faults with its own address)."""
+        self._ring_tlb = self.mmu._tlb
+        try:
+            self._ring = self._translated(self.ring_va, self.slots * SLOT, False)
+        except GPUFault:
+            self._ring = None
+        return self._ring
+
+    def _acquire(self, index: int) -> None:
+        """An acquire fence at packet `index`: the instruction cache is invalidated. The compute units' decoded
+        instructions are one cache shared by the XCCs of a queue here, so the first XCC to reach the packet
+        invalidates it for all: an XCC that reaches the packet later fetches no instruction older than that (what
+        runs between is the packet's other parts, concurrent on hardware, and packets ordered after it)."""
+        link = self.link
+        if link is not None:
+            if link.acquired >= index:
+                return
+            link.acquired = index
+        self.gpu.core(self.vmid).invalidate_icache()
 
     def _start(self, s: Slot, raw: bytes, va: int) -> None:
         t = s.type
-        if t == A.HSA_PACKET_TYPE_KERNEL_DISPATCH:
+        if t == _DISPATCH:
             self._dispatch_packet(s, raw, va)
         elif t in (A.HSA_PACKET_TYPE_BARRIER_AND, A.HSA_PACKET_TYPE_BARRIER_OR):
             deps = [h for h in A.BARRIER_DEPS.unpack_from(raw) if h]
             s.wait = (t, deps)
+            self._started = True
             self._poll_one(s)
         elif t == A.HSA_PACKET_TYPE_VENDOR_SPECIFIC:
             fmt = raw[2]
@@ -281,11 +370,13 @@ class AQLQueue(PM4Executor):
                     self._complete(s)                  # PM4 runs on one die (the master), as amdgpu runs a PM4
                     return                             # queue on one XCC: the others only let go of the slot
                 self.vendor = s
+                self._started = True
                 self.push_ib(dws[:4], va + 4)          # the slot's PM4 dwords: one INDIRECT_BUFFER
             elif fmt == A.HSA_AMD_PACKET_TYPE_BARRIER_VALUE:
                 s.what = "VENDOR_SPECIFIC BARRIER_VALUE"
                 f = A.BARRIER_VALUE.unpack(raw)
                 s.wait = ("value", f["signal"]["handle"], f["value"], f["mask"], f["cond"])
+                self._started = True
                 self._poll_one(s)
             else:
                 self._bad(f"vendor-specific packet with unknown AmdFormat {fmt}")
@@ -297,14 +388,13 @@ class AQLQueue(PM4Executor):
     def _dispatch_packet(self, s: Slot, raw: bytes, va: int) -> None:
         hs, wx, wy, wz, gx, gy, gz, priv, group, kobj, karg = A.DISPATCH_READ.unpack_from(raw)
         s.kobj = kobj
-        block, items = (wx, wy, wz), (gx, gy, gz)
-        if 0 in block:
-            return self._bad(f"workgroup size {block} has a zero dimension")
-        if group > self.gpu.target.lds_bytes:
-            return self._bad(f"group_segment_size {group} exceeds the {self.gpu.target.lds_bytes} bytes of LDS")
-        if self.link is not None and not self.master:   # a die with no workgroup of this grid has nothing to set up
-            grid = tuple(-(-g // b) for g, b in zip(items, block))      # (the master XCC reads and checks the rest)
-            if 0 in grid or not len(_share(grid[0] * grid[1] * grid[2], self.logical, self.n_xcc, self.chunk)):
+        if not (wx and wy and wz):
+            return self._bad(f"workgroup size {(wx, wy, wz)} has a zero dimension")
+        if group > self.lds_limit:
+            return self._bad(f"group_segment_size {group} exceeds the {self.lds_limit} bytes of LDS")
+        if self.first_wg is not None:                   # a die with no workgroup of this grid has nothing to set up
+            total = -(-gx // wx) * -(-gy // wy) * -(-gz // wz)          # (the master XCC reads and checks the rest)
+            if self.first_wg >= total:
                 return self._complete(s)
         kd = self._read(kobj, 64)
         k = self._kd.get(kd)
@@ -315,7 +405,8 @@ class AQLQueue(PM4Executor):
                                 f["compute_pgm_rsrc3"], [(n, c) for flag, n, c in KD.USER_SGPRS if props[flag]],
                                 bool(props["ENABLE_WAVEFRONT_SIZE32"]) and self.gpu.target.gen.wave32)
         entry, rsrc1, rsrc2, rsrc3, user_sgprs, wave32 = k
-        _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(self._queue(), QSTATE.size))
+        queue = self._queue()
+        _, _, tmpring, *srd, scratch, _, props = QSTATE.unpack(self._read(queue, QSTATE.size))
         tmp = self._tmpring.get(tmpring)
         if tmp is None:
             tmp = self._tmpring[tmpring] = self.tmpring.decode(tmpring)
@@ -329,7 +420,7 @@ class AQLQueue(PM4Executor):
             scratch += off
             base = (srd[0] | (srd[1] & 0xFFFF) << 32) + off
             srd = [base & 0xFFFFFFFF, (srd[1] & ~0xFFFF) | (base >> 32) & 0xFFFF, srd[2], srd[3]]
-        vals = {"private_segment_buffer": srd, "dispatch_ptr": va, "queue_ptr": self._queue(),
+        vals = {"private_segment_buffer": srd, "dispatch_ptr": va, "queue_ptr": queue,
                 "kernarg_segment_ptr": karg, "dispatch_id": s.index, "flat_scratch_init": scratch,
                 "private_segment_size": priv}
         user = []
@@ -337,14 +428,12 @@ class AQLQueue(PM4Executor):
             v = vals[name]
             user += v if isinstance(v, list) else [v & 0xFFFFFFFF, v >> 32][:count]
         lds = -(-group // LDS_GRANULE)
-        f = self.cregs.rsrc2.fields["LDS_SIZE"]
-        rsrc2 = rsrc2 & ~(((1 << (f.hi - f.lo + 1)) - 1) << f.lo) | lds << f.lo
-        grid = tuple(-(-g // b) for g, b in zip(items, block))
-        d = DispatchRegs(pgm_addr=kobj + entry, rsrc1=rsrc1, rsrc2=rsrc2, rsrc3=rsrc3, grid=grid, block=block,
-                         user_data=user[:16], wave64=not wave32, lds_bytes=lds * LDS_GRANULE, scratch_base=scratch,
-                         scratch_wave_bytes=wave_bytes, scratch_waves=tmp["WAVES"],
-                         partial=tuple(g % b for g, b in zip(items, block)), gfx=self.gen, xcc=self.xcc,
-                         isa=self.gpu.target.isa, info={"aql_index": s.index})
+        grid = (-(-gx // wx), -(-gy // wy), -(-gz // wz))
+        d = DispatchRegs(pgm_addr=kobj + entry, rsrc1=rsrc1, rsrc2=rsrc2 & self._lds_keep | lds << self._lds_lo,
+                         rsrc3=rsrc3, grid=grid, block=(wx, wy, wz), user_data=user[:16], wave64=not wave32,
+                         lds_bytes=lds * LDS_GRANULE, scratch_base=scratch, scratch_wave_bytes=wave_bytes,
+                         scratch_waves=tmp["WAVES"], partial=(gx % wx, gy % wy, gz % wz), gfx=self.gen, xcc=self.xcc,
+                         isa=self.isa, info={"aql_index": s.index})
         if props & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING and s.signal and self.master:
             self._signal_ts(s.signal, SIG_START)
         ids = None
@@ -356,6 +445,8 @@ class AQLQueue(PM4Executor):
             return self.stop(F.WaveException(f"waves killed (injected kill_wave){self._on()}", killed=True),
                              kernel_pc=d.pgm_addr)
         s.run = self.gpu.core(self.vmid).start(d, ids)
+        self._runs += 1
+        self._started = True
         self.dispatches += 1
 
     def _on(self) -> str:
@@ -375,19 +466,10 @@ class AQLQueue(PM4Executor):
                 self.last_stats, self.last_index = s.run.stats, s.index
                 self._waves += s.run.waves_retired
                 s.run = None
+                self._runs -= 1
                 self._complete(s)
                 work += 1
         return work
-
-    def settle(self) -> int:
-        """Complete and release the packets every XCC has finished (what the next step would do first)."""
-        if self.stopped:
-            return 0
-        try:
-            return self._sync() + self._retire()
-        except AmdqError as e:
-            self.stop_on(e, "CP")
-            return 1
 
     def _poll(self) -> int:
         return sum(self._poll_one(s) for s in self.inflight if s.wait is not None and not s.done)
@@ -420,27 +502,41 @@ class AQLQueue(PM4Executor):
 
     def _complete(self, s: Slot) -> None:
         """This XCC has finished its part of the packet. With one XCC the packet is complete: its completion
-        signal (decrement, event), then it may be released; with several, `_sync` completes it once every XCC
-        has finished its part."""
+        signal (decrement, event), then it may be released; with several, it is complete once every XCC has
+        finished its part: at once if this XCC's part was the last, else in `_sync` when it sees the others'."""
         if self.link is None:
             self._signal(s)
             s.done = True
-        else:
-            s.mine = True
-            self.link.finish(s.index)
+            self._undone -= 1
+            return
+        s.mine = True
+        link = self.link
+        current = self._synced == link.epoch            # (nothing finished elsewhere since its last look)
+        if link.finish(s.index):
+            self._done(s)
+        if current:
+            self._synced = link.epoch
 
     def _sync(self) -> int:
         """Packets every XCC has finished become complete; the master XCC writes their completion signals."""
-        if self.link is None:
+        link = self.link
+        if link is None:
             return 0
         n = 0
         for s in self.inflight:
-            if s.mine and not s.done and self.link.complete(s.index):
-                if self.master:
-                    self._signal(s)
-                s.done = True
+            if s.mine and not s.done and link.complete(s.index):
+                self._done(s)
                 n += 1
+        self._synced = link.epoch
         return n
+
+    def _done(self, s: Slot) -> None:
+        """A packet of a multi-XCC queue is complete (every XCC finished its part): the master XCC writes its
+        completion signal."""
+        if self.master:
+            self._signal(s)
+        s.done = True
+        self._undone -= 1
 
     def _signal(self, s: Slot) -> None:
         """The completion signal of a complete packet: end timestamp, decrement, event mailbox and interrupt."""
@@ -459,20 +555,20 @@ class AQLQueue(PM4Executor):
                 self.gpu.interrupt("CP_EOP", event, self.vmid, queue=self.name)
 
     def _retire(self) -> int:
-        n = 0
-        while self.inflight and self.inflight[0].done:
-            s = self.inflight.pop(0)
-            if self.master:                             # the other XCCs let go of the slot without a write
+        n, inflight, link, master = 0, self.inflight, self.link, self.master
+        while inflight and inflight[0].done:
+            s = inflight.pop(0)
+            if master:                                  # the other XCCs let go of the slot without a write
                 buf, o = self._mem(self.ring_va + (s.index % self.slots) * SLOT, 2, True)
-                struct.pack_into("<H", buf, o, A.header(A.HSA_PACKET_TYPE_INVALID))
-            if self.link is not None:
-                self.link.release(s.index)
-            self.rd += 1
-            self.retired += 1
+                U16.pack_into(buf, o, INVALID_HEADER)
+            if link is not None:
+                link.release(s.index)
             n += 1
-        if n and self.master:
+        self.rd += n
+        self.retired += n
+        if n and master:
             buf, o = self._mem(self.rptr_va, 8, True)
-            struct.pack_into("<Q", buf, o, self.rd)
+            U64.pack_into(buf, o, self.rd)
         return n
 
 
@@ -483,7 +579,11 @@ class MultiXCCQueue:
 
     `start` is the driver's logical-XCC counter at creation: XCC x gets compute_current_logic_xcc_id
     (start + x) % n. The first hardware exception on any XCC stops the whole queue (no later packet could
-    complete without the stopped XCC's part); destroying the queue stops every XCC."""
+    complete without the stopped XCC's part); destroying the queue stops every XCC.
+
+    A step makes passes over the dies (each keeps its own state and reads and decodes every packet itself) until
+    none moves: the master XCC last in a pass (_pass_order), and a die that found nothing to do is not stepped again
+    until a die finishes a part of a packet or the doorbell rings (XCCLink.epoch)."""
 
     kind = "cp"
 
@@ -494,6 +594,7 @@ class MultiXCCQueue:
         self.xccs = [AQLQueue(gpu, vmid, args, x, XCC.logical_xcc(start, x, n), chunk, self.link) for x in range(n)]
         self.name = f"AQL queue @ {args['ring_base_address']:#x} on {n} XCCs"
         self._queue_id: int | None = None
+        self._order: list[AQLQueue] | None = None      # the dies in the order of a pass (see _pass_order)
 
     @classmethod
     def joined(cls, gpu, vmid: int, n: int, name: str) -> "MultiXCCQueue":
@@ -501,28 +602,53 @@ class MultiXCCQueue:
         packet processors are appended to `xccs`; every one of the partition's `n` XCCs must have finished its
         part of a packet for the packet to complete."""
         q = cls.__new__(cls)
-        q.gpu, q.vmid, q.link, q.xccs, q.name, q._queue_id = gpu, vmid, XCCLink(n), [], name, None
+        q.gpu, q.vmid, q.link, q.xccs, q.name, q._queue_id, q._order = gpu, vmid, XCCLink(n), [], name, None, None
         return q
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
         for e in self.xccs:                   # the doorbell write reaches every XCC's packet processor
             e.doorbell(value)
+        self.link.epoch += 1
 
     def step(self, budget: int) -> int:
-        if self.stopped or not self.xccs:
+        xccs, link = self._pass_order(), self.link
+        # the slice is shared by the XCCs running a dispatch or PM4 (fetching packets or waiting for the others to
+        # finish their parts costs next to nothing): one die running a small grid gets the whole slice
+        busy = 0
+        for e in xccs:
+            if e.exception is not None or e.hung or (e.hang_at is not None and e.stopped):
+                return 0                      # (the queue stopped: `stopped`, without its calls when nothing is armed)
+            if e._runs or e.vendor is not None:
+                busy += 1
+        if not xccs:
             return 0
-        # the slice is shared by the XCCs that have work of their own (an idle one, or one that only waits for the
-        # others to finish their parts, returns at once): one die running a small grid gets the whole slice
-        busy = sum(1 for e in self.xccs if e.consuming) or 1
-        share, work = max(1, budget // busy), 0
-        for e in self.xccs:
-            work += e.step(share)
-            if self.exception is not None:    # a fault on one XCC stops the queue at once
-                break
-        if work and self.exception is None:   # a packet the later XCCs just finished their parts of completes now
-            work += sum(e.settle() for e in self.xccs)
-        return work
+        share, work = max(1, budget // (busy or 1)), 0
+        while True:                           # passes over the dies until none moves (or the slice is spent)
+            moved = 0
+            for e in xccs:
+                if e.quiet == link.epoch:     # found nothing to do, and no die finished a part or rang since
+                    continue
+                k = e.step(share)
+                if e.exception is not None:   # a fault on one XCC stops the queue at once
+                    return work + k
+                if not k and not e.consuming:
+                    e.quiet = link.epoch
+                moved += k
+            work += moved
+            if not moved or work >= budget:
+                return work
+
+    def _pass_order(self) -> list[AQLQueue]:
+        """The dies in the order a pass steps them (they run concurrently on hardware; here one after the other):
+        the master XCC last, so that a packet whose last part another die finishes in a pass is completed, released
+        and its completion signal written by the master in that same pass, and the master goes on to the next packet
+        at once (stepped first, it finished its part before the others and found the packet complete only in the
+        next pass)."""
+        order = self._order
+        if order is None or len(order) != len(self.xccs):
+            order = self._order = sorted(self.xccs, key=lambda e: e.master)
+        return order
 
     @property
     def busy(self) -> bool:
@@ -594,6 +720,7 @@ class MultiXCCQueue:
     def hang_at(self, v: int | None) -> None:
         for e in self.xccs:
             e.hang_at = v
+        self.link.epoch += 1
 
     @property
     def hung(self) -> bool:
@@ -603,6 +730,7 @@ class MultiXCCQueue:
     def hung(self, v: bool) -> None:
         for e in self.xccs:
             e.hung = v
+        self.link.epoch += 1
 
     def stop(self, record, **where) -> None:
         """Stop the queue on an exception not tied to one XCC (a simulator error): the master XCC records it."""

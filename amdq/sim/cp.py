@@ -88,7 +88,6 @@ class PM4Executor(QueueEngine):
         self._memo: dict[bytes, pm4.Packet] = {}  # decoded packets by their dwords
         self._tails: dict[tuple[bytes, int], pm4.Packet] = {}   # packets with a tail by their head dwords and size
         self._nfixed: dict[int, int | None] = {}  # IT_OPCODE -> dwords before the tail (None: no tail)
-        self._last: dict[tuple[int, int], tuple[list[int], pm4.Packet]] = {}   # (header, size) -> (body, packet)
         self._views: dict[tuple[int, int, bool], np.ndarray] = {}   # (va, bytes, write) -> host view
         self._views_tlb = None                    # the MMU's TLB the views were translated with
         self._dispatch_memo: dict[tuple, tuple] = {}
@@ -168,26 +167,33 @@ class PM4Executor(QueueEngine):
             p = self._memo.get(key)
             if p is not None:
                 return p
+        if key is not None:                     # a packet of fixed words: its compiled decoder over the body
+            plan = self.pm4.fixed(int(dws[pos]))
+            if plan is not None:
+                name, op, n, fast, st, pred = plan
+                p = pm4.Packet(name, op, fast(dws[pos + 1:pos + n].tolist()), n, st, pred)
+                self._remember(key, p)
+                return p
         nf = self._fixed_words(int(dws[pos])) if key is not None else None
         if nf is not None and size > 1 + nf:
             p = self._with_tail(dws, pos, size, nf)
             if p is not None:
                 self._remember(key, p)
                 return p
-        h = int(dws[pos])
-        last = self._last.get((h, size)) if key is not None and nf is None else None
-        try:
-            # the last packet with this header and size, decoded: only the dwords that changed are read again
-            p = self.pm4.redecode(dws, pos, last[1], last[0]) if last is not None else self.pm4.decode(dws, pos)
-        except pm4.BadPacket as e:
-            at = f"ring dword {where[1]}" if where[0] != "IB" else f"IB @ {where[1]:#x} dword {where[2]}"
-            self._bad(f"bad PM4 packet at {at}: {e}")
-            return None
+        try:                                    # a packet of known size: its dwords as Python ints, read once
+            p = self.pm4.decode(dws[pos:pos + size].tolist()) if key is not None else None
+        except pm4.BadPacket:
+            p = None
+        if p is None:                           # else (or a bad one) in its stream: a BadPacket names the dword there
+            try:
+                p = self.pm4.decode(dws, pos)
+            except pm4.BadPacket as e:
+                at = f"ring dword {where[1]}" if where[0] != "IB" else f"IB @ {where[1]:#x} dword {where[2]}"
+                self._bad(f"bad PM4 packet at {at}: {e}")
+                return None
         if nf is not None and size > 1 + nf:
             self._tails[(dws[pos:pos + 1 + nf].tobytes(), size)] = p
         if key is not None:
-            if nf is None and p.opcode >= 0:
-                self._last[(h, size)] = ([int(x) for x in dws[pos + 1:pos + size]], p)
             self._remember(key, p)
         return p
 
@@ -195,7 +201,6 @@ class PM4Executor(QueueEngine):
         if len(self._memo) >= PACKET_MEMO:
             self._memo.clear()
             self._tails.clear()
-            self._last.clear()
         self._memo[key] = p
 
     def _fixed_words(self, h: int) -> int | None:
@@ -305,15 +310,26 @@ class PM4Executor(QueueEngine):
             return True
         if name == "INDIRECT_BUFFER":
             n = f["IB_SIZE"]
-            addr = np.arange(n, dtype=np.uint64) * np.uint64(4) + np.uint64(f["IB_BASE"] if "IB_BASE" in f else
-                                                                               f["IB_BASE_LO"] | f["IB_BASE_HI"] << 32)
-            dws = load(self.mmu, addr, 4)[:, 0] if n else np.zeros(0, np.uint32)
+            base = f["IB_BASE"] if "IB_BASE" in f else f["IB_BASE_LO"] | f["IB_BASE_HI"] << 32
+            dws = self._fetch_ib(base, n)
             self._finish_packet()                 # the IB packet itself is consumed now
             self._size = 0
-            self.ibs.append([dws, 0, int(addr[0]) if n else 0])
+            self.ibs.append([dws, 0, base if n else 0])
             return True
         self._bad(f"unsupported PM4 packet {name} (opcode {p.opcode:#x})")
         return False
+
+    def _fetch_ib(self, base: int, n: int) -> np.ndarray:
+        """The n dwords of an indirect buffer at `base`, as the CP's fetcher reads them (a copy): one translation
+        when one mapped run holds them all, else through the MMU lane by lane (which faults where they are not
+        mapped)."""
+        if not n:
+            return np.zeros(0, np.uint32)
+        one = self.mmu.translate_one(base, 4 * n, False) if not base & 3 else None
+        if one is not None:
+            buf, o = one
+            return buf[o:o + 4 * n].view(np.uint32).copy()
+        return load(self.mmu, np.arange(n, dtype=np.uint64) * np.uint64(4) + np.uint64(base), 4)[:, 0]
 
     def _release_mem(self, f: dict) -> None:
         addr = f["ADDR"] if "ADDR" in f else f["ADDR_LO"] | f["ADDR_HI"] << 32

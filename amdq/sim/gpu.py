@@ -29,6 +29,7 @@ from .mmu import MMU
 
 GPU_CLOCK_HZ = 100_000_000
 SLICE_S = 0.002                  # engine work per lock hold
+HAND_OVER_S = SLICE_S            # the worker lets host threads have the interpreter lock at least this often
 
 
 class Engine(Protocol):
@@ -89,6 +90,7 @@ class SimGPU:
         self._want = 0                                # host threads waiting for the lock
         self._budget = 256                            # work units per slice, adapted to SLICE_S
         self._kick = threading.Event()
+        self._handed = time.perf_counter()            # when the worker last let host threads have the interpreter
         self._stop = False
         self._t0 = time.perf_counter_ns()
         self.inject = Injector(self)                  # fault injection: inject("hang_cp"), inject.clear(...)
@@ -97,6 +99,8 @@ class SimGPU:
             for_isa(self.target.isa)
         except UnsupportedInstruction:
             pass
+        from .shader.core import jit_hook             # and the JIT's modules imported (tens of ms without bytecode
+        jit_hook()                                    # caches: they were part of the first dispatch's GPU time)
         self._worker = None
         if self.mode == "async":
             self._worker = threading.Thread(target=self._run_worker, name="amdq-sim-gpu", daemon=True)
@@ -256,8 +260,14 @@ class SimGPU:
             if share_gil:
                 # numpy drops and retakes the interpreter lock inside many calls, and CPython forces a hand-over
                 # only when no switch happened for an interval: a host thread waiting for the lock could starve
-                # for seconds. A real sleep between slices hands it over.
-                time.sleep(0)
+                # for seconds. A real sleep between slices hands it over, once per slice's worth of time (a host
+                # call waits for one slice at most, as for the GPU lock); after every slice, the sleeps and the waits
+                # for the lock after them took a third of a busy GPU's time on a loaded machine (short launches run
+                # several slices).
+                now = time.perf_counter()
+                if now - self._handed >= HAND_OVER_S:
+                    time.sleep(0)
+                    self._handed = time.perf_counter()
         return moved
 
     @property
@@ -283,6 +293,7 @@ class SimGPU:
             if not moved:
                 self._kick.wait(0.0005 if self.busy and not self._defer else 0.05)
                 self._kick.clear()
+                self._handed = time.perf_counter()        # (the wait let every other thread run)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         end = time.monotonic() + timeout

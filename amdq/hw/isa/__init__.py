@@ -23,12 +23,13 @@ def tables(arch: str = "rdna3") -> ModuleType:
 class Encoding:
     """One instruction encoding: its named bit fields over the little-endian instruction bits."""
 
-    __slots__ = ("name", "size", "base", "enum", "fields", "mask", "value")
+    __slots__ = ("name", "size", "base", "enum", "fields", "mask", "value", "_plan")
 
     def __init__(self, name: str, row: tuple):
         self.name = name
         self.size, self.base, self.enum, fields, self.mask, self.value = row
         self.fields = {f[0]: f[1:] for f in fields}   # name -> (lo, hi, kind, fixed value)
+        self._plan = [(f, lo, (1 << (hi - lo + 1)) - 1) for f, (lo, hi, *_) in self.fields.items()]
 
     def get(self, bits: int, field: str) -> int:
         """The unsigned value of a field."""
@@ -37,7 +38,7 @@ class Encoding:
 
     def unpack(self, bits: int) -> dict[str, int]:
         """All fields of an instruction as unsigned ints."""
-        return {f: (bits >> lo) & ((1 << (hi - lo + 1)) - 1) for f, (lo, hi, *_) in self.fields.items()}
+        return {f: (bits >> lo) & m for f, lo, m in self._plan}
 
     def pack(self, **values: int) -> int:
         """Instruction bits from field values (fixed fields are filled in; a missing field is 0)."""

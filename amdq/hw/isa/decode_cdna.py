@@ -73,8 +73,9 @@ _ATOMIC64 = {"add": "add_u64", "sub": "sub_u64", "inc": "inc_u64", "dec": "dec_u
              "xor": "xor_b64", "swap": "swap_b64", "cmpswap": "cmpswap_b64"}
 
 
+@lru_cache(maxsize=None)
 def _canon(key: str) -> str:
-    """The RDNA3 handler key of a gfx9 mnemonic (lower case, without _e32/_e64)."""
+    """The RDNA3 handler key of a gfx9 mnemonic (lower case, without _e32/_e64); one answer per mnemonic."""
     if key in ALIASES:
         return ALIASES[key]
     m = re.fullmatch(r"(global|flat|scratch|buffer)_(load|store)_(.*)", key)

@@ -69,12 +69,15 @@ class XCCGroup(MultiXCCQueue):
         return q
 
     def add(self, eng: AQLQueue, gate: Callable[[], bool]) -> None:
+        self.link.acquired = -1                 # (a die joining may start the ring over: its acquires are its own)
         self.xccs.append(eng)
         self.xccs.sort(key=lambda e: e.xcc)
+        self._order = None
         self.gates[eng] = gate
 
     def remove(self, eng: AQLQueue) -> None:
         self.xccs.remove(eng)
+        self._order = None
         self.gates.pop(eng, None)
         eng.kill()
 
@@ -85,6 +88,7 @@ class XCCGroup(MultiXCCQueue):
         for e in self.xccs:
             if self.gates[e]():
                 e.doorbell(value)
+        self.link.epoch += 1
 
 
 @dataclass

@@ -21,7 +21,7 @@ from ..progress import Progress
 from .isa import Isa, for_isa
 from .memory import GPUMemory
 from .valu import BLOCK_LANES, whole_step
-from .wave import BARRIER, DONE, EXEC, POOL, RUN, WaveState, mask_to_bits
+from .wave import BARRIER, DONE, EXEC, POOL, RUN, StateImage, WaveState, mask_to_bits
 
 TTMP0 = 108      # ttmp0 in the SGPR operand space
 
@@ -284,6 +284,17 @@ class Layout:
                   self.lds_words, *self.tid):
             if a is not None:
                 a.flags.writeable = False
+        self.kept = False                                      # cached by `layout` (then it keeps an image)
+        self._image: StateImage | None = None
+
+    def image(self) -> StateImage | None:
+        """The registers a batch of this shape starts with (layout_registers, made once), for a kept layout."""
+        im = self._image
+        if im is None and self.kept:
+            w = WaveState(self.n, self.lanes, 1)
+            layout_registers(w, self)
+            im = self._image = StateImage(w.s.copy(), w.v[0].copy(), w.em.copy(), w.full.copy(), w.mode.copy())
+        return im
 
 
 _LAYOUTS: dict[tuple, Layout] = {}
@@ -300,7 +311,41 @@ def layout(d: DispatchRegs, nwg: int) -> Layout:
             if len(_LAYOUTS) >= 256:
                 _LAYOUTS.clear()
             _LAYOUTS[key] = lay
+            lay.kept = True
     return lay
+
+
+def layout_registers(w: WaveState, lay: Layout) -> None:
+    """The registers of a new batch that depend on its shape alone (AMDGPUUsage "Initial Kernel Execution State"):
+    EXEC (lanes inside the workgroup size), the workgroup-info and private-segment SGPRs, gfx12's wave id in TTMP8,
+    the work-item ids in v0 and MODE. (Layout.image holds them; batches of a shape too large to keep start here.)"""
+    nwg, wpg, lanes = lay.nwg, lay.wpg, lay.lanes
+    if lay.whole:
+        w.s[EXEC] = np.uint32(0xFFFFFFFF)
+        if lanes == 64:
+            w.s[EXEC + 1] = np.uint32(0xFFFFFFFF)
+        w.em[:] = True
+        w.full[:] = True
+    else:
+        valid = np.tile(lay.valid, (nwg, 1)).reshape(nwg * wpg, lanes)
+        bits = mask_to_bits(valid)
+        w.s[EXEC] = bits[:, 0]
+        if lanes == 64:
+            w.s[EXEC + 1] = bits[:, 1]
+        w.em[:] = valid
+        w.full[:] = (bits == np.uint32(0xFFFFFFFF)).all(1)
+    if lay.gen >= 12:
+        w.s[TTMP0 + 8] = lay.wave_id
+    if lay.info_sgpr is not None:
+        w.s[lay.info_sgpr] = np.uint32(lay.threads)
+    if lay.private_sgpr is not None:
+        w.s[lay.private_sgpr] = lay.scratch_off.astype(np.uint32)
+    w.v[0].reshape(nwg, wpg * lanes)[:] = lay.ids
+    w.mode[:] = lay.mode
+
+
+_NO_LDS_WORDS = np.zeros((1, 1), np.uint32)
+_NO_LDS_WORDS.flags.writeable = False
 
 
 class Batch:
@@ -313,32 +358,28 @@ class Batch:
         nwg = len(wg_ids)
         lay = layout(d, nwg)
         lanes, wpg, gen = lay.lanes, lay.wpg, lay.gen
-        w = self.w = WaveState.fresh(nwg * wpg, lanes, lay.nvgpr, v0_written=True)
+        image = lay.image()                             # (None for a shape too large to keep)
+        w = self.w = WaveState.fresh(nwg * wpg, lanes, lay.nvgpr, v0_written=True, image=image)
+        if image is None:
+            layout_registers(w, lay)
         w.wg = lay.wg
-        w.pc[:] = d.pgm_addr
+        w.pc.fill(d.pgm_addr)
         self.nwg, self.wpg, self.lanes = nwg, wpg, lanes
         gx, gy, _ = d.grid
-        if nwg == 1:                                   # one workgroup: its ids as Python ints
+        one = nwg == 1                                  # one workgroup: its ids as Python ints
+        if one:
             i = int(wg_ids[0])
-            wgx = np.array([d.start[0] + i % gx])
-            wgy = np.array([d.start[1] + (i // gx) % gy])
-            wgz = np.array([d.start[2] + i // (gx * gy)])
+            wgx, wgy, wgz = d.start[0] + i % gx, d.start[1] + (i // gx) % gy, d.start[2] + i // (gx * gy)
         else:
             wgx = d.start[0] + wg_ids % gx
             wgy = d.start[1] + (wg_ids // gx) % gy
             wgz = d.start[2] + wg_ids // (gx * gy)
-        # lanes past the workgroup's size (and past partial edges) are off
+        # lanes past partial edges of the grid are off too
         edges = [dim for dim in range(3) if d.partial[dim]]
-        if lay.whole and not edges:
-            w.s[EXEC] = np.uint32(0xFFFFFFFF)
-            if lanes == 64:
-                w.s[EXEC + 1] = np.uint32(0xFFFFFFFF)
-            w.em[:] = True
-            w.full[:] = True
-        else:
+        if edges:
             valid = np.tile(lay.valid, (nwg, 1))
             for dim in edges:
-                tid, wgd = lay.tid[dim], (wgx, wgy, wgz)[dim]
+                tid, wgd = lay.tid[dim], np.atleast_1d((wgx, wgy, wgz)[dim])
                 last = wgd == d.start[dim] + d.grid[dim] - 1
                 valid &= ~(last[:, None] & (tid[None, :] >= d.partial[dim]))
             valid = valid.reshape(nwg * wpg, lanes)
@@ -354,19 +395,16 @@ class Batch:
             w.s[:nuser] = np.array([u & 0xFFFFFFFF for u in d.user_data[:nuser]], np.uint32)[:, None]
         for dim, n in lay.wgid_sgpr:
             vals = (wgx, wgy, wgz)[dim]
-            w.s[n] = vals if wpg == 1 else np.repeat(vals, wpg)
-        if gen >= 12:     # architected SGPRs (AMDGPUUsage, GFX12): TTMP9 = workgroup id X, TTMP7 = Y | Z << 16,
-            # TTMP8[29:25] = the wave's id within its workgroup
-            w.s[TTMP0 + 9] = np.repeat(wgx, wpg).astype(np.uint32)
-            w.s[TTMP0 + 7] = np.repeat((wgy & 0xFFFF) | (wgz & 0xFFFF) << 16, wpg).astype(np.uint32)
-            w.s[TTMP0 + 8] = lay.wave_id
-        if lay.info_sgpr is not None:
-            w.s[lay.info_sgpr] = np.uint32(lay.threads)
+            w.s[n] = vals if wpg == 1 or one else np.repeat(vals, wpg)
+        if gen >= 12:     # architected SGPRs (AMDGPUUsage, GFX12): TTMP9 = workgroup id X, TTMP7 = Y | Z << 16
+            # (TTMP8[29:25], the wave's id within its workgroup, is the layout's)
+            if one:
+                w.s[TTMP0 + 9] = wgx
+                w.s[TTMP0 + 7] = (wgy & 0xFFFF) | (wgz & 0xFFFF) << 16
+            else:
+                w.s[TTMP0 + 9] = np.repeat(wgx, wpg).astype(np.uint32)
+                w.s[TTMP0 + 7] = np.repeat((wgy & 0xFFFF) | (wgz & 0xFFFF) << 16, wpg).astype(np.uint32)
         self.scratch_slot = lay.scratch_slot
-        if lay.private_sgpr is not None:
-            w.s[lay.private_sgpr] = lay.scratch_off.astype(np.uint32)
-        w.v[0].reshape(nwg, wpg * lanes)[:] = lay.ids
-        w.mode[:] = lay.mode
         # LDS, one block per workgroup
         self.lds_bytes = d.lds_bytes
         self.lds = POOL.zeros((max(nwg * d.lds_bytes, 4),), np.uint8)
@@ -375,6 +413,8 @@ class Batch:
         if lay.lds_words is not None:
             w.lds_rows = wpg
             w.lds_words = lay.lds_words
+        else:
+            w.lds_rows, w.lds_words = 0, _NO_LDS_WORDS
         w.lds = self.lds
         w.mem = core.mem
         w.scratch_base = lay.scratch_off + np.uint64(d.scratch_base) if d.scratch_base else lay.scratch_off
@@ -382,7 +422,7 @@ class Batch:
         w.xcc = d.xcc
         w.dispatch = d
         self.uniform: int | None = None
-        self.jit = _jit_hook()          # (asked once per batch: a sliced run calls run() many times)
+        self.jit = jit_hook()           # (asked once per batch: a sliced run calls run() many times)
 
     def run(self, stats: Stats, max_steps: int | None = None) -> bool:
         """Execute until every wave ended (True) or max_steps steps were taken (False)."""
@@ -514,6 +554,8 @@ class Batch:
 
     def _release_barriers(self) -> None:
         w = self.w
+        if w.n <= SMALL and BARRIER not in w.status.tolist():
+            return                      # (no wave waits: a wave ended, as every one-wave dispatch's does)
         at = w.status == BARRIER
         if at.all():                    # every wave arrived: all go on
             w.status[:] = RUN
@@ -526,13 +568,20 @@ class Batch:
         w.status[at & ready[w.wg]] = RUN
 
 
-def _jit_hook():
-    """The JIT's step function (jit/runtime.py), or None when AMDQ_SIM_JIT=0 or the JIT cannot load."""
-    try:
-        from . import jit
-    except ImportError:                 # llvmlite missing: the interpreter runs everything
-        return None
-    return jit.step if jit.enabled() else None
+_JIT: list = []                         # the jit package once imported (None: it cannot load)
+
+
+def jit_hook():
+    """The JIT's step function (jit/runtime.py), or None when AMDQ_SIM_JIT=0 or the JIT cannot load. The first call
+    imports the JIT (the simulated GPU makes it when it is made, not in a first dispatch)."""
+    if not _JIT:
+        try:
+            from . import jit
+        except ImportError:             # llvmlite missing: the interpreter runs everything
+            jit = None
+        _JIT.append(jit)
+    jit = _JIT[0]
+    return jit.step if jit is not None and jit.enabled() else None
 
 
 class ShaderCore:

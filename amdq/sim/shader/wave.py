@@ -127,13 +127,26 @@ _FREE: dict[tuple[int, int, int], list] = {}
 _held = [0]
 
 
+class StateImage:
+    """The initial contents of a batch's registers that do not change from one batch of a dispatch shape to the
+    next (read-only arrays): SGPRs (n waves as columns), v0 (work-item ids), the unpacked EXEC and its all-on flags,
+    MODE."""
+
+    def __init__(self, s: np.ndarray, v0: np.ndarray, em: np.ndarray, full: np.ndarray, mode: np.ndarray):
+        self.s, self.v0, self.em, self.full, self.mode = s, v0, em, full, mode
+        for a in (s, v0, em, full, mode):
+            a.flags.writeable = False
+
+
 class WaveState:
     jit_ctx = None              # the shader JIT's context block over these arrays (jit/runtime.py), kept with them
 
     @classmethod
-    def fresh(cls, n_waves: int, wave_size: int, n_vgprs: int, v0_written: bool = False) -> "WaveState":
+    def fresh(cls, n_waves: int, wave_size: int, n_vgprs: int, v0_written: bool = False,
+              image: "StateImage | None" = None) -> "WaveState":
         """A zeroed state: a released small one of the same shape when there is one (its arrays cleared in place:
-        a one-wave dispatch costs no allocations, and what points at them stays valid), else a new one."""
+        a one-wave dispatch costs no allocations, and what points at them stays valid), else a new one. With an
+        `image`, its registers start as the image says (one copy per array instead of a clear and the writes)."""
         free = _FREE.get((n_waves, wave_size, max(n_vgprs, 1)))
         if free:
             try:
@@ -142,9 +155,30 @@ class WaveState:
                 w = None
             if w is not None:
                 _held[0] -= w._bytes()
-                w._clear(v0_written)
+                if image is None:
+                    w._clear(v0_written)
+                else:
+                    w.v[1:].fill(0)
+                    w._load(image)
                 return w
-        return cls(n_waves, wave_size, n_vgprs, v0_written)
+        w = cls(n_waves, wave_size, n_vgprs, v0_written or image is not None)
+        if image is not None:
+            w._load(image)
+        return w
+
+    def _load(self, im: "StateImage") -> None:
+        """Registers other than v1 and up as the image says; SCC, PC and status as a new state has them."""
+        self.v[0] = im.v0
+        np.copyto(self.s, im.s)
+        np.copyto(self.em, im.em)
+        np.copyto(self.full, im.full)
+        np.copyto(self.mode, im.mode)
+        self.scc.fill(0)
+        self.pc.fill(0)
+        self.status.fill(RUN)
+        self.lane_ids = _lane_ids(self.lanes)
+        self.barrier_pending = False
+        # (the memory, LDS, scratch and workgroup fields are the caller's to set: a batch sets every one)
 
     def _bytes(self) -> int:
         return self.v.nbytes + self.s.nbytes + self.em.nbytes
