@@ -280,8 +280,9 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
     runtime.forget()
     _vadd()
-    files = sorted(p.name for p in d.iterdir())         # object files, and the index naming them per candidate
-    assert any(f.endswith(".o") for f in files) and all(f.endswith((".o", ".idx")) for f in files)
+    files = sorted(p.name for p in d.iterdir())         # object files, and the records naming them per code page
+    assert any(f.endswith(".o") for f in files) and all(f.endswith(".o") for f in files if f != "pages")
+    assert list((d / "pages").iterdir())
     runtime.forget()                                    # as a new process
     hits = compiled.stats["disk_hits"]
     x, y, out = _vadd()
