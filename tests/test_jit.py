@@ -291,6 +291,124 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
     assert sorted(p.name for p in d.iterdir()) == files
 
 
+def _second_process(monkeypatch) -> dict:
+    """Forget what this process found and compiled (as a new process starts), in default mode with searches and
+    compiles that would never come (every heat threshold infinite): what runs compiled now comes from the disk."""
+    runtime.forget()
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", float("inf"))
+    monkeypatch.setattr(runtime, "HOT", float("inf"))
+    searched: list[int] = []
+    orig = runtime._discover
+    monkeypatch.setattr(runtime, "_discover", lambda *a, **k: searched.append(a[1]) or orig(*a, **k))
+    return {"searched": searched, "compiled": compiled.stats["compiled"], "disk": compiled.stats["disk_hits"],
+            "used": runtime.counts["wave_instructions"]}
+
+
+def test_warm_start_runs_compiled_from_the_first_dispatch(monkeypatch, tmp_path):
+    """A region compiled by one process is noted in its code page's record; a second process (nothing in memory)
+    runs it compiled from its first dispatch, loaded from the disk: no search, no heat, no compile, and the
+    interpreter's memory and registers."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit3"))
+    runtime.forget()
+    _vadd()
+    assert list((tmp_path / "jit3" / "pages").iterdir())
+    before = _second_process(monkeypatch)
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    x, y, out = _vadd()
+    assert np.array_equal(out, x + np.float32(2) * y)
+    assert used[0] > 0, "the first dispatch ran no compiled code"
+    assert not before["searched"] and compiled.stats["compiled"] == before["compiled"]
+    assert compiled.stats["disk_hits"] > before["disk"]
+
+
+def test_a_record_is_used_only_for_its_bytes(monkeypatch, tmp_path):
+    """A record under the name of other code (the code changed; a foreign or stale file put there) loads nothing
+    compiled for other bytes: the changed instruction runs as the interpreter runs it."""
+    cache = tmp_path / "jit4"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(cache))
+    runtime.forget()
+    _vadd()
+    (old,) = list((cache / "pages").iterdir())
+    pages = {}
+
+    def to_add(mem, pc):
+        at, w = _find(mem, pc, FMAC)
+        mem.write(at, np.array([(w & ~(0x3F << 25)) | 3 << 25], np.uint32).tobytes())    # v_add_f32
+        page = pc & ~4095
+        key = runtime._page_key("rdna3", False, mem.read(page, 4096))
+        pages[key] = True
+        (cache / "pages" / key).write_bytes(old.read_bytes())                           # the old page's record
+    _patched(monkeypatch, to_add)
+    before = _second_process(monkeypatch)
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    x, y, out = _vadd()
+    assert pages and np.array_equal(out, np.float32(2) + y)
+    assert compiled.stats["disk_hits"] == before["disk"] and used == [0]
+    assert _candidates() and not before["searched"]      # (the record was taken: its blocks, nothing compiled)
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
+def test_blocks_of_a_record_compile_from_their_bytes(monkeypatch, tmp_path, arch):
+    """A record whose object files are gone: its candidates are taken (no search), and once hot their blocks are
+    decoded from the bytes in memory, checked against the record and compiled, with the interpreter's results."""
+    cache = tmp_path / "jit6"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(cache))
+    runtime.forget()
+    run = lambda: getattr(suite, "test_matmul_tiled")(**_cases_of("matmul_tiled"))    # noqa: E731
+    monkeypatch.setattr(suite, "run_cl", lambda *a, **k: harness.run_cl(*a, **{**k, "arch": arch, "flags": tuple(
+        f for f in k.get("flags", ()) if arch != "gfx942" or "wavefrontsize" not in f)}))
+    run()
+    for f in cache.glob("*.o"):
+        f.unlink()
+    before = _second_process(monkeypatch)
+    monkeypatch.setattr(runtime, "HOT", 0.0)
+    decoded: list[int] = []
+    orig = runtime._decoded
+    monkeypatch.setattr(runtime, "_decoded", lambda c, b: decoded.append(
+        any(isinstance(x.insts[0], runtime.Stored) for x in b)) or orig(c, b))
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    import time
+    deadline = time.monotonic() + 120
+    while not sum(used) and time.monotonic() < deadline:
+        run()
+        time.sleep(0.02)
+    assert sum(used) > 0 and any(decoded) and not before["searched"]
+    assert compiled.stats["compiled"] > before["compiled"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "wrong fields"])
+def test_a_damaged_record_is_ignored(monkeypatch, tmp_path, damage):
+    """A record that is damaged (a flipped or missing byte: its checksum fails), not JSON, or JSON that does not
+    describe blocks breaks no dispatch: the page is searched and compiled as without one."""
+    cache = tmp_path / "jit5"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(cache))
+    runtime.forget()
+    _vadd()
+    (rec,) = list((cache / "pages").iterdir())
+    data = bytearray(rec.read_bytes())
+    if damage == "flip":
+        data[-5] ^= 0x20
+    elif damage == "truncate":
+        data = data[:len(data) // 2]
+    elif damage == "garbage":
+        data = bytearray(b"not a record\n\x00\xff")
+    else:
+        from amdq.sim.shader.jit import records
+        records.write(rec.name, [{"blocks": [[0, [[0, 99, 0]], ["alu"], 0, 0, 0, 0, []]], "lines": [], "empty": [],
+                                  "regions": [[0]]}, {"blocks": "?"}])
+        data = bytearray(rec.read_bytes())
+    rec.write_bytes(bytes(data))
+    runtime.forget()
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="sync")
+    x, y, out = _vadd()
+    assert np.array_equal(out, x + np.float32(2) * y) and sum(used) > 0
+
+
 def test_background_compile_switches_over(monkeypatch):
     """Default mode, code hot at once (HOT 0): the first dispatch runs interpreted while its region compiles on the
     worker thread; a later dispatch runs the compiled code, with the same results."""
