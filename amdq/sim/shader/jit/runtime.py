@@ -89,7 +89,12 @@ GAP_SECONDS = 0.002      # at most this much of the time between two lookups is 
 COMPILE_SECONDS = (0.015, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
                                     # the suite's kernels, quiet: 18 ms for the smallest, 77 for the matmul's 104
                                     # instructions; scaled by this process's own compiles, see _expected)
-SEARCH_SECONDS = 0.01    # searching a page's code for blocks (decoding what did not run too: ~5-15 ms a suite kernel)
+SEARCH_SECONDS = 0.03    # a page's code is searched for blocks once the interpreter spent this long in it: a search
+                         # decodes what did not run yet (~15 us an instruction, which the interpreter then reuses) and
+                         # sorts it into blocks (~5 us), 5-15 ms a suite kernel; the blocks found inherit the page's
+                         # heat, so a later search delays no compile. At 10 ms the quick suite (bench/kernels.py,
+                         # nothing of it hot enough to compile) searched 13 times for 100-280 ms, at 30 ms 4-7 times
+                         # for 16-29 ms
 RAN_ONLY = False         # a search follows only the instructions the interpreter decoded (ran): it decodes nothing new,
                          # but a search made early in a kernel's first pass finds little, and the kernel ends up in
                          # small candidates (a 128x128 matmul: six of 1-2 blocks, its 72-instruction loop in none,
@@ -815,14 +820,16 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
     if page.heat < page.trigger:
         cache.warming = page
         return None
-    page.heat = 0.0
+    heat, page.heat = page.heat, 0.0
     with _lock:
         _find(cache, icache, pc, wave64)
     cold = cache.cold.get(key)
     if cold is None:
         return cache.at.get(key)
-    cache.warming = cold[0].cand
-    cold[0].cand.work += waves
+    cand = cache.warming = cold[0].cand
+    if not cand.heat:                   # a new candidate: the page's heat was spent in it (mostly: at most the
+        cand.heat = heat                # search's threshold of it in code elsewhere in the page)
+    cand.work += waves
     return _warm(cache, cold[0], cold[1], key)
 
 
