@@ -323,6 +323,38 @@ def test_warm_start_runs_compiled_from_the_first_dispatch(monkeypatch, tmp_path)
     assert compiled.stats["disk_hits"] > before["disk"]
 
 
+TWO = """
+__kernel void twice(__global float *a) { int i = get_global_id(0); a[i] = a[i] * 2.0f + 1.0f; }
+__kernel void halve(__global float *a) { int i = get_global_id(0); a[i] = a[i] * 0.5f - 3.0f; }
+"""
+
+
+def test_warm_start_loads_the_other_kernels_of_a_page_in_the_background(monkeypatch, tmp_path):
+    """Two kernels in one code page, both compiled by a first process: a second process loads the one it runs
+    first at once and the other on the worker thread meanwhile, which then runs compiled from its first
+    dispatch too."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit7"))
+    runtime.forget()
+    a = np.arange(256, dtype=np.float32)
+
+    def run(kernel):
+        (out,), _ = harness.run_cl(TWO, kernel, [a], (4, 1, 1), (64, 1, 1))
+        return out
+    run("twice"), run("halve")
+    before = _second_process(monkeypatch)
+    submitted = []
+    orig = compiled.submit_call
+    monkeypatch.setattr(compiled, "submit_call", lambda fn: submitted.append(fn) or orig(fn))
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    assert np.array_equal(run("twice"), a * np.float32(2) + np.float32(1))
+    assert len(submitted) == 1                          # (the other kernel's region)
+    compiled.submit_call(lambda: None).result()          # (the worker is done with it)
+    assert np.array_equal(run("halve"), a * np.float32(0.5) - np.float32(3))
+    assert used[0] > 0 and used[1] > 0 and not before["searched"]
+    assert compiled.stats["disk_hits"] == before["disk"] + 2 and compiled.stats["compiled"] == before["compiled"]
+
+
 def test_a_record_is_used_only_for_its_bytes(monkeypatch, tmp_path):
     """A record under the name of other code (the code changed; a foreign or stale file put there) loads nothing
     compiled for other bytes: the changed instruction runs as the interpreter runs it."""

@@ -9,7 +9,8 @@ family, the wave size, the offsets of the region's blocks and the bytes of every
 its offset from the region's root (the generated code is position independent: PCs are the root's plus
 constants), so compiled code is never used for other bytes. On disk: $AMDQ_SIM_JIT_CACHE (default
 $AMDQ_CACHE/jit, else ~/.cache/amdq/jit; `0` turns the disk cache off), one object file per key, written to a
-temporary file and renamed into place; a file that does not load is compiled again. Failures to read or write
+temporary file and renamed into place; a file that does not load is compiled again (records.py keeps, beside them,
+which regions were compiled in each code page). Failures to read or write
 the cache never fail a dispatch.
 """
 from __future__ import annotations
@@ -146,6 +147,11 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
         k = key if isinstance(key, str) else key()
         return k, get(k, names, make_ir, tier, size)
     return _worker().submit(job)
+
+
+def submit_call(fn):
+    """A future of fn(), run on the JIT's worker thread (after the compiles submitted before it)."""
+    return _worker().submit(fn)
 
 
 def _worker():

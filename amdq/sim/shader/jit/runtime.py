@@ -9,10 +9,11 @@ advanced, whether the PCs were set per wave, wave-instructions), or None when th
 
 Candidates and regions: code is searched for blocks once the interpreter spent long enough in it (the tiering
 comment below): the blocks reachable from a PC (straight-line code, fall-through and branch targets, up to
-MAX_BLOCKS), fetched through the ICache (so code comes through the memory model as the interpreter's does), only
-the instructions the interpreter already ran (sync mode: all of them, at once): a candidate. The interpreter goes on
+MAX_BLOCKS), fetched and decoded through the ICache (so code comes through the memory model as the interpreter's
+does; decoded only, the interpreter builds its steps when it runs them): a candidate. The interpreter goes on
 running it and heats it; once hot, the blocks of it that ran are compiled together as a region, keyed by their bytes
-(compiled.py), and a region that stays hot is compiled again at -O2. What is on disk is used without compiling. A
+(compiled.py), and a region that stays hot is compiled again at -O2. What is on disk is used without compiling, and
+what an earlier process compiled is found without a search or heat (records.py, the warm start below). A
 candidate remembers the ICache lines its search read; after an instruction-cache invalidate it is revalidated line
 by line, the ICache's rule, and thrown away with its regions when any byte changed.
 
@@ -159,6 +160,7 @@ class Candidate:
         self.job = None                                  # (future of (key, Compiled), blocks) being compiled
         self.empty: list[int] = []                       # PCs its search read that hold no block
         self.stored: list[list[int]] = []                # regions (their blocks' PCs) a record names, not loaded yet
+        self.loads: list = []                            # (future, blocks) of those being loaded on the worker
 
     def saw(self, blk: Block) -> None:
         self.ran.add(blk.pc)
@@ -315,9 +317,10 @@ def _describe(cand: Candidate, base: int, regions: list) -> dict:
             "empty": [p - base for p in cand.empty], "regions": regions}
 
 
-def _take_record(cache: "Cache", icache, page: int, wave64: bool) -> None:
+def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> None:
     """Hold the candidates an earlier process recorded for this code page (see above); none when there is no record,
-    it is damaged, or it does not fit the bytes here."""
+    it is damaged, or it does not fit the bytes here. The regions of the candidate holding pc are loaded when the
+    interpreter reaches it, now; the others' start loading on the worker thread."""
     from ....errors import GPUFault
     family = icache.isa.name
     try:
@@ -344,6 +347,8 @@ def _take_record(cache: "Cache", icache, page: int, wave64: bool) -> None:
             _load_stored(cand)
             if cand.left:
                 _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+        elif not any(i.pc == pc for b in cand.blocks for i in b.insts):
+            _load_stored(cand, now=False)
         deps = tuple((line, icache._line(line)[1]) for line, _ in cand.lines)
         cache.hold(Held(cand, deps, icache.gen))
 
@@ -398,26 +403,61 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
     return cand
 
 
-def _load_stored(cand: Candidate) -> None:
+def _load_stored(cand: Candidate, now: bool = True) -> None:
     """Load the regions a record names for cand, at -O2 when an earlier process compiled that (never compiling:
-    a region with neither object on disk stays with the interpreter until it is hot, as without a record)."""
+    a region with neither object on disk stays with the interpreter until it is hot, as without a record): now, or
+    on the worker thread (cand.loads; _warm takes them as they come)."""
+    from . import compiled
     stored, cand.stored = cand.stored, []
     for pcs in stored:
         if not set(pcs) <= cand.left:
             continue
+        cand.left -= set(pcs)
         blocks = sorted((cand.by_pc[p] for p in pcs), key=lambda b: b.pc)
-        names = _named(blocks)
+        load = _loader(cand, blocks)
+        if now:
+            _loaded(cand, blocks, load())
+        else:
+            cand.loads.append((compiled.submit_call(load), blocks))
+
+
+def _loader(cand: Candidate, blocks: list[Block]):
+    """A function loading the region of `blocks` from the disk cache: (key, tier, Compiled) or None."""
+    names, make_ir, size = _named(blocks), _make_ir(cand, blocks), sum(len(b.insts) for b in blocks)
+
+    def load():
         for tier in (OPT, FAST):
             key = _key(cand.family, cand.wave64, blocks, tier)
-            if not available(key):
-                continue
-            try:
-                c = get(key, names, _make_ir(cand, blocks), tier, sum(len(b.insts) for b in blocks))
-            except Exception:
-                continue
-            cand.left -= set(pcs)
-            _adopt(cand, blocks, key, c, tier, look=False)
-            break
+            if available(key):
+                try:
+                    return key, tier, get(key, names, make_ir, tier, size)
+                except Exception:
+                    continue
+        return None
+    return load
+
+
+def _loaded(cand: Candidate, blocks: list[Block], got) -> None:
+    """A region of a record is loaded (got: from _loader): it joins the parts; if it is not, its blocks are left to
+    the interpreter as any (compiled once hot)."""
+    if got is None:
+        cand.left |= {b.pc for b in blocks}
+        cand.retrigger()
+        return
+    key, tier, c = got
+    _adopt(cand, blocks, key, c, tier, look=False)
+
+
+def _take_loads(cand: Candidate) -> None:
+    """The regions loaded on the worker thread so far join the parts."""
+    for job in [j for j in cand.loads if j[0].done()]:
+        cand.loads.remove(job)
+        fut, blocks = job
+        try:
+            got = fut.result()
+        except Exception:
+            got = None
+        _loaded(cand, blocks, got)
 
 
 def _decoded(cand: Candidate, blocks: list[Block]) -> list[Block]:
@@ -800,7 +840,8 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
         if held.gen == icache.gen or _revalidate(cache, icache, held):
             cand = cache.warming = held.cand
             cand.work += waves
-            if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts):
+            if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts) \
+                    and not cand.loads:
                 return None             # (the common case: interpreted, not hot yet)
             return _warm(cache, held, blk, key)
     else:
@@ -814,7 +855,7 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
         page = cache.pages[pk] = Heat(0.0 if synchronous() else SEARCH_SECONDS)
         with _lock:
             _take_known(cache, icache, pk[0], wave64)
-            _take_record(cache, icache, pk[0], wave64)
+            _take_record(cache, icache, pk[0], wave64, pc)
         if key in cache.cold or key in cache.at or key in cache.none:
             return lookup(icache, pc, wave64)
     if page.heat < page.trigger:
@@ -849,6 +890,8 @@ def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
 
 def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
     cand = held.cand
+    if cand.loads:
+        _take_loads(cand)
     if cand.stored:                     # (a record's regions: loaded when the interpreter first reaches them)
         _load_stored(cand)
     if blk.pc not in cand.ran:
