@@ -280,14 +280,165 @@ def test_disk_cache_reused_and_keyed_by_bytes(monkeypatch, tmp_path):
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
     runtime.forget()
     _vadd()
-    files = sorted(p.name for p in d.iterdir())         # object files, and the index naming them per candidate
-    assert any(f.endswith(".o") for f in files) and all(f.endswith((".o", ".idx")) for f in files)
+    files = sorted(p.name for p in d.iterdir())         # object files, and the records naming them per code page
+    assert any(f.endswith(".o") for f in files) and all(f.endswith(".o") for f in files if f != "pages")
+    assert list((d / "pages").iterdir())
     runtime.forget()                                    # as a new process
     hits = compiled.stats["disk_hits"]
     x, y, out = _vadd()
     assert compiled.stats["disk_hits"] > hits
     assert np.array_equal(out, x + np.float32(2) * y)
     assert sorted(p.name for p in d.iterdir()) == files
+
+
+def _second_process(monkeypatch) -> dict:
+    """Forget what this process found and compiled (as a new process starts), in default mode with searches and
+    compiles that would never come (every heat threshold infinite): what runs compiled now comes from the disk."""
+    runtime.forget()
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", float("inf"))
+    monkeypatch.setattr(runtime, "HOT", float("inf"))
+    searched: list[int] = []
+    orig = runtime._discover
+    monkeypatch.setattr(runtime, "_discover", lambda *a, **k: searched.append(a[1]) or orig(*a, **k))
+    return {"searched": searched, "compiled": compiled.stats["compiled"], "disk": compiled.stats["disk_hits"],
+            "used": runtime.counts["wave_instructions"]}
+
+
+def test_warm_start_runs_compiled_from_the_first_dispatch(monkeypatch, tmp_path):
+    """A region compiled by one process is noted in its code page's record; a second process (nothing in memory)
+    runs it compiled from its first dispatch, loaded from the disk: no search, no heat, no compile, and the
+    interpreter's memory and registers."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit3"))
+    runtime.forget()
+    _vadd()
+    assert list((tmp_path / "jit3" / "pages").iterdir())
+    before = _second_process(monkeypatch)
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    x, y, out = _vadd()
+    assert np.array_equal(out, x + np.float32(2) * y)
+    assert used[0] > 0, "the first dispatch ran no compiled code"
+    assert not before["searched"] and compiled.stats["compiled"] == before["compiled"]
+    assert compiled.stats["disk_hits"] > before["disk"]
+
+
+TWO = """
+__kernel void twice(__global float *a) { int i = get_global_id(0); a[i] = a[i] * 2.0f + 1.0f; }
+__kernel void halve(__global float *a) { int i = get_global_id(0); a[i] = a[i] * 0.5f - 3.0f; }
+"""
+
+
+def test_warm_start_loads_the_other_kernels_of_a_page_in_the_background(monkeypatch, tmp_path):
+    """Two kernels in one code page, both compiled by a first process: a second process loads the one it runs
+    first at once and the other on the worker thread meanwhile, which then runs compiled from its first
+    dispatch too."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit7"))
+    runtime.forget()
+    a = np.arange(256, dtype=np.float32)
+
+    def run(kernel):
+        (out,), _ = harness.run_cl(TWO, kernel, [a], (4, 1, 1), (64, 1, 1))
+        return out
+    run("twice"), run("halve")
+    before = _second_process(monkeypatch)
+    submitted = []
+    orig = compiled.submit_call
+    monkeypatch.setattr(compiled, "submit_call", lambda fn: submitted.append(fn) or orig(fn))
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    assert np.array_equal(run("twice"), a * np.float32(2) + np.float32(1))
+    assert len(submitted) == 1                          # (the other kernel's region)
+    compiled.submit_call(lambda: None).result()          # (the worker is done with it)
+    assert np.array_equal(run("halve"), a * np.float32(0.5) - np.float32(3))
+    assert used[0] > 0 and used[1] > 0 and not before["searched"]
+    assert compiled.stats["disk_hits"] == before["disk"] + 2 and compiled.stats["compiled"] == before["compiled"]
+
+
+def test_a_record_is_used_only_for_its_bytes(monkeypatch, tmp_path):
+    """A record under the name of other code (the code changed; a foreign or stale file put there) loads nothing
+    compiled for other bytes: the changed instruction runs as the interpreter runs it."""
+    cache = tmp_path / "jit4"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(cache))
+    runtime.forget()
+    _vadd()
+    (old,) = list((cache / "pages").iterdir())
+    pages = {}
+
+    def to_add(mem, pc):
+        at, w = _find(mem, pc, FMAC)
+        mem.write(at, np.array([(w & ~(0x3F << 25)) | 3 << 25], np.uint32).tobytes())    # v_add_f32
+        page = pc & ~4095
+        key = runtime._page_key("rdna3", False, mem.read(page, 4096))
+        pages[key] = True
+        (cache / "pages" / key).write_bytes(old.read_bytes())                           # the old page's record
+    _patched(monkeypatch, to_add)
+    before = _second_process(monkeypatch)
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    x, y, out = _vadd()
+    assert pages and np.array_equal(out, np.float32(2) + y)
+    assert compiled.stats["disk_hits"] == before["disk"] and used == [0]
+    assert _candidates() and not before["searched"]      # (the record was taken: its blocks, nothing compiled)
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
+def test_blocks_of_a_record_compile_from_their_bytes(monkeypatch, tmp_path, arch):
+    """A record whose object files are gone: its candidates are taken (no search), and once hot their blocks are
+    decoded from the bytes in memory, checked against the record and compiled, with the interpreter's results."""
+    cache = tmp_path / "jit6"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(cache))
+    runtime.forget()
+    run = lambda: getattr(suite, "test_matmul_tiled")(**_cases_of("matmul_tiled"))    # noqa: E731
+    monkeypatch.setattr(suite, "run_cl", lambda *a, **k: harness.run_cl(*a, **{**k, "arch": arch, "flags": tuple(
+        f for f in k.get("flags", ()) if arch != "gfx942" or "wavefrontsize" not in f)}))
+    run()
+    for f in cache.glob("*.o"):
+        f.unlink()
+    before = _second_process(monkeypatch)
+    monkeypatch.setattr(runtime, "HOT", 0.0)
+    decoded: list[int] = []
+    orig = runtime._decoded
+    monkeypatch.setattr(runtime, "_decoded", lambda c, b: decoded.append(
+        any(isinstance(x.insts[0], runtime.Stored) for x in b)) or orig(c, b))
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    import time
+    deadline = time.monotonic() + 120
+    while not sum(used) and time.monotonic() < deadline:
+        run()
+        time.sleep(0.02)
+    assert sum(used) > 0 and any(decoded) and not before["searched"]
+    assert compiled.stats["compiled"] > before["compiled"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "wrong fields"])
+def test_a_damaged_record_is_ignored(monkeypatch, tmp_path, damage):
+    """A record that is damaged (a flipped or missing byte: its checksum fails), not JSON, or JSON that does not
+    describe blocks breaks no dispatch: the page is searched and compiled as without one."""
+    cache = tmp_path / "jit5"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(cache))
+    runtime.forget()
+    _vadd()
+    (rec,) = list((cache / "pages").iterdir())
+    data = bytearray(rec.read_bytes())
+    if damage == "flip":
+        data[-5] ^= 0x20
+    elif damage == "truncate":
+        data = data[:len(data) // 2]
+    elif damage == "garbage":
+        data = bytearray(b"not a record\n\x00\xff")
+    else:
+        from amdq.sim.shader.jit import records
+        records.write(rec.name, [{"blocks": [[0, [[0, 99, 0]], ["alu"], 0, 0, 0, 0, []]], "lines": [], "empty": [],
+                                  "regions": [[0]]}, {"blocks": "?"}])
+        data = bytearray(rec.read_bytes())
+    rec.write_bytes(bytes(data))
+    runtime.forget()
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="sync")
+    x, y, out = _vadd()
+    assert np.array_equal(out, x + np.float32(2) * y) and sum(used) > 0
 
 
 def test_background_compile_switches_over(monkeypatch):

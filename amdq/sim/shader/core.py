@@ -66,6 +66,10 @@ class ICache:
     from, every step of that page is valid again at once (one fetch per page, not one check per PC: the fixed
     cost of a dispatch, which invalidates). Otherwise each step is checked line by line and rebuilt only if
     its bytes changed. A page that no longer translates faults at the PC that runs there, as before.
+
+    `decoded` gives the instruction at a PC without building its step (the JIT's search for blocks reads code the
+    interpreter may never run): the step is built when the interpreter first runs the PC (`get`), from the same
+    decoded instruction.
     """
 
     LINE = 64
@@ -73,7 +77,8 @@ class ICache:
     def __init__(self, mem: GPUMemory, isa: Isa):
         self.mem, self.isa, self.gen = mem, isa, 0
         self.steps: dict[tuple[int, bool], tuple] = {}
-        self.deps: dict[tuple[int, bool], tuple] = {}        # (line, version) pairs each step was decoded from
+        self.seen: dict[tuple[int, bool], tuple] = {}        # decoded, not built: (instruction, is-control, cell)
+        self.deps: dict[tuple[int, bool], tuple] = {}        # (line, version) pairs each entry was decoded from
         self.lines: dict[int, tuple[bytes, int, int]] = {}    # line -> (bytes, generation fetched, version)
         self.pages: dict[int, tuple[bytes, int]] = {}
         self.cells: dict[int, list] = {}          # page -> [generation it was last found unchanged in, its bytes]
@@ -170,6 +175,19 @@ class ICache:
                 return cell
         return [self.gen, None]
 
+    def _current(self, key: tuple[int, bool], cell: list) -> list | None:
+        """The validity cell, in this generation, of the entry at key decoded with `cell`: that cell while its page
+        is unchanged, a new one when its lines are unchanged though its page changed elsewhere, None when its
+        bytes changed."""
+        if cell[0] == self.gen:
+            return cell
+        deps = self.deps[key]
+        if cell[1] is not None and self._page_cell(deps[0][0] & ~(PAGE - 1)) is cell:
+            return cell
+        if self._valid(deps):
+            return self._cell_for(deps)
+        return None
+
     def get(self, pc: int, wave64: bool):
         """(step function, instruction, is-control, the step for a small batch run under errstate(all="ignore"),
         validity cell) of the instruction at pc."""
@@ -179,34 +197,73 @@ class ICache:
             cell = st[4]
             if cell[0] == self.gen:
                 return st
-            deps = self.deps[key]
-            if cell[1] is not None and self._page_cell(deps[0][0] & ~(PAGE - 1)) is cell:
+            now = self._current(key, cell)
+            if now is cell:
                 return st                             # its page is unchanged: valid again
-            if self._valid(deps):                     # revalidated line by line (its page changed elsewhere)
-                st = st[:4] + (self._cell_for(deps),)
+            if now is not None:                       # revalidated line by line (its page changed elsewhere)
+                st = st[:4] + (now,)
                 self.steps[key] = st
                 return st
-        code, base, deps = self._fetch(pc, self.LINE)
+        bkey, deps = self._fetch_key(pc, wave64)
         # decoded and built steps are shared by every core in the process, keyed by the bytes from the PC on
         # (the look-ahead of mask_dead reads the instructions that follow)
-        isa = self.isa
-        bkey = (isa.name, pc, wave64, code[pc - base:])
-        hit = BUILT.get(bkey)
+        hit = BUILT.get(bkey[:4])
         if hit is None:
-            inst = isa.decode(code, pc, base, wave64)
-            inst.dead_sdst = isa.mask_dead(code, base, wave64, inst)
-            fn = isa.build(inst)
-            hit = (fn, inst, inst.key in isa.control, whole_step(fn) or fn)
+            inst, control = self._decode(bkey)
+            fn = self.isa.build(inst)
+            hit = (fn, inst, control, whole_step(fn) or fn)
             if len(BUILT) >= 1 << 16:
                 BUILT.clear()
-            BUILT[bkey] = hit
+            BUILT[bkey[:4]] = hit
         self.deps[key] = deps
+        self.seen.pop(key, None)
         st = hit + (self._cell_for(deps),)
         self.steps[key] = st
         return st
 
+    def decoded(self, pc: int, wave64: bool) -> tuple:
+        """(instruction, is-control) at pc, as `get` would run it, without building its step."""
+        key = (pc, wave64)
+        st = self.steps.get(key)
+        if st is not None and self._current(key, st[4]) is not None:
+            return st[1], st[2]                       # (get revalidates the step itself when it runs)
+        d = self.seen.get(key)
+        if d is not None:
+            now = self._current(key, d[2])
+            if now is not None:
+                if now is not d[2]:
+                    self.seen[key] = d[:2] + (now,)
+                return d[:2]
+        bkey, deps = self._fetch_key(pc, wave64)
+        hit = BUILT.get(bkey[:4])
+        inst, control = hit[1:3] if hit is not None else self._decode(bkey)
+        self.deps[key] = deps
+        self.seen[key] = (inst, control, self._cell_for(deps))
+        return inst, control
+
+    def _fetch_key(self, pc: int, wave64: bool) -> tuple[tuple, tuple]:
+        """(the process-wide key of the instruction at pc: family, pc, wave size, the bytes from pc on; then the
+        fetched bytes and their address), and the lines it was fetched from."""
+        code, base, deps = self._fetch(pc, self.LINE)
+        return (self.isa.name, pc, wave64, code[pc - base:], code, base), deps
+
+    def _decode(self, bkey: tuple) -> tuple:
+        """(instruction, is-control) of a fetch key, decoded once per process."""
+        k = bkey[:4]
+        hit = DECODED.get(k)
+        if hit is None:
+            isa, (_, pc, wave64, _, code, base) = self.isa, bkey
+            inst = isa.decode(code, pc, base, wave64)
+            inst.dead_sdst = isa.mask_dead(code, base, wave64, inst)
+            hit = (inst, inst.key in isa.control)
+            if len(DECODED) >= 1 << 16:
+                DECODED.clear()
+            DECODED[k] = hit
+        return hit
+
 
 BUILT: dict[tuple[str, int, bool, bytes], tuple] = {}     # (ISA family, pc, wave64, code bytes) -> steps
+DECODED: dict[tuple[str, int, bool, bytes], tuple] = {}   # the same keys -> (instruction, is-control)
 PAGE = 4096
 
 
@@ -579,6 +636,8 @@ def jit_hook():
             from . import jit
         except ImportError:             # llvmlite missing: the interpreter runs everything
             jit = None
+        else:
+            jit.prepare()               # (LLVM started in the background when there is compiled code to load)
         _JIT.append(jit)
     jit = _JIT[0]
     return jit.step if jit is not None and jit.enabled() else None

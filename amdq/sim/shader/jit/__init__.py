@@ -14,6 +14,6 @@ The JIT is on by default; AMDQ_SIM_JIT=0 forces the interpreter.
 """
 from __future__ import annotations
 
-from .runtime import enabled, step
+from .runtime import enabled, prepare, step
 
-__all__ = ["enabled", "step"]
+__all__ = ["enabled", "prepare", "step"]

@@ -9,7 +9,8 @@ family, the wave size, the offsets of the region's blocks and the bytes of every
 its offset from the region's root (the generated code is position independent: PCs are the root's plus
 constants), so compiled code is never used for other bytes. On disk: $AMDQ_SIM_JIT_CACHE (default
 $AMDQ_CACHE/jit, else ~/.cache/amdq/jit; `0` turns the disk cache off), one object file per key, written to a
-temporary file and renamed into place; a file that does not load is compiled again. Failures to read or write
+temporary file and renamed into place; a file that does not load is compiled again (records.py keeps, beside them,
+which regions were compiled in each code page). Failures to read or write
 the cache never fail a dispatch.
 """
 from __future__ import annotations
@@ -135,21 +136,44 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
     interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key`
     is in memory. `key` may be a function making it: then it is made on the worker too (making the first key of a
     process starts LLVM, ~70 ms)."""
-    global _pool
-    from concurrent.futures import Future, ThreadPoolExecutor
+    from concurrent.futures import Future
     hit = MEMORY.get(key) if isinstance(key, str) else None
     if hit is not None:
         f = Future()
         f.set_result((key, hit))
         return f
-    with _pool_lock:                 # not _lock: the worker holds that for a whole compilation
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdq-jit")
 
     def job():
         k = key if isinstance(key, str) else key()
         return k, get(k, names, make_ir, tier, size)
-    return _pool.submit(job)
+    return _worker().submit(job)
+
+
+def submit_call(fn):
+    """A future of fn(), run on the JIT's worker thread (after the compiles submitted before it)."""
+    return _worker().submit(fn)
+
+
+def _worker():
+    """The JIT's worker thread (one: compiles run one after the other)."""
+    global _pool
+    from concurrent.futures import ThreadPoolExecutor
+    with _pool_lock:                 # not _lock: the worker holds that for a whole compilation
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdq-jit")
+        return _pool
+
+
+def start() -> None:
+    """Start LLVM on the worker thread, in the background (its libraries, the target machine, a first engine): what
+    the first region loaded in a process waits for otherwise (tens of ms for the import, 1-2 ms for the rest)."""
+    if not started():
+        _worker().submit(_start)
+
+
+def _start() -> None:
+    llvm, tm = _llvm(FAST)
+    _engine(llvm, tm).finalize_object()
 
 
 def _path(key: str) -> str | None:
@@ -251,14 +275,11 @@ def _store(path: str, obj: bytes) -> None:
 
 
 def region_key(family: str, wave64: bool, root: int, insts: list, version: int, starts: list[int] = (),
-               tier: str = FAST, host: bool = True) -> str:
-    """sha256 over what the region's code depends on (see the module docstring); `starts`: its blocks' PCs. Without
-    `host`, the key of the code alone (LLVM is not started for it: runtime.py's index of what was compiled)."""
-    h = hashlib.sha256()
-    h.update(f"amdq-jit|{version}|{tier}|{host_id() if host else '-'}|{family}|{int(wave64)}|".encode())
-    h.update(",".join(str(p - root) for p in sorted(starts)).encode() + b"|")
+               tier: str = FAST) -> str:
+    """sha256 over what the region's code depends on (see the module docstring); `starts`: its blocks' PCs."""
+    parts = [f"{family}|{int(wave64)}|{','.join(str(p - root) for p in sorted(starts))}|".encode()]
     for i in insts:
-        h.update(f"{i.pc - root}:{len(i.raw)}:".encode())
-        h.update(bytes(i.raw))
-        h.update(b"|" + str(int(bool(i.dead_sdst))).encode())
-    return h.hexdigest()
+        parts.append(f"{i.pc - root}:{len(i.raw)}:{int(bool(i.dead_sdst))}|".encode())
+        parts.append(bytes(i.raw))
+    code = hashlib.sha256(b"".join(parts)).hexdigest()
+    return hashlib.sha256(f"amdq-jit|{version}|{tier}|{host_id()}|{code}".encode()).hexdigest()

@@ -9,10 +9,11 @@ advanced, whether the PCs were set per wave, wave-instructions), or None when th
 
 Candidates and regions: code is searched for blocks once the interpreter spent long enough in it (the tiering
 comment below): the blocks reachable from a PC (straight-line code, fall-through and branch targets, up to
-MAX_BLOCKS), fetched through the ICache (so code comes through the memory model as the interpreter's does), only
-the instructions the interpreter already ran (sync mode: all of them, at once): a candidate. The interpreter goes on
+MAX_BLOCKS), fetched and decoded through the ICache (so code comes through the memory model as the interpreter's
+does; decoded only, the interpreter builds its steps when it runs them): a candidate. The interpreter goes on
 running it and heats it; once hot, the blocks of it that ran are compiled together as a region, keyed by their bytes
-(compiled.py), and a region that stays hot is compiled again at -O2. What is on disk is used without compiling. A
+(compiled.py), and a region that stays hot is compiled again at -O2. What is on disk is used without compiling, and
+what an earlier process compiled is found without a search or heat (records.py, the warm start below). A
 candidate remembers the ICache lines its search read; after an instruction-cache invalidate it is revalidated line
 by line, the ICache's rule, and thrown away with its regions when any byte changed.
 
@@ -35,6 +36,7 @@ from time import perf_counter as _clock
 
 import numpy as np
 
+from . import records
 from .block import VERSION, Block, ModuleGen, finish
 from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
 from ..core import PAGE
@@ -59,6 +61,14 @@ def enabled() -> bool:
     return os.environ.get("AMDQ_SIM_JIT", DEFAULT).strip().lower() not in ("0", "off", "no", "false", "")
 
 
+def prepare() -> None:
+    """A simulated GPU is being made: when earlier processes left records of compiled code (records.py), LLVM starts
+    now on the JIT's worker thread, so a first dispatch that loads their code does not wait for it."""
+    from . import compiled
+    if enabled() and not compiled.started() and records.any_on_disk():
+        compiled.start()
+
+
 def synchronous() -> bool:
     """AMDQ_SIM_JIT=sync: a region is compiled before its first use (tests, benchmarks); otherwise it is compiled
     on the JIT's worker thread while the interpreter runs it, and used from the first lookup after it is ready."""
@@ -69,8 +79,7 @@ def synchronous() -> bool:
 #
 # Interpreted steps heat the code they run: the time from one lookup to the next. Code no candidate holds heats its
 # page, which is searched for blocks once it spent what a search costs; the blocks found from a PC (a Candidate) heat
-# together: past what loading them costs, the disk cache is looked at (a region found there is used at once); past
-# what compiling the blocks that ran is expected to cost (ski rental: never more than twice the better of
+# together: past what compiling the blocks that ran is expected to cost (ski rental: never more than twice the better of
 # interpreting and compiling), those blocks are compiled as one region on the worker thread; the blocks that did not
 # run stay with the interpreter (and are compiled the same way if they become hot). A region is compiled again at
 # -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is expected to cost.
@@ -81,12 +90,16 @@ GAP_SECONDS = 0.002      # at most this much of the time between two lookups is 
 COMPILE_SECONDS = (0.015, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
                                     # the suite's kernels, quiet: 18 ms for the smallest, 77 for the matmul's 104
                                     # instructions; scaled by this process's own compiles, see _expected)
-SEARCH_SECONDS = 0.01    # searching a page's code for blocks (decoding what did not run too: ~5-15 ms a suite kernel)
+SEARCH_SECONDS = 0.03    # a page's code is searched for blocks once the interpreter spent this long in it: a search
+                         # decodes what did not run yet (~15 us an instruction, which the interpreter then reuses) and
+                         # sorts it into blocks (~5 us), 5-15 ms a suite kernel; the blocks found inherit the page's
+                         # heat, so a later search delays no compile. At 10 ms the quick suite (bench/kernels.py,
+                         # nothing of it hot enough to compile) searched 13 times for 100-280 ms, at 30 ms 4-7 times
+                         # for 16-29 ms
 RAN_ONLY = False         # a search follows only the instructions the interpreter decoded (ran): it decodes nothing new,
                          # but a search made early in a kernel's first pass finds little, and the kernel ends up in
                          # small candidates (a 128x128 matmul: six of 1-2 blocks, its 72-instruction loop in none,
                          # 7.5 ms a launch against 4 ms with whole candidates); off until candidates can grow
-LOAD_SECONDS = 0.002     # loading a region from the disk cache (bench/shader.py: jit_disk_ms)
 START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
 OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
 HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
@@ -131,14 +144,14 @@ class Part:
 
 
 class Candidate:
-    """The blocks found from one PC (_discover), process-wide like its Parts: the interpreter's heat in them, the
-    blocks that ran, the regions compiled from them, the one being compiled."""
+    """The blocks found from one PC (_discover), or named by a record of an earlier process (records.py),
+    process-wide like its Parts: the interpreter's heat in them, the blocks that ran, the regions compiled from them,
+    the one being compiled, the regions a record names that are not loaded yet."""
 
-    def __init__(self, family: str, wave64: bool, blocks: list[Block], lines: tuple):
+    def __init__(self, family: str, wave64: bool, blocks: list[Block], lines: tuple, page: tuple[int, bytes]):
         self.family, self.wave64, self.blocks, self.lines = family, wave64, blocks, lines
+        self.page = page                                 # (address, bytes) of the code page its search started in
         self.by_pc = {b.pc: b for b in blocks}
-        self._key = None                                 # (all of them as one region: see key)
-        self.checked = False                             # the disk cache was looked at
         self.heat, self.trigger = 0.0, 0.0               # interpreted seconds; the heat that acts next
         self.work = 0                                    # interpreted wave-instructions (for heat / work)
         self.ran: set[int] = set()                       # blocks (their PCs) the interpreter ran
@@ -146,30 +159,20 @@ class Candidate:
         self.parts: list[Part] = []
         self.job = None                                  # (future of (key, Compiled), blocks) being compiled
         self.empty: list[int] = []                       # PCs its search read that hold no block
+        self.stored: list[list[int]] = []                # regions (their blocks' PCs) a record names, not loaded yet
+        self.loads: list = []                            # (future, blocks) of those being loaded on the worker
 
     def saw(self, blk: Block) -> None:
         self.ran.add(blk.pc)
         self.retrigger()
 
-    @property
-    def key(self) -> str:
-        """The key of its code (all its blocks, no host: computing it does not start LLVM), which names its index
-        on disk (_index_add)."""
-        if self._key is None:
-            root = min(self.by_pc)
-            insts = sorted((i for b in self.blocks for i in b.insts), key=lambda i: i.pc)
-            self._key = region_key(self.family, self.wave64, root, insts, VERSION, list(self.by_pc), "index", False)
-        return self._key
-
     def retrigger(self) -> None:
-        """The heat at which something happens next: the disk cache is looked at (LOAD_SECONDS), then the blocks
-        that ran and are not compiled get compiled (HOT x the compile's cost, LLVM's start the first time)."""
+        """The heat at which the blocks that ran and are not compiled get compiled (HOT x the compile's cost, LLVM's
+        start the first time)."""
         from . import compiled
         ran = self.ran & self.left
         start = 0.0 if compiled.started() else START_SECONDS
         self.trigger = HOT * (_expected(sum(len(self.by_pc[p].insts) for p in ran)) + start) if ran else float("inf")
-        if not self.checked:
-            self.trigger = min(self.trigger, LOAD_SECONDS)
 
 
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
@@ -178,14 +181,22 @@ def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> st
     return region_key(family, wave64, root, insts, VERSION, [b.pc for b in blocks], tier)
 
 
-def _make_ir(blocks: list[Block], wave64: bool):
+def _named(blocks: list[Block]) -> list[str]:
+    """Name the blocks of a region as its module's functions are named (by offset from the region's root)."""
     root = min(b.pc for b in blocks)
     for b in blocks:
         b.name = f"blk_{b.pc - root:x}"
+    return [b.name for b in blocks]
+
+
+def _make_ir(cand: Candidate, blocks: list[Block]):
+    """The region's IR, made when asked (blocks a record named are decoded then, from the candidate's lines)."""
+    _named(blocks)
+    root = min(b.pc for b in blocks)
 
     def make_ir() -> str:
-        gen = ModuleGen(64 if wave64 else 32, root)
-        for b in blocks:
+        gen = ModuleGen(64 if cand.wave64 else 32, root)
+        for b in _decoded(cand, blocks):
             gen.add(b)
         return gen.text()
     return make_ir
@@ -193,13 +204,15 @@ def _make_ir(blocks: list[Block], wave64: bool):
 
 def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     """Compile `blocks` of cand as one region: at once (now, or when it is on disk) or on the worker thread (which
-    also makes the key when LLVM has not started yet: starting it is the worker's work too)."""
+    also makes the key when LLVM has not started yet: starting it is the worker's work too). Blocks holding an
+    instruction the interpreter cannot build (the search only decodes) stay with the interpreter."""
     from . import compiled
     blocks = sorted(blocks, key=lambda b: b.pc)
+    cand.left -= {b.pc for b in blocks}
+    blocks = _buildable(cand, blocks)
     if not blocks:
         return
-    cand.left -= {b.pc for b in blocks}
-    make_ir = _make_ir(blocks, cand.wave64)
+    make_ir = _make_ir(cand, blocks)
     names = [b.name for b in blocks]
     size = sum(len(b.insts) for b in blocks)
     if not now and not compiled.started():
@@ -216,14 +229,32 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     cand.job = (submit(key, names, make_ir, FAST, size), blocks)
 
 
-def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled) -> None:
-    """A region of cand is compiled: it joins the parts (at -O2 at once when that is on disk already)."""
-    if c.source == "compiled":
-        _index_add(cand, blocks)
-    part = Part(cand, blocks, key, c, FAST)
+def _buildable(cand: Candidate, blocks: list[Block]) -> list[Block]:
+    """The blocks every instruction of which the interpreter builds a step for (its handler accepts the operands):
+    the JIT translates only those, as the interpreter would run them."""
+    from ..isa import for_isa
+    isa = for_isa(cand.family)
+    out = []
+    for b in blocks:
+        try:
+            for i in _decoded(cand, [b])[0].insts:
+                isa.build(i)
+        except Exception:
+            continue
+        out.append(b)
+    return out
+
+
+def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled, tier: str = FAST,
+           look: bool = True) -> None:
+    """A region of cand is compiled (or loaded): it joins the parts (at -O2 at once when that is on disk already,
+    unless `look` is False: it was looked for), and a new one is noted in its page's record for later processes."""
+    part = Part(cand, blocks, key, c, tier)
     cand.parts.append(part)
     cand.retrigger()
-    if c.source != "compiled" and available(_key_of(part)):
+    if c.source == "compiled":
+        _record(cand)
+    elif tier == FAST and look and available(_key_of(part)):
         _promote(part)
 
 
@@ -238,51 +269,234 @@ def _collect(cand: Candidate) -> None:
     _adopt(cand, blocks, key, c)
 
 
-def _index_add(cand: Candidate, blocks: list[Block]) -> None:
-    """Note on disk (beside the code, under the candidate's code key) that these of its blocks were compiled as a
-    region, so a later process finding the same candidate loads it without compiling (an append of one line;
-    failures are ignored)."""
-    path = _index_path(cand)
-    if path:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "a") as f:
-                f.write(",".join(f"{b.pc - cand.blocks[0].pc:x}" for b in blocks) + "\n")
-        except OSError:
-            pass
+# ---------------------------------------------------------------- warm start: records of earlier processes
+#
+# records.py keeps, per code page, the candidates found there that have compiled regions. A page's record is read
+# when its code first runs in the process (_take_record: no search, no heat); its candidates' regions are loaded when
+# the interpreter first reaches them (_load_stored, the -O2 code when there is some), so a second process runs
+# compiled code from its first dispatch. A candidate's blocks from a record hold Stored instructions (what running
+# and keying need); they are decoded from the candidate's lines only to be compiled (_decoded).
+SEEN_PAGES: set[str] = set()      # records looked for in this process (by page key), found or not
 
 
-def _index_path(cand: Candidate) -> str | None:
-    from .compiled import directory
-    d = directory()
-    return os.path.join(d, cand.key + ".idx") if d else None
+class Stored:
+    """An instruction a record names: its PC, size, bytes (from memory) and dead-SGPR flag."""
+
+    __slots__ = ("pc", "size", "raw", "dead_sdst")
+
+    def __init__(self, pc: int, raw: bytes, dead_sdst: bool):
+        self.pc, self.size, self.raw, self.dead_sdst = pc, len(raw), raw, dead_sdst
 
 
-def _from_disk(cand: Candidate) -> None:
-    """Load what an earlier process compiled of this candidate: the regions its index names (without an index, a
-    stat and no more: LLVM starts only for what is there)."""
-    path = _index_path(cand)
-    try:
-        with open(path) as f:
-            subsets = f.read().split()
-    except (OSError, TypeError):
-        return
-    first = cand.blocks[0].pc
-    for line in subsets:
-        try:
-            pcs = {first + int(x, 16) for x in line.split(",")}
-        except ValueError:
+def _page_key(family: str, wave64: bool, data: bytes) -> str:
+    return records.page_key(family, wave64, VERSION, data)
+
+
+def _record(cand: Candidate) -> None:
+    """Write the record of cand's page: every candidate of the process found there, from the same page bytes, with
+    the regions compiled from it (those turned off for good left out)."""
+    base, data = cand.page
+    out = []
+    for c in KNOWN.get((cand.family, cand.wave64, base), ()):
+        if c.page[1] != data:
             continue
-        if pcs <= cand.left:
-            blocks = [cand.by_pc[p] for p in pcs]
-            if available(_key(cand.family, cand.wave64, blocks)):
-                _compile(cand, blocks, True)
+        regions = [[b.pc - base for b in p.blocks] for p in c.parts if not (p.off and p.tier == OPT)]
+        regions += [[pc - base for pc in r] for r in c.stored]
+        if regions:
+            out.append(_describe(c, base, regions))
+    if out:
+        records.write(_page_key(cand.family, cand.wave64, data), out)
+
+
+def _describe(cand: Candidate, base: int, regions: list) -> dict:
+    """A candidate as a record keeps it (offsets from the page at `base`)."""
+    end = base + PAGE
+    return {"blocks": [[b.pc - base, [[i.pc - base, i.size, int(bool(i.dead_sdst))] for i in b.insts], b.kinds,
+                        int(b.floats), int(b.gstores), int(b.lstores), b.max_vgpr, b.barriers] for b in cand.blocks],
+            "lines": [[line - base, records.line_hash(data)] for line, data in cand.lines if not base <= line < end],
+            "empty": [p - base for p in cand.empty], "regions": regions}
+
+
+def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> None:
+    """Hold the candidates an earlier process recorded for this code page (see above); none when there is no record,
+    it is damaged, or it does not fit the bytes here. The regions of the candidate holding pc are loaded when the
+    interpreter reaches it, now; the others' start loading on the worker thread."""
+    from ....errors import GPUFault
+    family = icache.isa.name
+    try:
+        data = icache._page(page)
+    except GPUFault:
+        return
+    key = _page_key(family, wave64, data)
+    if key in SEEN_PAGES:               # (its candidates, if any, are KNOWN: _take_known holds them)
+        return
+    SEEN_PAGES.add(key)
+    for rec in records.read(key) or ():
+        try:
+            cand = _from_record(icache, page, data, wave64, rec)
+        except (GPUFault, LookupError, TypeError, ValueError):
+            continue                    # (a record that does not fit: as if there were none)
+        if cand is None or any((i.pc, wave64) in cache.cold or (i.pc, wave64) in cache.at
+                               for b in cand.blocks for i in b.insts):
+            continue
+        known = KNOWN.setdefault((family, wave64, page), [])
+        if len(known) >= KNOWN_PER_PAGE:
+            del known[0]
+        known.append(cand)
+        if synchronous():
+            _load_stored(cand)
+            if cand.left:
+                _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+        elif not any(i.pc == pc for b in cand.blocks for i in b.insts):
+            _load_stored(cand, now=False)
+        deps = tuple((line, icache._line(line)[1]) for line, _ in cand.lines)
+        cache.hold(Held(cand, deps, icache.gen))
+
+
+def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Candidate | None:
+    """The candidate a record describes, or None when it does not fit the bytes here: each instruction lies in lines
+    of the page or in lines outside it that hold the recorded bytes (with the line after it, which the ICache's
+    decode reads too)."""
+    size_line, end = icache.LINE, base + PAGE
+    outside = {base + off: h for off, h in rec["lines"]}
+    lines: dict[int, bytes] = {}
+
+    def line_at(line: int) -> bytes:
+        got = lines.get(line)
+        if got is None:
+            if not base <= line < end and line not in outside:
+                raise LookupError(line)
+            got = icache._line(line)[0]
+            if not base <= line < end and records.line_hash(got) != outside[line]:
+                raise LookupError(line)
+            lines[line] = got
+        return got
+
+    for line in outside:
+        line_at(line)
+    blocks = []
+    for pc, insts, kinds, floats, gstores, lstores, max_vgpr, barriers in rec["blocks"]:
+        stored = []
+        for off, size, dead in insts:
+            at = base + off
+            line = at & ~(size_line - 1)
+            code = line_at(line) + (line_at(line + size_line) if at != line else b"")
+            raw = code[at - line:at - line + size]
+            if not 0 < size <= 16 or len(raw) != size:
+                return None
+            stored.append(Stored(at, raw, bool(dead)))
+        if not stored or len(kinds) != len(stored):
+            return None
+        b = Block(base + pc, stored, list(kinds))
+        b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
+        b.max_vgpr, b.barriers = int(max_vgpr), [int(x) for x in barriers]
+        blocks.append(b)
+    cand = Candidate(icache.isa.name, wave64, blocks, tuple(sorted(lines.items())), (base, data))
+    cand.empty = [base + p for p in rec["empty"]]
+    for p in cand.empty:
+        line_at(p & ~(size_line - 1))
+    cand.lines = tuple(sorted(lines.items()))
+    for r in rec["regions"]:
+        pcs = [base + p for p in r]
+        if pcs and all(p in cand.by_pc for p in pcs):
+            cand.stored.append(pcs)
+    return cand
+
+
+def _load_stored(cand: Candidate, now: bool = True) -> None:
+    """Load the regions a record names for cand, at -O2 when an earlier process compiled that (never compiling:
+    a region with neither object on disk stays with the interpreter until it is hot, as without a record): now, or
+    on the worker thread (cand.loads; _warm takes them as they come)."""
+    from . import compiled
+    stored, cand.stored = cand.stored, []
+    for pcs in stored:
+        if not set(pcs) <= cand.left:
+            continue
+        cand.left -= set(pcs)
+        blocks = sorted((cand.by_pc[p] for p in pcs), key=lambda b: b.pc)
+        load = _loader(cand, blocks)
+        if now:
+            _loaded(cand, blocks, load())
+        else:
+            cand.loads.append((compiled.submit_call(load), blocks))
+
+
+def _loader(cand: Candidate, blocks: list[Block]):
+    """A function loading the region of `blocks` from the disk cache: (key, tier, Compiled) or None."""
+    names, make_ir, size = _named(blocks), _make_ir(cand, blocks), sum(len(b.insts) for b in blocks)
+
+    def load():
+        for tier in (OPT, FAST):
+            key = _key(cand.family, cand.wave64, blocks, tier)
+            if available(key):
+                try:
+                    return key, tier, get(key, names, make_ir, tier, size)
+                except Exception:
+                    continue
+        return None
+    return load
+
+
+def _loaded(cand: Candidate, blocks: list[Block], got) -> None:
+    """A region of a record is loaded (got: from _loader): it joins the parts; if it is not, its blocks are left to
+    the interpreter as any (compiled once hot)."""
+    if got is None:
+        cand.left |= {b.pc for b in blocks}
+        cand.retrigger()
+        return
+    key, tier, c = got
+    _adopt(cand, blocks, key, c, tier, look=False)
+
+
+def _take_loads(cand: Candidate) -> None:
+    """The regions loaded on the worker thread so far join the parts."""
+    for job in [j for j in cand.loads if j[0].done()]:
+        cand.loads.remove(job)
+        fut, blocks = job
+        try:
+            got = fut.result()
+        except Exception:
+            got = None
+        _loaded(cand, blocks, got)
+
+
+def _decoded(cand: Candidate, blocks: list[Block]) -> list[Block]:
+    """The blocks with decoded instructions: as they are, or, for blocks a record named, decoded now from the
+    candidate's lines (and checked against the record: sizes, dead-SGPR flags and kinds)."""
+    if all(not isinstance(b.insts[0], Stored) for b in blocks):
+        return blocks
+    from ..isa import for_isa
+    isa = for_isa(cand.family)
+    shared = _shared(isa)
+    lines = dict(cand.lines)
+    line_size = 64
+    out = []
+    for b in blocks:
+        if not isinstance(b.insts[0], Stored):
+            out.append(b)
+            continue
+        insts = []
+        for s in b.insts:
+            line = s.pc & ~(line_size - 1)
+            code = lines[line] + (lines.get(line + line_size, b"") if s.pc != line else b"")
+            inst = isa.decode(code, s.pc, line, cand.wave64)
+            inst.dead_sdst = isa.mask_dead(code, line, cand.wave64, inst)
+            if inst.size != s.size or bool(inst.dead_sdst) != s.dead_sdst or inst.raw != s.raw:
+                raise ValueError(f"the record does not fit the code at {s.pc:#x}")
+            insts.append(inst)
+        kinds = [kind_of(i) if i.key in shared else None for i in insts]
+        if kinds != b.kinds:
+            raise ValueError(f"the record does not fit the code of the block at {b.pc:#x}")
+        d = finish(Block(b.pc, insts, kinds))
+        d.name = b.name
+        out.append(d)
+    return out
 
 
 def _promote(part: Part) -> None:
     """Compile the part again at -O2 (at once in sync mode or when it is on disk; else on the worker thread)."""
     key = _key_of(part)
-    make_ir = _make_ir(part.blocks, part.wave64)
+    make_ir = _make_ir(part.cand, part.blocks)
     names = [b.name for b in part.blocks]
     if synchronous() or available(key):
         try:
@@ -491,7 +705,7 @@ def _discover(icache, root: int, wave64: bool, covered, read: list | None = None
     looked at (None appended for one that did not decode), `refused` those that do not translate. ran_only: past
     root, only instructions the ICache decoded already (those the interpreter ran): a block ends before the first
     other one, and the search decodes nothing the interpreter would not."""
-    shared = _shared(icache.isa)
+    shared, handlers = _shared(icache.isa), icache.isa.handlers
     blocks: list[Block] = []
     work, seen = [root], set()
     while work and len(blocks) < MAX_BLOCKS:
@@ -506,13 +720,14 @@ def _discover(icache, root: int, wave64: bool, covered, read: list | None = None
                 break
             if ran_only and p != root and (p, wave64) not in icache.steps:
                 break
-            try:
-                st = icache.get(p, wave64)
-            except Exception:           # an instruction that does not decode or build: the interpreter says so
+            try:                        # (decoded only: the interpreter builds a step when it runs one)
+                inst, control = icache.decoded(p, wave64)
+                if inst.key not in handlers:
+                    raise KeyError(inst.key)
+            except Exception:           # an instruction that does not decode or has no handler: the interpreter says so
                 if read is not None:
                     read.append(None)
                 break
-            inst, control = st[1], st[2]
             if read is not None:
                 read.append(p)
             k = kind_of(inst) if inst.key in shared else None
@@ -564,9 +779,8 @@ def _take_known(cache: Cache, icache, page: int, wave64: bool) -> None:
 
 
 def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
-    """Search for the blocks reachable from pc and hold them as a new candidate (what an earlier process compiled
-    of it loaded from disk and the rest compiled at once in sync mode). PCs the search found that no block can hold
-    are noted as such."""
+    """Search for the blocks reachable from pc and hold them as a new candidate (compiled whole at once in sync mode,
+    from the disk cache where it is there). PCs the search found that no block can hold are noted as such."""
     family = icache.isa.name
     key = (pc, wave64)
     read: list = []
@@ -582,17 +796,15 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     # the candidate depends on every line its search read (the same bytes give the same blocks)
     deps = tuple({d for p in read if p is not None for d in icache.deps.get((p, wave64), ())})
     lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
-    cand = Candidate(family, wave64, blocks, lines)
+    page = pc & ~(PAGE - 1)
+    cand = Candidate(family, wave64, blocks, lines, (page, icache._page(page)))
     cand.empty = sorted({p for p in read if p is not None} - {i.pc for b in blocks for i in b.insts})
     known = KNOWN.setdefault((family, wave64, pc & ~(PAGE - 1)), [])
     if len(known) >= KNOWN_PER_PAGE:
         del known[0]
     known.append(cand)
-    if sync:
-        cand.checked = True
-        _from_disk(cand)
-        if cand.left:
-            _compile(cand, [cand.by_pc[p] for p in cand.left], True)
+    if sync and cand.left:
+        _compile(cand, [cand.by_pc[p] for p in cand.left], True)
     cache.hold(Held(cand, deps, icache.gen))
     if key not in cache.cold and key not in cache.at:
         _note_none(cache, icache, key, read)
@@ -628,7 +840,8 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
         if held.gen == icache.gen or _revalidate(cache, icache, held):
             cand = cache.warming = held.cand
             cand.work += waves
-            if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts):
+            if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts) \
+                    and not cand.loads:
                 return None             # (the common case: interpreted, not hot yet)
             return _warm(cache, held, blk, key)
     else:
@@ -642,19 +855,22 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
         page = cache.pages[pk] = Heat(0.0 if synchronous() else SEARCH_SECONDS)
         with _lock:
             _take_known(cache, icache, pk[0], wave64)
+            _take_record(cache, icache, pk[0], wave64, pc)
         if key in cache.cold or key in cache.at or key in cache.none:
             return lookup(icache, pc, wave64)
     if page.heat < page.trigger:
         cache.warming = page
         return None
-    page.heat = 0.0
+    heat, page.heat = page.heat, 0.0
     with _lock:
         _find(cache, icache, pc, wave64)
     cold = cache.cold.get(key)
     if cold is None:
         return cache.at.get(key)
-    cache.warming = cold[0].cand
-    cold[0].cand.work += waves
+    cand = cache.warming = cold[0].cand
+    if not cand.heat:                   # a new candidate: the page's heat was spent in it (mostly: at most the
+        cand.heat = heat                # search's threshold of it in code elsewhere in the page)
+    cand.work += waves
     return _warm(cache, cold[0], cold[1], key)
 
 
@@ -674,18 +890,17 @@ def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
 
 def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
     cand = held.cand
+    if cand.loads:
+        _take_loads(cand)
+    if cand.stored:                     # (a record's regions: loaded when the interpreter first reaches them)
+        _load_stored(cand)
     if blk.pc not in cand.ran:
         cand.saw(blk)
     if cand.job is not None:
         if cand.job[0].done():
             _collect(cand)
-    elif cand.heat >= cand.trigger:
-        if not cand.checked:
-            cand.checked = True
-            _from_disk(cand)
-            cand.retrigger()
-        elif blk.pc in cand.left:
-            _compile(cand, [cand.by_pc[p] for p in cand.ran & cand.left], False)
+    elif cand.heat >= cand.trigger and blk.pc in cand.left:
+        _compile(cand, [cand.by_pc[p] for p in cand.ran & cand.left], False)
     if held.parts != len(cand.parts):
         cache.install(held)
         return cache.at.get(key)
@@ -698,6 +913,7 @@ def forget() -> None:
     from . import compiled
     compiled.MEMORY.clear()
     KNOWN.clear()
+    SEEN_PAGES.clear()
 
 
 def _revalidate(cache: Cache, icache, held: Held) -> bool:

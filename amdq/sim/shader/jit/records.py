@@ -1,0 +1,91 @@
+"""What earlier processes found and compiled, per code page, on disk: the JIT's warm start.
+
+A record is named by a sha256 over its format, the JIT's version, the ISA family, the wave size and the bytes of one
+4 KiB code page; it lists the candidates whose search started in that page (runtime.py), each as offsets from the
+page: its blocks (every instruction's offset, size and dead-SGPR flag, the kinds and properties the search gave
+them), the PCs its search read that hold no block, the lines outside the page it was found from (with a sha256 of
+their bytes) and the regions compiled from it (their blocks). A process looks for a page's record the first time it
+runs code there: the candidates whose lines hold the same bytes are taken as found, without a search, and their
+regions are loaded when the interpreter first reaches them, without heat. What is loaded is still keyed by the bytes
+in memory (compiled.region_key over each instruction's bytes there), so an object file is never used for other
+bytes; a record only spares the search and says which keys to try.
+
+Records live in $AMDQ_SIM_JIT_CACHE/pages (compiled.directory), written to a temporary file and renamed into place,
+one line of JSON after a sha256 of it: a record that is damaged, of another format, or that does not parse is
+ignored (the page is searched as without one). Failures to read or write never fail a dispatch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+from .compiled import directory
+
+FORMAT = 1
+
+
+def page_key(family: str, wave64: bool, version: int, data: bytes) -> str:
+    """The name of the record of a code page holding `data` (its 4 KiB)."""
+    h = hashlib.sha256(f"amdq-jit-page|{FORMAT}|{version}|{family}|{int(wave64)}|".encode())
+    h.update(data)
+    return h.hexdigest()
+
+
+def line_hash(data: bytes) -> str:
+    """What a record keeps of a line outside its page: a sha256 of its bytes (hex, 128 bits)."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def folder() -> str | None:
+    """The directory records live in (None: the disk cache is off)."""
+    d = directory()
+    return os.path.join(d, "pages") if d else None
+
+
+def read(key: str) -> list | None:
+    """The candidates of the record `key` (as written), or None: no record, or one that is damaged."""
+    d = folder()
+    if d is None:
+        return None
+    try:
+        with open(os.path.join(d, key), "rb") as f:
+            text = f.read()
+        digest, _, body = text.partition(b"\n")
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            return None
+        rec = json.loads(body)
+        if rec.get("format") != FORMAT or not isinstance(rec.get("cands"), list):
+            return None
+        return rec["cands"]
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def write(key: str, cands: list) -> None:
+    """Replace the record `key` with these candidates (JSON-able)."""
+    d = folder()
+    if d is None:
+        return
+    body = json.dumps({"format": FORMAT, "cands": cands}, separators=(",", ":")).encode()
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        os.replace(tmp, os.path.join(d, key))
+    except OSError:
+        pass
+
+
+def any_on_disk() -> bool:
+    """Some record exists (an earlier process compiled code): worth starting LLVM before the first dispatch."""
+    d = folder()
+    if d is None:
+        return False
+    try:
+        with os.scandir(d) as it:
+            return any(e.name[:1] != "." and not e.name.endswith(".tmp") for e in it)
+    except OSError:
+        return False
