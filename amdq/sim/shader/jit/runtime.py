@@ -647,6 +647,11 @@ class Cache:
 # of that page, once all their code lines' bytes are checked equal
 KNOWN: dict[tuple[str, bool, int], list[Candidate]] = {}
 KNOWN_PER_PAGE = 16
+# the interpreted time of code pages not searched yet, process-wide too, by (family, wave64, page, its bytes): a page
+# whose every dispatch runs shorter than SEARCH_SECONDS on a new shader core still gets searched once the process
+# spent that long in it
+PAGE_HEAT: dict[tuple[str, bool, int, bytes], "Heat"] = {}
+PAGE_HEAT_MAX = 1024
 _shared_cache: dict[str, frozenset] = {}
 # candidates and parts are shared by the shader cores of the process, which may run on several threads (one
 # simulated GPU's worker each): what changes them (searches, compiles, promotions) holds this lock
@@ -852,7 +857,7 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
     pk = (pc & ~(PAGE - 1), wave64)
     page = cache.pages.get(pk)
     if page is None:
-        page = cache.pages[pk] = Heat(0.0 if synchronous() else SEARCH_SECONDS)
+        page = cache.pages[pk] = _page_heat(icache, pk[0], wave64)
         with _lock:
             _take_known(cache, icache, pk[0], wave64)
             _take_record(cache, icache, pk[0], wave64, pc)
@@ -872,6 +877,22 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
         cand.heat = heat                # search's threshold of it in code elsewhere in the page)
     cand.work += waves
     return _warm(cache, cold[0], cold[1], key)
+
+
+def _page_heat(icache, page: int, wave64: bool) -> "Heat":
+    """The heat of a code page no candidate holds yet: the process's, for these bytes there."""
+    from ....errors import GPUFault
+    trigger = 0.0 if synchronous() else SEARCH_SECONDS
+    try:
+        key = (icache.isa.name, wave64, page, icache._page(page))
+    except GPUFault:
+        return Heat(trigger)
+    heat = PAGE_HEAT.get(key)
+    if heat is None:
+        if len(PAGE_HEAT) >= PAGE_HEAT_MAX:
+            del PAGE_HEAT[next(iter(PAGE_HEAT))]
+        heat = PAGE_HEAT[key] = Heat(trigger)
+    return heat
 
 
 class Heat:
@@ -914,6 +935,7 @@ def forget() -> None:
     compiled.MEMORY.clear()
     KNOWN.clear()
     SEEN_PAGES.clear()
+    PAGE_HEAT.clear()
 
 
 def _revalidate(cache: Cache, icache, held: Held) -> bool:
