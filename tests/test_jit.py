@@ -116,6 +116,24 @@ def test_jit_matches_interpreter(arch, name, kw, monkeypatch):
     assert used, "no dispatch ran"
 
 
+WIDTH_CASES = ["vadd_partial", "divergent_loop", "wave_ops", "lds_transpose", "atomics_global", "dyn_lds",
+               "select_cmp", "vec_fma"]
+
+
+@pytest.mark.parametrize("width", [8, 16])
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
+@pytest.mark.parametrize("case", WIDTH_CASES)
+def test_each_vector_width_matches_interpreter(case, arch, width, monkeypatch):
+    """Generated code with 8 and with 16 lanes per vector operation (AMDQ_SIM_JIT_WIDTH; the host picks one, the
+    other is what another host runs): the interpreter's memory and registers, wave32 and wave64."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_WIDTH", str(width))
+    runtime.forget()                    # (regions compiled at the other width are not reused)
+    for name, kw in _cases():
+        if name != f"test_{case}" or (arch == "gfx942" and kw.get("wave", 64) != 64):
+            continue
+        test_jit_matches_interpreter(arch, name, kw, monkeypatch)
+
+
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx950"])
 def test_jit_covers_the_bench_kernels(arch):
     """vadd and the tiled matmul run mostly compiled on gfx1100 and on gfx950 (CDNA4: CDNA3's translated keys),

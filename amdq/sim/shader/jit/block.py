@@ -9,10 +9,15 @@ from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
 from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, Emitter, Fn, fuse, halves, helpers,
-                 is_float)
+                 is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
 VERSION = 23          # bump when the generated code changes meaning (part of every cache key)
+
+
+def code_version() -> str:
+    """What the generated code depends on besides the instructions: VERSION and the lanes per vector operation."""
+    return f"{VERSION}.w{lanes_per_op()}"
 
 
 @dataclass
@@ -312,8 +317,6 @@ class ModuleGen:
             f"declare <{L} x float> @llvm.fabs.v{L}f32(<{L} x float>)",
             *(f"declare <{L} x i32> @llvm.{m}.v{L}i32(<{L} x i32>, <{L} x i32>)" for m in ("umin", "umax", "smin", "smax")),
             *(f"declare i32 @llvm.{m}.i32(i32, i32)" for m in ("umin", "umax", "smin", "smax")),
-            "declare <8 x i32> @llvm.masked.gather.v8i32.v8p0(<8 x ptr>, i32, <8 x i1>, <8 x i32>)",
-            "declare void @llvm.masked.scatter.v8i32.v8p0(<8 x i32>, <8 x ptr>, i32, <8 x i1>)",
             "",
             "define internal i64 @lookup(ptr %tab, i64 %cnt, i64 %a, i64 %nb, ptr %hint) noinline {",
             "entry:",
@@ -709,8 +712,8 @@ class ModuleGen:
                     c3 = f.op(f"icmp uge {V64} {ae}, {a}")
                     inr = f.op(f"and {f.MT} {f.op(f'and {f.MT} {c1}, {c2}')}, {c3}")
                     notm = f.op(f"xor {f.MT} {m}, {f.splat('true', 'i1')}")
-                    ok = f.op(f"bitcast {f.MT} {f.op(f'or {f.MT} {inr}, {notm}')} to i8")
-                    allok = f.op(f"icmp eq i8 {ok}, -1")
+                    ok = f.op(f"bitcast {f.MT} {f.op(f'or {f.MT} {inr}, {notm}')} to {f.MI}")
+                    allok = f.op(f"icmp eq {f.MI} {ok}, -1")
                     if access and write and words > 1:
                         allok = "false"          # multi-dword stores go lane by lane (the interpreter's order)
                     fast, slow, join = f.t("gf"), f.t("gs"), f.t("gj")
@@ -775,7 +778,7 @@ class ModuleGen:
         if off:
             a0 = f.op(f"add i64 {a0}, {off}")
         same = f.op(f"and {f.MT} {same}, {m}")
-        full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {same} to i8')}, -1")
+        full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {same} to {f.MI}')}, -1")
         nowrap = f.op(f"icmp ule i32 {lo0}, {2 ** 32 - 4 * f.W}")
         lo_, hi_ = hint_at(0), hint_at(1)
         span = f.op(f"sub i64 {hi_}, {lo_}")
@@ -855,7 +858,7 @@ class ModuleGen:
                     for j in range(nw):
                         mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(4 * j)}')}")
                         vals.append(self._gather32(f, lds, add(ao, 4 * j), mm))
-                full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {m} to i8')}, -1")
+                full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {m} to {f.MI}')}, -1")
                 yes, no, join = f.t("df"), f.t("dp"), f.t("dj")
                 f.e(f"br i1 {full}, label {yes}, label {no}")
                 f.label(yes)                        # every lane active: plain stores (a masked store is slow on Zen)
@@ -886,11 +889,11 @@ class ModuleGen:
         VT, MT, W = f.VT, f.MT, f.W
         S = 4 * nw
         a0 = f.op(f"extractelement {VT} {a}, i64 0")
-        full = f.op(f"icmp eq i8 {f.op(f'bitcast {MT} {m} to i8')}, -1")
+        full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {MT} {m} to {f.MI}')}, -1")
 
         def every(c: str) -> str:
-            c8 = f.op(f"bitcast {MT} {c} to i8")
-            return f.op(f"and i1 {full}, {f.op(f'icmp eq i8 {c8}, -1')}")
+            cm = f.op(f"bitcast {MT} {c} to {f.MI}")
+            return f.op(f"and i1 {full}, {f.op(f'icmp eq {f.MI} {cm}, -1')}")
         ramp = "<" + ", ".join(f"i32 {S * j}" for j in range(W)) + ">"
         isr = every(f.op(f"icmp eq {VT} {a}, {f.op(f'add {VT} {f.splat(a0)}, {ramp}')}"))
         isb = every(f.op(f"icmp eq {VT} {a}, {f.splat(a0)}"))
@@ -932,8 +935,8 @@ class ModuleGen:
         ramp = "<" + ", ".join(f"i32 {step * j}" for j in range(f.W)) + ">"
         want = f.op(f"add {f.VT} {f.splat(a0)}, {ramp}") if step else f.splat(a0)
         same = f.op(f"icmp eq {f.VT} {offs}, {want}")
-        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to i8")
-        return a0, f.op(f"icmp eq i8 {both}, -1")
+        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to {f.MI}")
+        return a0, f.op(f"icmp eq {f.MI} {both}, -1")
 
     def _gather32(self, f: Fn, base: str, offs: str, ok: str) -> str:
         """Dwords at base + the lanes' i32 byte offsets where ok is set, 0 elsewhere: lane by lane (the chunks a
@@ -964,8 +967,8 @@ class ModuleGen:
         ramp = "<" + ", ".join(f"i64 {step * j}" for j in range(f.W)) + ">"
         want = f.op(f"add <{f.W} x i64> {f.splat(a0, 'i64')}, {ramp}")
         same = f.op(f"icmp eq <{f.W} x i64> {addrs}, {want}")
-        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to i8")
-        return a0, f.op(f"icmp eq i8 {both}, -1")
+        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to {f.MI}")
+        return a0, f.op(f"icmp eq {f.MI} {both}, -1")
 
     def _gather(self, f: Fn, addrs: str, ok: str, other: str) -> str:
         """Dwords at the host addresses of the lanes where ok is set, `other`'s elsewhere. Every lane ok on
@@ -1000,14 +1003,14 @@ class ModuleGen:
         return self._lanes_load(f, ptrs, ok, other)
 
     def _lanes_load(self, f: Fn, ptrs: str, ok: str, other: str) -> str:
-        ok8 = f.op(f"bitcast {f.MT} {ok} to i8")
-        vec = f.op(f"call {f.VT} @gather_lanes(<{f.W} x ptr> {ptrs}, i8 {ok8}, ptr %ctx)")
+        okm = f.op(f"bitcast {f.MT} {ok} to {f.MI}")
+        vec = f.op(f"call {f.VT} @gather_lanes(<{f.W} x ptr> {ptrs}, {f.MI} {okm}, ptr %ctx)")
         return f.op(f"select {f.MT} {ok}, {f.VT} {vec}, {f.VT} {other}")
 
     def _lanes_store(self, f: Fn, vals: str, ptrs: str, ok: str) -> None:
-        ok8 = f.op(f"bitcast {f.MT} {ok} to i8")
+        okm = f.op(f"bitcast {f.MT} {ok} to {f.MI}")
         spare = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX_SPARE}")
-        f.e(f"call void @scatter_lanes({f.VT} {vals}, <{f.W} x ptr> {ptrs}, i8 {ok8}, ptr {spare})")
+        f.e(f"call void @scatter_lanes({f.VT} {vals}, <{f.W} x ptr> {ptrs}, {f.MI} {okm}, ptr {spare})")
 
     def _scatter(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
         """Store the lanes where ok is set, in lane order (later lanes win): one vector store when every lane is ok
@@ -1118,7 +1121,7 @@ class _WaveEmitter(Emitter):
         f = self.f
         c = self.c
         pre, head, lb, skip, done = f.t("jp"), f.t("jh"), f.t("jb"), f.t("js"), f.t("jd")
-        base = f.op(f"shl i64 {c}, 3")
+        base = f.op(f"shl i64 {c}, {f.LOGW}")
         f.e(f"br label {pre}")
         f.label(pre)
         f.e(f"br label {head}")

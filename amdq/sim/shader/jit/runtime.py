@@ -35,7 +35,7 @@ from time import perf_counter as _clock
 
 import numpy as np
 
-from .block import VERSION, Block, ModuleGen, finish
+from .block import Block, ModuleGen, code_version, finish
 from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
 from ..core import PAGE
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
@@ -158,7 +158,8 @@ class Candidate:
         if self._key is None:
             root = min(self.by_pc)
             insts = sorted((i for b in self.blocks for i in b.insts), key=lambda i: i.pc)
-            self._key = region_key(self.family, self.wave64, root, insts, VERSION, list(self.by_pc), "index", False)
+            self._key = region_key(self.family, self.wave64, root, insts, code_version(), list(self.by_pc), "index",
+                                   False)
         return self._key
 
     def retrigger(self) -> None:
@@ -175,7 +176,7 @@ class Candidate:
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
     root = min(b.pc for b in blocks)
     insts = sorted((i for b in blocks for i in b.insts), key=lambda i: i.pc)
-    return region_key(family, wave64, root, insts, VERSION, [b.pc for b in blocks], tier)
+    return region_key(family, wave64, root, insts, code_version(), [b.pc for b in blocks], tier)
 
 
 def _make_ir(blocks: list[Block], wave64: bool):
