@@ -12,7 +12,7 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
                  is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 23          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 24          # bump when the generated code changes meaning (part of every cache key)
 
 
 def code_version() -> str:
@@ -32,6 +32,7 @@ class Block:
     lstores: bool = False        # writes LDS
     max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
     barriers: list[int] = field(default_factory=list)   # indices of its s_barrier instructions
+    work: list[int] = field(default_factory=list)       # ALU and LDS instructions before each index (and in all)
     name: str = ""
 
     def __post_init__(self):
@@ -73,6 +74,9 @@ def finish(b: Block) -> Block:
     b.max_vgpr = max((_vregs(i) for i in b.insts), default=0)
     b.gstores = "gstore" in b.kinds
     b.barriers = [j for j, k in enumerate(b.kinds) if k == "barrier"]
+    b.work = [0]
+    for k in b.kinds:
+        b.work.append(b.work[-1] + (k in ("alu", "ds")))
     b.lstores = any(k == "ds" and i.key.startswith("ds_store") for i, k in zip(b.insts, b.kinds))
     return b
 
@@ -126,7 +130,7 @@ done:
 #    MODE the waves lack (ctx[mode_ok]) and no more VGPRs than the waves have (ctx[vgprs]),
 #  - fewer than ctx[budget] instructions ran (the scheduler's max_steps: a long loop still returns to the host),
 #  - it is not a block runtime._parallel would split over threads (no memory access that can miss, tiles, at least
-#    ctx[par_insts] instructions to run): those return to the scheduler, whose next call runs them in parallel.
+#    ctx[par_insts] ALU and LDS instructions): those return to the scheduler, whose next call runs them in parallel.
 # It returns what a block returns (a miss index, -2 diverged after a branch, -4 s_endpgm) or -1: every wave is at
 # the end of block ctx[cur_blk] (its instruction ctx[cur_end] when the block was cut short), -3: every wave is at
 # ctx[next_pc] after a branch. ctx[steps] counts the instructions of the blocks finished (per wave), ctx[start0]
@@ -272,11 +276,10 @@ check:
   %fl_m = and i32 %fl, 16
   %memfree = icmp ne i32 %fl_m, 0
   %tiled = icmp ne i64 %tile, 0
-  %pnl = getelementptr [0 x i32], ptr @ch_n, i64 0, i64 %nbz
-  %nl = load i32, ptr %pnl
-  %left = sub i32 %nl, %nx
-  %left64 = zext i32 %left to i64
-  %heavy = icmp uge i64 %left64, %parins
+  %pwk = getelementptr [0 x i32], ptr @ch_work, i64 0, i64 %nbz
+  %wk = load i32, ptr %pwk
+  %wk64 = zext i32 %wk to i64
+  %heavy = icmp uge i64 %wk64, %parins
   %par1 = and i1 %memfree, %tiled
   %par = and i1 %par1, %heavy
   %bad = or i1 %bad3, %par
@@ -377,6 +380,7 @@ class ModuleGen:
             memory_free = not any(k in ("gload", "gstore", "sload") for k in b.kinds)
             return b.floats | bool(b.barriers) << 1 | b.gstores << 2 | b.lstores << 3 | memory_free << 4
         tables = [table("ch_n", "i32", (len(b.insts) for b in blocks)),
+                  table("ch_work", "i32", (b.work[-1] for b in blocks)),
                   table("ch_endoff", "i64", (b.end_pc - self.root for b in blocks)),
                   table("ch_lastoff", "i64", (b.insts[-1].pc - self.root for b in blocks)),
                   table("ch_flags", "i32", (flags(b) for b in blocks)),

@@ -755,8 +755,11 @@ class Tables:
 
 
 def _tables(batch, mem) -> Tables:
-    """The core's tables for the memory's current TLB (fresh ones for a memory without a TLB)."""
+    """The core's tables for the memory's current TLB, or for what its ranges depend on (`jit_key`: FlatMemory's
+    arena, whose allocations never move); fresh ones for a memory with neither."""
     tlb = getattr(mem, "_tlb", None)
+    if tlb is None:
+        tlb = getattr(mem, "jit_key", None)
     if tlb is None:
         return Tables(None)
     t = getattr(batch.core, "_jit_tables", None)
@@ -846,7 +849,8 @@ def _mode_ok(w, sel) -> bool:
 
 
 TILE_WAVES = 64          # waves per tile: a tile's registers stay in the caches while the block runs over it
-PARALLEL_MIN = 1 << 14   # wave-instructions in a call before it is split across threads (below: not worth a hand-off)
+PARALLEL_MIN = 1 << 14   # ALU and LDS wave-instructions in a call before it is split across threads (below: not worth
+                         # a hand-off; an s_endpgm or a branch over many waves is not worth one)
 _workers = None
 
 
@@ -873,7 +877,8 @@ def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end
     """Run the call on several threads when that cannot change anything: a block with no global memory access
     (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
     boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
-    if tile == 0 or k * (end - i) < PARALLEL_MIN or any(x in blk.kinds for x in ("gload", "gstore", "sload")):
+    if tile == 0 or k * (blk.work[end] - blk.work[i]) < PARALLEL_MIN or \
+            any(x in blk.kinds for x in ("gload", "gstore", "sload")):
         return False
     nt = threads()
     if nt < 2:
