@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
-from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, Emitter, Fn, fuse, halves, helpers,
-                 is_float, lanes_per_op)
+from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, WORK, Emitter, Fn, fuse, halves,
+                 helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 24          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 25          # bump when the generated code changes meaning (part of every cache key)
 
 
 def code_version() -> str:
@@ -33,6 +33,7 @@ class Block:
     max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
     barriers: list[int] = field(default_factory=list)   # indices of its s_barrier instructions
     work: list[int] = field(default_factory=list)       # ALU and LDS instructions before each index (and in all)
+    fused: bool = False          # its phases run wave by wave inside one loop over the waves (fusable)
     name: str = ""
 
     def __post_init__(self):
@@ -78,12 +79,57 @@ def finish(b: Block) -> Block:
     for k in b.kinds:
         b.work.append(b.work[-1] + (k in ("alu", "ds")))
     b.lstores = any(k == "ds" and i.key.startswith("ds_store") for i, k in zip(b.insts, b.kinds))
+    b.fused = fusable(b)
     return b
+
+
+def _store(inst: Inst, kind: str) -> bool:
+    return kind == "gstore" or kind == "ds" and inst.key.startswith("ds_store")
+
+
+def splits_before(insts: list[Inst], kinds: list[str], inst: Inst, kind: str) -> bool:
+    """A block ends before this instruction (runtime._discover): a block holds stores (global or LDS) only, or none
+    (with the no-ops, waits and barriers among them), so the work between the stores makes fusable blocks."""
+    if kind not in WORK:
+        return False
+    for i, k in zip(reversed(insts), reversed(kinds)):     # (the block so far is of one sort: its last worker says)
+        if k in WORK:
+            return _store(i, k) != _store(inst, kind)
+    return False
+
+
+def _phases(b: Block) -> list[tuple[str, list[int]]]:
+    """The block's phases: (kind, instruction indices), a run of ALU instructions (with the no-ops, waits and
+    barriers among them) or one memory instruction, branch or s_endpgm (a ds_store_2addr is two: one per address)."""
+    phases: list[tuple[str, list[int]]] = []
+    for i, k in enumerate(b.kinds):
+        if k in ("alu", "nop", "wait", "barrier"):
+            if phases and phases[-1][0] == "alu":
+                phases[-1][1].append(i)
+            else:
+                phases.append(("alu", [i]))
+        elif k == "ds" and b.insts[i].key.startswith("ds_store_2addr"):
+            phases.append(("ds0", [i]))
+            phases.append(("ds1", [i]))
+        else:
+            phases.append((k, [i]))
+    return [(kind, idx) for kind, idx in phases if kind != "alu" or any(b.kinds[i] == "alu" for i in idx)]
+
+
+def fusable(b: Block) -> bool:
+    """Its phases can run wave by wave (each wave the whole block, then the next) instead of phase by phase (each
+    phase for every wave): it stores nothing, to global memory or LDS, so no wave reads what another writes in it
+    (the interpreter's order differs from the wave order only between waves' loads and ALU work, which commute; an
+    s_barrier in it is a no-op, runtime.step). A wave whose access misses the table stops it there: the waves
+    before it finished the block, the ones after it did not start (tiles of one wave). Worth it from two phases on
+    (one wave loop instead of one per phase)."""
+    return not b.gstores and not b.lstores and len(_phases(b)) >= 2
 
 
 # The exported function: the block for tiles of ctx[tile] waves (all waves when 0), from wave ctx[tile_from] on; the
 # first tile from instruction `start`, the others from ctx[start0] = the index the call began at. A tile that stops
-# before a memory instruction leaves its first wave's index in ctx[miss_tile].
+# before a memory instruction leaves its first wave's index in ctx[miss_tile] (a fused block's: the wave that
+# stopped, ctx[miss_sub] waves into the tile).
 TILES = """define i32 @{name}(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) {{
 entry:
   %pt = getelementptr i64, ptr %ctx, i64 {tile}
@@ -93,6 +139,8 @@ entry:
   %pf = getelementptr i64, ptr %ctx, i64 {tile_from}
   %from = load i64, ptr %pf
   %ps = getelementptr i64, ptr %ctx, i64 {miss_tile}
+  %psub = getelementptr i64, ptr %ctx, i64 {miss_sub}
+  store i64 0, ptr %psub
   %pst = getelementptr i64, ptr %ctx, i64 {start0}
   br label %loop
 loop:
@@ -110,7 +158,9 @@ body:
   %miss = icmp sge i32 %r, 0
   br i1 %miss, label %stop, label %next
 stop:
-  store i64 %tb, ptr %ps
+  %sub = load i64, ptr %psub
+  %tw = add i64 %tb, %sub
+  store i64 %tw, ptr %ps
   ret i32 %r
 next:
   %tb1 = add i64 %tb, %cnt
@@ -312,6 +362,7 @@ class ModuleGen:
         self.lanes, self.root = lanes, root
         self.funcs: list[str] = []
         self.blocks: list[Block] = []
+        self.fused = False              # emitting a fused block's phases (inside its wave loop)
 
     def header(self) -> str:
         L = self.lanes
@@ -416,7 +467,8 @@ class ModuleGen:
         b.name = name
         self.blocks.append(b)
         f = Fn(self.lanes)
-        f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) alwaysinline {{")
+        start = "%start_arg" if b.fused else "%start"
+        f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 {start}, i32 %end) alwaysinline {{")
         f.lines.append("entry:")
         for key, ty in (("v", "ptr"), ("s", "ptr"), ("scc", "ptr"), ("em", "ptr"), ("full", "ptr"), ("pc", "ptr"),
                         ("n", "i64"), ("lds", "ptr"), ("lds_base", "ptr"), ("lds_size", "i64"), ("rtab", "ptr"),
@@ -427,22 +479,12 @@ class ModuleGen:
         f.e(f"%nl = mul i64 %n, {self.lanes}")
         f.e("%ctl = alloca i32")
         f.e("store i32 0, ptr %ctl")
-        # phases
-        phases: list[tuple[str, list[int]]] = []
-        for i, k in enumerate(b.kinds):
-            if k in ("alu", "nop", "wait", "barrier"):
-                if phases and phases[-1][0] == "alu":
-                    phases[-1][1].append(i)
-                else:
-                    phases.append(("alu", [i]))
-            elif k == "ds" and b.insts[i].key.startswith("ds_store_2addr"):
-                phases.append(("ds0", [i]))
-                phases.append(("ds1", [i]))
-            else:
-                phases.append((k, [i]))
+        phases = _phases(b)
         nxt = f.t("ph")
-        f.e(f"br label {nxt}")
-        phases = [(kind, idx) for kind, idx in phases if kind != "alu" or any(b.kinds[i] == "alu" for i in idx)]
+        if b.fused:                     # one loop over the waves, each running every phase (see fusable)
+            self._fused_head(f, nxt)
+        else:
+            f.e(f"br label {nxt}")
         for kind, idx in phases:
             f.label(nxt)
             nxt = f.t("ph")
@@ -470,6 +512,8 @@ class ModuleGen:
                 self._wave_loop(f, lambda em, i=idx[0]: self._ds(em, b.insts[i], part))
             f.e(f"br label {nxt}")
         f.label(nxt)
+        if b.fused:
+            self._fused_tail(f)
         c = f.op("load i32, ptr %ctl")
         f.e(f"%ret = sub i32 -1, {c}")          # -1 fell through, -2 a branch set the PCs, -4 s_endpgm ended the waves
         f.e("ret i32 %ret")
@@ -477,11 +521,44 @@ class ModuleGen:
         f.lines[2:2] = f.allocas
         self.funcs.append("\n".join(f.lines))
         self.funcs.append(TILES.format(name=name, tile=CTX["tile"], tile_from=CTX["tile_from"], miss_tile=CTX["miss_tile"],
-                                       start0=CTX["start0"]))
+                                       miss_sub=CTX["miss_sub"], start0=CTX["start0"]))
         return name
 
+    def _fused_head(self, f: Fn, first: str) -> None:
+        """A fused block's wave loop: wave %fi of the call (%fw in the batch) runs from `start` (the first wave of the
+        call) or from ctx[start0] (the others: where the call began), as the TILES function starts its tiles."""
+        p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX['start0']}")
+        s0 = f.op(f"trunc i64 {f.op(f'load i64, ptr {p}')} to i32")
+        f.e("br label %fl")
+        f.label("%fl")
+        f.e("%fi = phi i64 [0, %entry], [%fi1, %fn]")
+        f.e(f"br i1 {f.op('icmp ult i64 %fi, %nw')}, label %fb, label %fd")
+        f.label("%fb")
+        f.e(f"%start = select i1 {f.op('icmp eq i64 %fi, 0')}, i32 %start_arg, i32 {s0}")
+        f.e(f"%fw = load i64, ptr {f.op('getelementptr i64, ptr %waves, i64 %fi')}")
+        self.fused = True
+        f.e(f"br label {first}")
+
+    def _fused_tail(self, f: Fn) -> None:
+        self.fused = False
+        f.e("br label %fn")
+        f.label("%fn")
+        f.e("%fi1 = add i64 %fi, 1")
+        f.e("br label %fl")
+        f.label("%fd")
+
+    def _stop(self, f: Fn, i: int) -> None:
+        """Return before instruction i (an access not in the table): a fused block says which wave stopped."""
+        if self.fused:
+            slot = CTX["miss_sub"]
+            f.e(f"store i64 %fi, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {slot}')}")
+        f.e(f"ret i32 {i}")
+
     def _wave_loop(self, f: Fn, body, tail=None) -> None:
-        """for i in 0..nw: %w = waves[i]; body(emitter)."""
+        """for i in 0..nw: %w = waves[i]; body(emitter). In a fused block: body(the emitter of the loop's wave)."""
+        if self.fused:
+            body(_WaveEmitter(f, "%fw", "%fi"))
+            return
         head, loop, done = f.t("L"), f.t("B"), f.t("D")
         pre = f.t("P")
         f.e(f"br label {pre}")
@@ -633,7 +710,7 @@ class ModuleGen:
                 f.label(bad)
                 for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", "0")):
                     f.e(f"store i64 {val}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[slot]}')}")
-                f.e(f"ret i32 {i}")
+                self._stop(f, i)
                 f.label(ok)
             if access:
                 hp = f.op(f"inttoptr i64 {h} to ptr")
@@ -673,7 +750,7 @@ class ModuleGen:
             for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", str(int(write)))):
                 p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[slot]}")
                 f.e(f"store i64 {val}, ptr {p}")
-            f.e(f"ret i32 {i}")
+            self._stop(f, i)
             f.label(ok)
 
         def lane_access(em, l):

@@ -36,7 +36,7 @@ VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252
 # context block slots (int64 each): filled by runtime.Context
 CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, "lds_base": 8, "lds_size": 9,
        "rtab": 10, "rcount": 11, "wtab": 12, "wcount": 13, "miss_addr": 14, "miss_bytes": 15, "miss_write": 16,
-       "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20,
+       "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20, "miss_sub": 21,
        "start0": 23, "status": 24, "mode": 37,
        # the region's chain function (block.CHAIN): what runtime.step allows it, and where it stopped
        "limit": 25, "budget": 26, "every": 27, "vgprs": 28, "mode_ok": 29, "tile_all": 30,

@@ -35,7 +35,7 @@ from time import perf_counter as _clock
 
 import numpy as np
 
-from .block import Block, ModuleGen, code_version, finish
+from .block import Block, ModuleGen, code_version, finish, splits_before
 from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
 from ..core import PAGE
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
@@ -524,6 +524,9 @@ def _discover(icache, root: int, wave64: bool, covered, read: list | None = None
                     work.append(p + inst.size)
                 elif inst.target is not None:
                     work += [inst.target, p + inst.size]
+                break
+            if insts and splits_before(insts, kinds, inst, k):
+                work.append(p)
                 break
             insts.append(inst)
             kinds.append(k)
@@ -1040,6 +1043,8 @@ def _fallback(batch, ctx, region: Region, sel, waves, pc: int, k: int, r: int, e
     c = ctx.ctx
     blk = region.blocks[int(c[_CUR_BLK])]
     i, end, tile, before = int(c[_START0]), int(c[_CUR_END]), int(c[_TILE]), int(c[_STEPS])
+    if blk.fused:                       # (wave by wave: the tile that stopped is the one wave)
+        tile = 1
     tb = int(c[_MISS_TILE])
     if tb == 0 and r == i and before == 0:
         return None
