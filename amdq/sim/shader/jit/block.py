@@ -1,7 +1,8 @@
 """Basic blocks -> one LLVM module: the phases of each block, the wave loops around them, memory and branches.
 
 See ir.py for the function's contract. A phase is a run of ALU instructions (executed wave by wave), or one
-memory instruction (its own loops over the waves), or the block's closing branch.
+memory instruction (its own loops over the waves), or the block's closing branch; a block that stores nothing
+runs all its phases for one wave, then the next (fusable).
 """
 from __future__ import annotations
 

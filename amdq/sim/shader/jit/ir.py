@@ -2,14 +2,16 @@
 
 A block is a run of translatable instructions: ALU instructions are grouped into phases executed wave by
 wave (each wave runs the phase's SALU instructions in order, and each run of VALU instructions between them
-as one loop over the wave's chunks of 8 lanes, see fuse() and Emitter.valu_run: per chunk every VGPR is
-loaded once and stored once, EXEC and lane masks are <8 x i1> values, EXEC applied as a select); s_barrier is
-a no-op inside a block (runtime.step stops before it unless every wave of the batch is in the call); every
-memory instruction is a phase of its own looping over all the waves, so memory
-is touched in the interpreter's order (instruction by instruction, waves in batch order, lanes ascending).
-A global access first checks every lane of every wave against the translated-range table (nothing is
-touched yet); a lane outside the table returns the instruction's index so the caller can translate it and
-resume there, or let the interpreter run that instruction (and raise the same fault the same way).
+as one loop over the wave's chunks of W lanes (lanes_per_op: 8 or 16), see fuse() and Emitter.valu_run: per
+chunk every VGPR is loaded once and stored once, EXEC and lane masks are <W x i1> values, EXEC applied as a
+select); s_barrier is a no-op inside a block (runtime.step stops before it unless every wave of the batch is in
+the call); every memory instruction is a phase of its own looping over all the waves, so memory is touched in
+the interpreter's order (instruction by instruction, waves in batch order, lanes ascending). A block that
+stores nothing is fused (block.fusable): one loop over the waves runs all its phases for each wave in turn (its
+loads and ALU work commute between waves). A global access first checks every lane of every wave (of the one
+wave, fused) against the translated-range table (nothing is touched yet); a lane outside the table returns the
+instruction's index so the caller can translate it and resume there, or let the interpreter run that
+instruction (and raise the same fault the same way).
 
 Registers live in the interpreter's own arrays (pointers in a context block, CTX below); the function is
 
