@@ -341,7 +341,7 @@ class Layout:
                   self.lds_words, *self.tid):
             if a is not None:
                 a.flags.writeable = False
-        self.kept = False                                      # cached by `layout` (then it keeps an image)
+        self.kept = False                                      # cached by `layout` with an image (a small one)
         self._image: StateImage | None = None
 
     def image(self) -> StateImage | None:
@@ -355,20 +355,23 @@ class Layout:
 
 
 _LAYOUTS: dict[tuple, Layout] = {}
-LAYOUT_LANES = 1 << 16          # layouts of batches up to this many lanes are kept (larger ones are built each time)
+LAYOUT_LANES = 1 << 16          # layouts of batches up to this many lanes are kept with their StateImage
+_BIG: dict[tuple, Layout] = {}  # layouts of larger batches: kept too (a few; their registers start without an image)
+BIG_LAYOUTS = 16
 
 
 def layout(d: DispatchRegs, nwg: int) -> Layout:
     """The Layout of a batch of `nwg` workgroups of dispatch `d` (cached per shape)."""
     key = (d.gfx, d.rsrc1, d.rsrc2, d.rsrc3, d.block, d.wave64, nwg, d.lds_bytes, d.scratch_wave_bytes)
-    lay = _LAYOUTS.get(key)
+    lay = _LAYOUTS.get(key) or _BIG.get(key)
     if lay is None:
         lay = Layout(*key)
-        if lay.n * lay.lanes <= LAYOUT_LANES:
-            if len(_LAYOUTS) >= 256:
-                _LAYOUTS.clear()
-            _LAYOUTS[key] = lay
-            lay.kept = True
+        small = lay.n * lay.lanes <= LAYOUT_LANES
+        kept = _LAYOUTS if small else _BIG
+        if len(kept) >= (256 if small else BIG_LAYOUTS):
+            kept.clear()
+        kept[key] = lay
+        lay.kept = small
     return lay
 
 

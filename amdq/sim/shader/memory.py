@@ -65,6 +65,12 @@ class FlatMemory:
     def read(self, addr: int, nbytes: int) -> bytes:
         return self.buf[addr - self.base:addr - self.base + nbytes].tobytes()
 
+    @property
+    def jit_key(self) -> np.ndarray:
+        """What a range jit_span returned depends on: the arena (an allocation never moves or shrinks), so the
+        shader JIT keeps its translated-range tables from one batch to the next while this stays the same."""
+        return self.buf
+
     def jit_span(self, addr: int, nbytes: int, write: bool) -> tuple[int, int, int] | None:
         """(lo, hi, host address of lo): the allocation holding [addr, addr + nbytes), which translate maps
         linearly; None when translate would fault (the shader JIT's translated-range table, jit/runtime.py)."""

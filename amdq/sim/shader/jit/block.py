@@ -1,18 +1,24 @@
 """Basic blocks -> one LLVM module: the phases of each block, the wave loops around them, memory and branches.
 
 See ir.py for the function's contract. A phase is a run of ALU instructions (executed wave by wave), or one
-memory instruction (its own loops over the waves), or the block's closing branch.
+memory instruction (its own loops over the waves), or the block's closing branch; a block that stores nothing
+runs all its phases for one wave, then the next (fusable).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
-from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, Emitter, Fn, fuse, halves, helpers,
-                 is_float)
+from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, WORK, Emitter, Fn, fuse, halves,
+                 helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 23          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 25          # bump when the generated code changes meaning (part of every cache key)
+
+
+def code_version() -> str:
+    """What the generated code depends on besides the instructions: VERSION and the lanes per vector operation."""
+    return f"{VERSION}.w{lanes_per_op()}"
 
 
 @dataclass
@@ -27,6 +33,8 @@ class Block:
     lstores: bool = False        # writes LDS
     max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
     barriers: list[int] = field(default_factory=list)   # indices of its s_barrier instructions
+    work: list[int] = field(default_factory=list)       # ALU and LDS instructions before each index (and in all)
+    fused: bool = False          # its phases run wave by wave inside one loop over the waves (fusable)
     name: str = ""
 
     def __post_init__(self):
@@ -69,12 +77,66 @@ def finish(b: Block) -> Block:
     b.gstores = "gstore" in b.kinds
     b.barriers = [j for j, k in enumerate(b.kinds) if k == "barrier"]
     b.lstores = any(k == "ds" and i.key.startswith("ds_store") for i, k in zip(b.insts, b.kinds))
+    return shape(b)
+
+
+def shape(b: Block) -> Block:
+    """What follows from its kinds and flags alone (a block a record describes has no decoded instructions yet):
+    its work counts and whether it is fused."""
+    b.work = [0]
+    for k in b.kinds:
+        b.work.append(b.work[-1] + (k in ("alu", "ds")))
+    b.fused = fusable(b)
     return b
+
+
+def _store(inst: Inst, kind: str) -> bool:
+    return kind == "gstore" or kind == "ds" and inst.key.startswith("ds_store")
+
+
+def splits_before(insts: list[Inst], kinds: list[str], inst: Inst, kind: str) -> bool:
+    """A block ends before this instruction (runtime._discover): a block holds stores (global or LDS) only, or none
+    (with the no-ops, waits and barriers among them), so the work between the stores makes fusable blocks."""
+    if kind not in WORK:
+        return False
+    for i, k in zip(reversed(insts), reversed(kinds)):     # (the block so far is of one sort: its last worker says)
+        if k in WORK:
+            return _store(i, k) != _store(inst, kind)
+    return False
+
+
+def _phases(b: Block) -> list[tuple[str, list[int]]]:
+    """The block's phases: (kind, instruction indices), a run of ALU instructions (with the no-ops, waits and
+    barriers among them) or one memory instruction, branch or s_endpgm (a ds_store_2addr is two: one per address)."""
+    phases: list[tuple[str, list[int]]] = []
+    for i, k in enumerate(b.kinds):
+        if k in ("alu", "nop", "wait", "barrier"):
+            if phases and phases[-1][0] == "alu":
+                phases[-1][1].append(i)
+            else:
+                phases.append(("alu", [i]))
+        elif k == "ds" and b.lstores and b.insts[i].key.startswith("ds_store_2addr"):
+            phases.append(("ds0", [i]))
+            phases.append(("ds1", [i]))
+        else:
+            phases.append((k, [i]))
+    return [(kind, idx) for kind, idx in phases if kind != "alu" or any(b.kinds[i] == "alu" for i in idx)]
+
+
+def fusable(b: Block) -> bool:
+    """Its phases can run wave by wave (each wave the whole block, then the next) instead of phase by phase (each
+    phase for every wave): it stores nothing, to global memory or LDS, so no wave reads what another writes in it
+    (the interpreter's order differs from the wave order only between waves' loads and ALU work, which commute; an
+    s_barrier in it is a no-op, runtime.step). A wave whose access misses the table stops it there: the waves
+    before it finished the block, the ones after it did not start (tiles of one wave). Worth it from two phases on
+    (one wave loop instead of one per phase)."""
+    return not b.gstores and not b.lstores and len(_phases(b)) >= 2
 
 
 # The exported function: the block for tiles of ctx[tile] waves (all waves when 0), from wave ctx[tile_from] on; the
 # first tile from instruction `start`, the others from ctx[start0] = the index the call began at. A tile that stops
-# before a memory instruction leaves its first wave's index in ctx[miss_tile].
+# before a memory instruction leaves its first wave's index in ctx[miss_tile] (a fused block's: the wave that
+# stopped, ctx[miss_sub] waves into the tile).
 TILES = """define i32 @{name}(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) {{
 entry:
   %pt = getelementptr i64, ptr %ctx, i64 {tile}
@@ -84,6 +146,8 @@ entry:
   %pf = getelementptr i64, ptr %ctx, i64 {tile_from}
   %from = load i64, ptr %pf
   %ps = getelementptr i64, ptr %ctx, i64 {miss_tile}
+  %psub = getelementptr i64, ptr %ctx, i64 {miss_sub}
+  store i64 0, ptr %psub
   %pst = getelementptr i64, ptr %ctx, i64 {start0}
   br label %loop
 loop:
@@ -101,7 +165,9 @@ body:
   %miss = icmp sge i32 %r, 0
   br i1 %miss, label %stop, label %next
 stop:
-  store i64 %tb, ptr %ps
+  %sub = load i64, ptr %psub
+  %tw = add i64 %tb, %sub
+  store i64 %tw, ptr %ps
   ret i32 %r
 next:
   %tb1 = add i64 %tb, %cnt
@@ -121,7 +187,7 @@ done:
 #    MODE the waves lack (ctx[mode_ok]) and no more VGPRs than the waves have (ctx[vgprs]),
 #  - fewer than ctx[budget] instructions ran (the scheduler's max_steps: a long loop still returns to the host),
 #  - it is not a block runtime._parallel would split over threads (no memory access that can miss, tiles, at least
-#    ctx[par_insts] instructions to run): those return to the scheduler, whose next call runs them in parallel.
+#    ctx[par_insts] ALU and LDS instructions): those return to the scheduler, whose next call runs them in parallel.
 # It returns what a block returns (a miss index, -2 diverged after a branch, -4 s_endpgm) or -1: every wave is at
 # the end of block ctx[cur_blk] (its instruction ctx[cur_end] when the block was cut short), -3: every wave is at
 # ctx[next_pc] after a branch. ctx[steps] counts the instructions of the blocks finished (per wave), ctx[start0]
@@ -267,11 +333,10 @@ check:
   %fl_m = and i32 %fl, 16
   %memfree = icmp ne i32 %fl_m, 0
   %tiled = icmp ne i64 %tile, 0
-  %pnl = getelementptr [0 x i32], ptr @ch_n, i64 0, i64 %nbz
-  %nl = load i32, ptr %pnl
-  %left = sub i32 %nl, %nx
-  %left64 = zext i32 %left to i64
-  %heavy = icmp uge i64 %left64, %parins
+  %pwk = getelementptr [0 x i32], ptr @ch_work, i64 0, i64 %nbz
+  %wk = load i32, ptr %pwk
+  %wk64 = zext i32 %wk to i64
+  %heavy = icmp uge i64 %wk64, %parins
   %par1 = and i1 %memfree, %tiled
   %par = and i1 %par1, %heavy
   %bad = or i1 %bad3, %par
@@ -304,6 +369,7 @@ class ModuleGen:
         self.lanes, self.root = lanes, root
         self.funcs: list[str] = []
         self.blocks: list[Block] = []
+        self.fused = False              # emitting a fused block's phases (inside its wave loop)
 
     def header(self) -> str:
         L = self.lanes
@@ -312,8 +378,6 @@ class ModuleGen:
             f"declare <{L} x float> @llvm.fabs.v{L}f32(<{L} x float>)",
             *(f"declare <{L} x i32> @llvm.{m}.v{L}i32(<{L} x i32>, <{L} x i32>)" for m in ("umin", "umax", "smin", "smax")),
             *(f"declare i32 @llvm.{m}.i32(i32, i32)" for m in ("umin", "umax", "smin", "smax")),
-            "declare <8 x i32> @llvm.masked.gather.v8i32.v8p0(<8 x ptr>, i32, <8 x i1>, <8 x i32>)",
-            "declare void @llvm.masked.scatter.v8i32.v8p0(<8 x i32>, <8 x ptr>, i32, <8 x i1>)",
             "",
             "define internal i64 @lookup(ptr %tab, i64 %cnt, i64 %a, i64 %nb, ptr %hint) noinline {",
             "entry:",
@@ -374,6 +438,7 @@ class ModuleGen:
             memory_free = not any(k in ("gload", "gstore", "sload") for k in b.kinds)
             return b.floats | bool(b.barriers) << 1 | b.gstores << 2 | b.lstores << 3 | memory_free << 4
         tables = [table("ch_n", "i32", (len(b.insts) for b in blocks)),
+                  table("ch_work", "i32", (b.work[-1] for b in blocks)),
                   table("ch_endoff", "i64", (b.end_pc - self.root for b in blocks)),
                   table("ch_lastoff", "i64", (b.insts[-1].pc - self.root for b in blocks)),
                   table("ch_flags", "i32", (flags(b) for b in blocks)),
@@ -409,7 +474,8 @@ class ModuleGen:
         b.name = name
         self.blocks.append(b)
         f = Fn(self.lanes)
-        f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) alwaysinline {{")
+        start = "%start_arg" if b.fused else "%start"
+        f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 {start}, i32 %end) alwaysinline {{")
         f.lines.append("entry:")
         for key, ty in (("v", "ptr"), ("s", "ptr"), ("scc", "ptr"), ("em", "ptr"), ("full", "ptr"), ("pc", "ptr"),
                         ("n", "i64"), ("lds", "ptr"), ("lds_base", "ptr"), ("lds_size", "i64"), ("rtab", "ptr"),
@@ -420,22 +486,12 @@ class ModuleGen:
         f.e(f"%nl = mul i64 %n, {self.lanes}")
         f.e("%ctl = alloca i32")
         f.e("store i32 0, ptr %ctl")
-        # phases
-        phases: list[tuple[str, list[int]]] = []
-        for i, k in enumerate(b.kinds):
-            if k in ("alu", "nop", "wait", "barrier"):
-                if phases and phases[-1][0] == "alu":
-                    phases[-1][1].append(i)
-                else:
-                    phases.append(("alu", [i]))
-            elif k == "ds" and b.insts[i].key.startswith("ds_store_2addr"):
-                phases.append(("ds0", [i]))
-                phases.append(("ds1", [i]))
-            else:
-                phases.append((k, [i]))
+        phases = _phases(b)
         nxt = f.t("ph")
-        f.e(f"br label {nxt}")
-        phases = [(kind, idx) for kind, idx in phases if kind != "alu" or any(b.kinds[i] == "alu" for i in idx)]
+        if b.fused:                     # one loop over the waves, each running every phase (see fusable)
+            self._fused_head(f, nxt)
+        else:
+            f.e(f"br label {nxt}")
         for kind, idx in phases:
             f.label(nxt)
             nxt = f.t("ph")
@@ -463,6 +519,8 @@ class ModuleGen:
                 self._wave_loop(f, lambda em, i=idx[0]: self._ds(em, b.insts[i], part))
             f.e(f"br label {nxt}")
         f.label(nxt)
+        if b.fused:
+            self._fused_tail(f)
         c = f.op("load i32, ptr %ctl")
         f.e(f"%ret = sub i32 -1, {c}")          # -1 fell through, -2 a branch set the PCs, -4 s_endpgm ended the waves
         f.e("ret i32 %ret")
@@ -470,11 +528,44 @@ class ModuleGen:
         f.lines[2:2] = f.allocas
         self.funcs.append("\n".join(f.lines))
         self.funcs.append(TILES.format(name=name, tile=CTX["tile"], tile_from=CTX["tile_from"], miss_tile=CTX["miss_tile"],
-                                       start0=CTX["start0"]))
+                                       miss_sub=CTX["miss_sub"], start0=CTX["start0"]))
         return name
 
+    def _fused_head(self, f: Fn, first: str) -> None:
+        """A fused block's wave loop: wave %fi of the call (%fw in the batch) runs from `start` (the first wave of the
+        call) or from ctx[start0] (the others: where the call began), as the TILES function starts its tiles."""
+        p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX['start0']}")
+        s0 = f.op(f"trunc i64 {f.op(f'load i64, ptr {p}')} to i32")
+        f.e("br label %fl")
+        f.label("%fl")
+        f.e("%fi = phi i64 [0, %entry], [%fi1, %fn]")
+        f.e(f"br i1 {f.op('icmp ult i64 %fi, %nw')}, label %fb, label %fd")
+        f.label("%fb")
+        f.e(f"%start = select i1 {f.op('icmp eq i64 %fi, 0')}, i32 %start_arg, i32 {s0}")
+        f.e(f"%fw = load i64, ptr {f.op('getelementptr i64, ptr %waves, i64 %fi')}")
+        self.fused = True
+        f.e(f"br label {first}")
+
+    def _fused_tail(self, f: Fn) -> None:
+        self.fused = False
+        f.e("br label %fn")
+        f.label("%fn")
+        f.e("%fi1 = add i64 %fi, 1")
+        f.e("br label %fl")
+        f.label("%fd")
+
+    def _stop(self, f: Fn, i: int) -> None:
+        """Return before instruction i (an access not in the table): a fused block says which wave stopped."""
+        if self.fused:
+            slot = CTX["miss_sub"]
+            f.e(f"store i64 %fi, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {slot}')}")
+        f.e(f"ret i32 {i}")
+
     def _wave_loop(self, f: Fn, body, tail=None) -> None:
-        """for i in 0..nw: %w = waves[i]; body(emitter)."""
+        """for i in 0..nw: %w = waves[i]; body(emitter). In a fused block: body(the emitter of the loop's wave)."""
+        if self.fused:
+            body(_WaveEmitter(f, "%fw", "%fi"))
+            return
         head, loop, done = f.t("L"), f.t("B"), f.t("D")
         pre = f.t("P")
         f.e(f"br label {pre}")
@@ -626,7 +717,7 @@ class ModuleGen:
                 f.label(bad)
                 for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", "0")):
                     f.e(f"store i64 {val}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[slot]}')}")
-                f.e(f"ret i32 {i}")
+                self._stop(f, i)
                 f.label(ok)
             if access:
                 hp = f.op(f"inttoptr i64 {h} to ptr")
@@ -666,7 +757,7 @@ class ModuleGen:
             for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", str(int(write)))):
                 p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[slot]}")
                 f.e(f"store i64 {val}, ptr {p}")
-            f.e(f"ret i32 {i}")
+            self._stop(f, i)
             f.label(ok)
 
         def lane_access(em, l):
@@ -709,8 +800,8 @@ class ModuleGen:
                     c3 = f.op(f"icmp uge {V64} {ae}, {a}")
                     inr = f.op(f"and {f.MT} {f.op(f'and {f.MT} {c1}, {c2}')}, {c3}")
                     notm = f.op(f"xor {f.MT} {m}, {f.splat('true', 'i1')}")
-                    ok = f.op(f"bitcast {f.MT} {f.op(f'or {f.MT} {inr}, {notm}')} to i8")
-                    allok = f.op(f"icmp eq i8 {ok}, -1")
+                    ok = f.op(f"bitcast {f.MT} {f.op(f'or {f.MT} {inr}, {notm}')} to {f.MI}")
+                    allok = f.op(f"icmp eq {f.MI} {ok}, -1")
                     if access and write and words > 1:
                         allok = "false"          # multi-dword stores go lane by lane (the interpreter's order)
                     fast, slow, join = f.t("gf"), f.t("gs"), f.t("gj")
@@ -775,7 +866,7 @@ class ModuleGen:
         if off:
             a0 = f.op(f"add i64 {a0}, {off}")
         same = f.op(f"and {f.MT} {same}, {m}")
-        full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {same} to i8')}, -1")
+        full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {same} to {f.MI}')}, -1")
         nowrap = f.op(f"icmp ule i32 {lo0}, {2 ** 32 - 4 * f.W}")
         lo_, hi_ = hint_at(0), hint_at(1)
         span = f.op(f"sub i64 {hi_}, {lo_}")
@@ -855,7 +946,7 @@ class ModuleGen:
                     for j in range(nw):
                         mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(4 * j)}')}")
                         vals.append(self._gather32(f, lds, add(ao, 4 * j), mm))
-                full = f.op(f"icmp eq i8 {f.op(f'bitcast {f.MT} {m} to i8')}, -1")
+                full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {m} to {f.MI}')}, -1")
                 yes, no, join = f.t("df"), f.t("dp"), f.t("dj")
                 f.e(f"br i1 {full}, label {yes}, label {no}")
                 f.label(yes)                        # every lane active: plain stores (a masked store is slow on Zen)
@@ -886,11 +977,11 @@ class ModuleGen:
         VT, MT, W = f.VT, f.MT, f.W
         S = 4 * nw
         a0 = f.op(f"extractelement {VT} {a}, i64 0")
-        full = f.op(f"icmp eq i8 {f.op(f'bitcast {MT} {m} to i8')}, -1")
+        full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {MT} {m} to {f.MI}')}, -1")
 
         def every(c: str) -> str:
-            c8 = f.op(f"bitcast {MT} {c} to i8")
-            return f.op(f"and i1 {full}, {f.op(f'icmp eq i8 {c8}, -1')}")
+            cm = f.op(f"bitcast {MT} {c} to {f.MI}")
+            return f.op(f"and i1 {full}, {f.op(f'icmp eq {f.MI} {cm}, -1')}")
         ramp = "<" + ", ".join(f"i32 {S * j}" for j in range(W)) + ">"
         isr = every(f.op(f"icmp eq {VT} {a}, {f.op(f'add {VT} {f.splat(a0)}, {ramp}')}"))
         isb = every(f.op(f"icmp eq {VT} {a}, {f.splat(a0)}"))
@@ -932,8 +1023,8 @@ class ModuleGen:
         ramp = "<" + ", ".join(f"i32 {step * j}" for j in range(f.W)) + ">"
         want = f.op(f"add {f.VT} {f.splat(a0)}, {ramp}") if step else f.splat(a0)
         same = f.op(f"icmp eq {f.VT} {offs}, {want}")
-        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to i8")
-        return a0, f.op(f"icmp eq i8 {both}, -1")
+        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to {f.MI}")
+        return a0, f.op(f"icmp eq {f.MI} {both}, -1")
 
     def _gather32(self, f: Fn, base: str, offs: str, ok: str) -> str:
         """Dwords at base + the lanes' i32 byte offsets where ok is set, 0 elsewhere: lane by lane (the chunks a
@@ -964,8 +1055,8 @@ class ModuleGen:
         ramp = "<" + ", ".join(f"i64 {step * j}" for j in range(f.W)) + ">"
         want = f.op(f"add <{f.W} x i64> {f.splat(a0, 'i64')}, {ramp}")
         same = f.op(f"icmp eq <{f.W} x i64> {addrs}, {want}")
-        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to i8")
-        return a0, f.op(f"icmp eq i8 {both}, -1")
+        both = f.op(f"bitcast {f.MT} {f.op(f'and {f.MT} {same}, {ok}')} to {f.MI}")
+        return a0, f.op(f"icmp eq {f.MI} {both}, -1")
 
     def _gather(self, f: Fn, addrs: str, ok: str, other: str) -> str:
         """Dwords at the host addresses of the lanes where ok is set, `other`'s elsewhere. Every lane ok on
@@ -1000,14 +1091,14 @@ class ModuleGen:
         return self._lanes_load(f, ptrs, ok, other)
 
     def _lanes_load(self, f: Fn, ptrs: str, ok: str, other: str) -> str:
-        ok8 = f.op(f"bitcast {f.MT} {ok} to i8")
-        vec = f.op(f"call {f.VT} @gather_lanes(<{f.W} x ptr> {ptrs}, i8 {ok8}, ptr %ctx)")
+        okm = f.op(f"bitcast {f.MT} {ok} to {f.MI}")
+        vec = f.op(f"call {f.VT} @gather_lanes(<{f.W} x ptr> {ptrs}, {f.MI} {okm}, ptr %ctx)")
         return f.op(f"select {f.MT} {ok}, {f.VT} {vec}, {f.VT} {other}")
 
     def _lanes_store(self, f: Fn, vals: str, ptrs: str, ok: str) -> None:
-        ok8 = f.op(f"bitcast {f.MT} {ok} to i8")
+        okm = f.op(f"bitcast {f.MT} {ok} to {f.MI}")
         spare = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX_SPARE}")
-        f.e(f"call void @scatter_lanes({f.VT} {vals}, <{f.W} x ptr> {ptrs}, i8 {ok8}, ptr {spare})")
+        f.e(f"call void @scatter_lanes({f.VT} {vals}, <{f.W} x ptr> {ptrs}, {f.MI} {okm}, ptr {spare})")
 
     def _scatter(self, f: Fn, vals: str, addrs: str, ok: str) -> None:
         """Store the lanes where ok is set, in lane order (later lanes win): one vector store when every lane is ok
@@ -1118,7 +1209,7 @@ class _WaveEmitter(Emitter):
         f = self.f
         c = self.c
         pre, head, lb, skip, done = f.t("jp"), f.t("jh"), f.t("jb"), f.t("js"), f.t("jd")
-        base = f.op(f"shl i64 {c}, 3")
+        base = f.op(f"shl i64 {c}, {f.LOGW}")
         f.e(f"br label {pre}")
         f.label(pre)
         f.e(f"br label {head}")

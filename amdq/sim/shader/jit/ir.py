@@ -2,14 +2,16 @@
 
 A block is a run of translatable instructions: ALU instructions are grouped into phases executed wave by
 wave (each wave runs the phase's SALU instructions in order, and each run of VALU instructions between them
-as one loop over the wave's chunks of 8 lanes, see fuse() and Emitter.valu_run: per chunk every VGPR is
-loaded once and stored once, EXEC and lane masks are <8 x i1> values, EXEC applied as a select); s_barrier is
-a no-op inside a block (runtime.step stops before it unless every wave of the batch is in the call); every
-memory instruction is a phase of its own looping over all the waves, so memory
-is touched in the interpreter's order (instruction by instruction, waves in batch order, lanes ascending).
-A global access first checks every lane of every wave against the translated-range table (nothing is
-touched yet); a lane outside the table returns the instruction's index so the caller can translate it and
-resume there, or let the interpreter run that instruction (and raise the same fault the same way).
+as one loop over the wave's chunks of W lanes (lanes_per_op: 8 or 16), see fuse() and Emitter.valu_run: per
+chunk every VGPR is loaded once and stored once, EXEC and lane masks are <W x i1> values, EXEC applied as a
+select); s_barrier is a no-op inside a block (runtime.step stops before it unless every wave of the batch is in
+the call); every memory instruction is a phase of its own looping over all the waves, so memory is touched in
+the interpreter's order (instruction by instruction, waves in batch order, lanes ascending). A block that
+stores nothing is fused (block.fusable): one loop over the waves runs all its phases for each wave in turn (its
+loads and ALU work commute between waves). A global access first checks every lane of every wave (of the one
+wave, fused) against the translated-range table (nothing is touched yet); a lane outside the table returns the
+instruction's index so the caller can translate it and resume there, or let the interpreter run that
+instruction (and raise the same fault the same way).
 
 Registers live in the interpreter's own arrays (pointers in a context block, CTX below); the function is
 
@@ -26,6 +28,8 @@ Anything else is refused by `translatable` and runs in the interpreter.
 """
 from __future__ import annotations
 
+import os
+
 from ....hw.isa.decode import Inst, Operand
 from ..valu_fast import is_plain, is_plain_cmp
 
@@ -34,7 +38,7 @@ VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252
 # context block slots (int64 each): filled by runtime.Context
 CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, "lds_base": 8, "lds_size": 9,
        "rtab": 10, "rcount": 11, "wtab": 12, "wcount": 13, "miss_addr": 14, "miss_bytes": 15, "miss_write": 16,
-       "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20,
+       "base_pc": 17, "tile": 18, "tile_from": 19, "miss_tile": 20, "miss_sub": 21,
        "start0": 23, "status": 24, "mode": 37,
        # the region's chain function (block.CHAIN): what runtime.step allows it, and where it stopped
        "limit": 25, "budget": 26, "every": 27, "vgprs": 28, "mode_ok": 29, "tile_all": 30,
@@ -457,17 +461,34 @@ def fuse(items: list[tuple[int, Inst]], lanes: int) -> list[list[tuple[int, Inst
 
 # ---------------------------------------------------------------- the emitter
 
-class Fn:
-    """Lines of one function, with fresh SSA names."""
+def lanes_per_op() -> int:
+    """Lanes of one vector operation in generated code (a wave is lanes / W chunks): 16 (one 512-bit register of
+    i32) on a host with AVX-512, else 8 (one AVX2 register); AMDQ_SIM_JIT_WIDTH=8 or 16 chooses (tests run both).
+    Part of every compiled region's key (block.code_version)."""
+    v = os.environ.get("AMDQ_SIM_JIT_WIDTH", "").strip()
+    if v in ("8", "16"):
+        return int(v)
+    if not _WIDTH:
+        import llvmlite.binding as llvm
+        _WIDTH.append(16 if "+avx512f" in llvm.get_host_cpu_features().flatten().split(",") else 8)
+    return _WIDTH[0]
 
-    W = 8            # lanes per vector operation: one AVX2 register of i32 (a wave is lanes / W chunks)
+
+_WIDTH: list[int] = []          # the host's width, once known
+
+
+class Fn:
+    """Lines of one function, with fresh SSA names; W lanes per vector operation (lanes_per_op)."""
 
     def __init__(self, lanes: int):
         self.lines: list[str] = []
         self.allocas: list[str] = []
         self.k = 0
         self.L = lanes
-        self.NC = lanes // self.W
+        self.W = W = min(lanes_per_op(), lanes)
+        self.LOGW = W.bit_length() - 1
+        self.MI = f"i{W}"             # a chunk's lane mask as an integer
+        self.NC = lanes // W
         self.VT = f"<{self.W} x i32>"
         self.FT = f"<{self.W} x float>"
         self.MT = f"<{self.W} x i1>"
@@ -618,7 +639,7 @@ class Emitter:
     def mask_vec(self, bits: str) -> str:
         """The current chunk's lanes of an iL lane mask, as <W x i1>."""
         f = self.f
-        sh = f.op(f"shl {f.IT} {f.op(f'trunc i64 {self.c} to {f.IT}') if f.L == 32 else self.c}, 3")
+        sh = f.op(f"shl {f.IT} {f.op(f'trunc i64 {self.c} to {f.IT}') if f.L == 32 else self.c}, {f.LOGW}")
         part = f.op(f"lshr {f.IT} {bits}, {sh}")
         p32 = f.op(f"trunc {f.IT} {part} to i32") if f.L == 64 else part
         sp = f.splat(p32)
@@ -644,7 +665,7 @@ class Emitter:
 
     def chunk_ptr(self, r: int) -> str:
         f = self.f
-        off = f.op(f"shl i64 {self.c}, 3")
+        off = f.op(f"shl i64 {self.c}, {f.LOGW}")
         return f.op(f"getelementptr i32, ptr {self.vrow(r)}, i64 {off}")
 
     # -- vector operands
@@ -863,7 +884,7 @@ class Emitter:
         plus S1."""
         f = self.f
         VT = f.VT
-        first = f.op(f"trunc i64 {f.op(f'shl i64 {self.c}, 3')} to i32")
+        first = f.op(f"trunc i64 {f.op(f'shl i64 {self.c}, {f.LOGW}')} to i32")
         ramp = "<" + ", ".join(f"i32 {j}" for j in range(f.W)) + ">"
         lane = f.op(f"add {VT} {f.splat(first)}, {ramp}")
         c32, c31, one, ones = f.splat("32"), f.splat("31"), f.splat("1"), f.splat("-1")
@@ -952,7 +973,7 @@ class Emitter:
         c, c1 = f.t("c"), f.t("c")
         f.e(f"{c} = phi i64 [0, {pre}], [{c1}, {tail}]")
         self.c = c
-        off = f.op(f"shl i64 {c}, 3")
+        off = f.op(f"shl i64 {c}, {f.LOGW}")
         ptr = {r: f.op(f"getelementptr i32, ptr {row}, i64 {off}") for r, row in rows.items()}
         for r, p in ptr.items():
             f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 4')}, ptr {self.regs[r]}")
@@ -972,7 +993,7 @@ class Emitter:
         sh = f.op(f"trunc i64 {off} to {f.IT}") if f.L == 32 else off
         for r in wkeys:
             m = f.op(f"load {f.MT}, ptr {self.masks[r]}")
-            z = f.op(f"zext i8 {f.op(f'bitcast {f.MT} {m} to i8')} to {f.IT}")
+            z = f.op(f"zext {f.MI} {f.op(f'bitcast {f.MT} {m} to {f.MI}')} to {f.IT}")
             z = f.op(f"shl {f.IT} {z}, {sh}")
             old = f.op(f"load {f.IT}, ptr {acc[r]}")
             f.e(f"store {f.IT} {f.op(f'or {f.IT} {old}, {z}')}, ptr {acc[r]}")
@@ -1390,8 +1411,8 @@ class Emitter:
         """result_bits, or fix() where some lane of it is a NaN (computed only then: a branch around it)."""
         f = self.f
         rf = f.op(f"bitcast {f.VT} {result_bits} to {f.FT}")
-        any8 = f.op(f"bitcast {f.MT} {self._isnan(rf)} to i8")
-        c = f.op(f"icmp ne i8 {any8}, 0")
+        anyn = f.op(f"bitcast {f.MT} {self._isnan(rf)} to {f.MI}")
+        c = f.op(f"icmp ne {f.MI} {anyn}, 0")
         pre, cold, join = f.t("np"), f.t("nc"), f.t("nj")
         f.e(f"br label {pre}")
         f.label(pre)
@@ -1454,21 +1475,21 @@ def helpers() -> str:
             res = em._nan_fma_fix("%x", fl["x"], "%y", fl["y"], "%c", fl["c"], fl["r"], "%r")
         params = ", ".join(f"{f.VT} %{a}" for a in args)
         out += [f"define internal {f.VT} @{name}({params}) noinline {{", "entry:", *f.lines, f"  ret {f.VT} {res}", "}"]
-    W = Fn.W
+    W = lanes_per_op()
     lines = []
     vec = "poison"
     for j in range(W):
-        lines += [f"  %b{j} = lshr i8 %ok, {j}", f"  %o{j} = trunc i8 %b{j} to i1", f"  %p{j} = extractelement <{W} x ptr> %p, i64 {j}",
+        lines += [f"  %b{j} = lshr i{W} %ok, {j}", f"  %o{j} = trunc i{W} %b{j} to i1", f"  %p{j} = extractelement <{W} x ptr> %p, i64 {j}",
                   f"  %q{j} = select i1 %o{j}, ptr %p{j}, ptr %safe", f"  %v{j} = load i32, ptr %q{j}, align 1",
                   f"  %g{j} = insertelement <{W} x i32> {vec}, i32 %v{j}, i64 {j}"]
         vec = f"%g{j}"
-    out += [f"define internal <{W} x i32> @gather_lanes(<{W} x ptr> %p, i8 %ok, ptr %safe) noinline {{", "entry:", *lines,
+    out += [f"define internal <{W} x i32> @gather_lanes(<{W} x ptr> %p, i{W} %ok, ptr %safe) noinline {{", "entry:", *lines,
             f"  ret <{W} x i32> {vec}", "}"]
     lines = []
     for j in range(W):           # in lane order: later lanes win
-        lines += [f"  %b{j} = lshr i8 %ok, {j}", f"  %o{j} = trunc i8 %b{j} to i1", f"  %p{j} = extractelement <{W} x ptr> %p, i64 {j}",
+        lines += [f"  %b{j} = lshr i{W} %ok, {j}", f"  %o{j} = trunc i{W} %b{j} to i1", f"  %p{j} = extractelement <{W} x ptr> %p, i64 {j}",
                   f"  %q{j} = select i1 %o{j}, ptr %p{j}, ptr %safe", f"  %v{j} = extractelement <{W} x i32> %v, i64 {j}",
                   f"  store i32 %v{j}, ptr %q{j}, align 1"]
-    out += [f"define internal void @scatter_lanes(<{W} x i32> %v, <{W} x ptr> %p, i8 %ok, ptr %safe) noinline {{", "entry:",
+    out += [f"define internal void @scatter_lanes(<{W} x i32> %v, <{W} x ptr> %p, i{W} %ok, ptr %safe) noinline {{", "entry:",
             *lines, "  ret void", "}"]
     return "\n".join(out) + "\n"

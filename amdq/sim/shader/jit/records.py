@@ -26,7 +26,7 @@ from .compiled import directory
 FORMAT = 1
 
 
-def page_key(family: str, wave64: bool, version: int, data: bytes) -> str:
+def page_key(family: str, wave64: bool, version: str, data: bytes) -> str:
     """The name of the record of a code page holding `data` (its 4 KiB)."""
     h = hashlib.sha256(f"amdq-jit-page|{FORMAT}|{version}|{family}|{int(wave64)}|".encode())
     h.update(data)

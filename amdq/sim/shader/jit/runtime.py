@@ -37,7 +37,7 @@ from time import perf_counter as _clock
 import numpy as np
 
 from . import records
-from .block import VERSION, Block, ModuleGen, finish
+from .block import Block, ModuleGen, code_version, finish, shape, splits_before
 from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
 from ..core import PAGE
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
@@ -178,7 +178,7 @@ class Candidate:
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
     root = min(b.pc for b in blocks)
     insts = sorted((i for b in blocks for i in b.insts), key=lambda i: i.pc)
-    return region_key(family, wave64, root, insts, VERSION, [b.pc for b in blocks], tier)
+    return region_key(family, wave64, root, insts, code_version(), [b.pc for b in blocks], tier)
 
 
 def _named(blocks: list[Block]) -> list[str]:
@@ -289,7 +289,7 @@ class Stored:
 
 
 def _page_key(family: str, wave64: bool, data: bytes) -> str:
-    return records.page_key(family, wave64, VERSION, data)
+    return records.page_key(family, wave64, code_version(), data)
 
 
 def _record(cand: Candidate) -> None:
@@ -390,7 +390,7 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
         b = Block(base + pc, stored, list(kinds))
         b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
         b.max_vgpr, b.barriers = int(max_vgpr), [int(x) for x in barriers]
-        blocks.append(b)
+        blocks.append(shape(b))
     cand = Candidate(icache.isa.name, wave64, blocks, tuple(sorted(lines.items())), (base, data))
     cand.empty = [base + p for p in rec["empty"]]
     for p in cand.empty:
@@ -744,6 +744,9 @@ def _discover(icache, root: int, wave64: bool, covered, read: list | None = None
                 elif inst.target is not None:
                     work += [inst.target, p + inst.size]
                 break
+            if insts and splits_before(insts, kinds, inst, k):
+                work.append(p)
+                break
             insts.append(inst)
             kinds.append(k)
             p += inst.size
@@ -992,8 +995,11 @@ class Tables:
 
 
 def _tables(batch, mem) -> Tables:
-    """The core's tables for the memory's current TLB (fresh ones for a memory without a TLB)."""
+    """The core's tables for the memory's current TLB, or for what its ranges depend on (`jit_key`: FlatMemory's
+    arena, whose allocations never move); fresh ones for a memory with neither."""
     tlb = getattr(mem, "_tlb", None)
+    if tlb is None:
+        tlb = getattr(mem, "jit_key", None)
     if tlb is None:
         return Tables(None)
     t = getattr(batch.core, "_jit_tables", None)
@@ -1083,7 +1089,8 @@ def _mode_ok(w, sel) -> bool:
 
 
 TILE_WAVES = 64          # waves per tile: a tile's registers stay in the caches while the block runs over it
-PARALLEL_MIN = 1 << 14   # wave-instructions in a call before it is split across threads (below: not worth a hand-off)
+PARALLEL_MIN = 1 << 14   # ALU and LDS wave-instructions in a call before it is split across threads (below: not worth
+                         # a hand-off; an s_endpgm or a branch over many waves is not worth one)
 _workers = None
 
 
@@ -1110,7 +1117,8 @@ def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end
     """Run the call on several threads when that cannot change anything: a block with no global memory access
     (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
     boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
-    if tile == 0 or k * (end - i) < PARALLEL_MIN or any(x in blk.kinds for x in ("gload", "gstore", "sload")):
+    if tile == 0 or k * (blk.work[end] - blk.work[i]) < PARALLEL_MIN or \
+            any(x in blk.kinds for x in ("gload", "gstore", "sload")):
         return False
     nt = threads()
     if nt < 2:
@@ -1272,6 +1280,8 @@ def _fallback(batch, ctx, region: Region, sel, waves, pc: int, k: int, r: int, e
     c = ctx.ctx
     blk = region.blocks[int(c[_CUR_BLK])]
     i, end, tile, before = int(c[_START0]), int(c[_CUR_END]), int(c[_TILE]), int(c[_STEPS])
+    if blk.fused:                       # (wave by wave: the tile that stopped is the one wave)
+        tile = 1
     tb = int(c[_MISS_TILE])
     if tb == 0 and r == i and before == 0:
         return None
