@@ -18,7 +18,7 @@ import test_shader_kernels as suite
 from amdq.errors import GPUException
 from amdq.sim.shader import core as C
 from amdq.sim.shader import wave as W
-from amdq.sim.shader.jit import compiled, runtime
+from amdq.sim.shader.jit import compiled, records, runtime
 from test_targets_suite import _cases
 
 ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,), "gfx950": (64,)}
@@ -1000,6 +1000,55 @@ def test_a_searched_kernel_is_not_searched_again(monkeypatch):
     assert cands and not held & set(found)             # (other code of the kernel may get searched: timing)
     assert all(c in _candidates() for c in cands) and not any(c.parts for c in cands)
     assert sum(c.heat for c in cands) > heat
+
+
+def _record_of_loop(folder):
+    """(candidates, page heat) of the one record under folder/pages."""
+    (path,) = list((folder / "pages").iterdir())
+    return records.read_page(path.name)
+
+
+def test_heat_adds_up_over_processes(monkeypatch, tmp_path):
+    """What a process interpreted is kept in its pages' records when it exits (save_heat): the page's own heat
+    before any search, then its candidates' heat and the blocks that ran. The next process starts from it: a page
+    that heated enough in earlier processes is searched at its first dispatch, a candidate hot enough over them
+    is taken from the record without a search and compiled at its first dispatch; heat only grows."""
+    d = tmp_path / "jit9"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "HOT", float("inf"))
+    runtime.forget()
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", float("inf"))      # process 1: heat, no search
+    _loop(20)
+    runtime.save_heat()
+    cands, page = _record_of_loop(d)
+    assert cands == [] and page > 0
+    runtime.forget()                                                    # process 2: searched at its first dispatch
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", page / 2)
+    searched: list[int] = []
+    orig = runtime._discover
+    monkeypatch.setattr(runtime, "_discover", lambda *a, **k: searched.append(a[1]) or orig(*a, **k))
+    _loop(20)
+    assert searched and _candidates()
+    runtime.save_heat()
+    cands, _ = _record_of_loop(d)
+    heat = sum(c["heat"] for c in cands)
+    assert heat > 0 and any(c["ran"] for c in cands)
+    runtime.forget()                                                    # process 3: compiled from the record's heat
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", float("inf"))
+    searched.clear()
+    hot = max(cands, key=lambda c: c["heat"])
+    monkeypatch.setattr(runtime, "HOT", 0.5 * hot["heat"] / (runtime._expected(1000) + runtime.START_SECONDS))
+    before = compiled.stats["compiled"]
+    _loop(20)
+    assert not searched
+    assert sum(c.heat for c in _candidates()) >= heat
+    compiled.submit_call(lambda: None).result()                          # (the compile the first dispatch started)
+    assert compiled.stats["compiled"] > before
+    assert any(c.parts or c.job for c in _candidates())
+    runtime.save_heat()
+    cands, _ = _record_of_loop(d)
+    assert sum(c["heat"] for c in cands) >= heat and any(c["regions"] for c in cands)
 
 
 def test_a_hot_loop_compiles_what_ran(monkeypatch):

@@ -4,9 +4,13 @@ A record is named by a sha256 over its format, the JIT's version, the ISA family
 4 KiB code page; it lists the candidates whose search started in that page (runtime.py), each as offsets from the
 page: its blocks (every instruction's offset, size and dead-SGPR flag, the kinds and properties the search gave
 them), the PCs its search read that hold no block, the lines outside the page it was found from (with a sha256 of
-their bytes) and the regions compiled from it (their blocks). A process looks for a page's record the first time it
-runs code there: the candidates whose lines hold the same bytes are taken as found, without a search, and their
-regions are loaded when the interpreter first reaches them, without heat. What is loaded is still keyed by the bytes
+their bytes), the regions compiled from it (their blocks), the blocks that ran and the interpreted seconds spent in
+them (its heat); the record also keeps the page's own heat (interpreted seconds in code of it no candidate holds).
+A process looks for a page's record the first time it runs code there: the candidates whose lines hold the same
+bytes are taken as found, without a search, with their heat, and their regions are loaded when the interpreter
+first reaches them; the page's heat is taken as well. Heat so adds up over processes (a record is rewritten when
+a region is compiled and, for what heated since, when the process exits): code that every process runs a little
+of is compiled once its time in all of them paid for the compile, and later processes load it. What is loaded is still keyed by the bytes
 in memory (compiled.region_key over each instruction's bytes there), so an object file is never used for other
 bytes; a record only spares the search and says which keys to try.
 
@@ -23,7 +27,7 @@ import tempfile
 
 from .compiled import directory
 
-FORMAT = 1
+FORMAT = 2
 
 
 def page_key(family: str, wave64: bool, version: str, data: bytes) -> str:
@@ -46,6 +50,12 @@ def folder() -> str | None:
 
 def read(key: str) -> list | None:
     """The candidates of the record `key` (as written), or None: no record, or one that is damaged."""
+    rec = read_page(key)
+    return None if rec is None else rec[0]
+
+
+def read_page(key: str) -> tuple[list, float] | None:
+    """(candidates, the page's heat) of the record `key`, or None: no record, or one that is damaged."""
     d = folder()
     if d is None:
         return None
@@ -58,17 +68,19 @@ def read(key: str) -> list | None:
         rec = json.loads(body)
         if rec.get("format") != FORMAT or not isinstance(rec.get("cands"), list):
             return None
-        return rec["cands"]
+        heat = rec.get("heat", 0.0)
+        return rec["cands"], float(heat) if isinstance(heat, (int, float)) and heat >= 0 else 0.0
     except (OSError, ValueError, AttributeError):
         return None
 
 
-def write(key: str, cands: list) -> None:
-    """Replace the record `key` with these candidates (JSON-able)."""
+def write(key: str, cands: list, heat: float = 0.0) -> None:
+    """Replace the record `key` with these candidates (JSON-able) and the page's heat (interpreted seconds in code
+    of it no candidate holds)."""
     d = folder()
     if d is None:
         return
-    body = json.dumps({"format": FORMAT, "cands": cands}, separators=(",", ":")).encode()
+    body = json.dumps({"format": FORMAT, "cands": cands, "heat": round(heat, 6)}, separators=(",", ":")).encode()
     try:
         os.makedirs(d, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")

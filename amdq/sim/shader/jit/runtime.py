@@ -27,6 +27,7 @@ model would fault, the interpreter runs the instruction and raises the same faul
 """
 from __future__ import annotations
 
+import atexit
 import bisect
 import ctypes
 import os
@@ -153,6 +154,7 @@ class Candidate:
         self.page = page                                 # (address, bytes) of the code page its search started in
         self.by_pc = {b.pc: b for b in blocks}
         self.heat, self.trigger = 0.0, 0.0               # interpreted seconds; the heat that acts next
+        self.noted = 0.0                                 # the heat its page's record holds (records.py)
         self.work = 0                                    # interpreted wave-instructions (for heat / work)
         self.ran: set[int] = set()                       # blocks (their PCs) the interpreter ran
         self.left: set[int] = set(self.by_pc)            # blocks not compiled nor being compiled
@@ -271,8 +273,9 @@ def _collect(cand: Candidate) -> None:
 
 # ---------------------------------------------------------------- warm start: records of earlier processes
 #
-# records.py keeps, per code page, the candidates found there that have compiled regions. A page's record is read
-# when its code first runs in the process (_take_record: no search, no heat); its candidates' regions are loaded when
+# records.py keeps, per code page, the candidates found there that have compiled regions or heat, and the page's own
+# heat. A page's record is read when its code first runs in the process (_take_record: no search; the heat is taken,
+# and adds to what this process interprets: save_heat writes it back at exit); its candidates' regions are loaded when
 # the interpreter first reaches them (_load_stored, the -O2 code when there is some), so a second process runs
 # compiled code from its first dispatch. A candidate's blocks from a record hold Stored instructions (what running
 # and keying need); they are decoded from the candidate's lines only to be compiled (_decoded).
@@ -293,19 +296,47 @@ def _page_key(family: str, wave64: bool, data: bytes) -> str:
 
 
 def _record(cand: Candidate) -> None:
-    """Write the record of cand's page: every candidate of the process found there, from the same page bytes, with
-    the regions compiled from it (those turned off for good left out)."""
+    """Write the record of cand's page (_record_page)."""
     base, data = cand.page
+    _record_page(cand.family, cand.wave64, base, data)
+
+
+def _record_page(family: str, wave64: bool, base: int, data: bytes) -> None:
+    """Write the record of a code page: every candidate of the process found there, from the same page bytes, that
+    has regions compiled from it (those turned off for good left out) or heat, and the page's own heat."""
     out = []
-    for c in KNOWN.get((cand.family, cand.wave64, base), ()):
+    for c in KNOWN.get((family, wave64, base), ()):
         if c.page[1] != data:
             continue
         regions = [[b.pc - base for b in p.blocks] for p in c.parts if not (p.off and p.tier == OPT)]
         regions += [[pc - base for pc in r] for r in c.stored]
-        if regions:
+        if regions or c.heat > 0:
             out.append(_describe(c, base, regions))
-    if out:
-        records.write(_page_key(cand.family, cand.wave64, data), out)
+        c.noted = c.heat
+    page = PAGE_HEAT.get((family, wave64, base, data))
+    heat = page.heat if page is not None else 0.0
+    if page is not None:
+        page.noted = heat
+    if out or heat > 0:
+        records.write(_page_key(family, wave64, data), out, heat)
+
+
+def save_heat() -> None:
+    """Rewrite the records of the pages whose candidates or own code heated since their record was read or written
+    (at the process's exit: what it interpreted counts for the next ones)."""
+    if records.folder() is None:
+        return
+    with _lock:
+        for c in {id(c): c for cs in KNOWN.values() for c in cs}.values():
+            if c.job is not None and c.job[0].done():
+                _collect(c)             # (a compile that finished since the interpreter last looked: named too)
+        pages = {(c.family, c.wave64, c.page[0], c.page[1]) for cs in KNOWN.values() for c in cs if c.heat > c.noted}
+        pages |= {k for k, h in PAGE_HEAT.items() if h.heat > h.noted}
+        for family, wave64, base, data in pages:
+            _record_page(family, wave64, base, data)
+
+
+atexit.register(save_heat)
 
 
 def _describe(cand: Candidate, base: int, regions: list) -> dict:
@@ -314,7 +345,8 @@ def _describe(cand: Candidate, base: int, regions: list) -> dict:
     return {"blocks": [[b.pc - base, [[i.pc - base, i.size, int(bool(i.dead_sdst))] for i in b.insts], b.kinds,
                         int(b.floats), int(b.gstores), int(b.lstores), b.max_vgpr, b.barriers] for b in cand.blocks],
             "lines": [[line - base, records.line_hash(data)] for line, data in cand.lines if not base <= line < end],
-            "empty": [p - base for p in cand.empty], "regions": regions}
+            "empty": [p - base for p in cand.empty], "regions": regions,
+            "heat": round(cand.heat, 6), "ran": sorted(p - base for p in cand.ran)}
 
 
 def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> None:
@@ -331,7 +363,14 @@ def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> No
     if key in SEEN_PAGES:               # (its candidates, if any, are KNOWN: _take_known holds them)
         return
     SEEN_PAGES.add(key)
-    for rec in records.read(key) or ():
+    got = records.read_page(key)
+    if got is None:
+        return
+    cands, heat = got
+    page_heat = PAGE_HEAT.get((family, wave64, page, data))
+    if page_heat is not None and heat > page_heat.heat:
+        page_heat.heat = page_heat.noted = heat
+    for rec in cands:
         try:
             cand = _from_record(icache, page, data, wave64, rec)
         except (GPUFault, LookupError, TypeError, ValueError):
@@ -400,6 +439,10 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
         pcs = [base + p for p in r]
         if pcs and all(p in cand.by_pc for p in pcs):
             cand.stored.append(pcs)
+    heat = rec.get("heat", 0.0)
+    cand.heat = cand.noted = float(heat) if isinstance(heat, (int, float)) and heat > 0 else 0.0
+    cand.ran = {base + p for p in rec.get("ran", ()) if base + p in cand.by_pc}
+    cand.retrigger()
     return cand
 
 
@@ -899,10 +942,12 @@ def _page_heat(icache, page: int, wave64: bool) -> "Heat":
 
 
 class Heat:
-    """Interpreted seconds in code no candidate holds yet (one code page of one ICache), and the search's threshold."""
+    """Interpreted seconds in code no candidate holds yet (one code page's bytes, process-wide: PAGE_HEAT), and the
+    search's threshold."""
 
     def __init__(self, trigger: float):
         self.heat, self.trigger = 0.0, trigger
+        self.noted = 0.0                # the heat the page's record holds (records.py)
 
 
 def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
