@@ -375,6 +375,37 @@ def test_warm_start_loads_the_other_kernels_of_a_page_in_the_background(monkeypa
     assert compiled.stats["disk_hits"] == before["disk"] + 2 and compiled.stats["compiled"] == before["compiled"]
 
 
+def test_a_background_load_the_interpreter_reaches_is_loaded_at_once(monkeypatch, tmp_path):
+    """Two kernels of one page, both compiled by a first process; in a second process the worker thread is busy
+    (with something that holds no LLVM lock) when the second kernel first runs: its region's load, queued behind,
+    is taken back and loaded at once, so that dispatch runs compiled too (not interpreted until the worker comes
+    to it)."""
+    import threading
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit10"))
+    runtime.forget()
+    a = np.arange(256, dtype=np.float32)
+
+    def run(kernel):
+        (out,), _ = harness.run_cl(TWO, kernel, [a], (4, 1, 1), (64, 1, 1))
+        return out
+    run("twice"), run("halve")
+    before = _second_process(monkeypatch)
+    compiled.start()
+    compiled.submit_call(lambda: None).result()                 # (LLVM started: a load waits for nothing)
+    gate = threading.Event()
+    busy = compiled.submit_call(gate.wait)                      # the worker is busy until the gate opens
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    try:
+        assert np.array_equal(run("twice"), a * np.float32(2) + np.float32(1))
+        assert np.array_equal(run("halve"), a * np.float32(0.5) - np.float32(3))
+        assert not busy.done()
+    finally:
+        gate.set()
+    assert used[0] > 0 and used[1] > 0 and not before["searched"]
+    assert compiled.stats["disk_hits"] == before["disk"] + 2
+
+
 def test_a_record_is_used_only_for_its_bytes(monkeypatch, tmp_path):
     """A record under the name of other code (the code changed; a foreign or stale file put there) loads nothing
     compiled for other bytes: the changed instruction runs as the interpreter runs it."""

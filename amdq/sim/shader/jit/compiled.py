@@ -149,6 +149,11 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
     return _worker().submit(job)
 
 
+def idle() -> bool:
+    """No compile or load holds LLVM now (a load started now would not wait behind one)."""
+    return not _lock.locked()
+
+
 def submit_call(fn):
     """A future of fn(), run on the JIT's worker thread (after the compiles submitted before it)."""
     return _worker().submit(fn)

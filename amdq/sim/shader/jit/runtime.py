@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+from concurrent.futures import wait as wait_for
 import ctypes
 import os
 import threading
@@ -162,7 +163,7 @@ class Candidate:
         self.job = None                                  # (future of (key, Compiled), blocks) being compiled
         self.empty: list[int] = []                       # PCs its search read that hold no block
         self.stored: list[list[int]] = []                # regions (their blocks' PCs) a record names, not loaded yet
-        self.loads: list = []                            # (future, blocks) of those being loaded on the worker
+        self.loads: list = []                            # (future, blocks, load) of those being loaded on the worker
 
     def saw(self, blk: Block) -> None:
         self.ran.add(blk.pc)
@@ -461,7 +462,7 @@ def _load_stored(cand: Candidate, now: bool = True) -> None:
         if now:
             _loaded(cand, blocks, load())
         else:
-            cand.loads.append((compiled.submit_call(load), blocks))
+            cand.loads.append((compiled.submit_call(load), blocks, load))
 
 
 def _loader(cand: Candidate, blocks: list[Block]):
@@ -491,11 +492,27 @@ def _loaded(cand: Candidate, blocks: list[Block], got) -> None:
     _adopt(cand, blocks, key, c, tier, look=False)
 
 
-def _take_loads(cand: Candidate) -> None:
-    """The regions loaded on the worker thread so far join the parts."""
-    for job in [j for j in cand.loads if j[0].done()]:
+def _take_loads(cand: Candidate, pc: int) -> None:
+    """The regions loaded on the worker thread so far join the parts. The one holding pc (the interpreter is there)
+    is waited for when the worker is loading it, and loaded here when the worker has not started it and is idle (a
+    load takes ~0.5 ms; the worker may be busy with a compile for much longer: then the interpreter goes on)."""
+    from . import compiled
+    for job in list(cand.loads):
+        fut, blocks, load = job
+        if not fut.done() and any(b.pc == pc for b in blocks):
+            if fut.running():
+                wait_for([fut])
+            elif compiled.idle() and fut.cancel():
+                cand.loads.remove(job)
+                try:
+                    got = load()
+                except Exception:
+                    got = None
+                _loaded(cand, blocks, got)
+                continue
+        if not fut.done():
+            continue
         cand.loads.remove(job)
-        fut, blocks = job
         try:
             got = fut.result()
         except Exception:
@@ -960,7 +977,7 @@ def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
 def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
     cand = held.cand
     if cand.loads:
-        _take_loads(cand)
+        _take_loads(cand, blk.pc)
     if cand.stored:                     # (a record's regions: loaded when the interpreter first reaches them)
         _load_stored(cand)
     if blk.pc not in cand.ran:
