@@ -387,13 +387,7 @@ def layout_registers(w: WaveState, lay: Layout) -> None:
         w.em[:] = True
         w.full[:] = True
     else:
-        valid = np.tile(lay.valid, (nwg, 1)).reshape(nwg * wpg, lanes)
-        bits = mask_to_bits(valid)
-        w.s[EXEC] = bits[:, 0]
-        if lanes == 64:
-            w.s[EXEC + 1] = bits[:, 1]
-        w.em[:] = valid
-        w.full[:] = (bits == np.uint32(0xFFFFFFFF)).all(1)
+        set_exec(w, np.tile(lay.valid, (nwg, 1)).reshape(nwg * wpg, lanes))
     if lay.gen >= 12:
         w.s[TTMP0 + 8] = lay.wave_id
     if lay.info_sgpr is not None:
@@ -402,6 +396,16 @@ def layout_registers(w: WaveState, lay: Layout) -> None:
         w.s[lay.private_sgpr] = lay.scratch_off.astype(np.uint32)
     w.v[0].reshape(nwg, wpg * lanes)[:] = lay.ids
     w.mode[:] = lay.mode
+
+
+def set_exec(w: WaveState, valid: np.ndarray) -> None:
+    """EXEC (and the lane masks made from it) of every wave from its lanes that exist (waves x lanes, bool)."""
+    bits = mask_to_bits(valid)
+    w.s[EXEC] = bits[:, 0]
+    if valid.shape[1] == 64:
+        w.s[EXEC + 1] = bits[:, 1]
+    w.em[:] = valid
+    w.full[:] = (bits == np.uint32(0xFFFFFFFF)).all(1)
 
 
 _NO_LDS_WORDS = np.zeros((1, 1), np.uint32)
@@ -442,13 +446,7 @@ class Batch:
                 tid, wgd = lay.tid[dim], np.atleast_1d((wgx, wgy, wgz)[dim])
                 last = wgd == d.start[dim] + d.grid[dim] - 1
                 valid &= ~(last[:, None] & (tid[None, :] >= d.partial[dim]))
-            valid = valid.reshape(nwg * wpg, lanes)
-            bits = mask_to_bits(valid)
-            w.s[EXEC] = bits[:, 0]
-            if lanes == 64:
-                w.s[EXEC + 1] = bits[:, 1]
-            w.em[:] = valid
-            w.full[:] = (bits == np.uint32(0xFFFFFFFF)).all(1)
+            set_exec(w, valid.reshape(nwg * wpg, lanes))
         # user SGPRs, then system SGPRs (AMDGPUUsage "Initial Kernel Execution State")
         nuser = min(lay.nuser, len(d.user_data))
         if nuser:
