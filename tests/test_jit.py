@@ -349,11 +349,9 @@ __kernel void halve(__global float *a) { int i = get_global_id(0); a[i] = a[i] *
 """
 
 
-def test_warm_start_loads_the_other_kernels_of_a_page_in_the_background(monkeypatch, tmp_path):
-    """Two kernels in one code page, both compiled by a first process: a second process loads the one it runs
-    first at once and the other on the worker thread meanwhile, which then runs compiled from its first
-    dispatch too."""
-    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit7"))
+def _two_compiled():
+    """A first process (this one, from nothing) runs and compiles both kernels of TWO: (run(kernel) -> its output,
+    the input)."""
     runtime.forget()
     a = np.arange(256, dtype=np.float32)
 
@@ -361,6 +359,15 @@ def test_warm_start_loads_the_other_kernels_of_a_page_in_the_background(monkeypa
         (out,), _ = harness.run_cl(TWO, kernel, [a], (4, 1, 1), (64, 1, 1))
         return out
     run("twice"), run("halve")
+    return run, a
+
+
+def test_warm_start_loads_the_other_kernels_of_a_page_in_the_background(monkeypatch, tmp_path):
+    """Two kernels in one code page, both compiled by a first process: a second process loads the one it runs
+    first at once and the other on the worker thread meanwhile, which then runs compiled from its first
+    dispatch too."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit7"))
+    run, a = _two_compiled()
     before = _second_process(monkeypatch)
     submitted = []
     orig = compiled.submit_call
@@ -382,13 +389,7 @@ def test_a_background_load_the_interpreter_reaches_is_loaded_at_once(monkeypatch
     to it)."""
     import threading
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit10"))
-    runtime.forget()
-    a = np.arange(256, dtype=np.float32)
-
-    def run(kernel):
-        (out,), _ = harness.run_cl(TWO, kernel, [a], (4, 1, 1), (64, 1, 1))
-        return out
-    run("twice"), run("halve")
+    run, a = _two_compiled()
     before = _second_process(monkeypatch)
     compiled.start()
     compiled.submit_call(lambda: None).result()                 # (LLVM started: a load waits for nothing)
