@@ -288,13 +288,17 @@ class MMU:
             pages = _unique(np.concatenate([np.arange(int(f), int(l) + 1, dtype=np.uint64)
                                             for f, l in zip(first.tolist(), last.tolist())]))
         tlb = self._tlb
-        for p in pages.tolist():
+        pages = pages.tolist()
+        i = 0
+        while i < len(pages):                   # one lookup per run: the pages it holds are skipped
+            p = pages[i]
             r = self._run_for(p << 12, tlb)
             if r is None:
                 bad = addr[((addr >> np.uint64(12)) == p) | (((addr + np.uint64(nbytes - 1)) >> np.uint64(12)) == p)]
                 raise self.fault(int(bad.min()) if len(bad) else p << 12, write, client)
             if write and not r.writable:
                 raise self.fault(p << 12, write, client, "page is read-only")
+            i = bisect.bisect_right(pages, (r.end - 1) >> 12, i + 1)
         starts = np.array(tlb[0], np.uint64)
         ends = np.array([r.end for r in tlb[1]], np.uint64)
         j = np.searchsorted(starts, addr, side="right").astype(np.int64) - 1
