@@ -325,16 +325,21 @@ def _record_page(family: str, wave64: bool, base: int, data: bytes) -> None:
 def save_heat() -> None:
     """Rewrite the records of the pages whose candidates or own code heated since their record was read or written
     (at the process's exit: what it interpreted counts for the next ones)."""
-    if records.folder() is None:
+    if records.folder() is None or not _lock.acquire(timeout=1.0):     # (a thread still simulating: let it be)
         return
-    with _lock:
+    try:
         for c in {id(c): c for cs in KNOWN.values() for c in cs}.values():
             if c.job is not None and c.job[0].done():
-                _collect(c)             # (a compile that finished since the interpreter last looked: named too)
+                try:
+                    _collect(c)         # (a compile that finished since the interpreter last looked: named too)
+                except RuntimeError:    # (what it would start next: the worker is gone at exit)
+                    pass
         pages = {(c.family, c.wave64, c.page[0], c.page[1]) for cs in KNOWN.values() for c in cs if c.heat > c.noted}
         pages |= {k for k, h in PAGE_HEAT.items() if h.heat > h.noted}
         for family, wave64, base, data in pages:
             _record_page(family, wave64, base, data)
+    finally:
+        _lock.release()
 
 
 atexit.register(save_heat)
