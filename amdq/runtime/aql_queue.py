@@ -160,8 +160,8 @@ class AQLQueue(HWQueue):
         self.name = f"compute queue {self.q.queue_id} (AQL)"
         self.mv = self.q.ring.cpu.mv
         self.slots = self.q.ring.size // SLOT
-        self.mv[:] = bytes(len(self.mv))
-        np.frombuffer(self.mv, np.uint16)[::SLOT // 2] = INVALID
+        np.frombuffer(self.mv, np.uint16)[::SLOT // 2] = INVALID        # every slot's header (the packet processor
+                                                                        # reads nothing else of a slot before it)
         self.q.ring.cpu.wrote(0, len(self.mv))
         Q.pack_into(self.qmv, 0, hsa_queue={"features": 1, "base_address": self.q.ring.va, "size": self.slots,
                                             "id": self.q.queue_id})     # features: KERNEL_DISPATCH
