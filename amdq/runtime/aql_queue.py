@@ -105,11 +105,24 @@ class AQLBound:
             else:                               # nothing to order (Timeline.next without its hook, inline)
                 t.moves[0] += 1
                 t.value = value = v + 1
-            o = ((i + 1) % q.slots) * SLOT      # the signal's PM4 in the vendor slot's own IB
-            q._put_rel(q.ibmv, o, q._rel_head, value, q._rel_tail)
+            o = (i % q.slots) * SLOT            # the dispatch's slot; the vendor packet's follows it (or is slot 0)
+            io = o + SLOT if o <= q._pair_end else 0
+            q._put_rel(q.ibmv, io, q._rel_head, value, q._rel_tail)   # the signal's PM4 in the vendor slot's IB
             if q._ib_hint is not None:
-                q._ib_hint(o, len(q._rel))
-            q._put2(i, self.head, self.ka, self.tail, q._ibs_va + o, self.hdr)
+                q._ib_hint(io, len(q._rel))
+            if io:                              # (AQLQueue._put2, inline: both slots before the ring's end)
+                mv = q.mv
+                TWO_SLOTS.pack_into(mv, o, INVALID, self.head, self.ka, self.tail, INVALID, q._vhead, q._ibs_va + io,
+                                    q._vdw3, q._vtail)
+                U32.pack_into(mv, o, self.hdr)
+                U32.pack_into(mv, io, VENDOR_WORD)
+                if q._ring_hint is not None:
+                    q._ring_hint(o, 2 * SLOT)
+                q.wid = w = i + 2
+                q._set_wid(w)                   # write_dispatch_id, then the doorbell
+                q._ring_bell(i + 1)
+            else:
+                q._put2(i, self.head, self.ka, self.tail, q._ibs_va, self.hdr)
             grew = dev.take_growth() if dev._grew is not None else None
         except GPUTimeout as e:
             dev._submit_failed(q, v, e)
@@ -260,7 +273,20 @@ class AQLQueue(HWQueue):
         self._put_rel(kv.mv, off + p.size, self._rel_head, value, self._rel_tail)
         if kv.hint is not None:
             kv.hint(off, size)
-        self._put2(i, p.head, ka, p.tail, ka + p.size, p.hdr)
+        o = (i % self.slots) * SLOT
+        if o > self._pair_end:                          # the pair wraps
+            self._put2(i, p.head, ka, p.tail, ka + p.size, p.hdr)
+            return value, t1
+        mv = self.mv                                    # (_put2, inline)
+        TWO_SLOTS.pack_into(mv, o, INVALID, p.head, ka, p.tail, INVALID, self._vhead, ka + p.size, self._vdw3,
+                            self._vtail)
+        U32.pack_into(mv, o, p.hdr)
+        U32.pack_into(mv, o + SLOT, VENDOR_WORD)
+        if self._ring_hint is not None:
+            self._ring_hint(o, 2 * SLOT)
+        self.wid = w = i + 2
+        self._set_wid(w)
+        self._ring_bell(i + 1)
         return value, t1
 
     def _launch_timed(self, p: AQLPlan, kernel, args: tuple, ts: int) -> tuple[int, float]:
