@@ -91,9 +91,10 @@ class AQLBound:
             if dev.closed:
                 dev._check()
             t = q.timeline
-            v = t.value                         # (also the mark a failed submission gives back)
-            if self.scratch:
+            v = t.value                         # (the mark a failed submission gives back)
+            if self.scratch:                    # (its growth may wait for the GPU, and a reset may come of that)
                 q.scratch_for(self.kernel)
+                v = t.value
             i = q.wid                           # (AQLQueue._take2, inline)
             if i + 2 > q._limit:
                 q.room(2)
