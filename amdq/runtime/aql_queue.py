@@ -205,7 +205,7 @@ class AQLQueue(HWQueue):
         self._ring_bell = writer64(self.q.doorbell, self.q.doorbell_off)     # (bound once: the launch path)
         self._set_wid = writer64(self.qmem.cpu, WR)     # write_dispatch_id (with its coherence hint, if any)
         self._pair_end = len(self.mv) - 2 * SLOT        # the last slot offset where two slots fit unwrapped
-        self._ring_hint, self._q_hint, self._ib_hint = (hint_of(m.cpu) for m in (self.q.ring, self.qmem, self.ibs))
+        self._ring_hint, self._ib_hint = hint_of(self.q.ring.cpu), hint_of(self.ibs.cpu)    # (qmem's: in _set_wid)
         self._scratch = None                            # the new amd_queue_t has none yet
 
     def _close_hw(self) -> None:

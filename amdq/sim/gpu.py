@@ -182,7 +182,8 @@ class SimGPU:
         self._open.clear()
 
     def ringer(self, doorbell: int, latch: Callable[[int], None] | None = None,
-               enable: tuple[Any, int, int] | None = None, keep: tuple[list, int] | None = None) -> Callable[[int], None]:
+               enable: tuple[Any, int, int] | None = None,
+               keep: tuple[list, int] | None = None) -> Callable[[int], None]:
         """`ring(doorbell, value)` as a function of the value, for an aperture that binds a queue's doorbell once:
         an engine known to see it is rung without the lookup and gate of `ring`. `latch(value)` first keeps the
         value in the aperture's register (as it reads back); `keep` = (values, index) does the same as

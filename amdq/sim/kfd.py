@@ -18,7 +18,6 @@ import struct
 import threading
 import time
 from collections import deque
-from functools import partial
 from dataclasses import dataclass, field
 
 import numpy as np
