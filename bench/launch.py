@@ -91,7 +91,7 @@ def aql_launch(n: int, rounds: int) -> dict:
         mod.U32.pack_into(q.mv, o + 64, mod.INVALID)
 
     def doorbell():                     # write_dispatch_id and the doorbell again: nothing new for the GPU
-        mod.U64.pack_into(q.qmv, mod.WR, q.wid)
+        q._set_wid(q.wid)
         q._ring_bell(q.wid - 1)
 
     gpu.defer = True

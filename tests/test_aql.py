@@ -301,17 +301,19 @@ def test_packet_pairs_across_the_ring_end(monkeypatch):
         out = dev.upload(np.zeros(32, np.int32))
         k = prg["add"]
         bound = k.bind(out, 3, grid=1, block=32)
-        straddled = 0
+        straddled = {"timed": 0, "bound": 0, "fresh": 0}
         for n in range(600):
-            straddled += q.wid % q.slots == q.slots - 1
-            if n % 5 == 0:
+            kind = "timed" if n % 5 == 0 else "bound" if n % 5 == 1 else "fresh"
+            straddled[kind] += q.wid % q.slots == q.slots - 1
+            if kind == "timed":
                 k(out, 1, grid=1, block=32, timed=True)
-            elif n % 5 == 1:
+            elif kind == "bound":
                 bound.submit()
             else:
                 k(out, 1, grid=1, block=32)
         dev.synchronize()
-        assert straddled > 5 and q.rptr == q.wid
+        assert sum(straddled.values()) > 5 and straddled["bound"] and straddled["fresh"], straddled
+        assert q.rptr == q.wid
         assert (out.numpy(np.int32) == 120 * 3 + 480).all()
         bound.free()
     finally:

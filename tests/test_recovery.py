@@ -236,6 +236,122 @@ def test_threads_share_a_device(monkeypatch, queue):
         dev.close()
 
 
+@pytest.mark.parametrize("queue,mode", MODES)
+def test_bound_resubmit_after_a_recovered_hang(monkeypatch, queue, mode):
+    """A launch bound before a hang: its submission lost in the hang fails (wait, done, error) with the hang's
+    GPUTimeout, and after the queue's reset the same bound launch runs again, in timeline order with fresh
+    launches."""
+    dev = open_dev(monkeypatch, queue, mode)
+    try:
+        b = Bench(dev)
+        out = dev.upload(np.zeros(64, np.int32))
+        add = b.prg["add"].bind(out, 1, grid=1, block=64)
+        add.submit().wait()
+        dev.sim.inject("hang_cp")
+        lost = add.submit()
+        with pytest.raises(GPUTimeout) as e:
+            lost.wait()
+        assert lost.done and lost.error is e.value and lost.record is not None
+        with pytest.raises(GPUTimeout) as again:
+            lost.wait()                                  # every wait raises the same error
+        assert again.value is e.value
+        dev.sim.clear("hang_cp")
+        hs = [add.submit() for _ in range(3)]
+        f = b.prg["add"](out, 10, grid=1, block=64)
+        hs.append(add.submit())
+        vals = [h.value for h in hs[:3]] + [f.value, hs[3].value]
+        assert vals == sorted(vals) and len(set(vals)) == 5 and vals[0] > lost.value
+        for h in hs:
+            rec = h.wait()
+            assert h.error is None and rec.kernel == "add" and rec.submit >= 0
+        assert (out.numpy(np.int32) == 1 + 4 + 10).all()   # the lost submission never ran
+        b.check()
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("queue", ["pm4", "aql"])
+def test_bound_resubmits_from_two_threads(monkeypatch, queue):
+    """Two threads resubmit their own bound launches (and a third launches afresh) on one device: every
+    submission gets its own timeline value, each thread's values increase, and every one runs exactly once."""
+    dev = open_dev(monkeypatch, queue, "async", timeout_ms=30_000)
+    try:
+        b = Bench(dev)
+        outs = [dev.upload(np.zeros(64, np.int32)) for _ in range(3)]
+        bound = [b.prg["add"].bind(outs[i], i + 1, grid=1, block=64) for i in range(2)]
+        values: list[list[int]] = [[], [], []]
+        errors = []
+
+        def work(i: int) -> None:
+            try:
+                for n in range(600):
+                    h = bound[i].submit() if i < 2 else b.prg["add"](outs[2], 3, grid=1, block=64)
+                    values[i].append(h.value)
+                    if n % 200 == 199:
+                        h.wait()
+            except Exception as e:                          # noqa: BLE001  reported below
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        dev.synchronize()
+        for v in values:
+            assert v == sorted(v) and len(v) == 600
+        every = [x for v in values for x in v]
+        assert len(set(every)) == len(every)              # no value handed out twice
+        for i, o in enumerate(outs):
+            assert (o.numpy(np.int32) == 600 * (i + 1)).all()
+        b.check()
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("queue", ["pm4", "aql"])
+def test_bound_resubmit_waits_for_a_copy(monkeypatch, queue):
+    """A bound launch submitted right after a copy on the copy queue sees the copy's data (the ordering hook of
+    the compute timeline queues the GPU-side wait first), and a copy after it sees its result."""
+    dev = open_dev(monkeypatch, queue, "async", timeout_ms=30_000)
+    try:
+        b = Bench(dev)
+        out = dev.upload(np.zeros(64, np.int32))
+        add = b.prg["add"].bind(out, 1, grid=1, block=64)
+        add.submit().wait()
+        for n in range(1, 6):
+            src = dev.upload(np.full(64, 100 * n, np.int32))
+            dev.copy(out, src, 256)                        # not waited for
+            add.submit()
+            dst = dev.alloc(256)
+            dev.copy(dst, out, 256)
+            dev.synchronize()
+            assert (dst.numpy(np.int32) == 100 * n + 1).all(), n
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("queue", ["pm4", "aql"])
+def test_launches_across_the_end_of_the_kernel_argument_ring(monkeypatch, queue):
+    """A fresh launch whose kernel arguments do not fit before the end of the kernel-argument ring starts it
+    over (after the GPU finished what it held); launches on both sides of the turn are right."""
+    dev = open_dev(monkeypatch, queue, "sync", timeout_ms=30_000)
+    try:
+        b = Bench(dev)
+        outs = [dev.upload(np.zeros(64, np.int32)) for _ in range(4)]
+        kv = dev.kernargs
+        kv.head = kv.size - 64                              # one 64-byte block left: no launch fits
+        hs = [b.prg["add"](outs[i], i + 1, grid=1, block=64) for i in range(4)]
+        assert kv.head < kv.size // 2                       # it started over
+        for h in hs:
+            h.wait()
+        for i, o in enumerate(outs):
+            assert (o.numpy(np.int32) == i + 1).all()
+        b.check()
+    finally:
+        dev.close()
+
+
 def test_a_killed_process_leaves_the_next_one_working(tmp_path):
     code = compile_cl(SRC, "gfx1100")
     script = tmp_path / "child.py"

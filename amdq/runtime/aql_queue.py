@@ -21,7 +21,7 @@ from ..iface.base import hint_of, writer64
 from . import kernargs
 from .hwqueue import HWQueue, stuck_report
 from .pm4_queue import Commands, PM4Queue, SHRegs
-from .program import Launch, _clock
+from .program import Launch, _clock, _new
 
 SLOT = A.PACKET_SIZE
 IB_DW = SLOT // 4                       # PM4 dwords that fit a slot's own indirect buffer
@@ -44,11 +44,15 @@ class AQLPlan:
     """One kernel's dispatch packet for one grid/block/dynamic-LDS shape, built once; per call only the
     kernel arguments and the kernarg address are written."""
 
-    def __init__(self, kernel, args: tuple, grid, block, shared_mem: int = 0):
+    def __init__(self, kernel, args: tuple, grid, block, shared_mem: int = 0, extra: int = 0):
         d = kernel.desc
         blob, dyn = kernel.kernargs(args, grid, block, shared_mem)
         self.grid, self.block, self.blob, self.shared_mem = grid, block, bytearray(blob), shared_mem
         self.size = max(64, (len(blob) + 63) & ~63)
+        # an untimed launch's kernel-argument space: the arguments and `extra` bytes after them (the signal's PM4),
+        # and what that takes of the kernel-argument ring
+        self.asize = self.size + extra
+        self.aksize = (self.asize + 63) & ~63
         self.pack = kernel.packer(self, args, self.blob)      # pack(mv, off, args): a launch's kernel arguments
         self.scratch = d.uses_scratch
         self.pkt = A.dispatch_packet(block, grid, d.private_segment_fixed_size, d.group_segment_fixed_size + dyn,
@@ -70,42 +74,70 @@ class AQLBound:
         self.pkt, self.hdr, self.scratch, self.kernel = bytearray(p.pkt), p.hdr, p.scratch, kernel
         U64.pack_into(self.pkt, A.KERNARG_ADDRESS, self.kalloc.va)
         self.head, self.ka, self.tail = p.head, self.kalloc.va, p.tail
+        self._prg, self._dev, self._lock = kernel.prg, queue.dev, queue.dev.lock
 
     def submit(self) -> "Launch":
         """Run it again; returns its Launch handle (`.value` is the timeline value that marks its completion).
         Writes its ready dispatch packet and the signal's vendor packet (its PM4 in the slot's own IB, the value
         patched there) and rings the doorbell once."""
-        q = self.queue
-        dev = q.dev
-        if self.kalloc is None or self.kernel.prg.freed:
+        prg = self._prg
+        if self.kalloc is None or prg._freed or prg.code.alloc is None:
             self._refuse()
         t0 = _clock()
-        lock = dev.lock                         # what Device.submitting does, inline: a hot path
+        q, dev = self.queue, self._dev
+        lock = self._lock                       # what Device.submitting does, inline: a hot path
         lock.acquire()
         try:
             if dev.closed:
                 dev._check()
-            mark = q.timeline.value
-            if self.scratch:
+            t = q.timeline
+            v = t.value                         # (the mark a failed submission gives back)
+            if self.scratch:                    # (its growth may wait for the GPU, and a reset may come of that)
                 q.scratch_for(self.kernel)
-            value, i = q._take2()
-            o = ((i + 1) % q.slots) * SLOT           # the signal's PM4 in the vendor slot's own IB
-            q._put_rel(q.ibmv, o, q._rel_head, value, q._rel_tail)
+                v = t.value
+            i = q.wid                           # (AQLQueue._take2, inline)
+            if i + 2 > q._limit:
+                q.room(2)
+            if t.moves[0] - v != t.ordered or not (v + 1) & 0xFFFFFFFF:
+                value = t.next()                # the ordering hook (Timeline.next)
+                if q.wid != i:                  # it queued waits in front: room again
+                    q.room(2)
+                    i = q.wid
+            else:                               # nothing to order (Timeline.next without its hook, inline)
+                t.moves[0] += 1
+                t.value = value = v + 1
+            o = (i % q.slots) * SLOT            # the dispatch's slot; the vendor packet's follows it (or is slot 0)
+            io = o + SLOT if o <= q._pair_end else 0
+            q._put_rel(q.ibmv, io, q._rel_head, value, q._rel_tail)   # the signal's PM4 in the vendor slot's IB
             if q._ib_hint is not None:
-                q._ib_hint(o, len(q._rel))
-            q._put2(i, self.head, self.ka, self.tail, q.ibs.va + o, self.hdr)
-            if dev._grew is not None:
-                return Launch(q, value, (self, t0, _clock(), dev.take_growth()))
+                q._ib_hint(io, len(q._rel))
+            if io:                              # (AQLQueue._put2, inline: both slots before the ring's end)
+                mv = q.mv
+                TWO_SLOTS.pack_into(mv, o, INVALID, self.head, self.ka, self.tail, INVALID, q._vhead, q._ibs_va + io,
+                                    q._vdw3, q._vtail)
+                U32.pack_into(mv, o, self.hdr)
+                U32.pack_into(mv, io, VENDOR_WORD)
+                if q._ring_hint is not None:
+                    q._ring_hint(o, 2 * SLOT)
+                q.wid = w = i + 2
+                q._set_wid(w)                   # write_dispatch_id, then the doorbell
+                q._ring_bell(i + 1)
+            else:
+                q._put2(i, self.head, self.ka, self.tail, q._ibs_va, self.hdr)
+            grew = dev.take_growth() if dev._grew is not None else None
         except GPUTimeout as e:
-            dev._submit_failed(q, mark, e)
+            dev._submit_failed(q, v, e)
             raise
         finally:
             lock.release()
-        return Launch(q, value, (self, t0, _clock()))
+        h = _new(Launch)                        # (Launch(q, value, info) without its __init__ call)
+        h.queue, h.value, h._rec = q, value, None
+        h._info = (self, t0, _clock()) if grew is None else (self, t0, _clock(), grew)
+        return h
 
     def _refuse(self) -> None:
         """Raise why this bound launch cannot be submitted (its program or itself freed)."""
-        if self.kernel.prg.freed:
+        if self._prg.freed:
             raise InvalidArgument(f"kernel {self.kernel.name}: its program was freed; bind a loaded one")
         raise InvalidArgument(f"kernel {self.kernel.name}: this bound launch was freed; bind it again")
 
@@ -167,11 +199,13 @@ class AQLQueue(HWQueue):
                                             "id": self.q.queue_id})     # features: KERNEL_DISPATCH
         self.qmem.cpu.wrote(0, Q.size)
         self.ibs = dev.allocator.alloc(self.slots * SLOT, "gtt", uncached=True)
-        self.ibmv = self.ibs.cpu.mv
+        self.ibmv, self._ibs_va = self.ibs.cpu.mv, self.ibs.va
         self.wid = 0                                    # next packet index (write_dispatch_id)
         self._limit = self.slots
         self._ring_bell = writer64(self.q.doorbell, self.q.doorbell_off)     # (bound once: the launch path)
-        self._ring_hint, self._q_hint, self._ib_hint = (hint_of(m.cpu) for m in (self.q.ring, self.qmem, self.ibs))
+        self._set_wid = writer64(self.qmem.cpu, WR)     # write_dispatch_id (with its coherence hint, if any)
+        self._pair_end = len(self.mv) - 2 * SLOT        # the last slot offset where two slots fit unwrapped
+        self._ring_hint, self._ib_hint = hint_of(self.q.ring.cpu), hint_of(self.ibs.cpu)    # (qmem's: in _set_wid)
         self._scratch = None                            # the new amd_queue_t has none yet
 
     def _close_hw(self) -> None:
@@ -200,7 +234,7 @@ class AQLQueue(HWQueue):
                tuple(type(args[i]) for i in kernel._untyped if i < len(args)) if kernel._untyped else ())
         p = kernel._plans.get(key)
         if p is None:
-            p = kernel._plans[key] = AQLPlan(kernel, args, grid, block, shared_mem)
+            p = kernel._plans[key] = AQLPlan(kernel, args, grid, block, shared_mem, len(self._rel))
             self._kd[kernel.kd_addr] = kernel.name
         if short is not None:
             kernel._aql_shapes[short] = p
@@ -218,17 +252,42 @@ class AQLQueue(HWQueue):
         if ts is not None:
             return self._launch_timed(p, kernel, args, ts)
         kv = self.dev.kernargs
-        size = p.size + len(self._rel)
-        ka, off = kv.take(size)
+        size = p.asize                                  # the kernel arguments, then the signal's PM4
+        off = kv.head                                   # (Kernargs.take, inline, unless the ring of arguments wraps)
+        if off + p.aksize > kv.size:
+            ka, off = kv.take(size)
+        else:
+            kv.head = off + p.aksize
+            ka = kv.va + off
         p.pack(kv.mv, off, args)                        # checked: bad arguments raise before a value is taken
         if p.scratch:
             self.scratch_for(kernel)
-        value, i = self._take2()
-        t1 = time.perf_counter()
+        i = self.wid                                    # (_take2, inline)
+        t = self.timeline
+        v = t.value
+        if i + 2 > self._limit or t.moves[0] - v != t.ordered or not (v + 1) & 0xFFFFFFFF:
+            value, i = self._take2()                    # room to wait for, or something to order first
+        else:                                           # (Timeline.next without its hook, inline)
+            t.moves[0] += 1
+            t.value = value = v + 1
+        t1 = _clock()
         self._put_rel(kv.mv, off + p.size, self._rel_head, value, self._rel_tail)
         if kv.hint is not None:
             kv.hint(off, size)
-        self._put2(i, p.head, ka, p.tail, ka + p.size, p.hdr)
+        o = (i % self.slots) * SLOT
+        if o > self._pair_end:                          # the pair wraps
+            self._put2(i, p.head, ka, p.tail, ka + p.size, p.hdr)
+            return value, t1
+        mv = self.mv                                    # (_put2, inline)
+        TWO_SLOTS.pack_into(mv, o, INVALID, p.head, ka, p.tail, INVALID, self._vhead, ka + p.size, self._vdw3,
+                            self._vtail)
+        U32.pack_into(mv, o, p.hdr)
+        U32.pack_into(mv, o + SLOT, VENDOR_WORD)
+        if self._ring_hint is not None:
+            self._ring_hint(o, 2 * SLOT)
+        self.wid = w = i + 2
+        self._set_wid(w)
+        self._ring_bell(i + 1)
         return value, t1
 
     def _launch_timed(self, p: AQLPlan, kernel, args: tuple, ts: int) -> tuple[int, float]:
@@ -270,8 +329,8 @@ class AQLQueue(HWQueue):
         and the vendor packet running the signal's PM4 at `ib_va`; bodies first, then each header; then
         write_dispatch_id and the doorbell (index i + 1)."""
         o = (i % self.slots) * SLOT
-        mv = self.mv
-        if o + 2 * SLOT <= len(mv):
+        if o <= self._pair_end:
+            mv = self.mv
             TWO_SLOTS.pack_into(mv, o, INVALID, head, ka, tail, INVALID, self._vhead, ib_va, self._vdw3, self._vtail)
             U32.pack_into(mv, o, hdr)
             U32.pack_into(mv, o + SLOT, VENDOR_WORD)
@@ -282,9 +341,7 @@ class AQLQueue(HWQueue):
             self.write(i, pkt, hdr)
             self._vendor_packet(i + 1, ib_va, len(self._rel) // 4)
         self.wid = w = i + 2
-        U64.pack_into(self.qmv, WR, w)
-        if self._q_hint is not None:
-            self._q_hint(WR, 8)
+        self._set_wid(w)                                # write_dispatch_id, then the doorbell
         self._ring_bell(i + 1)
 
     def bind(self, kernel, args: tuple, grid, block, shared_mem: int = 0) -> AQLBound:

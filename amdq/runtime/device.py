@@ -30,7 +30,7 @@ from .codemem import LoadedCode
 from .hostmem import PIN_MIN, HostPins, host_address
 from .pm4_queue import PM4Queue
 from .program import Launch, LaunchRecord, Program
-from .program import _clock as _now
+from .program import _clock as _now, _new
 from .sdma_queue import SDMAQueue
 from .signal import Timeline, default_timeout_ms
 
@@ -805,8 +805,11 @@ class Device:
                 self._launch_failed(q, kernel, mark, e)
                 raise
             q._what[value & 255] = kernel.label  # (q.note, inline)
-            return Launch(q, value, (kernel.name, t0, t1, _now(), None, grid, block,
-                                     self.take_growth() if self._grew is not None else None))
+            h = _new(Launch)                     # (Launch(q, value, info) without its __init__ call)
+            h.queue, h.value, h._rec = q, value, None
+            h._info = (kernel.name, t0, t1, _now(), None, grid, block,
+                       self.take_growth() if self._grew is not None else None)
+            return h
         finally:
             lock.release()
 

@@ -28,7 +28,7 @@ from ..hw.targets import GENERATIONS
 from . import kernargs
 from ..iface.base import hint_of, writer64
 from .hwqueue import HWQueue, stuck_report
-from .program import Launch, _clock
+from .program import Launch, _clock, _new
 
 _RM, _WRM = pm4.ENUMS["RELEASE_MEM"], pm4.ENUMS["WAIT_REG_MEM"]
 EOP_EVENT, BOTTOM_OF_PIPE_TS = pm4.CACHE_FLUSH_AND_INV_TS_EVENT, pm4.BOTTOM_OF_PIPE_TS
@@ -570,10 +570,14 @@ class PM4Bound:
             raise
         finally:
             lock.release()
+        h = _new(Launch)                        # (Launch(q, value, info) without its __init__ call)
+        h.queue, h.value, h._rec = q, value, None
         if self.grew is None:
-            return Launch(q, value, (self, t0, _clock()))
-        grew, self.grew = self.grew, None               # the first submission carries the bind's growth
-        return Launch(q, value, (self, t0, _clock(), grew))
+            h._info = (self, t0, _clock())
+        else:                                   # the first submission carries the bind's growth
+            h._info = (self, t0, _clock(), self.grew)
+            self.grew = None
+        return h
 
     def _refuse(self) -> None:
         """Raise why this bound launch cannot be submitted (its program or itself freed)."""

@@ -170,7 +170,9 @@ class AQLQueue(PM4Executor):
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
-        self.wr = max(self.wr, int(value) + 1)
+        v = int(value) + 1                          # (not max(): on every launch's path)
+        if v > self.wr:
+            self.wr = v
 
     @property
     def busy(self) -> bool:

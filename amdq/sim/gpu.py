@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from functools import partial
 from typing import Any, Callable, Protocol
 
 from contextlib import contextmanager
@@ -181,14 +182,36 @@ class SimGPU:
         self._open.clear()
 
     def ringer(self, doorbell: int, latch: Callable[[int], None] | None = None,
-               enable: tuple[Any, int, int] | None = None) -> Callable[[int], None]:
+               enable: tuple[Any, int, int] | None = None,
+               keep: tuple[list, int] | None = None) -> Callable[[int], None]:
         """`ring(doorbell, value)` as a function of the value, for an aperture that binds a queue's doorbell once:
         an engine known to see it is rung without the lookup and gate of `ring`. `latch(value)` first keeps the
-        value in the aperture's register (as it reads back); `enable` = (registers, index, mask): the write reaches
-        the GPU only while registers[index] & mask (a PCI function's memory decoding)."""
+        value in the aperture's register (as it reads back); `keep` = (values, index) does the same as
+        `values[index] = value`, without a call; `enable` = (registers, index, mask): the write reaches the GPU
+        only while registers[index] & mask (a PCI function's memory decoding). (The doorbell is on every launch's
+        path: an aperture without an enable bit gets a function without its test.)"""
         opened, ring, kick = self._open, self.ring, self._kick
         sync = self.mode != "async"                     # (fixed when the GPU is made)
+        if enable is None and latch is None:        # (the simulated KFD's doorbell page)
+            values, at = keep if keep is not None else ([0], 0)
+
+            def bell(value: int) -> None:
+                values[at] = value
+                eng = opened.get(doorbell)
+                if eng is None:
+                    ring(doorbell, value)           # a doorbell not yet known open: the full decode
+                    return
+                eng.doorbell(value)
+                if self._defer:
+                    return
+                if sync:
+                    self.pump(1 << 12)
+                elif not kick.is_set():
+                    kick.set()
+            return bell
         regs, at, mask = enable if enable is not None else ((1,), 0, 1)
+        if keep is not None:
+            latch = partial(keep[0].__setitem__, keep[1])
 
         def bell(value: int) -> None:
             if latch is not None:

@@ -18,7 +18,6 @@ import struct
 import threading
 import time
 from collections import deque
-from functools import partial
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -136,7 +135,7 @@ class DoorbellPage(Mapping):
 
     def writer64(self, off: int):
         """write64 at `off` as a function of the value (the runtime binds a queue's doorbell once)."""
-        return self.gpu.ringer(self.base + (off >> 3), partial(self.values.__setitem__, off >> 3))
+        return self.gpu.ringer(self.base + (off >> 3), keep=(self.values, off >> 3))
 
     def write32(self, off: int, v: int) -> None:
         self.write64(off, v)
