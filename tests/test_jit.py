@@ -813,6 +813,54 @@ def test_fused_block_stops_at_a_later_wave(monkeypatch, arch, wave):
 
 
 @pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_fused_loads_split_over_threads(monkeypatch, arch, wave):
+    """Fused blocks with global loads split over two threads (runtime._parallel, parts of one workgroup): the misses
+    of every part translated and resumed; a fault at a later wave and lane (a short input: the last part's), and
+    one at an early wave with another in a later part, as the interpreter's (address, PC; memory and registers
+    otherwise)."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_THREADS", "2")
+    monkeypatch.setattr(runtime, "PARALLEL_MIN", 0)
+    monkeypatch.setattr(runtime, "TILE_WAVES", 1)          # (a tile is one workgroup: many parts)
+    used: list[int] = []
+    _differential(monkeypatch, used, steps=False)
+    n = 64 * 32
+    a, b, c = (np.arange(n, dtype=np.int32) * m for m in (1, 7, 11))
+    calls, misses = runtime.counts["parallel_calls"], runtime.counts["misses"]
+    (out, _, _, _), _ = _chain_run(arch, wave, "pick", [np.zeros(n, np.int32), a, b, c], (n // 64, 1, 1))
+    l, odd = np.arange(n) % 64, (np.arange(n) // 64) % 2 == 1
+    assert np.array_equal(out, np.where(odd, b[l], a[l]) * 3 + c)
+    assert runtime.counts["parallel_calls"] > calls and runtime.counts["misses"] > misses and sum(used)
+    short = c[:n - 45]                                    # lanes from element n - 45 on read past its end
+    with pytest.raises(GPUException) as e:
+        _chain_run(arch, wave, "pick", [np.zeros(n, np.int32), a, b, short], (n // 64, 1, 1))
+    assert e.value.address % 256 == (4 * (n - 45)) % 256
+    bad = 0x7777_0000_0000
+    with pytest.raises(GPUException) as e:
+        _chain_run(arch, wave, "pick", [np.zeros(n, np.int32), a, bad, short], (n // 64, 1, 1))
+
+
+def test_split_calls_stop_while_the_other_threads_get_no_cpu(monkeypatch):
+    """A split call whose other threads took none of its parts (their CPU busy elsewhere): this thread ran them all,
+    and calls are not split for a while (unless AMDQ_SIM_JIT_THREADS asks for threads)."""
+    class Busy:                         # a pool whose threads never get to run
+        def submit(self, fn):
+            pass
+    monkeypatch.delenv("AMDQ_SIM_JIT_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "CPUS", 2)
+    monkeypatch.setattr(runtime, "_starved", [0.0])
+    assert runtime.threads() == 2
+    parts = [(j, j + 1) for j in range(8)]
+    rs = [0] * 8
+    ran = []
+    runtime._run_parts(Busy(), 2, lambda ctx, w, nw, st, end: ran.append(ctx) or -1, list(range(8)), 0, parts,
+                       [(j, 0) for j in range(8)], rs, 1)
+    assert ran == list(range(8)) and rs == [-1] * 8
+    assert runtime.threads() == 1
+    monkeypatch.setenv("AMDQ_SIM_JIT_THREADS", "2")
+    assert runtime.threads() == 2
+
+
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
 def test_chained_loops_with_barriers(monkeypatch, arch, wave):
     """s_barrier in a loop: passed in compiled code only with every wave of the batch in the call (here some
     workgroups ended early, so the interpreter parks the waves): the interpreter's memory and registers."""

@@ -1058,9 +1058,10 @@ class Context:
         c[CTX["rcount"]], c[CTX["wcount"]] = t.count["rcount"], t.count["wcount"]
         self.span = getattr(self.mem, "jit_span", None)
 
-    def resolve(self) -> bool:
-        """Add the range of the last miss to its table; False when the memory model would fault there."""
-        c = self.ctx
+    def resolve(self, c: np.ndarray | None = None) -> bool:
+        """Add the range of the last miss (of this context block, or of `c`: a thread's copy of it, _parallel) to
+        its table; False when the memory model would fault there."""
+        c = self.ctx if c is None else c
         if self.span is None:
             return False
         addr, nbytes, write = int(c[CTX["miss_addr"]]) & (2 ** 64 - 1), int(c[CTX["miss_bytes"]]), bool(c[CTX["miss_write"]])
@@ -1089,6 +1090,7 @@ def _mode_ok(w, sel) -> bool:
 
 
 TILE_WAVES = 64          # waves per tile: a tile's registers stay in the caches while the block runs over it
+PARTS_PER_THREAD = 8     # a call split over threads is cut into this many parts per thread, taken as threads come free
 PARALLEL_MIN = 1 << 14   # ALU and LDS wave-instructions in a call before it is split across threads (below: not worth
                          # a hand-off; an s_endpgm or a branch over many waves is not worth one)
 _workers = None
@@ -1098,11 +1100,23 @@ CPUS = os.cpu_count() or 1
 
 
 def threads() -> int:
-    """AMDQ_SIM_JIT_THREADS: host threads compiled blocks may run on (default: up to 2, the CPUs there are)."""
+    """AMDQ_SIM_JIT_THREADS: host threads compiled blocks may run on (default: up to 2, the CPUs there are, but 1 for
+    STARVED_SECONDS after a split call whose other threads got next to no CPU: _run_parts)."""
     v = os.environ.get("AMDQ_SIM_JIT_THREADS", "").strip()
     if v.isdigit() and int(v) > 0:
         return int(v)
+    if _starved[0] and _clock() < _starved[0]:
+        return 1
     return max(1, min(2, CPUS))
+
+
+# A split call waits for the parts its other threads took; when another process keeps their CPU busy, that wait is a
+# scheduler's time slice, and the call is slower than on one thread (measured with another benchmark running on this
+# 2-CPU machine: vadd 2^20 5.7 -> 7.1 ms, lds_reduce 12 -> 16, matmul 256 11 -> 15). So split calls stop for a while
+# when the others took under STARVED_SHARE of the parts of a call (their fair share is 1 - 1 / threads).
+STARVED_SHARE = 0.25
+STARVED_SECONDS = 1.0
+_starved = [0.0]                # until when (perf_counter) threads() is 1
 
 
 def _pool(n: int):
@@ -1113,35 +1127,121 @@ def _pool(n: int):
     return _workers[1]
 
 
-def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end: int, tile: int) -> bool:
-    """Run the call on several threads when that cannot change anything: a block with no global memory access
-    (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
-    boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
-    if tile == 0 or k * (blk.work[end] - blk.work[i]) < PARALLEL_MIN or \
-            any(x in blk.kinds for x in ("gload", "gstore", "sload")):
+def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end: int, tile: int):
+    """Run the call on several threads when that cannot change anything: over tiles of whole workgroups (each
+    thread's LDS is its own), split at tile boundaries, a block with no global memory access (nothing can miss or
+    fault), or a fused one (it stores nothing: no wave reads what another writes in it, so the waves may run in any
+    order; its misses are resolved afterwards, _parallel_stuck). ctypes releases the interpreter lock for each part.
+    False when the call does not qualify; else the block's result for every wave (-1, -2 after a branch, -4
+    s_endpgm), or, when a part stopped where the memory model faults, the step's result (_parallel_stuck)."""
+    memory = any(x in blk.kinds for x in ("gload", "gstore", "sload"))
+    if tile == 0 or k * (blk.work[end] - blk.work[i]) < PARALLEL_MIN or memory and not blk.fused:
         return False
     nt = threads()
     if nt < 2:
         return False
-    per = -(-k // nt)
-    per = -(-per // tile) * tile
+    tiles = -(-k // tile)
+    per = -(-tiles // min(tiles, PARTS_PER_THREAD * nt)) * tile
     parts = [(lo, min(k, lo + per)) for lo in range(0, k, per)]
     if len(parts) < 2:
         return False
     ctxs = getattr(ctx, "thread_ctx", None)
     if ctxs is None or len(ctxs) < len(parts):
-        ctxs = ctx.thread_ctx = [ctx.ctx.copy() for _ in parts]
-    for cc in ctxs:
+        ctxs = ctx.thread_ctx = [ctx.ctx.copy() for _ in range(max(len(parts), PARTS_PER_THREAD * nt))]
+        ctx.thread_ptr = [_addr(cc) for cc in ctxs]
+    for cc in ctxs[:len(parts)]:
         cc[:] = ctx.ctx
+    ptrs, wptr = ctx.thread_ptr, waves.ctypes.data
+    rs = [-1] * len(parts)
+    jobs = [(j, i) for j in range(len(parts))]        # (part, the instruction it starts at)
     pool = _pool(nt)
-    futs = [pool.submit(fn, ctxs[j].ctypes.data, waves[lo:hi].ctypes.data, hi - lo, i, end)
-            for j, (lo, hi) in enumerate(parts[1:], 1)]
-    lo, hi = parts[0]
-    rs = [fn(ctxs[0].ctypes.data, waves[lo:hi].ctypes.data, hi - lo, i, end)] + [f.result() for f in futs]
-    if any(r >= 0 for r in rs):         # cannot happen without global memory instructions
-        raise AssertionError(f"a block without global memory access stopped at instruction {rs}")
+    while True:
+        _run_parts(pool, nt, fn, ptrs, wptr, parts, jobs, rs, end)
+        stopped = [j for j, _ in jobs if rs[j] >= 0]
+        if not stopped:
+            break
+        if not memory:                  # cannot happen without global memory instructions
+            raise AssertionError(f"a block without global memory access stopped at instruction {rs}")
+        # each miss's range is translated (in the order of the parts) and its part resumes at the wave and
+        # instruction it stopped at (as step resumes a call), all of them in parallel again
+        jobs = []
+        for j in stopped:
+            cc, t = ctxs[j], ctx.tables
+            fresh = any(int(cc[CTX[k]]) < t.count[k] for k in ("rcount", "wcount"))
+            for k in ("rcount", "wcount"):          # (another part filled the tables further: maybe with this range)
+                cc[CTX[k]] = max(int(cc[CTX[k]]), t.count[k])
+            if fresh or ctx.resolve(cc):
+                counts["misses"] += 1
+                cc[_TILE_FROM] = cc[_MISS_TILE]
+                jobs.append((j, rs[j]))
+        if not jobs:
+            break
     counts["parallel_calls"] += 1
+    c = ctx.ctx
+    for k in ("rcount", "wcount"):      # (the parts filled the tables further)
+        c[CTX[k]] = max(int(c[CTX[k]]), ctx.tables.count[k])
+    if any(r >= 0 for r in rs):
+        return _parallel_stuck(batch, blk, waves, parts, ctxs, rs, i, end)
     return min(rs)                      # (every part ends the same way: -1, -2 after a branch, -4 s_endpgm)
+
+
+def _run_parts(pool, nt: int, fn, ptrs: list, wptr: int, parts: list, jobs: list, rs: list, end: int) -> None:
+    """rs[j] = the block function over part j from its start, for each (j, start) of jobs, on nt threads: each
+    takes the next job as it comes free (a busy CPU's share goes to another), and this one waits only for the jobs
+    others took."""
+    take = iter(jobs).__next__
+    left, lock, finished = [len(jobs)], threading.Lock(), threading.Event()
+
+    def run() -> int:
+        did = 0
+        while True:
+            try:
+                j, st = take()
+            except StopIteration:
+                return did
+            lo, hi = parts[j]
+            rs[j] = fn(ptrs[j], wptr + 8 * lo, hi - lo, st, end)
+            did += 1
+            with lock:
+                left[0] -= 1
+                if not left[0]:
+                    finished.set()
+    for _ in range(min(nt, len(jobs)) - 1):
+        pool.submit(run)
+    mine = run()
+    finished.wait()
+    if len(jobs) >= 4 and len(jobs) - mine < STARVED_SHARE * len(jobs):
+        _starved[0] = _clock() + STARVED_SECONDS
+
+
+def _parallel_stuck(batch, blk: Block, waves: np.ndarray, parts: list, ctxs: list, rs: list, i: int, end: int):
+    """Parts of a fused block split over threads (_parallel) stopped where the memory model faults: each such part's
+    waves before the one that stopped finished the block, that one is at the instruction, the ones after it did not
+    start (the state the same call leaves on one thread, except that the waves of later parts may have finished
+    too: they read what they would have read, as nothing in the block stores, and their loads did not fault). The
+    scheduler then runs the waves left behind, the lowest PC first, and the interpreter meets the fault at the first
+    wave that has it, as it would have. The step's result, with the PCs set per wave (None: nothing ran, the
+    interpreter takes the call)."""
+    counts["fallbacks"] += 1
+    n = len(blk.insts)
+    stops = [(lo, lo + int(ctxs[j][_MISS_TILE]), rs[j]) if rs[j] >= 0 else (lo, hi, None)
+             for j, (lo, hi) in enumerate(parts)]
+    done = sum((tb - lo) * (end - i) + (r - i if r is not None else 0) for lo, tb, r in stops)
+    if done == 0:
+        return None
+    counts["wave_instructions"] += done
+    w = batch.w
+    ended = end == n and blk.kinds[-1] in ("branch", "end")     # the waves that finished have their PCs set
+    stop = blk.pcs[end] if end < n else blk.end_pc
+    for (lo, tb, r), (_, hi) in zip(stops, parts):
+        if not ended:
+            w.pc[waves[lo:tb]] = stop
+        if r is not None:
+            w.pc[waves[tb]] = blk.pcs[r]
+            w.pc[waves[tb + 1:hi]] = blk.pcs[i]
+    if ended and blk.kinds[-1] == "end":
+        w.barrier_pending = True        # (waves that ended no longer hold back their workgroup's barrier)
+    return end - i, 0, True, done
 
 
 def _tile(batch, blk: Block, sel) -> int:
@@ -1203,6 +1303,9 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
     par = _parallel(batch, ctx, blk, region.fns[blk.pc], waves, k, i, end, tile)
     if par is not False:               # (one block on several threads: no chaining)
         counts["calls"] += 1
+        if type(par) is not int:       # a part stopped where the memory model faults (_parallel_stuck)
+            _charge(region.part, _clock() - t0, par[3] if par else 0)
+            return par
         done = (end - i) * k
         _charge(region.part, _clock() - t0, done)
         counts["wave_instructions"] += done
