@@ -812,12 +812,16 @@ def test_fused_block_stops_at_a_later_wave(monkeypatch, arch, wave):
     assert refused[0] and runtime.counts["fallbacks"] > fallbacks
 
 
+@pytest.mark.parametrize("tier", ["fast", "opt"])
 @pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
-def test_fused_loads_split_over_threads(monkeypatch, arch, wave):
+def test_fused_loads_split_over_threads(monkeypatch, arch, wave, tier):
     """Fused blocks with global loads split over two threads (runtime._parallel, parts of one workgroup): the misses
     of every part translated and resumed; a fault at a later wave and lane (a short input: the last part's), and
     one at an early wave with another in a later part, as the interpreter's (address, PC; memory and registers
-    otherwise)."""
+    otherwise). At either tier (the second one's blocks have a copy for whole calls: block.WHOLE_CALL)."""
+    if tier == "opt":
+        monkeypatch.setattr(runtime, "OPT_HOT", 0.0)
+        runtime.forget()
     monkeypatch.setenv("AMDQ_SIM_JIT_THREADS", "2")
     monkeypatch.setattr(runtime, "PARALLEL_MIN", 0)
     monkeypatch.setattr(runtime, "TILE_WAVES", 1)          # (a tile is one workgroup: many parts)

@@ -101,7 +101,8 @@ RAN_ONLY = False         # a search follows only the instructions the interprete
                          # small candidates (a 128x128 matmul: six of 1-2 blocks, its 72-instruction loop in none,
                          # 7.5 ms a launch against 4 ms with whole candidates); off until candidates can grow
 START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
-OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
+OPT_RATIO = 8.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms;
+                         # 4 before the second tier compiled whole calls separately, block.WHOLE_CALL: 5-9 since)
 HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
 JUDGE_SECONDS = 0.02     # compiled code is compared with the interpreter after this long (and again after each window)
 OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x that compile's expected seconds
@@ -194,8 +195,8 @@ def _make_ir(cand: Candidate, blocks: list[Block]):
     _named(blocks)
     root = min(b.pc for b in blocks)
 
-    def make_ir() -> str:
-        gen = ModuleGen(64 if cand.wave64 else 32, root)
+    def make_ir(tier: str = FAST) -> str:
+        gen = ModuleGen(64 if cand.wave64 else 32, root, whole=tier == OPT)
         for b in _decoded(cand, blocks):
             gen.add(b)
         return gen.text()
