@@ -17,6 +17,7 @@ import numpy as np
 
 RUN, BARRIER, DONE = 0, 1, 2
 VCC, NULL, M0, EXEC = 106, 124, 125, 126
+SGPR_SPECIAL = VCC          # SGPR operand space from here on: VCC, TTMP0-15, NULL, M0, EXEC
 
 # Flat-address apertures (high 32 bits), as src_shared_base / src_private_base report them.
 SHARED_APERTURE_HI = 0x0001_0000
@@ -53,24 +54,30 @@ class Pool:
             return np.zeros(shape, dtype)
         with self.lock:
             bufs = self.free.get(nbytes)
-            buf = bufs.pop() if bufs else None
+            buf, dirty = bufs.pop() if bufs else (None, None)
             if buf is not None:
                 self.held -= nbytes
         if buf is None:
             buf = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)      # zero pages, mapped on first touch
-        else:
+        elif dirty is None:
             _clear(buf, skip)
+        else:
+            for lo, hi in dirty:
+                lo = max(lo, skip)
+                if hi > lo:
+                    buf[lo:hi] = 0
         return buf.view(dtype).reshape(shape)
 
-    def give(self, *arrays: np.ndarray) -> None:
-        """Return arrays from zeros() (no longer used by anyone)."""
-        for a in arrays:
+    def give(self, *arrays: np.ndarray, dirty: tuple | None = None) -> None:
+        """Return arrays from zeros() (no longer used by anyone). dirty: for each array, the byte ranges (lo, hi)
+        outside which it still holds only zeros (None: anywhere), so that only those are cleared again."""
+        for j, a in enumerate(arrays):
             if a.nbytes < 1 << 20 or not a.flags.c_contiguous:
                 continue
             base = a.reshape(-1).view(np.uint8)
             with self.lock:
                 if self.held + a.nbytes <= self.cap:
-                    self.free.setdefault(a.nbytes, []).append(base)
+                    self.free.setdefault(a.nbytes, []).append((base, dirty[j] if dirty is not None else None))
                     self.held += a.nbytes
 
 
@@ -195,6 +202,9 @@ class WaveState:
         self.em = POOL.zeros((n_waves, wave_size), bool)
         self.full = np.zeros(n_waves, bool)
         self.mode = np.zeros(n_waves, np.uint32)          # MODE register (round and denorm fields)
+        # the registers that may be nonzero, for release to clear only those: VGPR rows below dirty_v, SGPR rows
+        # below dirty_s and from SGPR_SPECIAL on (VCC, TTMP, M0, EXEC); a batch that knows better lowers them
+        self.dirty_v, self.dirty_s = self.v.shape[0], SGPR_SPECIAL
         self._rest()
 
     def _clear(self, v0_written: bool) -> None:
@@ -240,7 +250,10 @@ class WaveState:
                 free.append(self)
                 _held[0] += size
                 return
-        POOL.give(self.v, self.s, self.em, self.lds)
+        rv, rs = self.v.nbytes // self.v.shape[0], self.s.nbytes // self.s.shape[0]
+        dirty = ([(0, min(self.dirty_v, self.v.shape[0]) * rv)],
+                 [(0, min(self.dirty_s, SGPR_SPECIAL) * rs), (SGPR_SPECIAL * rs, self.s.nbytes)], None, None)
+        POOL.give(self.v, self.s, self.em, self.lds, dirty=dirty)
         self.v = self.s = self.em = self.lds = None
 
     def exec_bits(self, sel) -> np.ndarray:

@@ -40,6 +40,7 @@ from . import records
 from .block import Block, ModuleGen, code_version, finish, shape, splits_before
 from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
 from ..core import PAGE
+from ..wave import SGPR_SPECIAL
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
 MAX_BLOCKS = 128
@@ -130,6 +131,8 @@ class Part:
         self.index = {b.pc: j for j, b in enumerate(blocks)}        # (the chain function numbers them so)
         self.floats = any(b.floats for b in blocks)
         self.insts = sum(len(b.insts) for b in blocks)
+        self.vtop = max(b.max_vgpr for b in blocks)      # the registers its code may touch (WaveState.dirty_v, _s)
+        self.stop = _sgpr_top(cand, blocks)
         self.seconds, self.job = 0.0, None
         self.off = False                # its code ran slower than the interpreter had: interpreted again
         self.use(compiled, tier)
@@ -142,6 +145,29 @@ class Part:
         self.judged, self.work = self.seconds, 0       # compiled seconds and wave-instructions since this code came
         self.off = False                                # (new code: a new trial)
         self.cost = OPT_RATIO * _expected(self.insts) if tier == FAST else float("inf")   # of its -O2 compile
+
+
+def _sgpr_top(cand: "Candidate", blocks: list[Block]) -> int:
+    """1 + the highest SGPR below VCC an operand of the blocks names (the special ones from VCC on count as touched
+    anyway: WaveState.dirty_s)."""
+    from ....hw.isa.decode import Operand
+    top = 0
+
+    def see(x, depth: int) -> None:
+        nonlocal top
+        if isinstance(x, Operand):
+            if x.kind == "s" and x.reg < SGPR_SPECIAL:
+                top = max(top, x.reg + max(x.n, 1))
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                see(y, depth)
+        elif depth < 2 and hasattr(x, "dst") and hasattr(x, "src"):       # an instruction, or a VOPD half
+            for name in type(x).__slots__:
+                see(getattr(x, name, None), depth + 1)
+    for b in _decoded(cand, blocks):
+        for i in b.insts:
+            see(i, 0)
+    return top
 
 
 class Candidate:
@@ -1277,6 +1303,11 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
         return None
     region, blk, i = hit
     w = batch.w
+    part = region.part
+    if part.vtop > w.dirty_v:           # (the registers its code may touch: what release clears)
+        w.dirty_v = part.vtop
+    if part.stop > w.dirty_s:
+        w.dirty_s = part.stop
     every = isinstance(sel, slice)
     mode_ok = None
     if blk.floats:
