@@ -51,7 +51,7 @@ class Pool:
         """A zeroed array, except that the first `skip` bytes may hold stale data (the caller overwrites them)."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if nbytes < 1 << 20:
-            return np.zeros(shape, dtype)
+            return np.empty(shape, dtype) if skip >= nbytes else np.zeros(shape, dtype)
         with self.lock:
             bufs = self.free.get(nbytes)
             buf, dirty = bufs.pop() if bufs else (None, None)
@@ -191,7 +191,8 @@ class WaveState:
         return self.v.nbytes + self.s.nbytes + self.em.nbytes
 
     def __init__(self, n_waves: int, wave_size: int, n_vgprs: int, v0_written: bool = False):
-        """v0_written: the caller fills v0 of every wave itself (it need not be cleared)."""
+        """v0_written: the caller sets the initial state itself (a batch: v0 of every wave, the unpacked EXEC and its
+        all-on flags, MODE, and the workgroup, LDS and scratch fields), which is not cleared first."""
         self.n, self.lanes = n_waves, wave_size
         self.v = POOL.zeros((max(n_vgprs, 1), n_waves, wave_size), np.uint32,
                             n_waves * wave_size * 4 if v0_written else 0)
@@ -199,13 +200,13 @@ class WaveState:
         self.scc = np.zeros(n_waves, np.uint32)
         self.pc = np.zeros(n_waves, np.int64)
         self.status = np.zeros(n_waves, np.int8) if RUN == 0 else np.full(n_waves, RUN, np.int8)
-        self.em = POOL.zeros((n_waves, wave_size), bool)
-        self.full = np.zeros(n_waves, bool)
-        self.mode = np.zeros(n_waves, np.uint32)          # MODE register (round and denorm fields)
+        self.em = POOL.zeros((n_waves, wave_size), bool, n_waves * wave_size if v0_written else 0)
+        self.full = (np.empty if v0_written else np.zeros)(n_waves, bool)
+        self.mode = (np.empty if v0_written else np.zeros)(n_waves, np.uint32)   # MODE register (round, denorm fields)
         # the registers that may be nonzero, for release to clear only those: VGPR rows below dirty_v, SGPR rows
         # below dirty_s and from SGPR_SPECIAL on (VCC, TTMP, M0, EXEC); a batch that knows better lowers them
         self.dirty_v, self.dirty_s = self.v.shape[0], SGPR_SPECIAL
-        self._rest()
+        self._rest(v0_written)
 
     def _clear(self, v0_written: bool) -> None:
         """Back to the state __init__ makes, in the same arrays."""
@@ -213,21 +214,22 @@ class WaveState:
         for a in (self.s, self.scc, self.pc, self.em, self.full, self.mode):
             a.fill(0)
         self.status.fill(RUN)
-        self._rest()
+        self._rest(v0_written)
 
-    def _rest(self) -> None:
+    def _rest(self, caller_sets: bool = False) -> None:
         n_waves = self.n
-        self.wg = np.zeros(n_waves, np.int64)             # workgroup of each wave (index in the batch)
         self.lane_ids = _lane_ids(self.lanes)             # read-only, shared
         self.barrier_pending = False
-        # set by the dispatch: memory model, LDS bytes and per-wave base, scratch per wave
+        # set by the dispatch (a batch sets every one: caller_sets): the workgroup of each wave (index in the batch),
+        # memory model, LDS bytes and per-wave base, scratch per wave
+        self.wg = None if caller_sets else np.zeros(n_waves, np.int64)
         self.mem = None
         self.lds = np.zeros(4, np.uint8)
-        self.lds_base = np.zeros(n_waves, np.int64)
+        self.lds_base = None if caller_sets else np.zeros(n_waves, np.int64)
         self.lds_size = 0
         self.lds_rows = 0                                  # waves per workgroup (0: unknown)
         self.lds_words = np.zeros((1, 1), np.uint32)      # dword offset of each workgroup's block, (nwg, 1)
-        self.scratch_base = np.zeros(n_waves, np.uint64)
+        self.scratch_base = None if caller_sets else np.zeros(n_waves, np.uint64)
         self.scratch_wave_bytes = 0
         self.xcc = 0                                       # die of the dispatch (HW_REG_XCC_ID)
         self.dispatch = None

@@ -1036,6 +1036,20 @@ def _tables(batch, mem) -> Tables:
     return t
 
 
+_ALL_WAVES: dict[int, np.ndarray] = {}
+
+
+def _every(n: int) -> np.ndarray:
+    """0..n-1 as int64, read-only, one per n (every wave of a batch as a call's wave list)."""
+    a = _ALL_WAVES.get(n)
+    if a is None:
+        if len(_ALL_WAVES) >= 64:
+            _ALL_WAVES.clear()
+        a = _ALL_WAVES[n] = np.arange(n, dtype=np.int64)
+        a.flags.writeable = False
+    return a
+
+
 class Context:
     """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables. It is
     kept with the register arrays (WaveState.jit_ctx: a small batch's are reused by the next batch of its shape),
@@ -1044,7 +1058,7 @@ class Context:
     def __init__(self, batch):
         w = batch.w
         self.ctx = np.zeros(CTX_SLOTS, np.int64)
-        self.all = np.arange(w.n, dtype=np.int64)
+        self.all = _every(w.n)
         c = self.ctx
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
                           ("status", w.status), ("mode", w.mode)):
