@@ -812,37 +812,6 @@ def test_fused_block_stops_at_a_later_wave(monkeypatch, arch, wave):
     assert refused[0] and runtime.counts["fallbacks"] > fallbacks
 
 
-@pytest.mark.parametrize("tier", ["fast", "opt"])
-@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
-def test_fused_loads_split_over_threads(monkeypatch, arch, wave, tier):
-    """Fused blocks with global loads split over two threads (runtime._parallel, parts of one workgroup): the misses
-    of every part translated and resumed; a fault at a later wave and lane (a short input: the last part's), and
-    one at an early wave with another in a later part, as the interpreter's (address, PC; memory and registers
-    otherwise). At either tier (the second one's blocks have a copy for whole calls: block.WHOLE_CALL)."""
-    if tier == "opt":
-        monkeypatch.setattr(runtime, "OPT_HOT", 0.0)
-        runtime.forget()
-    monkeypatch.setenv("AMDQ_SIM_JIT_THREADS", "2")
-    monkeypatch.setattr(runtime, "PARALLEL_MIN", 0)
-    monkeypatch.setattr(runtime, "TILE_WAVES", 1)          # (a tile is one workgroup: many parts)
-    used: list[int] = []
-    _differential(monkeypatch, used, steps=False)
-    n = 64 * 32
-    a, b, c = (np.arange(n, dtype=np.int32) * m for m in (1, 7, 11))
-    calls, misses = runtime.counts["parallel_calls"], runtime.counts["misses"]
-    (out, _, _, _), _ = _chain_run(arch, wave, "pick", [np.zeros(n, np.int32), a, b, c], (n // 64, 1, 1))
-    l, odd = np.arange(n) % 64, (np.arange(n) // 64) % 2 == 1
-    assert np.array_equal(out, np.where(odd, b[l], a[l]) * 3 + c)
-    assert runtime.counts["parallel_calls"] > calls and runtime.counts["misses"] > misses and sum(used)
-    short = c[:n - 45]                                    # lanes from element n - 45 on read past its end
-    with pytest.raises(GPUException) as e:
-        _chain_run(arch, wave, "pick", [np.zeros(n, np.int32), a, b, short], (n // 64, 1, 1))
-    assert e.value.address % 256 == (4 * (n - 45)) % 256
-    bad = 0x7777_0000_0000
-    with pytest.raises(GPUException) as e:
-        _chain_run(arch, wave, "pick", [np.zeros(n, np.int32), a, bad, short], (n // 64, 1, 1))
-
-
 MANY_SGPRS = """
 __kernel void many(__global int *o, int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, int a9,
                    int a10, int a11, int a12, int a13, int a14, int a15) {

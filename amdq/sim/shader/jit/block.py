@@ -13,7 +13,7 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
                  helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 27          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 28          # bump when the generated code changes meaning (part of every cache key)
 
 
 def code_version() -> str:
@@ -181,8 +181,8 @@ done:
 
 # How TILES calls the block: as it was asked, or (WHOLE_CALL, the second tier) through a copy of the block for the
 # common call, every wave from the block's first instruction to its end, whose checks of where each instruction lies
-# against the call's range fold away (the inliner prunes them: 12% less CPU time for vadd's blocks, for 60-70% more
-# compile time, measured on bench/shader.py's kernels).
+# against the call's range fold away (the inliner prunes them: vadd's blocks take ~10% less CPU time, lds_reduce's
+# ~8%, for about twice the -O2 compile time; measured on bench/shader.py's kernels).
 CALL = """  %r = call i32 @{name}_b(ptr %ctx, ptr %wp, i64 %cnt, i32 %st, i32 %end, i32 %s0)
 """
 WHOLE_CALL = """  %f1 = icmp eq i32 %st, 0
@@ -209,8 +209,8 @@ ran:
 #    interpreter merges them), holds no s_barrier unless ctx[every] (every wave of the batch in the call), needs no
 #    MODE the waves lack (ctx[mode_ok]) and no more VGPRs than the waves have (ctx[vgprs]),
 #  - fewer than ctx[budget] instructions ran (the scheduler's max_steps: a long loop still returns to the host),
-#  - it is not a block runtime._parallel would split over threads (no global memory access or fused, tiles, at
-#    least ctx[par_insts] ALU and LDS instructions): those return to the scheduler, whose next call runs them in parallel.
+#  - it is not a block runtime._parallel would split over threads (no memory access that can miss, tiles, at least
+#    ctx[par_insts] ALU and LDS instructions): those return to the scheduler, whose next call runs them in parallel.
 # It returns what a block returns (a miss index, -2 diverged after a branch, -4 s_endpgm) or -1: every wave is at
 # the end of block ctx[cur_blk] (its instruction ctx[cur_end] when the block was cut short), -3: every wave is at
 # ctx[next_pc] after a branch. ctx[steps] counts the instructions of the blocks finished (per wave), ctx[start0]
@@ -354,13 +354,13 @@ check:
   %notile = or i1 %gst, %lsome
   %tile = select i1 %notile, i64 0, i64 %tileall
   %fl_m = and i32 %fl, 16
-  %splits = icmp ne i32 %fl_m, 0
+  %memfree = icmp ne i32 %fl_m, 0
   %tiled = icmp ne i64 %tile, 0
   %pwk = getelementptr [0 x i32], ptr @ch_work, i64 0, i64 %nbz
   %wk = load i32, ptr %pwk
   %wk64 = zext i32 %wk to i64
   %heavy = icmp uge i64 %wk64, %parins
-  %par1 = and i1 %splits, %tiled
+  %par1 = and i1 %memfree, %tiled
   %par = and i1 %par1, %heavy
   %bad = or i1 %bad3, %par
   br i1 %bad, label %stop, label %enter
@@ -459,9 +459,8 @@ class ModuleGen:
             return f"@{name} = internal constant [{nb} x {ty}] [{', '.join(f'{ty} {v}' for v in vals)}]"
 
         def flags(b: Block) -> int:
-            # bit 4: runtime._parallel may split it over threads (no global memory access, or fused: no stores)
-            splits = b.fused or not any(k in ("gload", "gstore", "sload") for k in b.kinds)
-            return b.floats | bool(b.barriers) << 1 | b.gstores << 2 | b.lstores << 3 | splits << 4
+            memory_free = not any(k in ("gload", "gstore", "sload") for k in b.kinds)
+            return b.floats | bool(b.barriers) << 1 | b.gstores << 2 | b.lstores << 3 | memory_free << 4
         tables = [table("ch_n", "i32", (len(b.insts) for b in blocks)),
                   table("ch_work", "i32", (b.work[-1] for b in blocks)),
                   table("ch_endoff", "i64", (b.end_pc - self.root for b in blocks)),

@@ -1099,10 +1099,9 @@ class Context:
         c[CTX["rcount"]], c[CTX["wcount"]] = t.count["rcount"], t.count["wcount"]
         self.span = getattr(self.mem, "jit_span", None)
 
-    def resolve(self, c: np.ndarray | None = None) -> bool:
-        """Add the range of the last miss (of this context block, or of `c`: a thread's copy of it, _parallel) to
-        its table; False when the memory model would fault there."""
-        c = self.ctx if c is None else c
+    def resolve(self) -> bool:
+        """Add the range of the last miss to its table; False when the memory model would fault there."""
+        c = self.ctx
         if self.span is None:
             return False
         addr, nbytes, write = int(c[CTX["miss_addr"]]) & (2 ** 64 - 1), int(c[CTX["miss_bytes"]]), bool(c[CTX["miss_write"]])
@@ -1168,15 +1167,17 @@ def _pool(n: int):
     return _workers[1]
 
 
-def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end: int, tile: int):
-    """Run the call on several threads when that cannot change anything: over tiles of whole workgroups (each
-    thread's LDS is its own), split at tile boundaries, a block with no global memory access (nothing can miss or
-    fault), or a fused one (it stores nothing: no wave reads what another writes in it, so the waves may run in any
-    order; its misses are resolved afterwards, _parallel_stuck). ctypes releases the interpreter lock for each part.
-    False when the call does not qualify; else the block's result for every wave (-1, -2 after a branch, -4
-    s_endpgm), or, when a part stopped where the memory model faults, the step's result (_parallel_stuck)."""
-    memory = any(x in blk.kinds for x in ("gload", "gstore", "sload"))
-    if tile == 0 or k * (blk.work[end] - blk.work[i]) < PARALLEL_MIN or memory and not blk.fused:
+def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end: int, tile: int) -> bool:
+    """Run the call on several threads when that cannot change anything: a block with no global memory access
+    (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
+    boundaries into parts the threads take as they come free (_run_parts); ctypes releases the interpreter lock for
+    each part. False when the call does not qualify.
+
+    (Fused blocks with loads, whose waves may run in any order too, were split the same way, their misses resolved
+    after the parts: vadd 2^20 ran slower on two threads even when the second got 41% of the parts, 4.4-4.7 ->
+    4.9-6.4 ms, the parts' CPU time 45% above one thread's: not kept.)"""
+    if tile == 0 or k * (blk.work[end] - blk.work[i]) < PARALLEL_MIN or \
+            any(x in blk.kinds for x in ("gload", "gstore", "sload")):
         return False
     nt = threads()
     if nt < 2:
@@ -1192,37 +1193,12 @@ def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end
         ctx.thread_ptr = [_addr(cc) for cc in ctxs]
     for cc in ctxs[:len(parts)]:
         cc[:] = ctx.ctx
-    ptrs, wptr = ctx.thread_ptr, waves.ctypes.data
     rs = [-1] * len(parts)
-    jobs = [(j, i) for j in range(len(parts))]        # (part, the instruction it starts at)
-    pool = _pool(nt)
-    while True:
-        _run_parts(pool, nt, fn, ptrs, wptr, parts, jobs, rs, end)
-        stopped = [j for j, _ in jobs if rs[j] >= 0]
-        if not stopped:
-            break
-        if not memory:                  # cannot happen without global memory instructions
-            raise AssertionError(f"a block without global memory access stopped at instruction {rs}")
-        # each miss's range is translated (in the order of the parts) and its part resumes at the wave and
-        # instruction it stopped at (as step resumes a call), all of them in parallel again
-        jobs = []
-        for j in stopped:
-            cc, t = ctxs[j], ctx.tables
-            fresh = any(int(cc[CTX[k]]) < t.count[k] for k in ("rcount", "wcount"))
-            for k in ("rcount", "wcount"):          # (another part filled the tables further: maybe with this range)
-                cc[CTX[k]] = max(int(cc[CTX[k]]), t.count[k])
-            if fresh or ctx.resolve(cc):
-                counts["misses"] += 1
-                cc[_TILE_FROM] = cc[_MISS_TILE]
-                jobs.append((j, rs[j]))
-        if not jobs:
-            break
+    _run_parts(_pool(nt), nt, fn, ctx.thread_ptr, waves.ctypes.data, parts, [(j, i) for j in range(len(parts))], rs,
+               end)
+    if any(r >= 0 for r in rs):         # cannot happen without global memory instructions
+        raise AssertionError(f"a block without global memory access stopped at instruction {rs}")
     counts["parallel_calls"] += 1
-    c = ctx.ctx
-    for k in ("rcount", "wcount"):      # (the parts filled the tables further)
-        c[CTX[k]] = max(int(c[CTX[k]]), ctx.tables.count[k])
-    if any(r >= 0 for r in rs):
-        return _parallel_stuck(batch, blk, waves, parts, ctxs, rs, i, end)
     return min(rs)                      # (every part ends the same way: -1, -2 after a branch, -4 s_endpgm)
 
 
@@ -1253,36 +1229,6 @@ def _run_parts(pool, nt: int, fn, ptrs: list, wptr: int, parts: list, jobs: list
     finished.wait()
     if len(jobs) >= 4 and len(jobs) - mine < STARVED_SHARE * len(jobs):
         _starved[0] = _clock() + STARVED_SECONDS
-
-
-def _parallel_stuck(batch, blk: Block, waves: np.ndarray, parts: list, ctxs: list, rs: list, i: int, end: int):
-    """Parts of a fused block split over threads (_parallel) stopped where the memory model faults: each such part's
-    waves before the one that stopped finished the block, that one is at the instruction, the ones after it did not
-    start (the state the same call leaves on one thread, except that the waves of later parts may have finished
-    too: they read what they would have read, as nothing in the block stores, and their loads did not fault). The
-    scheduler then runs the waves left behind, the lowest PC first, and the interpreter meets the fault at the first
-    wave that has it, as it would have. The step's result, with the PCs set per wave (None: nothing ran, the
-    interpreter takes the call)."""
-    counts["fallbacks"] += 1
-    n = len(blk.insts)
-    stops = [(lo, lo + int(ctxs[j][_MISS_TILE]), rs[j]) if rs[j] >= 0 else (lo, hi, None)
-             for j, (lo, hi) in enumerate(parts)]
-    done = sum((tb - lo) * (end - i) + (r - i if r is not None else 0) for lo, tb, r in stops)
-    if done == 0:
-        return None
-    counts["wave_instructions"] += done
-    w = batch.w
-    ended = end == n and blk.kinds[-1] in ("branch", "end")     # the waves that finished have their PCs set
-    stop = blk.pcs[end] if end < n else blk.end_pc
-    for (lo, tb, r), (_, hi) in zip(stops, parts):
-        if not ended:
-            w.pc[waves[lo:tb]] = stop
-        if r is not None:
-            w.pc[waves[tb]] = blk.pcs[r]
-            w.pc[waves[tb + 1:hi]] = blk.pcs[i]
-    if ended and blk.kinds[-1] == "end":
-        w.barrier_pending = True        # (waves that ended no longer hold back their workgroup's barrier)
-    return end - i, 0, True, done
 
 
 def _tile(batch, blk: Block, sel) -> int:
@@ -1349,9 +1295,6 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
     par = _parallel(batch, ctx, blk, region.fns[blk.pc], waves, k, i, end, tile)
     if par is not False:               # (one block on several threads: no chaining)
         counts["calls"] += 1
-        if type(par) is not int:       # a part stopped where the memory model faults (_parallel_stuck)
-            _charge(region.part, _clock() - t0, par[3] if par else 0)
-            return par
         done = (end - i) * k
         _charge(region.part, _clock() - t0, done)
         counts["wave_instructions"] += done
