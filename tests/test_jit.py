@@ -844,6 +844,67 @@ def test_fused_block_stops_at_a_later_wave(monkeypatch, arch, wave):
     assert refused[0] and runtime.counts["fallbacks"] > fallbacks
 
 
+MANY_SGPRS = """
+__kernel void many(__global int *o, int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, int a9,
+                   int a10, int a11, int a12, int a13, int a14, int a15) {
+  int g = get_global_id(0);                  /* sixteen arguments in SGPRs past the ones a dispatch sets */
+  o[g] = a0 * g + a1 * (g ^ a2) + a3 * (g + a4) + a5 * (g >> 3) + (a6 ^ g) * a7 + a8 * (g & a9) + a10 * (g | a11)
+       + a12 * (g - a13) + a14 * (g * a15);
+}
+"""
+
+
+def test_registers_start_zero_after_compiled_batches(monkeypatch):
+    """Register arrays handed from batch to batch are cleared only where the batch could have written them
+    (WaveState.dirty_v, dirty_s: what the batch set, its compiled regions' registers, every register after an
+    interpreted step): each batch still starts with zeros outside the registers it sets."""
+    seen = []
+    orig = C.Batch.__init__
+
+    def init(batch, d, ids, core):
+        orig(batch, d, ids, core)
+        w, lay = batch.w, C.layout(d, len(ids))
+        seen.append((w.v.nbytes, bool(w.v[1:].any()), bool(w.s[lay.sgpr_top:W.SGPR_SPECIAL].any())))
+    monkeypatch.setattr(C.Batch, "__init__", init)
+    r = np.random.default_rng(5)
+    m, n = 256, 1 << 16                  # 2048 waves a batch: register arrays of 1 MiB and more (the POOL's)
+    A, B = r.standard_normal((m, m)).astype(np.float32), r.standard_normal((m, m)).astype(np.float32)
+    x, y = r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
+    ks = [int(k) for k in r.integers(1, 1000, 16)]
+    for _ in range(2):
+        for jit in ("sync", "0"):
+            monkeypatch.setenv("AMDQ_SIM_JIT", jit)
+            harness.run_cl(MANY_SGPRS, "many", [np.zeros(n, np.int32), *ks], (n // 256, 1, 1), (256, 1, 1))
+            harness.run_cl("matmul_tiled.cl", "matmul_tiled", [A, B, np.zeros((m, m), np.float32), m],
+                           (m // 16, m // 16, 1), (16, 16, 1))
+            harness.run_cl("vadd.cl", "vadd", [x, y, np.zeros(n, np.float32), 2.0, n], (n // 256, 1, 1), (256, 1, 1))
+            harness.run_cl("lds_reduce.cl", "lds_reduce", [x, np.zeros(n // 256, np.float32)], (n // 256, 1, 1),
+                           (256, 1, 1))
+    assert len(seen) == 16 and all(nb >= 1 << 20 for nb, _, _ in seen)
+    assert not any(v or s for _, v, s in seen), seen
+
+
+def test_split_calls_stop_while_the_other_threads_get_no_cpu(monkeypatch):
+    """A split call whose other threads took none of its parts (their CPU busy elsewhere): this thread ran them all,
+    and calls are not split for a while (unless AMDQ_SIM_JIT_THREADS asks for threads)."""
+    class Busy:                         # a pool whose threads never get to run
+        def submit(self, fn):
+            pass
+    monkeypatch.delenv("AMDQ_SIM_JIT_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "CPUS", 2)
+    monkeypatch.setattr(runtime, "_starved", [0.0])
+    assert runtime.threads() == 2
+    parts = [(j, j + 1) for j in range(8)]
+    rs = [0] * 8
+    ran = []
+    runtime._run_parts(Busy(), 2, lambda ctx, w, nw, st, end: ran.append(ctx) or -1, list(range(8)), 0, parts,
+                       [(j, 0) for j in range(8)], rs, 1)
+    assert ran == list(range(8)) and rs == [-1] * 8
+    assert runtime.threads() == 1
+    monkeypatch.setenv("AMDQ_SIM_JIT_THREADS", "2")
+    assert runtime.threads() == 2
+
+
 @pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
 def test_chained_loops_with_barriers(monkeypatch, arch, wave):
     """s_barrier in a loop: passed in compiled code only with every wave of the batch in the call (here some

@@ -21,7 +21,7 @@ from ..progress import Progress
 from .isa import Isa, for_isa
 from .memory import GPUMemory
 from .valu import BLOCK_LANES, whole_step
-from .wave import BARRIER, DONE, EXEC, POOL, RUN, StateImage, WaveState, mask_to_bits
+from .wave import BARRIER, DONE, EXEC, POOL, RUN, SGPR_SPECIAL, StateImage, WaveState, mask_to_bits
 
 TTMP0 = 108      # ttmp0 in the SGPR operand space
 
@@ -316,6 +316,7 @@ class Layout:
         # scratch: one slot (of TMPRING_SIZE.WAVES) per resident wave
         self.scratch_slot = np.arange(nwg * wpg, dtype=np.int64)
         self.private_sgpr = n if r2["ENABLE_PRIVATE_SEGMENT"] else None
+        self.sgpr_top = n + (self.private_sgpr is not None)     # the SGPRs below it are the ones a batch sets
         self.scratch_off = (self.scratch_slot * scratch_wave_bytes).astype(np.uint64)
         # gfx12 TTMP8[29:25]: the wave's id within its workgroup (what LLVM's llvm.amdgcn.wave.id reads)
         self.wave_id = (np.tile(np.arange(wpg, dtype=np.uint32), nwg) & 0x1F) << 25
@@ -479,6 +480,9 @@ class Batch:
         w.scratch_wave_bytes = d.scratch_wave_bytes
         w.xcc = d.xcc
         w.dispatch = d
+        # the registers set so far (v0, the SGPRs below sgpr_top and the special ones): what the JIT's blocks touch
+        # is added as they run (jit/runtime.py step), every register once the interpreter runs a step
+        w.dirty_v, w.dirty_s = 1, lay.sgpr_top
         self.uniform: int | None = None
         self.jit = jit_hook()           # (asked once per batch: a sliced run calls run() many times)
 
@@ -575,6 +579,8 @@ class Batch:
                             return False
                         continue            # ---- end of the JIT hook
                 fn, inst, control, whole, _ = get(pc, wave64)
+                if w.dirty_s < SGPR_SPECIAL:    # (an interpreted step may write any register)
+                    w.dirty_v, w.dirty_s = w.v.shape[0], SGPR_SPECIAL
                 try:
                     (whole if direct else fn)(w, sel)
                 except IndexError as e:

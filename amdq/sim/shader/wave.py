@@ -17,6 +17,7 @@ import numpy as np
 
 RUN, BARRIER, DONE = 0, 1, 2
 VCC, NULL, M0, EXEC = 106, 124, 125, 126
+SGPR_SPECIAL = VCC          # SGPR operand space from here on: VCC, TTMP0-15, NULL, M0, EXEC
 
 # Flat-address apertures (high 32 bits), as src_shared_base / src_private_base report them.
 SHARED_APERTURE_HI = 0x0001_0000
@@ -50,27 +51,33 @@ class Pool:
         """A zeroed array, except that the first `skip` bytes may hold stale data (the caller overwrites them)."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if nbytes < 1 << 20:
-            return np.zeros(shape, dtype)
+            return np.empty(shape, dtype) if skip >= nbytes else np.zeros(shape, dtype)
         with self.lock:
             bufs = self.free.get(nbytes)
-            buf = bufs.pop() if bufs else None
+            buf, dirty = bufs.pop() if bufs else (None, None)
             if buf is not None:
                 self.held -= nbytes
         if buf is None:
             buf = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)      # zero pages, mapped on first touch
-        else:
+        elif dirty is None:
             _clear(buf, skip)
+        else:
+            for lo, hi in dirty:
+                lo = max(lo, skip)
+                if hi > lo:
+                    buf[lo:hi] = 0
         return buf.view(dtype).reshape(shape)
 
-    def give(self, *arrays: np.ndarray) -> None:
-        """Return arrays from zeros() (no longer used by anyone)."""
-        for a in arrays:
+    def give(self, *arrays: np.ndarray, dirty: tuple | None = None) -> None:
+        """Return arrays from zeros() (no longer used by anyone). dirty: for each array, the byte ranges (lo, hi)
+        outside which it still holds only zeros (None: anywhere), so that only those are cleared again."""
+        for j, a in enumerate(arrays):
             if a.nbytes < 1 << 20 or not a.flags.c_contiguous:
                 continue
             base = a.reshape(-1).view(np.uint8)
             with self.lock:
                 if self.held + a.nbytes <= self.cap:
-                    self.free.setdefault(a.nbytes, []).append(base)
+                    self.free.setdefault(a.nbytes, []).append((base, dirty[j] if dirty is not None else None))
                     self.held += a.nbytes
 
 
@@ -184,7 +191,8 @@ class WaveState:
         return self.v.nbytes + self.s.nbytes + self.em.nbytes
 
     def __init__(self, n_waves: int, wave_size: int, n_vgprs: int, v0_written: bool = False):
-        """v0_written: the caller fills v0 of every wave itself (it need not be cleared)."""
+        """v0_written: the caller sets the initial state itself (a batch: v0 of every wave, the unpacked EXEC and its
+        all-on flags, MODE, and the workgroup, LDS and scratch fields), which is not cleared first."""
         self.n, self.lanes = n_waves, wave_size
         self.v = POOL.zeros((max(n_vgprs, 1), n_waves, wave_size), np.uint32,
                             n_waves * wave_size * 4 if v0_written else 0)
@@ -192,10 +200,13 @@ class WaveState:
         self.scc = np.zeros(n_waves, np.uint32)
         self.pc = np.zeros(n_waves, np.int64)
         self.status = np.zeros(n_waves, np.int8) if RUN == 0 else np.full(n_waves, RUN, np.int8)
-        self.em = POOL.zeros((n_waves, wave_size), bool)
-        self.full = np.zeros(n_waves, bool)
-        self.mode = np.zeros(n_waves, np.uint32)          # MODE register (round and denorm fields)
-        self._rest()
+        self.em = POOL.zeros((n_waves, wave_size), bool, n_waves * wave_size if v0_written else 0)
+        self.full = (np.empty if v0_written else np.zeros)(n_waves, bool)
+        self.mode = (np.empty if v0_written else np.zeros)(n_waves, np.uint32)   # MODE register (round, denorm fields)
+        # the registers that may be nonzero, for release to clear only those: VGPR rows below dirty_v, SGPR rows
+        # below dirty_s and from SGPR_SPECIAL on (VCC, TTMP, M0, EXEC); a batch that knows better lowers them
+        self.dirty_v, self.dirty_s = self.v.shape[0], SGPR_SPECIAL
+        self._rest(v0_written)
 
     def _clear(self, v0_written: bool) -> None:
         """Back to the state __init__ makes, in the same arrays."""
@@ -203,21 +214,22 @@ class WaveState:
         for a in (self.s, self.scc, self.pc, self.em, self.full, self.mode):
             a.fill(0)
         self.status.fill(RUN)
-        self._rest()
+        self._rest(v0_written)
 
-    def _rest(self) -> None:
+    def _rest(self, caller_sets: bool = False) -> None:
         n_waves = self.n
-        self.wg = np.zeros(n_waves, np.int64)             # workgroup of each wave (index in the batch)
         self.lane_ids = _lane_ids(self.lanes)             # read-only, shared
         self.barrier_pending = False
-        # set by the dispatch: memory model, LDS bytes and per-wave base, scratch per wave
+        # set by the dispatch (a batch sets every one: caller_sets): the workgroup of each wave (index in the batch),
+        # memory model, LDS bytes and per-wave base, scratch per wave
+        self.wg = None if caller_sets else np.zeros(n_waves, np.int64)
         self.mem = None
         self.lds = np.zeros(4, np.uint8)
-        self.lds_base = np.zeros(n_waves, np.int64)
+        self.lds_base = None if caller_sets else np.zeros(n_waves, np.int64)
         self.lds_size = 0
         self.lds_rows = 0                                  # waves per workgroup (0: unknown)
         self.lds_words = np.zeros((1, 1), np.uint32)      # dword offset of each workgroup's block, (nwg, 1)
-        self.scratch_base = np.zeros(n_waves, np.uint64)
+        self.scratch_base = None if caller_sets else np.zeros(n_waves, np.uint64)
         self.scratch_wave_bytes = 0
         self.xcc = 0                                       # die of the dispatch (HW_REG_XCC_ID)
         self.dispatch = None
@@ -240,7 +252,10 @@ class WaveState:
                 free.append(self)
                 _held[0] += size
                 return
-        POOL.give(self.v, self.s, self.em, self.lds)
+        rv, rs = self.v.nbytes // self.v.shape[0], self.s.nbytes // self.s.shape[0]
+        dirty = ([(0, min(self.dirty_v, self.v.shape[0]) * rv)],
+                 [(0, min(self.dirty_s, SGPR_SPECIAL) * rs), (SGPR_SPECIAL * rs, self.s.nbytes)], None, None)
+        POOL.give(self.v, self.s, self.em, self.lds, dirty=dirty)
         self.v = self.s = self.em = self.lds = None
 
     def exec_bits(self, sel) -> np.ndarray:

@@ -195,7 +195,7 @@ def available(key: str) -> bool:
 
 
 def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) -> Compiled:
-    """The compiled region of `key`: from memory, from disk, or compiled from make_ir() at `tier` (and stored);
+    """The compiled region of `key`: from memory, from disk, or compiled from make_ir(tier) at `tier` (and stored);
     `size`: its instructions (stats["compiled_instructions"]: what the compile seconds were spent on)."""
     with _lock:
         hit = MEMORY.get(key)
@@ -226,7 +226,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
         if not obj:
             source = "compiled"
             clock = _Stages()
-            ir = make_ir()
+            ir = make_ir(tier)
             clock("ir")
             stats["ir_lines"] += ir.count("\n")
             mod = llvm.parse_assembly(ir)

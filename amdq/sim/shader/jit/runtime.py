@@ -42,6 +42,7 @@ from . import records
 from .block import Block, ModuleGen, code_version, finish, shape, splits_before
 from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
 from ..core import PAGE
+from ..wave import SGPR_SPECIAL
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
 MAX_BLOCKS = 128
@@ -103,7 +104,8 @@ RAN_ONLY = False         # a search follows only the instructions the interprete
                          # small candidates (a 128x128 matmul: six of 1-2 blocks, its 72-instruction loop in none,
                          # 7.5 ms a launch against 4 ms with whole candidates); off until candidates can grow
 START_SECONDS = 0.07     # LLVM's start in a process (import, target machine; measured: 50 + 20 ms)
-OPT_RATIO = 4.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms)
+OPT_RATIO = 8.0          # an -O2 compile costs about this many fast ones (bench/shader.py: jit_opt_ms / jit_compile_ms;
+                         # 4 before the second tier compiled whole calls separately, block.WHOLE_CALL: 5-9 since)
 HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
 JUDGE_SECONDS = 0.02     # compiled code is compared with the interpreter after this long (and again after each window)
 OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x that compile's expected seconds
@@ -131,6 +133,8 @@ class Part:
         self.index = {b.pc: j for j, b in enumerate(blocks)}        # (the chain function numbers them so)
         self.floats = any(b.floats for b in blocks)
         self.insts = sum(len(b.insts) for b in blocks)
+        self.vtop = max(b.max_vgpr for b in blocks)      # the registers its code may touch (WaveState.dirty_v, _s)
+        self.stop = _sgpr_top(cand, blocks)
         self.seconds, self.job = 0.0, None
         self.off = False                # its code ran slower than the interpreter had: interpreted again
         self.use(compiled, tier)
@@ -143,6 +147,29 @@ class Part:
         self.judged, self.work = self.seconds, 0       # compiled seconds and wave-instructions since this code came
         self.off = False                                # (new code: a new trial)
         self.cost = OPT_RATIO * _expected(self.insts) if tier == FAST else float("inf")   # of its -O2 compile
+
+
+def _sgpr_top(cand: "Candidate", blocks: list[Block]) -> int:
+    """1 + the highest SGPR below VCC an operand of the blocks names (the special ones from VCC on count as touched
+    anyway: WaveState.dirty_s)."""
+    from ....hw.isa.decode import Operand
+    top = 0
+
+    def see(x, depth: int) -> None:
+        nonlocal top
+        if isinstance(x, Operand):
+            if x.kind == "s" and x.reg < SGPR_SPECIAL:
+                top = max(top, x.reg + max(x.n, 1))
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                see(y, depth)
+        elif depth < 2 and hasattr(x, "dst") and hasattr(x, "src"):       # an instruction, or a VOPD half
+            for name in type(x).__slots__:
+                see(getattr(x, name, None), depth + 1)
+    for b in _decoded(cand, blocks):
+        for i in b.insts:
+            see(i, 0)
+    return top
 
 
 class Candidate:
@@ -197,8 +224,8 @@ def _make_ir(cand: Candidate, blocks: list[Block]):
     _named(blocks)
     root = min(b.pc for b in blocks)
 
-    def make_ir() -> str:
-        gen = ModuleGen(64 if cand.wave64 else 32, root)
+    def make_ir(tier: str = FAST) -> str:
+        gen = ModuleGen(64 if cand.wave64 else 32, root, whole=tier == OPT)
         for b in _decoded(cand, blocks):
             gen.add(b)
         return gen.text()
@@ -1076,6 +1103,20 @@ def _tables(batch, mem) -> Tables:
     return t
 
 
+_ALL_WAVES: dict[int, np.ndarray] = {}
+
+
+def _every(n: int) -> np.ndarray:
+    """0..n-1 as int64, read-only, one per n (every wave of a batch as a call's wave list)."""
+    a = _ALL_WAVES.get(n)
+    if a is None:
+        if len(_ALL_WAVES) >= 64:
+            _ALL_WAVES.clear()
+        a = _ALL_WAVES[n] = np.arange(n, dtype=np.int64)
+        a.flags.writeable = False
+    return a
+
+
 class Context:
     """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables. It is
     kept with the register arrays (WaveState.jit_ctx: a small batch's are reused by the next batch of its shape),
@@ -1084,7 +1125,7 @@ class Context:
     def __init__(self, batch):
         w = batch.w
         self.ctx = np.zeros(CTX_SLOTS, np.int64)
-        self.all = np.arange(w.n, dtype=np.int64)
+        self.all = _every(w.n)
         c = self.ctx
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
                           ("status", w.status), ("mode", w.mode)):
@@ -1156,6 +1197,7 @@ def _mode_ok(w, sel) -> bool:
 
 
 TILE_WAVES = 64          # waves per tile: a tile's registers stay in the caches while the block runs over it
+PARTS_PER_THREAD = 8     # a call split over threads is cut into this many parts per thread, taken as threads come free
 PARALLEL_MIN = 1 << 14   # ALU and LDS wave-instructions in a call before it is split across threads (below: not worth
                          # a hand-off; an s_endpgm or a branch over many waves is not worth one)
 _workers = None
@@ -1165,11 +1207,23 @@ CPUS = os.cpu_count() or 1
 
 
 def threads() -> int:
-    """AMDQ_SIM_JIT_THREADS: host threads compiled blocks may run on (default: up to 2, the CPUs there are)."""
+    """AMDQ_SIM_JIT_THREADS: host threads compiled blocks may run on (default: up to 2, the CPUs there are, but 1 for
+    STARVED_SECONDS after a split call whose other threads got next to no CPU: _run_parts)."""
     v = os.environ.get("AMDQ_SIM_JIT_THREADS", "").strip()
     if v.isdigit() and int(v) > 0:
         return int(v)
+    if _starved[0] and _clock() < _starved[0]:
+        return 1
     return max(1, min(2, CPUS))
+
+
+# A split call waits for the parts its other threads took; when another process keeps their CPU busy, that wait is a
+# scheduler's time slice, and the call is slower than on one thread (measured with another benchmark running on this
+# 2-CPU machine: vadd 2^20 5.7 -> 7.1 ms, lds_reduce 12 -> 16, matmul 256 11 -> 15). So split calls stop for a while
+# when the others took under STARVED_SHARE of the parts of a call (their fair share is 1 - 1 / threads).
+STARVED_SHARE = 0.25
+STARVED_SECONDS = 1.0
+_starved = [0.0]                # until when (perf_counter) threads() is 1
 
 
 def _pool(n: int):
@@ -1183,32 +1237,65 @@ def _pool(n: int):
 def _parallel(batch, ctx, blk: Block, fn, waves: np.ndarray, k: int, i: int, end: int, tile: int) -> bool:
     """Run the call on several threads when that cannot change anything: a block with no global memory access
     (nothing can miss or fault) over tiles of whole workgroups (each thread's LDS is its own), split at tile
-    boundaries; ctypes releases the interpreter lock for each part. False when the call does not qualify."""
+    boundaries into parts the threads take as they come free (_run_parts); ctypes releases the interpreter lock for
+    each part. False when the call does not qualify.
+
+    (Fused blocks with loads, whose waves may run in any order too, were split the same way, their misses resolved
+    after the parts: vadd 2^20 ran slower on two threads even when the second got 41% of the parts, 4.4-4.7 ->
+    4.9-6.4 ms, the parts' CPU time 45% above one thread's: not kept.)"""
     if tile == 0 or k * (blk.work[end] - blk.work[i]) < PARALLEL_MIN or \
             any(x in blk.kinds for x in ("gload", "gstore", "sload")):
         return False
     nt = threads()
     if nt < 2:
         return False
-    per = -(-k // nt)
-    per = -(-per // tile) * tile
+    tiles = -(-k // tile)
+    per = -(-tiles // min(tiles, PARTS_PER_THREAD * nt)) * tile
     parts = [(lo, min(k, lo + per)) for lo in range(0, k, per)]
     if len(parts) < 2:
         return False
     ctxs = getattr(ctx, "thread_ctx", None)
     if ctxs is None or len(ctxs) < len(parts):
-        ctxs = ctx.thread_ctx = [ctx.ctx.copy() for _ in parts]
-    for cc in ctxs:
+        ctxs = ctx.thread_ctx = [ctx.ctx.copy() for _ in range(max(len(parts), PARTS_PER_THREAD * nt))]
+        ctx.thread_ptr = [_addr(cc) for cc in ctxs]
+    for cc in ctxs[:len(parts)]:
         cc[:] = ctx.ctx
-    pool = _pool(nt)
-    futs = [pool.submit(fn, ctxs[j].ctypes.data, waves[lo:hi].ctypes.data, hi - lo, i, end)
-            for j, (lo, hi) in enumerate(parts[1:], 1)]
-    lo, hi = parts[0]
-    rs = [fn(ctxs[0].ctypes.data, waves[lo:hi].ctypes.data, hi - lo, i, end)] + [f.result() for f in futs]
+    rs = [-1] * len(parts)
+    _run_parts(_pool(nt), nt, fn, ctx.thread_ptr, waves.ctypes.data, parts, [(j, i) for j in range(len(parts))], rs,
+               end)
     if any(r >= 0 for r in rs):         # cannot happen without global memory instructions
         raise AssertionError(f"a block without global memory access stopped at instruction {rs}")
     counts["parallel_calls"] += 1
     return min(rs)                      # (every part ends the same way: -1, -2 after a branch, -4 s_endpgm)
+
+
+def _run_parts(pool, nt: int, fn, ptrs: list, wptr: int, parts: list, jobs: list, rs: list, end: int) -> None:
+    """rs[j] = the block function over part j from its start, for each (j, start) of jobs, on nt threads: each
+    takes the next job as it comes free (a busy CPU's share goes to another), and this one waits only for the jobs
+    others took."""
+    take = iter(jobs).__next__
+    left, lock, finished = [len(jobs)], threading.Lock(), threading.Event()
+
+    def run() -> int:
+        did = 0
+        while True:
+            try:
+                j, st = take()
+            except StopIteration:
+                return did
+            lo, hi = parts[j]
+            rs[j] = fn(ptrs[j], wptr + 8 * lo, hi - lo, st, end)
+            did += 1
+            with lock:
+                left[0] -= 1
+                if not left[0]:
+                    finished.set()
+    for _ in range(min(nt, len(jobs)) - 1):
+        pool.submit(run)
+    mine = run()
+    finished.wait()
+    if len(jobs) >= 4 and len(jobs) - mine < STARVED_SHARE * len(jobs):
+        _starved[0] = _clock() + STARVED_SECONDS
 
 
 def _tile(batch, blk: Block, sel) -> int:
@@ -1243,6 +1330,11 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
         return None
     region, blk, i = hit
     w = batch.w
+    part = region.part
+    if part.vtop > w.dirty_v:           # (the registers its code may touch: what release clears)
+        w.dirty_v = part.vtop
+    if part.stop > w.dirty_s:
+        w.dirty_s = part.stop
     every = isinstance(sel, slice)
     mode_ok = None
     if blk.floats:
