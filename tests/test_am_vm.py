@@ -452,3 +452,30 @@ def test_through_the_simulated_hub(arch):
         b.gmc.read("MM", va + 2 * MiB + 8 * PAGE, 4, vmid=1)
     with pytest.raises(GPUFault):
         b.gmc.read("GC", va + 2 * MiB, 4, vmid=1)
+
+
+@pytest.mark.parametrize("gfx", GFX)
+def test_a_walk_caches_the_ptes_of_its_line_that_map_alike(gfx):
+    """A walk reads the 64-byte line of PTEs its entry is in (8 PTEs, one read of the walker): the entries after it
+    in that line that map the next physical pages with the same flags join its cached run, the line's end or the
+    first that differs (other memory, other flags, invalid) ends it. Pages of the next line are walked when used."""
+    r = Rig(gfx)
+    lo = BASE + 6 * MiB                                 # PTE index a multiple of 8: the start of a line
+    r.vm.map(lo, 0x0300_1000, 5 * PAGE)                 # 4 KiB-aligned PA: FRAG 0
+    r.vm.map(lo + 5 * PAGE, 0x0600_0000, 11 * PAGE)     # the rest of the line and the next elsewhere in VRAM
+    r.access(lo + PAGE)
+    run = next(x for x in r.mmu._tlb[1] if x.va <= lo + PAGE < x.end)
+    assert (run.va, run.end, run.pa) == (lo + PAGE, lo + 5 * PAGE, 0x0300_2000)  # to the first that differs
+    r.access(lo + 5 * PAGE)
+    run = next(x for x in r.mmu._tlb[1] if x.va <= lo + 5 * PAGE < x.end)
+    assert (run.va, run.end) == (lo + 5 * PAGE, lo + 8 * PAGE)                 # to the line's end
+    table = r.vm.root                                   # zero pages 6..15's PTEs behind the MMU's back
+    for lv in range(3):
+        table = table.children[(lo >> (39 - 9 * lv)) & 511]
+    r.vram.write(table.offset + 8 * (((lo >> 12) & 511) + 6), bytes(8 * 10))
+    assert r.access(lo + 7 * PAGE) is not None          # in the line read: cached
+    with pytest.raises(GPUFault):
+        r.access(lo + 9 * PAGE)                         # the next line: walked, and no longer mapped
+    r.mmu.invalidate()
+    with pytest.raises(GPUFault):
+        r.access(lo + 7 * PAGE)

@@ -29,7 +29,7 @@ from ..iface.base import Mapping
 from ..iface.os_seam import PROT_NONE
 from .gpu import SimGPU
 from ..hw import vm as VM
-from .mmu import ADDR_MASK, VALID
+from .mmu import ADDR_MASK, FRAG, SYSTEM, VALID
 
 MMAP_DOORBELL = 3 << 62
 HOST_USER_VA_BITS = 47          # what an x86-64 Linux process gets below the canonical hole (TASK_SIZE = 2**47 - 4 KiB)
@@ -40,6 +40,30 @@ IP_DISCOVERY = "/sys/class/drm/renderD128/device/ip_discovery/die/0"
 GFX_TARGET_VERSION = {"gfx1100": 110000, "gfx1101": 110001, "gfx1102": 110002, "gfx1151": 110501,
                       "gfx1200": 120000, "gfx1201": 120001, "gfx942": 90402, "gfx950": 90500}
 
+
+
+MAX_FRAG = 9            # amdgpu's fragment size on gfx9 and later (amdgpu_vm_adjust_size(adev, 256 * 1024, 9, ...))
+
+
+def _block_align(size: int) -> int:
+    """The alignment of a VRAM block of `size` bytes: the largest power of two not above it, 4 KiB to 2 MiB (amdgpu's
+    VRAM manager hands out drm_buddy blocks, naturally aligned to their power-of-two size), so the PTEs of a buffer
+    at an equally aligned VA carry large fragments."""
+    return min(max(1 << (size.bit_length() - 1), 4096), 2 << 20)
+
+
+def _fragments(vpage: int, ppage: int, n: int) -> np.ndarray:
+    """FRAG of each of n PTEs mapping pages vpage.. to ppage..: each page gets the k of the largest block of 2**k
+    pages (k <= MAX_FRAG) aligned in VA and PA alike that the run covers (amdgpu_vm_pte_fragment's scheme)."""
+    out = np.zeros(n, np.uint64)
+    i = 0
+    while i < n:
+        k = MAX_FRAG
+        while k and (((vpage + i) | (ppage + i)) & ((1 << k) - 1) or i + (1 << k) > n):
+            k -= 1
+        out[i:i + (1 << k)] = k
+        i += 1 << k
+    return out
 
 @dataclass
 class Bo:
@@ -301,7 +325,7 @@ class SimKFD:
         else:
             raise OSError(errno.EINVAL, f"allocation flags {flags:#x} not supported by the simulated driver")
         try:
-            pa = arena.alloc(size, 2 << 20 if size >= 2 << 20 else 4096)
+            pa = arena.alloc(size, _block_align(size) if arena is self.gpu.vram else 2 << 20 if size >= 2 << 20 else 4096)
         except MemoryError:
             raise OSError(errno.ENOMEM, f"{arena.name} full") from None
         h = self._next_handle
@@ -486,8 +510,11 @@ class SimKFD:
         return t
 
     def _map_range(self, va: int, pa: int, size: int, flags: int) -> None:
-        """Write PTEs for [va, va+size) -> [pa, ...); 2 MiB-aligned stretches use PDE-as-PTE huge pages."""
+        """Write PTEs for [va, va+size) -> [pa, ...); 2 MiB-aligned stretches use PDE-as-PTE huge pages, and the
+        PTEs of VRAM carry FRAG (the naturally aligned power-of-two runs they fill: _fragments); system pages
+        none (amdgpu_vm_pte_fragment: "system pages are non continuously")."""
         vram, huge = self.gpu.vram, 1 << 21
+        local = not flags & SYSTEM
         end = va + size
         while va < end:
             pdb1 = self._table(self.vm.root, (va >> 39) & 0x1FF, True)
@@ -502,6 +529,8 @@ class SimKFD:
             first = (va >> 12) & 0x1FF
             n = min(512 - first, (end - va + 4095) >> 12)
             ptes = (np.arange(n, dtype=np.uint64) << np.uint64(12)) + np.uint64(pa) | np.uint64(flags)
+            if local:
+                ptes |= _fragments(va >> 12, pa >> 12, n) << np.uint64(FRAG.lo)
             vram.buf[ptb + 8 * first:ptb + 8 * (first + n)] = ptes.view(np.uint8)
             va, pa = va + n * 4096, pa + n * 4096
 

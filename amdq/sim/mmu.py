@@ -160,26 +160,34 @@ class MMU:
     # -- walking -------------------------------------------------------------------------------
     def walk(self, va: int) -> tuple[Arena, int, int, int] | None:
         """(arena, physical address of the page, page size, PTE) for `va`, or None if unmapped."""
+        return self._walk(va)[0]
+
+    def _walk(self, va: int) -> tuple[tuple[Arena, int, int, int] | None, tuple[int, int] | None]:
+        """walk(va), and (page table, index) of the PTE when it is a 4 KiB entry of a page table (else None)."""
         if self.root is None or va >> 48 or va < self.start or (self.end is not None and va > self.end):
-            return None
+            return None, None
         table, off, bfs = self.root, va - self.start, 0
         for shift, mask in self._levels:
             if shift == 12 and bfs:                  # gfx9 translate further: entries of 2**bfs pages
                 e = self._entry(table, (off >> (12 + bfs)) & (mask >> bfs))
                 if e is None:
-                    return None
+                    return None, None
                 if not e & TF:
-                    return self._page(e, 12 + bfs)
-                e = self._entry(e & ADDR_MASK, (off >> 12) & ((1 << bfs) - 1))
-                return None if e is None else self._page(e, 12)
-            e = self._entry(table, (off >> shift) & mask)
+                    return self._page(e, 12 + bfs), None
+                table, idx = e & ADDR_MASK, (off >> 12) & ((1 << bfs) - 1)
+                e = self._entry(table, idx)
+                return (None, None) if e is None else (self._page(e, 12), (table, idx))
+            idx = (off >> shift) & mask
+            e = self._entry(table, idx)
             if e is None:
-                return None
-            if shift == 12 or (e & self.pde_pte and self.block_size == 0 and shift in (21, 30)):
-                return self._page(e, shift)
+                return None, None
+            if shift == 12:
+                return self._page(e, shift), (table, idx)
+            if e & self.pde_pte and self.block_size == 0 and shift in (21, 30):
+                return self._page(e, shift), None
             table = e & ADDR_MASK
             bfs = BFS9.get(e) if self.gfx < 10 else 0
-        return None
+        return None, None
 
     def _entry(self, table: int, idx: int) -> int | None:
         """The valid entry `idx` of the table at physical address `table` (a VRAM address), or None."""
@@ -206,7 +214,7 @@ class MMU:
         i = bisect.bisect_right(starts, va) - 1
         if i >= 0 and va < runs[i].end:
             return runs[i]
-        hit = self.walk(va)
+        hit, leaf = self._walk(va)
         if hit is None:
             return None
         arena, pa, size, pte = hit
@@ -218,6 +226,8 @@ class MMU:
             whole = self._target(pte, fphys, frag) if fphys >= 0 else None
             if whole is not None and whole[0] is arena:      # all of it in the one memory
                 start, pa, size = fstart, whole[1], frag
+        elif leaf is not None:
+            size = self._line(leaf, pte, arena, pa, start)
         i = bisect.bisect_right(starts, va)
         lo = runs[i - 1].end if i > 0 else 0                # never over a run already cached
         hi = starts[i] if i < len(starts) else 1 << 64
@@ -240,6 +250,29 @@ class MMU:
             run.end = nxt.end
             del starts[i + 1], runs[i + 1]
         return run
+
+    def _line(self, leaf: tuple[int, int], pte: int, arena: Arena, pa: int, start: int) -> int:
+        """The bytes from `start` that the PTE at leaf and the ones after it in its 64-byte line (the 8 PTEs one
+        read of the walker fetches) map alike: valid, the same flags, pages physically contiguous in one memory."""
+        table, idx = leaf
+        k = 7 - (idx & 7)
+        if not k or (self.end is not None and start + 4096 * (k + 1) - 1 > self.end):
+            return 4096
+        hit = self.space.local(table + 8 * (idx + 1), 8 * k)
+        if hit is None:
+            return 4096
+        ents = hit[0].buf[hit[1]:hit[1] + 8 * k].view(np.uint64)
+        flags, want, n = pte & ~ADDR_MASK, (pte & ADDR_MASK) + 4096, 1
+        for e in ents.tolist():
+            if e & ~ADDR_MASK != flags or e & ADDR_MASK != want:
+                break
+            want += 4096
+            n += 1
+        if n > 1:
+            whole = self._target(pte, pte & ADDR_MASK, 4096 * n)
+            if whole is None or whole[0] is not arena or whole[1] != pa:
+                return 4096
+        return 4096 * n
 
     def fault(self, va: int, write: bool, client: str, reason: str = "not mapped") -> GPUFault:
         f = Fault(va, write, client, reason, self.vmid)
