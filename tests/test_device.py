@@ -175,6 +175,28 @@ def test_bound_resubmission(monkeypatch, mode):
     d.close()
 
 
+def test_a_waiting_host_thread_runs_the_gpu_while_the_worker_sleeps(monkeypatch):
+    """Asynchronous mode, simulated KFD: a thread that waits for the GPU runs its slices itself when no other thread
+    is in one (SimGPU.assist), so work completes even while the worker thread sleeps (here: it never wakes)."""
+    import threading
+
+    from amdq.sim.gpu import SimGPU
+    monkeypatch.setenv("AMDQ_SIM_MODE", "async")
+    asleep = threading.Event()
+    monkeypatch.setattr(SimGPU, "_run_worker", lambda self: asleep.wait())
+    d = amdq.open_device("SIMKFD+AMD:gfx1100")
+    try:
+        k = d.load(co("count.cl"))["count"]
+        c = d.upload(np.zeros(1, np.int32))
+        k(c, 3, grid=1, block=32, wait=True, timeout_ms=5000)
+        h = d.alloc(4)
+        d.copy(h, c, 4, wait=True, timeout_ms=5000)
+        assert h.numpy(np.int32)[0] == 3
+    finally:
+        asleep.set()
+        d.close()
+
+
 @pytest.mark.parametrize("interface", ["SIMKFD", "SIMPCI"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_deferred_gpu_runs_nothing_until_released(monkeypatch, tmp_path, interface, mode):

@@ -261,12 +261,7 @@ class SimGPU:
             with self.lock:
                 t0 = time.thread_time()
                 share = min(budget, self._budget)
-                work = 0
-                for eng in list(self.engines.values()):
-                    try:
-                        work += eng.step(share)
-                    except Exception as e:          # a simulator bug must not stop the GPU silently
-                        self._internal_error(eng, e)
+                work = self._slice(share)
                 dt = time.thread_time() - t0
             # the budget follows the CPU time a slice of it took (this thread's: a loaded host's waits for a core are
             # not work): halved above SLICE_S, doubled below half of it. (Wall time and a band of a quarter left it at
@@ -292,6 +287,27 @@ class SimGPU:
                     time.sleep(0)
                     self._handed = time.perf_counter()
         return moved
+
+    def _slice(self, share: int) -> int:
+        """Every engine steps once with `share` of work (the GPU lock held); the work done."""
+        work = 0
+        for eng in list(self.engines.values()):
+            try:
+                work += eng.step(share)
+            except Exception as e:                  # a simulator bug must not stop the GPU silently
+                self._internal_error(eng, e)
+        return work
+
+    def assist(self) -> bool:
+        """Asynchronous mode: a host thread about to sleep until the GPU signals runs one slice itself when no other
+        thread is in one (what the worker would run once woken: a short copy or launch then costs no thread
+        hand-over each way; the caller checks its events and deadline between slices); True if work was done."""
+        if self._stop or self._defer or not self.lock.acquire(blocking=False):
+            return False
+        try:
+            return self._slice(self._budget) > 0
+        finally:
+            self.lock.release()
 
     @property
     def busy(self) -> bool:

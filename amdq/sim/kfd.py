@@ -478,6 +478,8 @@ class SimKFD:
                 if not self.gpu.pump(64) and left > 0:
                     time.sleep(0.0002)
                 continue
+            if left > 0 and self.gpu.assist():  # (the work done on this thread, while the worker sleeps)
+                continue
             with self._woken:                    # asleep until an interrupt signals an event (or 5 ms pass)
                 if not ready() and left > 0:
                     self._woken.wait(min(left, 0.005))
