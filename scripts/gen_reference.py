@@ -46,7 +46,8 @@ ENV = {
                           "or `8` (the default elsewhere); part of every compiled region's key",
     "AMDQ_SIM_JIT_CACHE": "where the shader JIT keeps compiled code and, per code page, records of what it compiled "
                           "there (default $AMDQ_CACHE/jit; `0` keeps it in memory only)",
-    "AMDQ_SIM_MODE": "`async` (default: the simulated GPU on a worker thread) or `sync` (on the host's threads)",
+    "AMDQ_SIM_MODE": "`async` (default: the simulated GPU on a worker thread; a host thread waiting on the simulated "
+                     "KFD runs slices itself while the worker is not in one) or `sync` (on the host's threads)",
     "AMDQ_SIM_INJECT": "simulator fault injections, `kind[:key=value...],...`",
     "AMDQ_SIM_STATE": "where simulated PCI functions keep their state between processes",
     "AMDQ_SIM_SMALL_BAR": "1: the simulated PCI function has a 256 MiB BAR0",
