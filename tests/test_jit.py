@@ -844,6 +844,103 @@ def test_fused_block_stops_at_a_later_wave(monkeypatch, arch, wave):
     assert refused[0] and runtime.counts["fallbacks"] > fallbacks
 
 
+SPAN_SRC = """
+__kernel void span(__global float *o, __global const float *a, __global const float *b, int k, int m) {
+  int g = get_global_id(0);
+  if (g < m) o[g] = a[g + k] * 2.0f + b[g];
+}
+__kernel void again(__global float *o, volatile __global const float *a, int m) {
+  int g = get_global_id(0);
+  float s = a[g];
+  if (g < m) s += a[g] * 3.0f;               /* (its address registers set in every lane, some lanes off) */
+  o[g] = s;
+}
+__kernel void spick(__global int *o, __global const int *a, __global const int *b, __global const int *c) {
+  int g = get_global_id(0), w = get_group_id(0);
+  __global const int *p = (w & 1) ? b : a;    /* odd workgroups read b: a later wave misses first */
+  o[g] = p[w] * 3 + c[g];                       /* (a scalar load into its address register: gfx1100, gfx942) */
+}
+__kernel void sspan(__global float *o, __global const float *a, int k) {
+  int g = get_global_id(0);
+  o[g + k] = a[g] - 1.0f;
+}
+"""
+_DISPATCH = C.ShaderCore.dispatch       # (the dispatch _differential wraps)
+
+
+@pytest.mark.parametrize("width", ["8", "16"])
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_whole_wave_accesses_and_their_edges(monkeypatch, arch, wave, width):
+    """A single-dword global access whose lanes are all active on consecutive dwords inside one translated range is
+    checked once for the whole wave (block._global_wave); any other wave takes the chunk and lane checks. Against
+    the interpreter: all waves common; a partial EXEC in the last wave; the last wave's lanes running past the end of
+    one allocation into the next (its range translated then: a miss at a later wave and lane); a load and a store
+    past the end of an allocation faulting at a later wave and lane (same fault, and a store writes nothing)."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_WIDTH", width)
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    n = 1024                                    # (a multiple of 64 floats: the next buffer starts where one ends)
+    r = np.random.default_rng(11)
+    a, b = r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
+    o = np.zeros(n, np.float32)
+
+    flags = suite.wf(wave) if not arch.startswith("gfx9") else ()
+
+    def span(a_, k, m):
+        return harness.run_cl(SPAN_SRC, "span", [o, a_, b, k, m], (n // 64, 1, 1), (64, 1, 1), arch=arch,
+                              flags=flags)[0][0]
+    assert np.array_equal(span(a, 0, n), a * np.float32(2) + b)
+    m = n - 5
+    out = span(a, 0, m)
+    assert np.array_equal(out[:m], (a * np.float32(2) + b)[:m]) and not out[m:].any()
+    out = harness.run_cl(SPAN_SRC, "again", [o, a, m], (n // 64, 1, 1), (64, 1, 1), arch=arch, flags=flags)[0][0]
+    assert np.array_equal(out, np.where(np.arange(n) < m, a + a * np.float32(3), a))
+    misses = runtime.counts["misses"]
+    out = span(a, 20, n)                        # the last 20 lanes read b[0:20]
+    assert np.array_equal(out, np.concatenate([a[20:], b[:20]]) * np.float32(2) + b)
+    assert runtime.counts["misses"] > misses and all(used)
+    with pytest.raises(GPUException) as e:      # a[n - 8:] is not mapped (the next buffer starts 256-aligned)
+        span(a[:n - 8], 0, n)
+    assert e.value.address is not None
+    mems = {}
+    errs = {}
+    monkeypatch.setattr(C.ShaderCore, "dispatch", _DISPATCH)
+    for jit in ("0", "sync"):                   # a store running past the end of o: the same fault and memory
+        monkeypatch.setenv("AMDQ_SIM_JIT", jit)
+        runtime.forget()
+        mem = mems[jit] = harness.FlatMemory(1 << 24)
+        with pytest.raises(GPUException) as e:
+            harness.run(harness.compile_cl(SPAN_SRC, arch, flags=tuple(flags)), "sspan",
+                        [np.zeros(n - 8, np.float32), a, 0], (n // 64, 1, 1), (64, 1, 1), mem=mem, arch=arch)
+        errs[jit] = e.value
+    assert str(errs["0"]) == str(errs["sync"])
+    assert np.array_equal(mems["0"].buf, mems["sync"].buf)
+
+
+@pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
+def test_fused_scalar_load_over_its_address_stops_at_a_later_wave(monkeypatch, arch, wave):
+    """A fused block's s_load whose destination is its address register runs in one pass (the wave checks, reads,
+    then writes): a later wave's miss resumes there once the range is translated, its fault is the interpreter's."""
+    used: list[int] = []
+    _differential(monkeypatch, used, steps=False)
+    n = 256
+    a, b, c = (np.arange(n, dtype=np.int32) * m for m in (1, 7, 11))
+    flags = suite.wf(wave) if not arch.startswith("gfx9") else ()
+
+    def run(b_):
+        return harness.run_cl(SPAN_SRC, "spick", [np.zeros(n, np.int32), a, b_, c], (n // 64, 1, 1), (64, 1, 1),
+                              arch=arch, flags=flags)[0][0]
+    misses = runtime.counts["misses"]
+    w = np.arange(n) // 64
+    assert np.array_equal(run(b), np.where(w & 1, b[w], a[w]) * 3 + c)
+    assert runtime.counts["misses"] > misses and sum(used)
+    assert any(blk.fused and "sload" in blk.kinds for cand in _candidates() for blk in cand.blocks)
+    bad = 0x7777_0000_0000
+    with pytest.raises(GPUException) as e:          # (the differential dispatch compares it with the interpreter's)
+        run(bad)
+    assert e.value.address is not None
+
+
 MANY_SGPRS = """
 __kernel void many(__global int *o, int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, int a9,
                    int a10, int a11, int a12, int a13, int a14, int a15) {

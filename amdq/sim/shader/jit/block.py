@@ -13,7 +13,7 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
                  helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 28          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 31          # bump when the generated code changes meaning (part of every cache key)
 
 
 def code_version() -> str:
@@ -716,14 +716,17 @@ class ModuleGen:
     def _sload(self, f: Fn, b: Block, i: int) -> None:
         """s_load_b32..b512 wave by wave (smem.py): n dwords at (SBASE + offset + SOFFSET) & ~3 into the destination
         SGPRs. A wave whose range is not in the read table stops the block before the instruction (as a global
-        load's lane); when the destination overlaps the address registers every wave is checked first."""
+        load's lane); when the destination overlaps the address registers every wave is checked first (but in a
+        fused block)."""
         inst = b.insts[i]
         d, sb, so = inst.dst[0], inst.sbase, inst.soffset
         nbytes = 4 * d.n
         hint = f.alloca("[3 x i64]")
         f.allocas.append(f"  store [3 x i64] [i64 1, i64 0, i64 0], ptr {hint}")
         srcs = {sb.reg, sb.reg + 1} | ({so.reg} if so is not None else set())
-        two_pass = bool(srcs & set(range(d.reg, d.reg + d.n)))
+        # (a fused block's wave checks, reads and then writes: a stop leaves the wave's registers untouched and the
+        # waves before it past the whole block, so the address registers are never read again once overwritten)
+        two_pass = bool(srcs & set(range(d.reg, d.reg + d.n))) and not self.fused
 
         def addr(em: "_WaveEmitter") -> str:
             a = em.sget64(Operand("s", sb.reg, 2))
@@ -864,9 +867,92 @@ class ModuleGen:
         def lane_both(em, l):
             lane_check(em, l)
             lane_access(em, l)
-        if not one_pass:
-            self._wave_loop(f, phase(False))
-        self._wave_loop(f, phase(True))
+        if words != 1 or f.NC == 1:
+            if not one_pass:
+                self._wave_loop(f, phase(False))
+            self._wave_loop(f, phase(True))
+            return
+
+        # The common wave first (_global_wave): one check of the whole wave, then its chunks' accesses, else the chunks
+        # as above (which check every lane again). A two-pass load in a fused block checks once for both passes.
+        def whole(rest, access: bool):
+            def wave(em):
+                # (first the last lane's low address against the first's: a wave whose lanes are not one run, as in a
+                # tile of rows, goes to the chunks for a few instructions more)
+                ends = [f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, str(j))}, align 4") for j in (0, f.L - 1)]
+                run = f.op(f"icmp eq i32 {f.op(f'sub i32 {ends[1]}, {ends[0]}')}, {4 * (f.L - 1)}")
+                check, yes, no, join = f.t("wc"), f.t("wf"), f.t("ws"), f.t("wj")
+                f.e(f"br i1 {run}, label {check}, label {no}")
+                f.label(check)
+                ok, a0 = self._global_wave(em, inst, f, hint_at)
+                f.e(f"br i1 {ok}, label {yes}, label {no}")
+                f.label(yes)
+                if access:
+                    self._global_wave_access(em, inst, f, a0, hint_at, write)
+                f.e(f"br label {join}")
+                f.label(no)
+                rest(em)
+                f.e(f"br label {join}")
+                f.label(join)
+            return wave
+        if one_pass:
+            self._wave_loop(f, whole(phase(True), True))
+        elif self.fused:
+            self._wave_loop(f, whole(lambda em: (phase(False)(em), phase(True)(em)), True))
+        else:
+            self._wave_loop(f, whole(phase(False), False))
+            self._wave_loop(f, whole(phase(True), True))
+
+    def _global_wave(self, em, inst: Inst, f: Fn, hint_at) -> tuple[str, str]:
+        """(i1: the wave's single-dword access is one run of consecutive dwords inside the last-hit range, with every
+        lane active, and its first lane's address): the high address halves all equal (or the scalar base), the low
+        ones lane 0's + 4 x the lane without a 32-bit wrap, [a0, a0 + 4 x lanes) inside the range. Then no lane can
+        miss the table or fault, as the chunks' check (_global_run) finds for each chunk."""
+        VT, W, L = f.VT, f.W, f.L
+        full = f.op(f"icmp eq {f.IT} {em.exec_bits()}, -1")
+        los = [f.op(f"load {VT}, ptr {em.lane_ptr(inst.addr.reg, str(c * W))}, align 4") for c in range(f.NC)]
+        lo0 = f.op(f"extractelement {VT} {los[0]}, i64 0")
+        sp = f.splat(lo0)
+        same = None
+        for c, lo in enumerate(los):
+            ramp = "<" + ", ".join(f"i32 {4 * (c * W + j)}" for j in range(W)) + ">"
+            eq = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {sp}, {ramp}')}")
+            same = eq if same is None else f.op(f"and {f.MT} {same}, {eq}")
+        a0 = f.op(f"zext i32 {lo0} to i64")
+        if inst.saddr is not None and inst.saddr.reg != NULL:
+            a0 = f.op(f"add i64 {a0}, {em.sget64(Operand('s', inst.saddr.reg, 2))}")
+        else:
+            his = [f.op(f"load {VT}, ptr {em.lane_ptr(inst.addr.reg + 1, str(c * W))}, align 4") for c in range(f.NC)]
+            hi0 = f.op(f"extractelement {VT} {his[0]}, i64 0")
+            for hi in his:
+                same = f.op(f"and {f.MT} {same}, {f.op(f'icmp eq {VT} {hi}, {f.splat(hi0)}')}")
+            hs = f.op(f"shl i64 {f.op(f'zext i32 {hi0} to i64')}, 32")
+            a0 = f.op(f"or i64 {a0}, {hs}")
+        off = inst.offset & (2 ** 64 - 1)
+        if off:
+            a0 = f.op(f"add i64 {a0}, {off}")
+        allsame = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {same} to {f.MI}')}, -1")
+        nowrap = f.op(f"icmp ule i32 {lo0}, {2 ** 32 - 4 * L}")
+        lo_, hi_ = hint_at(0), hint_at(1)
+        span = f.op(f"sub i64 {hi_}, {lo_}")
+        big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo_}, {hi_}')}, {f.op(f'icmp uge i64 {span}, {4 * L}')}")
+        inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo_}')}, {f.op(f'sub i64 {span}, {4 * L}')}")
+        fits = f.op(f"and i1 {nowrap}, {f.op(f'and i1 {big}, {inr}')}")
+        ok = f.op(f"and i1 {f.op(f'and i1 {full}, {allsame}')}, {fits}")
+        return ok, a0
+
+    def _global_wave_access(self, em, inst: Inst, f: Fn, a0: str, hint_at, write: bool) -> None:
+        """The access _global_wave found common: chunk by chunk, as vector loads or stores of the host's dwords."""
+        VT, W = f.VT, f.W
+        p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
+        for c in range(f.NC):
+            q = f.op(f"getelementptr i8, ptr {p}, i64 {4 * W * c}")
+            if write:
+                v = f.op(f"load {VT}, ptr {em.lane_ptr(inst.data.reg, str(c * W))}, align 4")
+                f.e(f"store {VT} {v}, ptr {q}, align 1")
+            else:
+                v = f.op(f"load {VT}, ptr {q}, align 1")
+                f.e(f"store {VT} {v}, ptr {em.lane_ptr(inst.dst[0].reg, str(c * W))}, align 4")
 
     def _global_run(self, em, inst: Inst, f: Fn, m: str, hint_at, access: bool, write: bool) -> None:
         """The common chunk first: every lane active on consecutive dwords (checked on the 32-bit address halves: the
