@@ -482,7 +482,7 @@ def test_a_damaged_record_is_ignored(monkeypatch, tmp_path, damage):
         data = bytearray(b"not a record\n\x00\xff")
     else:
         from amdq.sim.shader.jit import records
-        records.write(rec.name, [{"blocks": [[0, [[0, 99, 0]], ["alu"], 0, 0, 0, 0, []]], "lines": [], "empty": [],
+        records.write(rec.name, [{"blocks": [[0, [[0, 99, 0]], ["alu"], 0, 0, 0, 0, 0, []]], "lines": [], "empty": [],
                                   "regions": [[0]]}, {"blocks": "?"}])
         data = bytearray(rec.read_bytes())
     rec.write_bytes(bytes(data))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
+from ..wave import SGPR_SPECIAL
 from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, WORK, Emitter, Fn, fuse, halves,
                  helpers, is_float, lanes_per_op)
 
@@ -32,6 +33,7 @@ class Block:
     gstores: bool = False        # writes global memory
     lstores: bool = False        # writes LDS
     max_vgpr: int = 0            # highest VGPR touched + 1 (a wave's allocation must hold it)
+    max_sgpr: int = 0            # highest SGPR below VCC an operand names + 1 (WaveState.dirty_s; VCC on: always)
     barriers: list[int] = field(default_factory=list)   # indices of its s_barrier instructions
     work: list[int] = field(default_factory=list)       # ALU and LDS instructions before each index (and in all)
     fused: bool = False          # its phases run wave by wave inside one loop over the waves (fusable)
@@ -71,9 +73,21 @@ def _vregs(inst: Inst) -> int:
     return top
 
 
+def _sregs(x, depth: int = 0) -> int:
+    """1 + the highest SGPR below VCC that an instruction's operands name (0: none)."""
+    if isinstance(x, Operand):
+        return x.reg + max(x.n, 1) if x.kind == "s" and x.reg < SGPR_SPECIAL else 0
+    if isinstance(x, (tuple, list)):
+        return max((_sregs(y, depth) for y in x), default=0)
+    if depth < 2 and hasattr(x, "dst") and hasattr(x, "src"):          # an instruction, or a VOPD half
+        return max((_sregs(getattr(x, name, None), depth + 1) for name in type(x).__slots__), default=0)
+    return 0
+
+
 def finish(b: Block) -> Block:
     b.floats = any(k == "alu" and is_float(i) for i, k in zip(b.insts, b.kinds))
     b.max_vgpr = max((_vregs(i) for i in b.insts), default=0)
+    b.max_sgpr = max((_sregs(i) for i in b.insts), default=0)
     b.gstores = "gstore" in b.kinds
     b.barriers = [j for j, k in enumerate(b.kinds) if k == "barrier"]
     b.lstores = any(k == "ds" and i.key.startswith("ds_store") for i, k in zip(b.insts, b.kinds))

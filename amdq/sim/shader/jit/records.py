@@ -27,7 +27,7 @@ import tempfile
 
 from .compiled import directory
 
-FORMAT = 2
+FORMAT = 3
 
 
 def page_key(family: str, wave64: bool, version: str, data: bytes) -> str:

@@ -42,7 +42,6 @@ from . import records
 from .block import Block, ModuleGen, code_version, finish, shape, splits_before
 from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
 from ..core import PAGE
-from ..wave import SGPR_SPECIAL
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
 MAX_BLOCKS = 128
@@ -134,7 +133,7 @@ class Part:
         self.floats = any(b.floats for b in blocks)
         self.insts = sum(len(b.insts) for b in blocks)
         self.vtop = max(b.max_vgpr for b in blocks)      # the registers its code may touch (WaveState.dirty_v, _s)
-        self.stop = _sgpr_top(cand, blocks)
+        self.stop = max(b.max_sgpr for b in blocks)
         self.seconds, self.job = 0.0, None
         self.off = False                # its code ran slower than the interpreter had: interpreted again
         self.use(compiled, tier)
@@ -147,29 +146,6 @@ class Part:
         self.judged, self.work = self.seconds, 0       # compiled seconds and wave-instructions since this code came
         self.off = False                                # (new code: a new trial)
         self.cost = OPT_RATIO * _expected(self.insts) if tier == FAST else float("inf")   # of its -O2 compile
-
-
-def _sgpr_top(cand: "Candidate", blocks: list[Block]) -> int:
-    """1 + the highest SGPR below VCC an operand of the blocks names (the special ones from VCC on count as touched
-    anyway: WaveState.dirty_s)."""
-    from ....hw.isa.decode import Operand
-    top = 0
-
-    def see(x, depth: int) -> None:
-        nonlocal top
-        if isinstance(x, Operand):
-            if x.kind == "s" and x.reg < SGPR_SPECIAL:
-                top = max(top, x.reg + max(x.n, 1))
-        elif isinstance(x, (tuple, list)):
-            for y in x:
-                see(y, depth)
-        elif depth < 2 and hasattr(x, "dst") and hasattr(x, "src"):       # an instruction, or a VOPD half
-            for name in type(x).__slots__:
-                see(getattr(x, name, None), depth + 1)
-    for b in _decoded(cand, blocks):
-        for i in b.insts:
-            see(i, 0)
-    return top
 
 
 class Candidate:
@@ -376,7 +352,8 @@ def _describe(cand: Candidate, base: int, regions: list) -> dict:
     """A candidate as a record keeps it (offsets from the page at `base`)."""
     end = base + PAGE
     return {"blocks": [[b.pc - base, [[i.pc - base, i.size, int(bool(i.dead_sdst))] for i in b.insts], b.kinds,
-                        int(b.floats), int(b.gstores), int(b.lstores), b.max_vgpr, b.barriers] for b in cand.blocks],
+                        int(b.floats), int(b.gstores), int(b.lstores), b.max_vgpr, b.max_sgpr, b.barriers]
+                       for b in cand.blocks],
             "lines": [[line - base, records.line_hash(data)] for line, data in cand.lines if not base <= line < end],
             "empty": [p - base for p in cand.empty], "regions": regions,
             "heat": round(cand.heat, 6), "ran": sorted(p - base for p in cand.ran)}
@@ -447,7 +424,7 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
     for line in outside:
         line_at(line)
     blocks = []
-    for pc, insts, kinds, floats, gstores, lstores, max_vgpr, barriers in rec["blocks"]:
+    for pc, insts, kinds, floats, gstores, lstores, max_vgpr, max_sgpr, barriers in rec["blocks"]:
         stored = []
         for off, size, dead in insts:
             at = base + off
@@ -461,7 +438,7 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
             return None
         b = Block(base + pc, stored, list(kinds))
         b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
-        b.max_vgpr, b.barriers = int(max_vgpr), [int(x) for x in barriers]
+        b.max_vgpr, b.max_sgpr, b.barriers = int(max_vgpr), int(max_sgpr), [int(x) for x in barriers]
         blocks.append(shape(b))
     cand = Candidate(icache.isa.name, wave64, blocks, tuple(sorted(lines.items())), (base, data))
     cand.empty = [base + p for p in rec["empty"]]
@@ -580,6 +557,8 @@ def _decoded(cand: Candidate, blocks: list[Block]) -> list[Block]:
         if kinds != b.kinds:
             raise ValueError(f"the record does not fit the code of the block at {b.pc:#x}")
         d = finish(Block(b.pc, insts, kinds))
+        if (d.max_vgpr, d.max_sgpr) != (b.max_vgpr, b.max_sgpr):
+            raise ValueError(f"the record does not fit the registers of the block at {b.pc:#x}")
         d.name = b.name
         out.append(d)
     return out
