@@ -946,14 +946,20 @@ class ModuleGen:
         if off:
             a0 = f.op(f"add i64 {a0}, {off}")
         allsame = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {same} to {f.MI}')}, -1")
-        nowrap = f.op(f"icmp ule i32 {lo0}, {2 ** 32 - 4 * L}")
-        lo_, hi_ = hint_at(0), hint_at(1)
-        span = f.op(f"sub i64 {hi_}, {lo_}")
-        big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo_}, {hi_}')}, {f.op(f'icmp uge i64 {span}, {4 * L}')}")
-        inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo_}')}, {f.op(f'sub i64 {span}, {4 * L}')}")
-        fits = f.op(f"and i1 {nowrap}, {f.op(f'and i1 {big}, {inr}')}")
+        nowrap, inside = self._fits(f, lo0, a0, 4 * L, hint_at)
+        fits = f.op(f"and i1 {nowrap}, {inside}")
         ok = f.op(f"and i1 {f.op(f'and i1 {full}, {allsame}')}, {fits}")
         return ok, a0
+
+    @staticmethod
+    def _fits(f: Fn, lo0: str, a0: str, n: int, hint_at) -> tuple[str, str]:
+        """(the low address half lo0 + n does not wrap, [a0, a0 + n) lies inside the last-hit range) as i1 values."""
+        nowrap = f.op(f"icmp ule i32 {lo0}, {2 ** 32 - n}")
+        lo_, hi_ = hint_at(0), hint_at(1)
+        span = f.op(f"sub i64 {hi_}, {lo_}")
+        big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo_}, {hi_}')}, {f.op(f'icmp uge i64 {span}, {n}')}")
+        inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo_}')}, {f.op(f'sub i64 {span}, {n}')}")
+        return nowrap, f.op(f"and i1 {big}, {inr}")
 
     def _global_wave_access(self, em, inst: Inst, f: Fn, a0: str, hint_at, write: bool) -> None:
         """The access _global_wave found common: chunk by chunk, as vector loads or stores of the host's dwords."""
@@ -992,12 +998,8 @@ class ModuleGen:
             a0 = f.op(f"add i64 {a0}, {off}")
         same = f.op(f"and {f.MT} {same}, {m}")
         full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {same} to {f.MI}')}, -1")
-        nowrap = f.op(f"icmp ule i32 {lo0}, {2 ** 32 - 4 * f.W}")
-        lo_, hi_ = hint_at(0), hint_at(1)
-        span = f.op(f"sub i64 {hi_}, {lo_}")
-        big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo_}, {hi_}')}, {f.op(f'icmp uge i64 {span}, {4 * f.W}')}")
-        inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo_}')}, {f.op(f'sub i64 {span}, {4 * f.W}')}")
-        fast = f.op(f"and i1 {f.op(f'and i1 {full}, {nowrap}')}, {f.op(f'and i1 {big}, {inr}')}")
+        nowrap, inside = self._fits(f, lo0, a0, 4 * f.W, hint_at)
+        fast = f.op(f"and i1 {f.op(f'and i1 {full}, {nowrap}')}, {inside}")
         yes, no, join = f.t("qf"), f.t("qs"), f.t("qj")
         f.e(f"br i1 {fast}, label {yes}, label {no}")
         f.label(yes)
