@@ -10,9 +10,9 @@ A process looks for a page's record the first time it runs code there: the candi
 bytes are taken as found, without a search, with their heat, and their regions are loaded when the interpreter
 first reaches them; the page's heat is taken as well. Heat so adds up over processes (a record is rewritten when
 a region is compiled and, for what heated since, when the process exits): code that every process runs a little
-of is compiled once its time in all of them paid for the compile, and later processes load it. What is loaded is still keyed by the bytes
-in memory (compiled.region_key over each instruction's bytes there), so an object file is never used for other
-bytes; a record only spares the search and says which keys to try.
+of is compiled once its time in all of them paid for the compile, and later processes load it. What is loaded is
+still keyed by the bytes in memory (compiled.region_key over each instruction's bytes there), so an object file is
+never used for other bytes; a record only spares the search and says which keys to try.
 
 Records live in $AMDQ_SIM_JIT_CACHE/pages (compiled.directory), written to a temporary file and renamed into place,
 one line of JSON after a sha256 of it: a record that is damaged, of another format, or that does not parse is
