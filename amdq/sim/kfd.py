@@ -39,9 +39,6 @@ TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
 IP_DISCOVERY = "/sys/class/drm/renderD128/device/ip_discovery/die/0"
 GFX_TARGET_VERSION = {"gfx1100": 110000, "gfx1101": 110001, "gfx1102": 110002, "gfx1151": 110501,
                       "gfx1200": 120000, "gfx1201": 120001, "gfx942": 90402, "gfx950": 90500}
-
-
-
 MAX_FRAG = 9            # amdgpu's fragment size on gfx9 and later (amdgpu_vm_adjust_size(adev, 256 * 1024, 9, ...))
 
 
@@ -58,12 +55,14 @@ def _fragments(vpage: int, ppage: int, n: int) -> np.ndarray:
     out = np.zeros(n, np.uint64)
     i = 0
     while i < n:
-        k = MAX_FRAG
-        while k and (((vpage + i) | (ppage + i)) & ((1 << k) - 1) or i + (1 << k) > n):
+        both = (vpage + i) | (ppage + i)
+        k = min(MAX_FRAG, (both & -both).bit_length() - 1) if both else MAX_FRAG    # their common alignment
+        while i + (1 << k) > n:
             k -= 1
         out[i:i + (1 << k)] = k
         i += 1 << k
     return out
+
 
 @dataclass
 class Bo:
@@ -325,7 +324,8 @@ class SimKFD:
         else:
             raise OSError(errno.EINVAL, f"allocation flags {flags:#x} not supported by the simulated driver")
         try:
-            pa = arena.alloc(size, _block_align(size) if arena is self.gpu.vram else 2 << 20 if size >= 2 << 20 else 4096)
+            align = _block_align(size) if arena is self.gpu.vram else 2 << 20 if size >= 2 << 20 else 4096
+            pa = arena.alloc(size, align)
         except MemoryError:
             raise OSError(errno.ENOMEM, f"{arena.name} full") from None
         h = self._next_handle
