@@ -388,10 +388,7 @@ def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> No
         if cand is None or any((i.pc, wave64) in cache.cold or (i.pc, wave64) in cache.at
                                for b in cand.blocks for i in b.insts):
             continue
-        known = KNOWN.setdefault((family, wave64, page), [])
-        if len(known) >= KNOWN_PER_PAGE:
-            del known[0]
-        known.append(cand)
+        _know(cand)
         if synchronous():
             _load_stored(cand)
             if cand.left:
@@ -440,11 +437,11 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
         b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
         b.max_vgpr, b.max_sgpr, b.barriers = int(max_vgpr), int(max_sgpr), [int(x) for x in barriers]
         blocks.append(shape(b))
-    cand = Candidate(icache.isa.name, wave64, blocks, tuple(sorted(lines.items())), (base, data))
-    cand.empty = [base + p for p in rec["empty"]]
-    for p in cand.empty:
+    empty = [base + p for p in rec["empty"]]
+    for p in empty:
         line_at(p & ~(size_line - 1))
-    cand.lines = tuple(sorted(lines.items()))
+    cand = Candidate(icache.isa.name, wave64, blocks, tuple(sorted(lines.items())), (base, data))
+    cand.empty = empty
     for r in rec["regions"]:
         pcs = [base + p for p in r]
         if pcs and all(p in cand.by_pc for p in pcs):
@@ -508,22 +505,17 @@ def _take_loads(cand: Candidate, pc: int) -> None:
     from . import compiled
     for job in list(cand.loads):
         fut, blocks, load = job
+        here = False                                    # loaded on this thread
         if not fut.done() and any(b.pc == pc for b in blocks):
             if fut.running():
                 wait_for([fut])
-            elif compiled.idle() and fut.cancel():
-                cand.loads.remove(job)
-                try:
-                    got = load()
-                except Exception:
-                    got = None
-                _loaded(cand, blocks, got)
-                continue
-        if not fut.done():
+            else:
+                here = compiled.idle() and fut.cancel()
+        if not here and not fut.done():
             continue
         cand.loads.remove(job)
         try:
-            got = fut.result()
+            got = load() if here else fut.result()
         except Exception:
             got = None
         _loaded(cand, blocks, got)
@@ -857,6 +849,14 @@ def _take_known(cache: Cache, icache, page: int, wave64: bool) -> None:
             continue
 
 
+def _know(cand: Candidate) -> None:
+    """Make cand one of KNOWN's for the page its search started in (the oldest of a full page's dropped)."""
+    known = KNOWN.setdefault((cand.family, cand.wave64, cand.page[0]), [])
+    if len(known) >= KNOWN_PER_PAGE:
+        del known[0]
+    known.append(cand)
+
+
 def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     """Search for the blocks reachable from pc and hold them as a new candidate (compiled whole at once in sync mode,
     from the disk cache where it is there). PCs the search found that no block can hold are noted as such."""
@@ -878,10 +878,7 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     page = pc & ~(PAGE - 1)
     cand = Candidate(family, wave64, blocks, lines, (page, icache._page(page)))
     cand.empty = sorted({p for p in read if p is not None} - {i.pc for b in blocks for i in b.insts})
-    known = KNOWN.setdefault((family, wave64, pc & ~(PAGE - 1)), [])
-    if len(known) >= KNOWN_PER_PAGE:
-        del known[0]
-    known.append(cand)
+    _know(cand)
     if sync and cand.left:
         _compile(cand, [cand.by_pc[p] for p in cand.left], True)
     cache.hold(Held(cand, deps, icache.gen))
@@ -966,6 +963,7 @@ def _page_heat(icache, page: int, wave64: bool) -> "Heat":
         if len(PAGE_HEAT) >= PAGE_HEAT_MAX:
             del PAGE_HEAT[next(iter(PAGE_HEAT))]
         heat = PAGE_HEAT[key] = Heat(trigger)
+    heat.trigger = trigger              # (the mode of the shader core asking: a page's heat outlives it)
     return heat
 
 
