@@ -362,20 +362,24 @@ def _two_compiled():
     return run, a
 
 
-def test_warm_start_loads_the_other_kernels_of_a_page_in_the_background(monkeypatch, tmp_path):
+@pytest.mark.parametrize("host", ["known", "unknown"])
+def test_warm_start_loads_the_other_kernels_of_a_page(monkeypatch, tmp_path, host):
     """Two kernels in one code page, both compiled by a first process: a second process loads the one it runs
-    first at once and the other on the worker thread meanwhile, which then runs compiled from its first
+    first at once, and the other, on a host an earlier process wrote down (keys and loads need no LLVM), when the
+    interpreter first reaches it, else on the worker thread meanwhile; either way it runs compiled from its first
     dispatch too."""
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit7"))
     run, a = _two_compiled()
     before = _second_process(monkeypatch)
+    if host == "unknown":
+        monkeypatch.setattr(compiled, "host_known", lambda: False)
     submitted = []
     orig = compiled.submit_call
     monkeypatch.setattr(compiled, "submit_call", lambda fn: submitted.append(fn) or orig(fn))
     used: list[int] = []
     _differential(monkeypatch, used, mode="1")
     assert np.array_equal(run("twice"), a * np.float32(2) + np.float32(1))
-    assert len(submitted) == 1                          # (the other kernel's region)
+    assert len(submitted) == (1 if host == "unknown" else 0)          # (the other kernel's region)
     compiled.submit_call(lambda: None).result()          # (the worker is done with it)
     assert np.array_equal(run("halve"), a * np.float32(0.5) - np.float32(3))
     assert used[0] > 0 and used[1] > 0 and not before["searched"]
@@ -384,13 +388,15 @@ def test_warm_start_loads_the_other_kernels_of_a_page_in_the_background(monkeypa
 
 def test_a_background_load_the_interpreter_reaches_is_loaded_at_once(monkeypatch, tmp_path):
     """Two kernels of one page, both compiled by a first process; in a second process the worker thread is busy
-    (with something that holds no LLVM lock) when the second kernel first runs: its region's load, queued behind,
+    (with something that holds no LLVM lock: a host not written down yet, whose loads go there) when the second
+    kernel first runs: its region's load, queued behind,
     is taken back and loaded at once, so that dispatch runs compiled too (not interpreted until the worker comes
     to it)."""
     import threading
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path / "jit10"))
     run, a = _two_compiled()
     before = _second_process(monkeypatch)
+    monkeypatch.setattr(compiled, "host_known", lambda: False)    # (loads on the worker thread)
     compiled.start()
     compiled.submit_call(lambda: None).result()                 # (LLVM started: a load waits for nothing)
     gate = threading.Event()

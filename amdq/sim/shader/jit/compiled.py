@@ -22,12 +22,14 @@ import tempfile
 import threading
 import time
 
+from . import loader
+
 _lock = threading.Lock()
 _state: dict = {}
 MEMORY: dict[str, "Compiled"] = {}          # key -> compiled region (this process)
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "load_seconds": 0.0,
          "compile_cpu_seconds": 0.0, "ir_lines": 0, "recompiled": 0, "recompile_seconds": 0.0,
-         "compiled_instructions": 0}
+         "compiled_instructions": 0, "mcjit_loads": 0}
 # seconds of the compiles by stage (this process, both tiers): IR text, parse, verify, IR passes, machine code, loading
 STAGES = ("ir", "parse", "verify", "passes", "emit", "load")
 stage_seconds = dict.fromkeys(STAGES, 0.0)
@@ -76,9 +78,73 @@ def started() -> bool:
 
 
 def host_id() -> str:
-    """LLVM's version and the host CPU (name and features): part of every key."""
-    _llvm()
-    return _state["id"]
+    """LLVM's version and the host CPU (name and features): part of every key. Known without starting LLVM when an
+    earlier process wrote it down for this host (hosts/ in the disk cache, named by host_fingerprint())."""
+    hid = _state.get("known") or _known_host()
+    if hid is None:
+        _llvm()
+        hid = _state["known"] = _state["id"]
+        _write_host(hid)
+    return hid
+
+
+def host_features() -> list[str]:
+    """LLVM's features of the host CPU (+avx512f, ...), as host_id() knows them."""
+    return host_id().split("|", 2)[2].split(",")
+
+
+def host_known() -> bool:
+    """host_id() costs nothing now (LLVM started, or the host written down by an earlier process)."""
+    return "known" in _state or _known_host() is not None
+
+
+def host_fingerprint() -> str | None:
+    """What LLVM's host identity depends on, read without LLVM: llvmlite's version (it pins LLVM's) and the CPU as
+    /proc/cpuinfo describes its first processor (vendor, family, model, name, stepping, flags: what the kernel
+    read from CPUID and enabled); None where there is no /proc/cpuinfo (LLVM is asked then)."""
+    fp = _state.get("fingerprint", False)
+    if fp is False:
+        fp = None
+        try:
+            import llvmlite
+            with open("/proc/cpuinfo") as f:
+                first = f.read().split("\n\n", 1)[0]
+            keep = [line for line in first.splitlines()
+                    if line.split(":", 1)[0].strip() in ("vendor_id", "cpu family", "model", "model name", "stepping",
+                                                         "flags")]
+            if keep:
+                text = f"{llvmlite.__version__}|{os.uname().machine}|" + "\n".join(keep)
+                fp = hashlib.sha256(text.encode()).hexdigest()[:32]
+        except (OSError, ImportError, AttributeError):
+            fp = None
+        _state["fingerprint"] = fp
+    return fp
+
+
+def _host_path() -> str | None:
+    d, fp = directory(), host_fingerprint()
+    return os.path.join(d, "hosts", fp) if d and fp else None
+
+
+def _known_host() -> str | None:
+    path = _host_path()
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            hid = f.read().strip()
+    except OSError:
+        return None
+    if hid.count("|") < 2:
+        return None
+    _state["known"] = hid
+    return hid
+
+
+def _write_host(hid: str) -> None:
+    path = _host_path()
+    if path:
+        _store(path, hid.encode())
 
 
 def directory() -> str | None:
@@ -93,11 +159,15 @@ def directory() -> str | None:
 
 
 class Compiled:
-    """The functions of one region, by name, callable with ctypes (the call releases the interpreter lock)."""
+    """The functions of one region, by name, callable with ctypes (the call releases the interpreter lock);
+    `addresses`: its global functions'; `how`: what mapped the code ("native": loader.py, or "mcjit")."""
 
-    def __init__(self, engine, names: list[str], seconds: float, source: str):
-        self.engine, self.seconds, self.source = engine, seconds, source
-        self.fns = {n: FN(engine.get_function_address(n)) for n in names}
+    def __init__(self, addresses: dict[str, int], names: list[str], seconds: float, source: str, how: str):
+        self.addresses, self.seconds, self.source, self.how = addresses, seconds, source, how
+        self.fns = {n: FN(addresses[n]) for n in names}
+
+    def address(self, name: str) -> int:
+        return self.addresses[name]
 
 
 _KEEP: list = []      # engines and the object files added to them: never freed (MCJIT keeps pointing into them)
@@ -118,6 +188,23 @@ def _add(llvm, eng, obj: bytes) -> None:
     eng.finalize_object()
 
 
+def _map(obj: bytes, names: list[str], tier: str) -> tuple[dict[str, int], str]:
+    """The object's functions mapped executable: by loader.py (no LLVM needed), else through MCJIT (an object that
+    needs more than that loader does: raises when neither can)."""
+    try:
+        return loader.load(obj, names), "native"
+    except loader.Unsupported as e:
+        _state["unsupported"] = str(e)
+    llvm, tm = _llvm(tier)
+    eng = _engine(llvm, tm)
+    _add(llvm, eng, obj)
+    addresses = {n: eng.get_function_address(n) for n in [*names, "chain"]}
+    if not all(addresses[n] for n in names):
+        raise ValueError("functions missing")
+    stats["mcjit_loads"] += 1
+    return {n: a for n, a in addresses.items() if a}, "mcjit"
+
+
 def _optimise(llvm, tm, mod, tier: str) -> None:
     """The tier's IR passes (the generated code is already vector code; loop passes have nothing to add)."""
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=1))
@@ -135,7 +222,7 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
     """A future of (key, get(key, names, make_ir, tier, size)), compiled on the JIT's worker thread (LLVM releases the
     interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key`
     is in memory. `key` may be a function making it: then it is made on the worker too (making the first key of a
-    process starts LLVM, ~70 ms)."""
+    process on a host not written down yet starts LLVM, ~70 ms)."""
     from concurrent.futures import Future
     hit = MEMORY.get(key) if isinstance(key, str) else None
     if hit is not None:
@@ -179,6 +266,7 @@ def start() -> None:
 def _start() -> None:
     llvm, tm = _llvm(FAST)
     _engine(llvm, tm).finalize_object()
+    host_id()
 
 
 def _path(key: str) -> str | None:
@@ -202,7 +290,6 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
         if hit is not None:
             stats["memory_hits"] += 1
             return hit
-        llvm, tm = _llvm(tier)
         t, tc = time.perf_counter(), time.thread_time()
         path = _path(key)
         obj = None
@@ -212,19 +299,16 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
                     obj = f.read()
             except OSError:
                 obj = None
-        eng = _engine(llvm, tm)
         source = "disk"
         if obj:
             try:
-                _add(llvm, eng, obj)
-                if not all(eng.get_function_address(n) for n in names):
-                    raise ValueError("functions missing")
+                addresses, how = _map(obj, names, tier)
                 stats["disk_hits"] += 1
             except Exception:        # a damaged file: compile again (and replace it)
                 obj = None
-                eng = _engine(llvm, tm)
         if not obj:
             source = "compiled"
+            llvm, tm = _llvm(tier)
             clock = _Stages()
             ir = make_ir(tier)
             clock("ir")
@@ -238,7 +322,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             mod.triple = tm.triple
             obj = tm.emit_object(mod)
             clock("emit")
-            _add(llvm, eng, obj)
+            addresses, how = _map(obj, names, tier)
             clock("load")
             stats["compiled" if tier == FAST else "recompiled"] += 1
             if path:
@@ -252,7 +336,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             stats["compile_cpu_seconds"] += time.thread_time() - tc
         else:
             stats["recompile_seconds"] += dt
-        c = MEMORY[key] = Compiled(eng, names, dt, source)
+        c = MEMORY[key] = Compiled(addresses, names, dt, source, how)
         return c
 
 

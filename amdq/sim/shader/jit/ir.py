@@ -469,8 +469,8 @@ def lanes_per_op() -> int:
     if v in ("8", "16"):
         return int(v)
     if not _WIDTH:
-        import llvmlite.binding as llvm
-        _WIDTH.append(16 if "+avx512f" in llvm.get_host_cpu_features().flatten().split(",") else 8)
+        from .compiled import host_features
+        _WIDTH.append(16 if "+avx512f" in host_features() else 8)
     return _WIDTH[0]
 
 

@@ -4,7 +4,8 @@ A record is named by a sha256 over its format, the JIT's version, the ISA family
 4 KiB code page; it lists the candidates whose search started in that page (runtime.py), each as offsets from the
 page: its blocks (every instruction's offset, size and dead-SGPR flag, the kinds and properties the search gave
 them), the PCs its search read that hold no block, the lines outside the page it was found from (with a sha256 of
-their bytes), the regions compiled from it (their blocks), the blocks that ran and the interpreted seconds spent in
+their bytes), the regions compiled from it (their blocks, and the seconds all processes together ran each in compiled code: a
+region at the first tier is compiled at -O2 once those paid for it, as within one process), the blocks that ran and the interpreted seconds spent in
 them (its heat); the record also keeps the page's own heat (interpreted seconds in code of it no candidate holds).
 A process looks for a page's record the first time it runs code there: the candidates whose lines hold the same
 bytes are taken as found, without a search, with their heat, and their regions are loaded when the interpreter
@@ -27,7 +28,7 @@ import tempfile
 
 from .compiled import directory
 
-FORMAT = 3
+FORMAT = 4
 
 
 def page_key(family: str, wave64: bool, version: str, data: bytes) -> str:

@@ -64,10 +64,11 @@ def enabled() -> bool:
 
 
 def prepare() -> None:
-    """A simulated GPU is being made: when earlier processes left records of compiled code (records.py), LLVM starts
-    now on the JIT's worker thread, so a first dispatch that loads their code does not wait for it."""
+    """A simulated GPU is being made: when earlier processes left records of compiled code (records.py) on a host
+    not written down yet (compiled.host_id), LLVM starts now on the JIT's worker thread, so a first dispatch that
+    loads their code does not wait for the keys; on a known host their code loads without LLVM (loader.py)."""
     from . import compiled
-    if enabled() and not compiled.started() and records.any_on_disk():
+    if enabled() and not compiled.started() and records.any_on_disk() and not compiled.host_known():
         compiled.start()
 
 
@@ -135,6 +136,7 @@ class Part:
         self.vtop = max(b.max_vgpr for b in blocks)      # the registers its code may touch (WaveState.dirty_v, _s)
         self.stop = max(b.max_sgpr for b in blocks)
         self.seconds, self.job = 0.0, None
+        self.noted = 0.0                # the seconds its page's record holds (earlier processes' included)
         self.off = False                # its code ran slower than the interpreter had: interpreted again
         self.use(compiled, tier)
 
@@ -142,7 +144,7 @@ class Part:
         from .compiled import FN
         self.compiled, self.tier = compiled, tier
         self.fns = {b.pc: compiled.fns[b.name] for b in self.blocks}
-        self.chain = FN(compiled.engine.get_function_address("chain"))     # block.CHAIN: on from block to block
+        self.chain = FN(compiled.address("chain"))     # block.CHAIN: on from block to block
         self.judged, self.work = self.seconds, 0       # compiled seconds and wave-instructions since this code came
         self.off = False                                # (new code: a new trial)
         self.cost = OPT_RATIO * _expected(self.insts) if tier == FAST else float("inf")   # of its -O2 compile
@@ -166,6 +168,7 @@ class Candidate:
         self.job = None                                  # (future of (key, Compiled), blocks) being compiled
         self.empty: list[int] = []                       # PCs its search read that hold no block
         self.stored: list[list[int]] = []                # regions (their blocks' PCs) a record names, not loaded yet
+        self.carried: dict[tuple, float] = {}            # region (its PCs) -> compiled seconds of earlier processes
         self.loads: list = []                            # (future, blocks, load) of those being loaded on the worker
 
     def saw(self, blk: Block) -> None:
@@ -221,7 +224,7 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     make_ir = _make_ir(cand, blocks)
     names = [b.name for b in blocks]
     size = sum(len(b.insts) for b in blocks)
-    if not now and not compiled.started():
+    if not now and not compiled.host_known():
         cand.job = (submit(lambda: _key(cand.family, cand.wave64, blocks), names, make_ir, FAST, size), blocks)
         return
     key = _key(cand.family, cand.wave64, blocks)
@@ -256,12 +259,13 @@ def _adopt(cand: Candidate, blocks: list[Block], key: str, c: Compiled, tier: st
     """A region of cand is compiled (or loaded): it joins the parts (at -O2 at once when that is on disk already,
     unless `look` is False: it was looked for), and a new one is noted in its page's record for later processes."""
     part = Part(cand, blocks, key, c, tier)
+    part.seconds = part.judged = part.noted = cand.carried.pop(tuple(b.pc for b in blocks), 0.0)
     cand.parts.append(part)
     cand.retrigger()
     if c.source == "compiled":
         _record(cand)
-    elif tier == FAST and look and available(_key_of(part)):
-        _promote(part)
+    elif tier == FAST and (look and available(_key_of(part)) or part.seconds >= OPT_HOT * part.cost):
+        _promote(part)                  # (on disk already, or earlier processes' compiled time paid for it)
 
 
 def _collect(cand: Candidate) -> None:
@@ -312,11 +316,14 @@ def _record_page(family: str, wave64: bool, base: int, data: bytes) -> None:
     for c in KNOWN.get((family, wave64, base), ()):
         if c.page[1] != data:
             continue
-        regions = [[b.pc - base for b in p.blocks] for p in c.parts if not (p.off and p.tier == OPT)]
-        regions += [[pc - base for pc in r] for r in c.stored]
+        kept = [p for p in c.parts if not (p.off and p.tier == OPT)]
+        regions = [[b.pc - base for b in p.blocks] for p in kept] + [[pc - base for pc in r] for r in c.stored]
+        seconds = [p.seconds for p in kept] + [c.carried.get(tuple(sorted(r)), 0.0) for r in c.stored]
         if regions or c.heat > 0:
-            out.append(_describe(c, base, regions))
+            out.append(_describe(c, base, regions, seconds))
         c.noted = c.heat
+        for p in c.parts:
+            p.noted = p.seconds
     page = PAGE_HEAT.get((family, wave64, base, data))
     heat = page.heat if page is not None else 0.0
     if page is not None:
@@ -337,7 +344,8 @@ def save_heat() -> None:
                     _collect(c)         # (a compile that finished since the interpreter last looked: named too)
                 except RuntimeError:    # (what it would start next: the worker is gone at exit)
                     pass
-        pages = {(c.family, c.wave64, c.page[0], c.page[1]) for cs in KNOWN.values() for c in cs if c.heat > c.noted}
+        pages = {(c.family, c.wave64, c.page[0], c.page[1]) for cs in KNOWN.values() for c in cs
+                 if c.heat > c.noted or any(p.seconds > p.noted for p in c.parts)}
         pages |= {k for k, h in PAGE_HEAT.items() if h.heat > h.noted}
         for family, wave64, base, data in pages:
             _record_page(family, wave64, base, data)
@@ -348,22 +356,26 @@ def save_heat() -> None:
 atexit.register(save_heat)
 
 
-def _describe(cand: Candidate, base: int, regions: list) -> dict:
-    """A candidate as a record keeps it (offsets from the page at `base`)."""
+def _describe(cand: Candidate, base: int, regions: list, seconds: list) -> dict:
+    """A candidate as a record keeps it (offsets from the page at `base`; `seconds`: each region's in compiled code,
+    of this process and the earlier ones)."""
     end = base + PAGE
     return {"blocks": [[b.pc - base, [[i.pc - base, i.size, int(bool(i.dead_sdst))] for i in b.insts], b.kinds,
                         int(b.floats), int(b.gstores), int(b.lstores), b.max_vgpr, b.max_sgpr, b.barriers]
                        for b in cand.blocks],
             "lines": [[line - base, records.line_hash(data)] for line, data in cand.lines if not base <= line < end],
             "empty": [p - base for p in cand.empty], "regions": regions,
+            "seconds": [round(x, 6) for x in seconds],
             "heat": round(cand.heat, 6), "ran": sorted(p - base for p in cand.ran)}
 
 
 def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> None:
     """Hold the candidates an earlier process recorded for this code page (see above); none when there is no record,
     it is damaged, or it does not fit the bytes here. The regions of the candidate holding pc are loaded when the
-    interpreter reaches it, now; the others' start loading on the worker thread."""
+    interpreter reaches it, now; the others' when the interpreter first reaches them too (compiled.host_known: their
+    keys and code need no LLVM) or, on a host LLVM has to name first, start loading on the worker thread."""
     from ....errors import GPUFault
+    from . import compiled
     family = icache.isa.name
     try:
         data = icache._page(page)
@@ -393,8 +405,8 @@ def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> No
             _load_stored(cand)
             if cand.left:
                 _compile(cand, [cand.by_pc[p] for p in cand.left], True)
-        elif not any(i.pc == pc for b in cand.blocks for i in b.insts):
-            _load_stored(cand, now=False)
+        elif not any(i.pc == pc for b in cand.blocks for i in b.insts) and not compiled.host_known():
+            _load_stored(cand, now=False)   # (on a known host a load is ~0.2 ms without LLVM: when first reached)
         deps = tuple((line, icache._line(line)[1]) for line, _ in cand.lines)
         cache.hold(Held(cand, deps, icache.gen))
 
@@ -442,10 +454,14 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
         line_at(p & ~(size_line - 1))
     cand = Candidate(icache.isa.name, wave64, blocks, tuple(sorted(lines.items())), (base, data))
     cand.empty = empty
-    for r in rec["regions"]:
+    seconds = rec.get("seconds", ())
+    for j, r in enumerate(rec["regions"]):
         pcs = [base + p for p in r]
         if pcs and all(p in cand.by_pc for p in pcs):
             cand.stored.append(pcs)
+            x = seconds[j] if j < len(seconds) else 0.0
+            if isinstance(x, (int, float)) and x > 0:
+                cand.carried[tuple(sorted(pcs))] = float(x)
     heat = rec.get("heat", 0.0)
     cand.heat = cand.noted = float(heat) if isinstance(heat, (int, float)) and heat > 0 else 0.0
     cand.ran = {base + p for p in rec.get("ran", ()) if base + p in cand.by_pc}
@@ -917,7 +933,7 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
             cand = cache.warming = held.cand
             cand.work += waves
             if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts) \
-                    and not cand.loads:
+                    and not cand.loads and not cand.stored:
                 return None             # (the common case: interpreted, not hot yet)
             return _warm(cache, held, blk, key)
     else:

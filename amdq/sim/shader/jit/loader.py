@@ -1,0 +1,226 @@
+"""Relocatable x86-64 objects, as compiled.py's target machine emits them, loaded into executable memory without LLVM.
+
+A warm process (its regions on disk) then never loads LLVM: MCJIT costs ~30 ms to import and start and ~0.4 ms per
+object; this reads the ELF with numpy and applies the relocations itself. What the JIT emits is self-contained code
+(large code model, position independent: relocations against its own sections, its GOT and local functions), so
+only those relocation kinds are accepted; anything else (an undefined symbol, a writable section, another
+relocation) raises Unsupported, and compiled.py loads that object through MCJIT as before.
+
+Sources: the System V ABI (ELF64 headers, sections, symbols, RELA) and its AMD64 supplement (relocation types and
+their calculations: S symbol, A addend, P place, GOT the table's address, G the symbol's entry offset in it).
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import re
+import struct
+
+import numpy as np
+
+# ELF64 (little endian) records: section header, symbol, relocation with addend
+SHDR = np.dtype([("name", "<u4"), ("type", "<u4"), ("flags", "<u8"), ("addr", "<u8"), ("offset", "<u8"),
+                 ("size", "<u8"), ("link", "<u4"), ("info", "<u4"), ("addralign", "<u8"), ("entsize", "<u8")])
+SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                ("size", "<u8")])
+RELA = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
+
+ET_REL, EM_X86_64 = 1, 62
+SHT_SYMTAB, SHT_RELA, SHT_NOBITS, SHT_REL, SHT_X86_64_UNWIND = 2, 4, 8, 9, 0x70000001
+SHF_WRITE, SHF_ALLOC = 0x1, 0x2
+SHN_UNDEF, SHN_ABS = 0, 0xFFF1
+UNBOUND = np.uint64(2**64 - 1)          # no address (yet)
+GOT_SYMBOL = b"_GLOBAL_OFFSET_TABLE_"
+
+# AMD64 relocation types: (name, width in bytes, signed, calculation), the calculation over
+#   S the symbol's address, A the addend, P the place, GOT the table's address, G the symbol's entry offset in it
+RELOCS = {
+    1: ("R_X86_64_64", 8, False, "S+A"),
+    2: ("R_X86_64_PC32", 4, True, "S+A-P"),
+    4: ("R_X86_64_PLT32", 4, True, "S+A-P"),
+    9: ("R_X86_64_GOTPCREL", 4, True, "G+GOT+A-P"),
+    10: ("R_X86_64_32", 4, False, "S+A"),
+    11: ("R_X86_64_32S", 4, True, "S+A"),
+    24: ("R_X86_64_PC64", 8, True, "S+A-P"),
+    25: ("R_X86_64_GOTOFF64", 8, True, "S+A-GOT"),
+    26: ("R_X86_64_GOTPC32", 4, True, "GOT+A-P"),
+    27: ("R_X86_64_GOT64", 8, True, "G+A"),
+    29: ("R_X86_64_GOTPC64", 8, True, "GOT+A-P"),
+    41: ("R_X86_64_GOTPCRELX", 4, True, "G+GOT+A-P"),
+    42: ("R_X86_64_REX_GOTPCRELX", 4, True, "G+GOT+A-P"),
+}
+_GOT_USERS = np.zeros(max(RELOCS) + 2, bool)            # by type: the calculation needs the symbol's GOT entry
+_GOT_USERS[[k for k, r in RELOCS.items() if "G+" in r[3]]] = True
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_KEEP: list = []        # the mappings: never unmapped (the functions in them stay callable for the process's life)
+
+
+class Unsupported(ValueError):
+    """The object needs something this loader does not do (MCJIT loads it instead)."""
+
+
+def _cstr(table: bytes, at: int) -> bytes:
+    return table[at:table.index(b"\0", at)]
+
+
+def load(obj: bytes, names: list[str]) -> dict[str, int]:
+    """Map `obj` executable and relocated: the addresses of its global functions (`names` among them)."""
+    try:
+        return _load(obj, names)
+    except (ValueError, IndexError, KeyError, struct.error) as e:
+        if isinstance(e, Unsupported):
+            raise
+        raise Unsupported(f"damaged object: {e}") from None
+
+
+def _load(obj: bytes, names: list[str]) -> dict[str, int]:
+    if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        raise Unsupported("not a little-endian ELF64 object")
+    e_type, e_machine = struct.unpack_from("<HH", obj, 16)
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
+    if e_type != ET_REL or e_machine != EM_X86_64 or shentsize != SHDR.itemsize:
+        raise Unsupported("not an x86-64 relocatable object")
+    sh = np.frombuffer(obj, SHDR, shnum, shoff).tolist()     # (name, type, flags, addr, offset, size, link, info, ...)
+    shstr = _section(obj, sh[shstrndx])
+
+    # layout: every allocated section but the unwind tables (nothing unwinds through generated code), then the GOT
+    base: dict[int, int] = {}
+    size = 0
+    for i, (name, kind, flags, _, _, length, _, _, align, _) in enumerate(sh):
+        if not flags & SHF_ALLOC or length == 0 or kind == SHT_X86_64_UNWIND:
+            continue
+        if flags & SHF_WRITE:
+            raise Unsupported(f"writable section {_cstr(shstr, name).decode()}")
+        align = max(align, 1)
+        size = -(-size // align) * align
+        base[i] = size
+        size += length
+    if any(s[1] == SHT_REL for s in sh):
+        raise Unsupported("REL relocations")
+
+    symtabs = [s for s in sh if s[1] == SHT_SYMTAB]
+    if len(symtabs) != 1:
+        raise Unsupported("no single symbol table")
+    st = symtabs[0]
+    syms = np.frombuffer(obj, SYM, st[5] // SYM.itemsize, st[4])
+    strtab = _section(obj, sh[st[6]])
+
+    want = {n.encode() for n in names}
+    STT_FUNC, STB_GLOBAL = 2, 1
+    funcs = np.flatnonzero(syms["info"] == (STB_GLOBAL << 4 | STT_FUNC))
+    found = {_cstr(strtab, at): j for j, at in zip(funcs.tolist(), syms["name"][funcs].tolist())}
+    if want - found.keys():
+        raise Unsupported(f"functions missing: {sorted(n.decode() for n in want - found.keys())}")
+
+    # every symbol's address (UNBOUND for one this loader cannot give: a relocation against it is refused)
+    got_entry = np.full(len(syms), UNBOUND, np.uint64)       # symbol -> its GOT entry's offset in the GOT
+    relas = [(base[s[7]], sh[s[7]][5], np.frombuffer(obj, RELA, s[5] // RELA.itemsize, s[4])) for s in sh
+             if s[1] == SHT_RELA and s[7] in base]
+    entries = 0
+    for _, _, r in relas:
+        kind = r["info"] & np.uint64(0xFFFFFFFF)
+        uses = r["info"][_GOT_USERS[np.minimum(kind, np.uint64(len(_GOT_USERS) - 1))]] >> np.uint64(32)
+        for idx in sorted(set(uses.tolist())):
+            if got_entry[idx] == UNBOUND:
+                got_entry[idx] = 8 * entries
+                entries += 1
+    size = -(-size // 8) * 8
+    got_off = size
+    size += 8 * entries
+    total = max(-(-size // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.PAGESIZE)
+    m = mmap.mmap(-1, total, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    try:
+        got = _place(m, obj, sh, syms, strtab, base, relas, got_entry, got_off)
+    except BaseException:
+        m.close()
+        raise
+    _KEEP.append(m)
+    return {n.decode(): int(got[j]) for n, j in found.items()}
+
+
+def _place(m: mmap.mmap, obj: bytes, sh: list, syms: np.ndarray, strtab: bytes, base: dict, relas: list,
+           got_entry: np.ndarray, got_off: int) -> np.ndarray:
+    """Write the sections, the GOT and the relocated values into m and make it executable; every symbol's address."""
+    shnum, total = len(sh), len(m)
+    cb = ctypes.c_char.from_buffer(m)
+    addr = ctypes.addressof(cb)
+    del cb                                          # (no export left: m can still be closed on a failure)
+    got = addr + got_off
+
+    where = np.array([UNBOUND if j not in base else addr + base[j] for j in range(shnum)] + [0], np.uint64)
+    shndx = syms["shndx"].astype(np.int64)
+    shndx[shndx == SHN_ABS] = shnum                 # absolute: the value alone
+    shndx[shndx > shnum] = 0                        # other reserved indices: unbound
+    sect = where[shndx]
+    value = np.where(sect == UNBOUND, UNBOUND, sect + syms["value"])
+    for j in np.flatnonzero(shndx == SHN_UNDEF).tolist():
+        if _cstr(strtab, int(syms[j]["name"])) == GOT_SYMBOL:
+            value[j] = got
+
+    image = np.zeros(total, np.uint8)
+    for i, off in base.items():
+        _, kind, _, _, at, length = sh[i][:6]
+        if kind != SHT_NOBITS:
+            image[off:off + length] = np.frombuffer(obj, np.uint8, length, at)
+    has_entry = np.flatnonzero(got_entry != UNBOUND)
+    unbound = has_entry[value[has_entry] == UNBOUND]
+    if len(unbound):
+        raise Unsupported(f"GOT entry of symbol {_cstr(strtab, int(syms[unbound[0]]['name'])).decode()!r} "
+                          "(undefined or in a section not loaded)")
+    _put(image, got_off + got_entry[has_entry].astype(np.int64), value[has_entry], 8)
+
+    for target, length, r in relas:
+        kind = (r["info"] & 0xFFFFFFFF).astype(np.int64)
+        idx = (r["info"] >> np.uint64(32)).astype(np.int64)
+        kinds = set(kind.tolist())
+        unknown = kinds - RELOCS.keys()
+        if unknown:
+            raise Unsupported(f"relocation types {sorted(unknown)}")
+        S, G = value[idx], got_entry[idx]
+        A, P = r["addend"].view(np.uint64), np.uint64(addr + target) + r["offset"]
+        terms = {"S": S, "A": A, "P": P, "G": G, "GOT": np.uint64(got)}
+        for k in sorted(kinds):
+            _, width, signed, calc = RELOCS[k]
+            rows = kind == k
+            need = np.zeros(int(rows.sum()), bool)
+            if "S" in calc:
+                need |= S[rows] == UNBOUND
+            if "G+" in calc:
+                need |= G[rows] == UNBOUND
+            if need.any():
+                bad = int(idx[rows][need][0])
+                raise Unsupported(f"{RELOCS[k][0]} against symbol {_cstr(strtab, int(syms[bad]['name'])).decode()!r}"
+                                  " (undefined or in a section not loaded)")
+            if (r["offset"][rows] + np.uint64(width) > np.uint64(length)).any():
+                raise Unsupported(f"{RELOCS[k][0]} outside its section")
+            v = _calc(calc, {t: (x[rows] if isinstance(x, np.ndarray) else x) for t, x in terms.items()})
+            if width == 4:
+                iv = v.view(np.int64)
+                if not ((-2**31 <= iv) & (iv < 2**31)).all() if signed else (v < 2**32).all():
+                    raise Unsupported(f"{RELOCS[k][0]} out of range")
+            _put(image, (target + r["offset"][rows]).astype(np.int64), v, width)
+    m.write(image.tobytes())
+    if _libc.mprotect(addr, total, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+        raise Unsupported(f"mprotect: errno {ctypes.get_errno()}")
+    return value
+
+
+def _calc(calc: str, terms: dict) -> np.ndarray:
+    """The calculation (terms summed left to right, uint64 arithmetic wrapping as the CPU's)."""
+    out = np.uint64(0)
+    for sign, name in re.findall(r"([+-]?)(GOT|[SAPG])", calc):
+        out = out - terms[name] if sign == "-" else out + terms[name]
+    return np.asarray(out, np.uint64).reshape(-1) if np.ndim(out) == 0 else out
+
+
+def _put(image: np.ndarray, at: np.ndarray, v: np.ndarray, width: int) -> None:
+    """Little-endian `width`-byte values v written at byte offsets `at`."""
+    b = v.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :width]
+    image[at[:, None] + np.arange(width)] = b
+
+
+def _section(obj: bytes, s: tuple) -> bytes:
+    return obj[s[4]:s[4] + s[5]]

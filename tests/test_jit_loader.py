@@ -1,0 +1,218 @@
+"""The JIT's own object loader (sim/shader/jit/loader.py) against MCJIT, and the warm start it gives: compiled code
+from the disk cache runs without LLVM."""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from amdq.sim.shader.jit import compiled, loader
+
+# What the JIT's generated code leans on: a switch (a jump table in .rodata, relocated), float and vector constants
+# (constant pools), a private constant table, calls to internal functions (through the GOT in the large code model).
+IR = """
+@table = private unnamed_addr constant [8 x i32] [i32 3, i32 1, i32 4, i32 1, i32 5, i32 9, i32 2, i32 6]
+
+define internal i32 @twist(i32 %x) noinline {
+  %a = mul i32 %x, 2654435761
+  %b = lshr i32 %a, 7
+  %c = xor i32 %a, %b
+  ret i32 %c
+}
+
+define internal float @pick(i32 %k) noinline {
+  switch i32 %k, label %d [ i32 0, label %l0  i32 1, label %l1  i32 2, label %l2  i32 3, label %l3
+                            i32 4, label %l4  i32 5, label %l5  i32 6, label %l6 ]
+l0: ret float 1.5
+l1: ret float -2.25
+l2: ret float 3.125
+l3: ret float 1024.0
+l4: ret float 0x36A0000000000000
+l5: ret float -0.0
+l6: ret float 7.75
+d:  ret float 0.5
+}
+
+define i32 @mix(i32 %x, i32 %k) {
+  %t = call i32 @twist(i32 %x)
+  %i = and i32 %k, 7
+  %p = getelementptr [8 x i32], ptr @table, i32 0, i32 %i
+  %v = load i32, ptr %p
+  %s = add i32 %t, %v
+  %f = call float @pick(i32 %k)
+  %fi = bitcast float %f to i32
+  %r = xor i32 %s, %fi
+  ret i32 %r
+}
+
+define void @scale(ptr %out, ptr %in) {
+  %v = load <8 x float>, ptr %in, align 4
+  %m = fmul <8 x float> %v, <float 1.5, float 2.5, float 0.25, float -1.0, float 3.0, float 0.0009765625, float 8.0, float 0.125>
+  %a = fadd <8 x float> %m, <float 0.5, float 0.5, float 0.5, float 0.5, float -7.0, float 2.0, float 1.0, float 0.0>
+  store <8 x float> %a, ptr %out, align 4
+  ret void
+}
+"""
+MIX = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)
+SCALE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _object(ir: str) -> bytes:
+    """The object compiled.py's target machine emits for `ir` (the first tier's settings)."""
+    llvm, tm = compiled._llvm(compiled.FAST)
+    mod = llvm.parse_assembly(ir)
+    mod.verify()
+    mod.triple = tm.triple
+    return tm.emit_object(mod)
+
+
+def _mcjit(obj: bytes, names: list[str]) -> dict[str, int]:
+    llvm, tm = compiled._llvm(compiled.FAST)
+    eng = compiled._engine(llvm, tm)
+    compiled._add(llvm, eng, obj)
+    return {n: eng.get_function_address(n) for n in names}
+
+
+def test_loaded_code_matches_mcjit():
+    obj = _object(IR)
+    mine, theirs = loader.load(obj, ["mix", "scale"]), _mcjit(obj, ["mix", "scale"])
+    assert set(mine) >= {"mix", "scale"} and mine["mix"] != theirs["mix"]
+    a, b = MIX(mine["mix"]), MIX(theirs["mix"])
+    for x in (0, 1, 7, 12345, -1, 2**31 - 1):
+        for k in range(-1, 10):
+            assert a(x, k) == b(x, k), (x, k)
+    src = np.array([1, -2, 3.5, 1e30, -0.0, 7, 1e-40, np.inf], np.float32)
+    outs = []
+    for fns in (mine, theirs):
+        out = np.zeros(8, np.float32)
+        SCALE(fns["scale"])(out.ctypes.data, src.ctypes.data)
+        outs.append(out)
+    assert outs[0].tobytes() == outs[1].tobytes()
+
+
+def test_every_function_of_a_region_is_found():
+    obj = _object(IR)
+    with pytest.raises(loader.Unsupported, match="functions missing"):
+        loader.load(obj, ["mix", "nope"])
+
+
+def test_an_undefined_symbol_is_left_to_mcjit(tmp_path, monkeypatch):
+    """An object calling outside itself (here libm's sinf) is refused by the loader; compiled.get maps it through
+    MCJIT instead, and it runs."""
+    ir = """
+declare float @sinf(float)
+define i32 @chain(i32 %x, i32 %k) { ret i32 0 }
+define i32 @f(i32 %x, i32 %k) {
+  %a = sitofp i32 %x to float
+  %s = call float @sinf(float %a)
+  %r = fptosi float %s to i32
+  %t = add i32 %r, %k
+  ret i32 %t
+}
+"""
+    obj = _object(ir)
+    with pytest.raises(loader.Unsupported, match="sinf"):
+        loader.load(obj, ["f"])
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    key = "f" * 64
+    (tmp_path / f"{key}.o").write_bytes(obj)
+    before = compiled.stats["mcjit_loads"]
+    c = compiled.get(key, ["f"], lambda tier: pytest.fail("compiled instead of loaded"))
+    assert c.how == "mcjit" and compiled.stats["mcjit_loads"] == before + 1
+    assert MIX(c.address("f"))(0, 5) == 5
+    compiled.MEMORY.pop(key, None)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not elf", "bad section table", "relocation outside"])
+def test_a_damaged_object_is_refused(damage):
+    obj = bytearray(_object(IR))
+    if damage == "truncated":
+        obj = obj[:len(obj) // 2]
+    elif damage == "not elf":
+        obj[1:4] = b"XYZ"
+    elif damage == "bad section table":
+        obj[0x28:0x30] = (len(obj) - 8).to_bytes(8, "little")
+    else:                                               # a RELA entry's offset far past its section
+        import struct
+        shoff, = struct.unpack_from("<Q", obj, 0x28)
+        shnum, = struct.unpack_from("<H", obj, 0x3C)
+        for i in range(shnum):
+            sh = shoff + 64 * i
+            if struct.unpack_from("<I", obj, sh + 4)[0] == loader.SHT_RELA:
+                off, = struct.unpack_from("<Q", obj, sh + 24)
+                struct.pack_into("<Q", obj, off, 1 << 40)
+                break
+    with pytest.raises(loader.Unsupported):
+        loader.load(bytes(obj), ["mix"])
+
+
+def test_the_suites_objects_load_without_mcjit(tmp_path, monkeypatch):
+    """Regions the JIT compiles (first tier and -O2: every instruction kind of the bench kernels) are mapped by the
+    loader, never by MCJIT."""
+    import harness
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    from amdq.sim.shader.jit import runtime
+    runtime.forget()
+    before = dict(compiled.stats)
+    src = "__kernel void k(__global float *a, __global const float *b) { int i = get_global_id(0); " \
+          "float s = 0; for (int j = 0; j < 8; j++) s = fma(s, b[(i + j) & 255], a[i]); a[i] = s > 1 ? sqrt(s) : s; }"
+    a, b = np.linspace(-2, 2, 256, dtype=np.float32), np.linspace(0, 1, 256, dtype=np.float32)
+    harness.run_cl(src, "k", [a, b], (4, 1, 1), (64, 1, 1))
+    assert compiled.stats["compiled"] > before["compiled"]
+    assert compiled.stats["mcjit_loads"] == before["mcjit_loads"]
+    assert all(c.how == "native" for c in compiled.MEMORY.values() if c.source == "compiled")
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    sys.path[:0] = [{root!r}, {tests!r}]
+    import harness
+    from amdq.sim.shader.jit import compiled, runtime
+    src = "__kernel void k(__global float *a) {{ int i = get_global_id(0); a[i] = a[i] * 3.0f + 1.0f; }}"
+    a = np.arange(256, dtype=np.float32)
+    (out,), _ = harness.run_cl(src, "k", [a], (4, 1, 1), (64, 1, 1))
+    print(json.dumps({{"ok": bool(np.array_equal(out, a * np.float32(3) + np.float32(1))),
+                      "llvm": "llvmlite.binding" in sys.modules, "stats": compiled.stats,
+                      "used": runtime.counts["wave_instructions"]}}))
+""")
+
+
+def test_a_warm_process_runs_compiled_code_without_llvm(tmp_path):
+    """A first process compiles (and writes the host down); a second one keys and loads that code without ever
+    importing LLVM, and runs it compiled from its first dispatch."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "AMDQ_SIM_JIT_CACHE": str(tmp_path), "PYTHONPATH": root}
+    code = CHILD.format(root=root, tests=os.path.join(root, "tests"))
+
+    def child(mode: str) -> dict:
+        p = subprocess.run([sys.executable, "-c", code], env={**env, "AMDQ_SIM_JIT": mode}, capture_output=True,
+                           text=True, timeout=300, cwd=root)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    first = child("sync")
+    assert first["ok"] and first["llvm"] and first["stats"]["compiled"] > 0
+    assert list((tmp_path / "hosts").iterdir())
+    second = child("1")
+    assert second["ok"] and not second["llvm"], "the warm process started LLVM"
+    assert second["stats"]["disk_hits"] > 0 and second["stats"]["compiled"] == 0 and second["used"] > 0
+
+
+def test_a_host_written_down_wrongly_is_asked_again(tmp_path, monkeypatch):
+    """A hosts/ file that does not hold an identity is not believed: LLVM names the host (and the file is
+    rewritten)."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    fp = compiled.host_fingerprint()
+    if fp is None:
+        pytest.skip("no /proc/cpuinfo: the host is always LLVM's")
+    (tmp_path / "hosts").mkdir()
+    (tmp_path / "hosts" / fp).write_text("garbage")
+    monkeypatch.setattr(compiled, "_state", {k: v for k, v in compiled._state.items() if k != "known"})
+    hid = compiled.host_id()
+    assert hid == compiled._state["id"] and hid.count("|") >= 2
+    assert (tmp_path / "hosts" / fp).read_text() == hid
