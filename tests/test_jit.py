@@ -1247,6 +1247,41 @@ def test_heat_adds_up_over_processes(monkeypatch, tmp_path):
     assert sum(c["heat"] for c in cands) >= heat and any(c["regions"] for c in cands)
 
 
+def test_compiled_time_adds_up_over_processes(monkeypatch, tmp_path):
+    """A region's seconds in compiled code are kept in its page's record when the process exits (with the earlier
+    processes' it was loaded with); a process whose region's seconds, all runs together, pay for its -O2 compile
+    compiles that when it loads the region, and the next one loads the -O2 code."""
+    d = tmp_path / "jit11"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    monkeypatch.setattr(runtime, "OPT_HOT", float("inf"))
+    runtime.forget()
+    _loop(200)                                                          # process 1: compiled at the first tier
+    runtime.save_heat()
+    cands, _ = _record_of_loop(d)
+    seconds = [x for c in cands for x in c["seconds"]]
+    assert seconds and max(seconds) > 0
+    _second_process(monkeypatch)                                        # process 2: loads it, adds its seconds
+    _loop(200)
+    runtime.save_heat()
+    cands, _ = _record_of_loop(d)
+    total = max(x for c in cands for x in c["seconds"])
+    assert total > 1.2 * max(seconds)                                   # (its own and process 1's)
+    _second_process(monkeypatch)                                        # process 3: those pay for -O2
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    monkeypatch.setattr(runtime, "OPT_HOT", 1.0)
+    monkeypatch.setattr(runtime, "OPT_RATIO", 1.0)
+    monkeypatch.setattr(runtime, "_expected", lambda insts: 0.5 * total)     # (an -O2 compile costs half of them)
+    monkeypatch.setattr(runtime, "_charge", lambda *a: None)           # (its own seconds count for nothing)
+    before = compiled.stats["recompiled"]
+    _loop(5)
+    assert compiled.stats["recompiled"] > before
+    assert any(p.tier == runtime.OPT for c in _candidates() for p in c.parts)
+    _second_process(monkeypatch)                                        # process 4: loads the -O2 code
+    _loop(5)
+    assert any(p.tier == runtime.OPT and p.compiled.source == "disk" for c in _candidates() for p in c.parts)
+
+
 def test_a_hot_loop_compiles_what_ran(monkeypatch):
     """Default mode: a loop that runs long enough is compiled (on the worker thread) and then runs compiled, with
     the interpreter's results; only code the interpreter ran is compiled (the whole-kernel compile of sync mode
