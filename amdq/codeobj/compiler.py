@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import hashlib
 import os
 import pickle
 import re
@@ -251,11 +252,38 @@ def _pipeline_digest() -> str:
 
 @lru_cache(maxsize=1)
 def llvm_version() -> str:
-    """llvmlite's version and the LLVM it is built on, e.g. "llvmlite 0.50.0, LLVM 22.1.0" (loads llvmlite's
-    library into this process, which runs nothing through it)."""
+    """llvmlite's version and the LLVM it is built on, e.g. "llvmlite 0.50.0, LLVM 22.1.0". Asking LLVM means loading
+    llvmlite's library (~35 ms); the answer is kept in the compile cache's directory under the library file's identity
+    (path, size, mtime), so a process that finds it there compiles from the cache without loading LLVM."""
     import llvmlite
+    lib = os.path.join(os.path.dirname(llvmlite.__file__), "binding", "libllvmlite.so")
+    try:
+        st = os.stat(lib)
+        ident = f"{llvmlite.__version__}|{lib}|{st.st_size}|{st.st_mtime_ns}"
+    except OSError:
+        ident = None
+    note = os.path.join(compile_cache.directory(), "llvm-" + hashlib.sha256(ident.encode()).hexdigest()[:24]) \
+        if ident is not None else None
+    if note is not None:
+        try:
+            with open(note) as f:
+                known = f.read()
+            if known.startswith(f"llvmlite {llvmlite.__version__}, LLVM "):
+                return known
+        except OSError:
+            pass
     import llvmlite.binding as llvm
-    return f"llvmlite {llvmlite.__version__}, LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
+    out = f"llvmlite {llvmlite.__version__}, LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
+    if note is not None and compile_cache.enabled():
+        try:
+            os.makedirs(os.path.dirname(note), exist_ok=True)
+            tmp = f"{note}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(out)
+            os.replace(tmp, note)
+        except OSError:
+            pass
+    return out
 
 
 @lru_cache(maxsize=8)

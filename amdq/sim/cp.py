@@ -24,6 +24,11 @@ from .engine import QueueEngine
 from .shader.core import DispatchRegs
 from .shader.memory import load, store
 
+# the packets the compute CP executes: name -> its handler method (bound per queue, so a subclass may override one)
+HANDLERS = {"NOP": "_nothing", "TYPE2": "_nothing", "EVENT_WRITE": "_nothing", "SET_SH_REG": "_set_regs",
+            "SET_UCONFIG_REG": "_set_regs", "SET_SH_REG_INDEX": "_set_regs", "DISPATCH_DIRECT": "_dispatch_direct",
+            "ACQUIRE_MEM": "_acquire_mem", "RELEASE_MEM": "_release_mem", "WAIT_REG_MEM": "_wait_reg_mem",
+            "WRITE_DATA": "_write_data", "INDIRECT_BUFFER": "_indirect_buffer"}
 PACKET_MEMO = 1 << 12          # decoded packets remembered per queue (by their dwords)
 MEMO_DWORDS = 64               # longer packets are decoded every time (large IBs of data, WRITE_DATA blobs)
 _TYPE, _COUNT = pm4.HEADER["TYPE"], pm4.HEADER["COUNT"]
@@ -91,6 +96,7 @@ class PM4Executor(QueueEngine):
         self._views: dict[tuple[int, int, bool], np.ndarray] = {}   # (va, bytes, write) -> host view
         self._views_tlb = None                    # the MMU's TLB the views were translated with
         self._dispatch_memo: dict[tuple, tuple] = {}
+        self._handlers = {name: getattr(self, m) for name, m in HANDLERS.items()}
 
     @property
     def pm4_active(self) -> bool:
@@ -283,41 +289,42 @@ class PM4Executor(QueueEngine):
 
     # -- packets -------------------------------------------------------------------------------
     def _execute(self, p) -> bool:
+        """Run one decoded packet: its handler by name (True when it finished, False when it blocks or stopped)."""
         if p is None:
             return False
         self._size = p.size
-        f, name = p.fields, p.name
-        if name in ("NOP", "TYPE2", "EVENT_WRITE"):
-            return True
-        if name in ("SET_SH_REG", "SET_UCONFIG_REG", "SET_SH_REG_INDEX"):
-            for k, v in enumerate(f["VALUES"]):
-                self.regs[f["REG"] + k] = v
-            return True
-        if name == "DISPATCH_DIRECT":
-            self._dispatch(f["DIM_X"], f["DIM_Y"], f["DIM_Z"], f["DISPATCH_INITIATOR"])
-            return True
-        if name == "ACQUIRE_MEM":
-            if f.get("GLI_INV") or f.get("SH_ICACHE_ACTION_ENA"):
-                self.gpu.core(self.vmid).invalidate_icache()
-            return True
-        if name == "RELEASE_MEM":
-            self._release_mem(f)
-            return True
-        if name == "WAIT_REG_MEM":
-            return self._wait_reg_mem(f)
-        if name == "WRITE_DATA":
-            self._write_data(f)
-            return True
-        if name == "INDIRECT_BUFFER":
-            n = f["IB_SIZE"]
-            base = f["IB_BASE"] if "IB_BASE" in f else f["IB_BASE_LO"] | f["IB_BASE_HI"] << 32
-            dws = self._fetch_ib(base, n)
-            self._finish_packet()                 # the IB packet itself is consumed now
-            self._size = 0
-            self.ibs.append([dws, 0, base if n else 0])
-            return True
-        self._bad(f"unsupported PM4 packet {name} (opcode {p.opcode:#x})")
-        return False
+        h = self._handlers.get(p.name)
+        if h is None:
+            self._bad(f"unsupported PM4 packet {p.name} (opcode {p.opcode:#x})")
+            return False
+        return h(p.fields)
+
+    def _nothing(self, f: dict) -> bool:
+        return True
+
+    def _set_regs(self, f: dict) -> bool:
+        r, base = self.regs, f["REG"]
+        for k, v in enumerate(f["VALUES"]):
+            r[base + k] = v
+        return True
+
+    def _dispatch_direct(self, f: dict) -> bool:
+        self._dispatch(f["DIM_X"], f["DIM_Y"], f["DIM_Z"], f["DISPATCH_INITIATOR"])
+        return True
+
+    def _acquire_mem(self, f: dict) -> bool:
+        if f.get("GLI_INV") or f.get("SH_ICACHE_ACTION_ENA"):
+            self.gpu.core(self.vmid).invalidate_icache()
+        return True
+
+    def _indirect_buffer(self, f: dict) -> bool:
+        n = f["IB_SIZE"]
+        base = f["IB_BASE"] if "IB_BASE" in f else f["IB_BASE_LO"] | f["IB_BASE_HI"] << 32
+        dws = self._fetch_ib(base, n)
+        self._finish_packet()                     # the IB packet itself is consumed now
+        self._size = 0
+        self.ibs.append([dws, 0, base if n else 0])
+        return True
 
     def _fetch_ib(self, base: int, n: int) -> np.ndarray:
         """The n dwords of an indirect buffer at `base`, as the CP's fetcher reads them (a copy): one translation
@@ -331,7 +338,7 @@ class PM4Executor(QueueEngine):
             return buf[o:o + 4 * n].view(np.uint32).copy()
         return load(self.mmu, np.arange(n, dtype=np.uint64) * np.uint64(4) + np.uint64(base), 4)[:, 0]
 
-    def _release_mem(self, f: dict) -> None:
+    def _release_mem(self, f: dict) -> bool:
         addr = f["ADDR"] if "ADDR" in f else f["ADDR_LO"] | f["ADDR_HI"] << 32
         sel = f["DATA_SEL"]
         if sel in (1, 2, 3, 4):
@@ -346,6 +353,7 @@ class PM4Executor(QueueEngine):
                       np.array([[data & 0xFFFFFFFF, data >> 32]], np.uint32)[:, :n // 4], n)
         if f["INT_SEL"]:
             self.gpu.interrupt("CP_EOP", f["INT_CTXID"], self.vmid, queue=self.name)
+        return True
 
     def _wait_reg_mem(self, f: dict) -> bool:
         addr = f["ADDR"] if "ADDR" in f else f["ADDR_LO"] | f["ADDR_HI"] << 32
@@ -359,19 +367,20 @@ class PM4Executor(QueueEngine):
             return False
         return bool(fn(v & f["MASK"], f["REFERENCE"]))
 
-    def _write_data(self, f: dict) -> None:
+    def _write_data(self, f: dict) -> bool:
         data = list(f.get("DATA", []))
         addr = f["ADDR"] if "ADDR" in f else f["ADDR_LO"] | f["ADDR_HI"] << 32
         if f["DST_SEL"] == 0:
             for k, v in enumerate(data):
                 self.regs[(addr if not f["ADDR_INCR"] else addr) + (0 if f["ADDR_INCR"] else k)] = v
-            return
+            return True
         if data:
             if f["ADDR_INCR"]:                    # one address: every dword lands on it in turn
                 store(self.mmu, np.array([addr], np.uint64), np.array([[data[-1]]], np.uint32), 4)
             else:
                 a = np.uint64(addr) + np.arange(len(data), dtype=np.uint64) * np.uint64(4)
                 store(self.mmu, a, np.array(data, np.uint32)[:, None], 4)
+        return True
 
     def _reg(self, name: str, i: int = 0) -> int:
         return self.regs.get(self.cregs.addr[name] + i, 0)
@@ -425,6 +434,7 @@ class PM4Queue(PM4Executor):
         self.rptr = self.wptr = 0
         self._reported = 0                           # the read pointer last written to rptr_va
         self._ring_dws: np.ndarray | None = None     # the ring as dwords (valid with _views_tlb)
+        self._ring_mv = self._ring_b = None           # the same as a memoryview of dwords, and of bytes
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -452,17 +462,29 @@ class PM4Queue(PM4Executor):
         if self._views_tlb is self.mmu._tlb and self._ring_dws is not None:
             return self._ring_dws
         self._ring_dws = self._view(self.ring_va, self.ring_dw * 4).view(np.uint32)
+        self._ring_mv = memoryview(self._ring_dws)              # the same bytes: dwords as Python ints, and bytes
+        self._ring_b = self._ring_mv.cast("B")
         return self._ring_dws
 
     def _ring_packet(self):
-        if self.rptr == self.wptr:
+        r = self.rptr
+        if r == self.wptr:
             return None
-        ring = self._ring()
-        i = self.rptr % self.ring_dw
+        if self._views_tlb is not self.mmu._tlb or self._ring_dws is None:
+            self._ring()
+        i = r % self.ring_dw
+        size = packet_size(self._ring_mv[i])
+        # a packet seen before: its dwords (only those, as the header sizes them) find it decoded
+        if size is not None and size <= MEMO_DWORDS and size <= self.wptr - r and i + size <= self.ring_dw:
+            p = self._memo.get(self._ring_b[4 * i:4 * (i + size)].tobytes())
+            if p is not None:
+                self._cur = ("ring", r, None)
+                return p
+        ring = self._ring_dws
         # the header says how many dwords the packet has: only those are read (a malformed header: up to 16 K)
-        n = min(self.wptr - self.rptr, packet_size(int(ring[i])) or 1 << 14, 1 << 14)
+        n = min(self.wptr - r, size or 1 << 14, 1 << 14)
         window = ring[i:i + n] if i + n <= self.ring_dw else np.take(ring, np.arange(i, i + n) % self.ring_dw)
-        self._cur = ("ring", self.rptr, None)
+        self._cur = ("ring", r, None)
         return self._decode(window, 0, ("ring dword", i))
 
     def _advance(self, size: int) -> None:
