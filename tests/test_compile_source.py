@@ -388,7 +388,8 @@ if sys.argv[2] == "nocompiler":              # any compilation now fails: only t
 out = {}
 for lang, src in srcs.items():
     out[lang] = amdq.compile(src, "gfx1100", lang=lang).hex()
-print(json.dumps({"co": out, "stats": compiler.stats, "cache": compile_cache.stats}))
+print(json.dumps({"co": out, "stats": compiler.stats, "cache": compile_cache.stats,
+                  "llvm_loaded": "llvmlite.binding" in sys.modules}))
 """
 
 
@@ -408,6 +409,21 @@ def test_cache_hit_across_processes(clang, cache_dir):
     second = _child(srcs, "nocompiler")
     assert second["co"] == first["co"]
     assert second["stats"] == {"llvmlite": 0, "llc": 0, "clang": 0} and second["cache"]["hits"] == 3
+    assert first["llvm_loaded"] and not second["llvm_loaded"]     # LLVM's identity was kept: no library loaded
+
+
+def test_llvm_identity_note_is_checked(cache_dir):
+    """The kept LLVM identity is used only when it reads as one; damaged, LLVM is asked again and it is rewritten."""
+    compiler.llvm_version.cache_clear()
+    try:
+        real = compiler.llvm_version()
+        (note,) = cache_dir.glob("llvm-*")
+        assert note.read_text() == real
+        note.write_text("garbage")
+        compiler.llvm_version.cache_clear()
+        assert compiler.llvm_version() == real and note.read_text() == real
+    finally:
+        compiler.llvm_version.cache_clear()
 
 
 def _counted(lang: str, src: str, **kw) -> tuple[bytes, int]:
