@@ -140,9 +140,29 @@ def test_queue_descriptor(dev):
     k(out, 5, grid=1, block=64, wait=True)
     assert eng.queue_va == q.qmem.va and (out.numpy(np.int32) == 5).all()
     f = A.AMD_QUEUE.unpack(q.qmv)
-    assert f["read_dispatch_id"] == f["write_dispatch_id"] == q.wid == 3      # timestamp, dispatch, signal+timestamp
+    # the dispatch (its completion signal the timestamp slot: profiling is on), the timeline signal's vendor packet
+    assert f["queue_properties"] & A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING
+    assert f["read_dispatch_id"] == f["write_dispatch_id"] == q.wid == 2
     hdrs = np.frombuffer(q.mv, np.uint16)[::32]
     assert (hdrs == A.header(A.HSA_PACKET_TYPE_INVALID)).all()                # released slots are INVALID again
+
+
+def test_timed_launch_is_timed_by_its_dispatch_signal(dev):
+    """A timed launch names its timestamp slot as the dispatch's completion signal: the packet processor writes its
+    start_ts/end_ts because the queue has profiling enabled (with the bit cleared nothing is written there)."""
+    q, k = dev.queue, program(dev)["busy"]
+    out = dev.upload(np.zeros(64, np.int32))
+    rec = k(out, 300, grid=1, block=64, wait=True).record
+    first = out.numpy(np.int32).copy()
+    assert rec.gpu is not None and rec.gpu > 0
+    ts = rec.extra["ts"]
+    start, end = struct.unpack_from("<QQ", dev.ts_alloc.cpu.mv, dev.ts_addr(ts) - dev.ts_alloc.va)
+    assert 0 < start < end
+    q.qmv[A.AMD_QUEUE.offsetof("queue_properties")] &= ~A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING
+    q.qmem.cpu.wrote(0, A.AMD_QUEUE.size)
+    rec = k(out, 300, grid=1, block=64, wait=True).record
+    assert rec.gpu == 0.0                                  # (a fresh slot: zero, as nothing wrote it)
+    assert (out.numpy(np.int32) == first).all()
 
 
 def test_barrier_bit_orders_dispatches(dev):
@@ -292,8 +312,8 @@ def test_ring_wraps_in_slots(monkeypatch):
 
 
 def test_packet_pairs_across_the_ring_end(monkeypatch):
-    """A launch's two packets (dispatch, signal) are written as one pair; a three-packet timed launch now and then
-    leaves the pair straddling the ring's end, where it is written slot by slot: fresh and bound launches, right
+    """A launch's two packets (dispatch, signal) are written as one pair; a one-packet submission now and then leaves
+    the pair straddling the ring's end, where it is written slot by slot: fresh, timed and bound launches, right
     results, every slot released."""
     dev = open_aql(monkeypatch, ring_bytes=4096)
     try:
@@ -303,18 +323,21 @@ def test_packet_pairs_across_the_ring_end(monkeypatch):
         bound = k.bind(out, 3, grid=1, block=32)
         straddled = {"timed": 0, "bound": 0, "fresh": 0}
         for n in range(600):
-            kind = "timed" if n % 5 == 0 else "bound" if n % 5 == 1 else "fresh"
-            straddled[kind] += q.wid % q.slots == q.slots - 1
-            if kind == "timed":
+            kind = ("one", "bound", "timed", "fresh")[n % 4]      # seven slots a round: every pair straddles in turn
+            if kind in straddled:
+                straddled[kind] += q.wid % q.slots == q.slots - 1
+            if kind == "one":
+                q.submit(q.commands().packet("NOP").dw)            # one vendor packet
+            elif kind == "timed":
                 k(out, 1, grid=1, block=32, timed=True)
             elif kind == "bound":
                 bound.submit()
             else:
                 k(out, 1, grid=1, block=32)
         dev.synchronize()
-        assert sum(straddled.values()) > 5 and straddled["bound"] and straddled["fresh"], straddled
+        assert sum(straddled.values()) > 5 and all(straddled.values()), straddled
         assert q.rptr == q.wid
-        assert (out.numpy(np.int32) == 120 * 3 + 480).all()
+        assert (out.numpy(np.int32) == 150 * (3 + 1 + 1)).all()
         bound.free()
     finally:
         dev.close()
@@ -361,7 +384,7 @@ def test_hung_kernel_times_out_naming_the_packet(dev):
     with pytest.raises(GPUTimeout) as e:
         prg["wait_flag"](flag.va, out, grid=1, block=64, wait=True, timeout_ms=200)
     msg = str(e.value)
-    assert "AQL packet 1" in msg and "KERNEL_DISPATCH" in msg and "wait_flag" in msg, msg
+    assert "AQL packet 0" in msg and "KERNEL_DISPATCH" in msg and "wait_flag" in msg, msg
     struct.pack_into("<i", flag.cpu.mv, 0, 1)             # too late: the reset killed its waves
     with pytest.raises(GPUTimeout):                        # waits on the lost work keep its error
         dev.synchronize()

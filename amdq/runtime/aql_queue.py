@@ -28,6 +28,7 @@ IB_DW = SLOT // 4                       # PM4 dwords that fit a slot's own indir
 Q = A.AMD_QUEUE
 RD, WR = Q.offsetof("read_dispatch_id"), Q.offsetof("write_dispatch_id")
 SYSTEM = A.HSA_FENCE_SCOPE_SYSTEM
+TS_AT = A.AMD_SIGNAL.offsetof("start_ts")       # a timestamp slot's two values are an amd_signal_t's start_ts, end_ts
 DISPATCH_HDR = A.header(A.HSA_PACKET_TYPE_KERNEL_DISPATCH, 1, SYSTEM, SYSTEM)
 VENDOR_HDR = A.header(A.HSA_PACKET_TYPE_VENDOR_SPECIFIC, 1, A.HSA_FENCE_SCOPE_NONE, SYSTEM)
 INVALID = A.header(A.HSA_PACKET_TYPE_INVALID)
@@ -163,8 +164,6 @@ class AQLQueue(HWQueue):
         super().__init__(dev, ring_bytes, timeline)
         c = self.commands()
         self._rel = np.array(c.release(timeline.addr, 0, interrupt=dev.iface.signal_event).dw, np.uint32).tobytes()
-        self._ts = np.array(self.commands().timestamp(0).dw, np.uint32).tobytes()
-        self._ts_rel, self._nts = self._ts + self._rel, len(self._ts) // 4
         ib = self.t.encode("INDIRECT_BUFFER", shader_type=1, IB_BASE=0, IB_SIZE=0, VALID=1)
         self._vendor = bytearray(PM4_IB.pack(pm4_ib_format=AMD_AQL_FORMAT_PM4_IB, pm4_ib_command=ib,
                                              dw_count_remain=PM4_IB_DW_COUNT_REMAIN))
@@ -182,7 +181,7 @@ class AQLQueue(HWQueue):
         self.qmv = self.qmem.cpu.mv
         self.qmv[:Q.size] = bytes(Q.size)
         Q.pack_into(self.qmv, 0, read_dispatch_id_field_base_byte_offset=RD,
-                    queue_properties=A.AMD_QUEUE_PROPERTIES_IS_PTR64)
+                    queue_properties=A.AMD_QUEUE_PROPERTIES_IS_PTR64 | A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING)
         self.qmem.cpu.wrote(0, Q.size)
         try:
             self.q = dev.iface.create_queue("aql", ring_bytes, ptrs=self.qmem, wptr_off=WR, rptr_off=RD)
@@ -291,25 +290,26 @@ class AQLQueue(HWQueue):
         return value, t1
 
     def _launch_timed(self, p: AQLPlan, kernel, args: tuple, ts: int) -> tuple[int, float]:
-        """`launch` with timestamps: [timestamp] dispatch [timestamp, signal], three slots."""
+        """`launch` with timestamps, two slots as untimed: the dispatch's completion signal is the timestamp slot at
+        `ts` (an amd_signal_t around it: the packet processor of a queue with profiling enabled writes its start_ts
+        when the dispatch starts and its end_ts when it completes, as ROCr's dispatch times are read), then the
+        timeline signal's vendor packet."""
         kv = self.dev.kernargs
-        extra = len(self._ts) + len(self._ts_rel)
-        ka, off = kv.take(p.size + extra)
+        ka, off = kv.take(p.asize)
         kernel.pack_into(p, args, kv.mv, off)
-        ib = (ka + p.size, off + p.size)
         if p.scratch:
             self.scratch_for(kernel)
         pkt = bytearray(p.pkt)
         U64.pack_into(pkt, A.KERNARG_ADDRESS, ka)
-        self.room(3)                                    # first the ring space: a value once taken is submitted
+        U64.pack_into(pkt, A.KERNEL_DISPATCH.offsetof("completion_signal"), ts - TS_AT)
+        self.room(2)                                    # first the ring space: a value once taken is submitted
         value = self.timeline.next()
         t1 = time.perf_counter()
-        i = self.reserve(3)
-        self.vendor(i, self._ts, ((3, ts),), at=ib)
-        self.write(i + 1, pkt, p.hdr)
-        self.release(i + 2, value, ts + 8, at=(ib[0] + len(self._ts), ib[1] + len(self._ts)))
-        kv.wrote(off, p.size + extra)
-        self.ring_doorbell(i + 2)
+        i = self.reserve(2)
+        self.write(i, pkt, p.hdr)
+        self.release(i + 1, value, at=(ka + p.size, off + p.size))
+        kv.wrote(off, p.asize)
+        self.ring_doorbell(i + 1)
         return value, t1
 
     def _take2(self) -> tuple[int, int]:
@@ -429,13 +429,10 @@ class AQLQueue(HWQueue):
         IB_ADDR_SIZE.pack_into(v, 8, ib_va, self._ib3 | n)          # INDIRECT_BUFFER dw1-2 (address), dw3
         self.write(i, v, VENDOR_WORD)
 
-    def release(self, i: int, value: int, ts: int | None = None, at: tuple[int, int] | None = None) -> None:
-        """Slot i: (the end timestamp and) the timeline signal with its interrupt, once everything before is done
-        (its PM4 from the slot's own IB, or from kernel-argument memory `at`, see vendor)."""
-        if ts is None:
-            self.vendor(i, self._rel, ((5, value),), at)
-        else:
-            self.vendor(i, self._ts_rel, ((3, ts), (self._nts + 5, value)), at)
+    def release(self, i: int, value: int, at: tuple[int, int] | None = None) -> None:
+        """Slot i: the timeline signal with its interrupt, once everything before is done (its PM4 from the slot's own
+        IB, or from kernel-argument memory `at`, see vendor)."""
+        self.vendor(i, self._rel, ((5, value),), at)
 
     def ring_doorbell(self, last: int | None = None) -> None:
         """Tell the command processor packets up to index `last` (default: all reserved) are written."""

@@ -19,6 +19,7 @@ from ..codeobj import bundle as cobundle
 from ..codeobj import cache as cocache
 from ..errors import (AmdqError, DeviceClosed, DeviceError, DeviceLost, GPUFault, GPUTimeout, InvalidArgument,
                       OutOfMemory, UnsupportedTarget)
+from ..hw import aql as A
 from ..hw.targets import TARGETS, Target, get_target
 from ..iface.base import hint_of, ring_bytes
 from ..iface.exceptions import to_error
@@ -201,7 +202,11 @@ class Submitting:
 
 
 MEMORY_KINDS = ("vram", "gtt")
-TS_SLOTS = 16384                # timestamp slots of timed launches and copies, reused round robin
+TS_SLOTS = 8192                 # timestamp slots of timed launches and copies, reused round robin
+# A slot is an amd_signal_t (zeroed: no event mailbox) whose start_ts/end_ts are the two timestamps: a timed AQL
+# dispatch names it as its completion signal and the packet processor writes them (the queue has profiling enabled);
+# a PM4 launch or a copy writes them with its own timestamp packets.
+TS_SLOT, TS_AT = A.AMD_SIGNAL.size, A.AMD_SIGNAL.offsetof("start_ts")
 NEAR = 1 << 20                  # a faulting address this close to an allocation is named relative to it
 
 
@@ -244,7 +249,9 @@ class Device:
         self.signals = self.allocator.alloc(4096, "gtt", uncached=True)   # 16-byte timeline slots, one per queue
         self._slots = 0
         self._moves = [0]                                # values handed out by all timelines (Timeline.moves)
-        self.ts_alloc = self.allocator.alloc(16 * TS_SLOTS, "gtt", uncached=True)   # GPU timestamps of timed work
+        self.ts_alloc = self.allocator.alloc(TS_SLOT * TS_SLOTS, "gtt", uncached=True)   # GPU timestamps of timed work
+        self.ts_alloc.cpu.mv[:] = bytes(TS_SLOT * TS_SLOTS)
+        self.ts_alloc.cpu.wrote(0, TS_SLOT * TS_SLOTS)
         self._ts_next = 0                                # timestamp slots taken so far
         self._grew: tuple[int, float, float] | None = None     # memory growth not yet reported in a record
         self.queues: list = []
@@ -876,7 +883,7 @@ class Device:
             if self._ts_next - ts > TS_SLOTS:
                 rec.extra["ts_lost"] = True
                 return
-            off = (ts % TS_SLOTS) * 16
+            off = (ts % TS_SLOTS) * TS_SLOT + TS_AT
             self.ts_alloc.cpu.refresh(off, 16)
             a, b = struct.unpack_from("<QQ", self.ts_alloc.cpu.mv, off)
             rec.gpu_start, rec.gpu_end = self.gpu_to_host(a), self.gpu_to_host(b)
@@ -888,8 +895,8 @@ class Device:
         return n
 
     def ts_addr(self, n: int) -> int:
-        """GPU address of timestamp slot `n` (two 64-bit GPU clock values: start, end)."""
-        return self.ts_alloc.va + (n % TS_SLOTS) * 16
+        """GPU address of timestamp slot `n`'s two 64-bit GPU clock values (start, end: its start_ts, end_ts)."""
+        return self.ts_alloc.va + (n % TS_SLOTS) * TS_SLOT + TS_AT
 
     def take_growth(self) -> tuple[int, float, float] | None:
         """(bytes allocated, seconds allocating, seconds synchronising) of the memory growth since the last call

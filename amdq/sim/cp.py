@@ -72,6 +72,13 @@ class ComputeRegs:
         self.num_thread = self.map.regCOMPUTE_NUM_THREAD_X
 
 
+def _ib(dws: np.ndarray, base: int) -> list:
+    """An indirect buffer on the CP's stack: [dwords, position, base address, the dwords as a memoryview (Python
+    ints), their bytes (memo keys)]."""
+    ints = memoryview(dws)
+    return [dws, 0, base, ints, ints.cast("B")]
+
+
 class PM4Executor(QueueEngine):
     """PM4 packet execution: register writes, dispatches, memory writes, waits, interrupts and indirect
     buffers. PM4Queue feeds it from a ring; the AQL queue (sim/aql.py) feeds it the IBs of vendor packets."""
@@ -83,7 +90,7 @@ class PM4Executor(QueueEngine):
         self.pm4 = pm4.table(self.gen)
         self.cregs = ComputeRegs(gpu.target.ip["GC"])
         self.regs: dict[int, int] = {}
-        self.ibs: list[list] = []                 # stack of [dwords, position, base address]
+        self.ibs: list[list] = []                 # stack of _ib(): [dwords, position, base address, ...]
         self.running = None                       # shader Run of the current dispatch
         self.dispatches = 0
         self.last_stats = None
@@ -105,7 +112,8 @@ class PM4Executor(QueueEngine):
 
     def push_ib(self, dws, base: int) -> None:
         """Execute these dwords (found at GPU address `base`) next, as an indirect buffer."""
-        self.ibs.append([np.asarray(dws, np.uint32), 0, base])
+        dws = np.ascontiguousarray(dws, np.uint32)
+        self.ibs.append(_ib(dws, base))
 
     def waves_retired(self) -> int:
         return self._waves + (self.running.waves_retired if self.running is not None else 0)
@@ -152,9 +160,14 @@ class PM4Executor(QueueEngine):
     # -- fetching ------------------------------------------------------------------------------
     def _next_packet(self):
         while self.ibs:
-            dws, pos, base = self.ibs[-1]
+            dws, pos, base, ints, raw = self.ibs[-1]
             if pos < len(dws):
                 self._cur = ("ib", pos, base)
+                size = packet_size(ints[pos])
+                if size is not None and size <= MEMO_DWORDS and pos + size <= len(dws):    # a packet seen before
+                    p = self._memo.get(raw[4 * pos:4 * (pos + size)].tobytes())
+                    if p is not None:
+                        return p
                 return self._decode(dws, pos, ("IB", base, pos))
             self.ibs.pop()
             self._cur = None
@@ -323,7 +336,7 @@ class PM4Executor(QueueEngine):
         dws = self._fetch_ib(base, n)
         self._finish_packet()                     # the IB packet itself is consumed now
         self._size = 0
-        self.ibs.append([dws, 0, base if n else 0])
+        self.ibs.append(_ib(dws, base if n else 0))
         return True
 
     def _fetch_ib(self, base: int, n: int) -> np.ndarray:
@@ -336,7 +349,7 @@ class PM4Executor(QueueEngine):
         if one is not None:
             buf, o = one
             return buf[o:o + 4 * n].view(np.uint32).copy()
-        return load(self.mmu, np.arange(n, dtype=np.uint64) * np.uint64(4) + np.uint64(base), 4)[:, 0]
+        return np.ascontiguousarray(load(self.mmu, np.arange(n, dtype=np.uint64) * np.uint64(4) + np.uint64(base), 4)[:, 0])
 
     def _release_mem(self, f: dict) -> bool:
         addr = f["ADDR"] if "ADDR" in f else f["ADDR_LO"] | f["ADDR_HI"] << 32
