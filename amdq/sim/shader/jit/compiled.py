@@ -241,6 +241,13 @@ def idle() -> bool:
     return not _lock.locked()
 
 
+def drain(timeout: float | None = None) -> None:
+    """Wait until the compiles and loads submitted so far are done (the worker runs them in order): a benchmark's
+    measurement does not share the host with a background -O2 compile of code it measured before."""
+    if _pool is not None:
+        submit_call(lambda: None).result(timeout)
+
+
 def submit_call(fn):
     """A future of fn(), run on the JIT's worker thread (after the compiles submitted before it)."""
     return _worker().submit(fn)
