@@ -33,7 +33,8 @@ with a note (`pocl` in the JSON says why).
 
 The fixed cost of a dispatch: per target, a one-wave kernel of about 100 instructions is launched through the
 whole device (SIM:<arch>, engines on the launching thread) and its simulated GPU time (the dispatch's start
-and end timestamps) is reported, median and best of the launches (goal: at most 100 us), beside PoCL's time
+and end timestamps: on an AQL queue those of the dispatch's completion signal) is reported, median and best of
+40 launches after 20 warm-up ones, in the best of three rounds (goal: at most 100 us), beside PoCL's time
 for the same kernel as one workgroup; with the interpreter too (`interp_gpu_us_median`). `jit_fallbacks` names
 the mnemonics that still ran in the interpreter with the JIT on (wave-instructions per run, the most first).
 
