@@ -38,9 +38,12 @@ stage_seconds = dict.fromkeys(STAGES, 0.0)
 # (inline the block bodies, promote the allocas, simplify the CFG) gives code as fast as the longer one with
 # instcombine and GVN (measured on bench/shader.py's kernels, gfx1100/gfx1201/gfx942) for half its time; -O0 codegen
 # (fast instruction selection and register allocation) costs a fifth of -O2's, with code up to 2x slower (the fast
-# register allocator spills the vector loops: thread CPU time of the matmul 11 -> 25 ms).
+# register allocator spills the vector loops: thread CPU time of the matmul 11 -> 25 ms). Before -O0 codegen the short
+# pipeline buys nothing (objects within 10%, bench/shader.py's fast tier as fast: matmul x9.7, lds_reduce x3.6 over the
+# interpreter either way) and cost a fifth of the compile (matmul 15 of 70 ms, lds_reduce 27 of 120): the fast tier
+# runs no IR pass (bench/kernels.py's suite: median compile 55 -> 42-46 ms, max 382 -> 237-259).
 FAST, OPT = "fast", "opt"
-TIERS = {FAST: (("always_inliner", "sroa", "simplify_cfg"), 0),
+TIERS = {FAST: ((), 0),
          OPT: (("always_inliner", "sroa", "simplify_cfg"), 2)}
 
 FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32)
