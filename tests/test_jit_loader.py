@@ -127,6 +127,23 @@ define i32 @f(i32 %x, i32 %k) {
     compiled.MEMORY.pop(key, None)
 
 
+def test_a_load_does_not_wait_for_a_compile(tmp_path, monkeypatch):
+    """An object loader.py maps is loaded while LLVM's lock is held (the worker compiling, for hundreds of ms at -O2);
+    one that needs MCJIT waits for it."""
+    import threading
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    key = "e" * 64
+    (tmp_path / f"{key}.o").write_bytes(_object(IR))
+    got = []
+    with compiled._lock:                                     # a compile in progress
+        t = threading.Thread(target=lambda: got.append(compiled.get(key, ["mix"], lambda tier: pytest.fail("compiled"))))
+        t.start()
+        t.join(10)
+        assert got and got[0].how == "native" and got[0].source == "disk"
+        assert MIX(got[0].address("mix"))(3, 2) == MIX(loader.load(_object(IR), ["mix"])["mix"])(3, 2)
+    compiled.MEMORY.pop(key, None)
+
+
 @pytest.mark.parametrize("damage", ["truncated", "not elf", "bad section table", "relocation outside"])
 def test_a_damaged_object_is_refused(damage):
     obj = bytearray(_object(IR))

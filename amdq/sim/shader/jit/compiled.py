@@ -25,6 +25,7 @@ import time
 from . import loader
 
 _lock = threading.Lock()
+_stats_lock = threading.Lock()               # stats and MEMORY for loads made outside _lock (_native)
 _state: dict = {}
 MEMORY: dict[str, "Compiled"] = {}          # key -> compiled region (this process)
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "load_seconds": 0.0,
@@ -239,6 +240,33 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
     return _worker().submit(job)
 
 
+def _native(key: str, names: list[str]) -> Compiled | None:
+    """The object of `key` on disk mapped by loader.py, or None (no file, or one it does not take: get's locked path
+    reads it again, maps it through MCJIT or compiles it)."""
+    path = _path(key)
+    if not path:
+        return None
+    t = time.perf_counter()
+    try:
+        with open(path, "rb") as f:
+            obj = f.read()
+    except OSError:
+        return None
+    try:
+        addresses = loader.load(obj, names)
+    except loader.Unsupported as e:
+        _state["unsupported"] = str(e)
+        return None
+    except Exception:
+        return None
+    dt = time.perf_counter() - t
+    with _stats_lock:
+        c = MEMORY.setdefault(key, Compiled(addresses, names, dt, "disk", "native"))
+        stats["disk_hits"] += 1
+        stats["load_seconds"] += dt
+    return c
+
+
 def idle() -> bool:
     """No compile or load holds LLVM now (a load started now would not wait behind one)."""
     return not _lock.locked()
@@ -294,11 +322,23 @@ def available(key: str) -> bool:
 
 def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) -> Compiled:
     """The compiled region of `key`: from memory, from disk, or compiled from make_ir(tier) at `tier` (and stored);
-    `size`: its instructions (stats["compiled_instructions"]: what the compile seconds were spent on)."""
+    `size`: its instructions (stats["compiled_instructions"]: what the compile seconds were spent on).
+
+    An object on disk that loader.py maps is loaded without LLVM's lock: not behind a compile the worker is running
+    (an -O2 recompile holds it for hundreds of ms). Anything else (MCJIT, a compile) takes the lock."""
+    hit = MEMORY.get(key)
+    if hit is not None:
+        with _stats_lock:
+            stats["memory_hits"] += 1
+        return hit
+    c = _native(key, names)
+    if c is not None:
+        return c
     with _lock:
         hit = MEMORY.get(key)
         if hit is not None:
-            stats["memory_hits"] += 1
+            with _stats_lock:
+                stats["memory_hits"] += 1
             return hit
         t, tc = time.perf_counter(), time.thread_time()
         path = _path(key)
@@ -313,7 +353,8 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
         if obj:
             try:
                 addresses, how = _map(obj, names, tier)
-                stats["disk_hits"] += 1
+                with _stats_lock:
+                    stats["disk_hits"] += 1
             except Exception:        # a damaged file: compile again (and replace it)
                 obj = None
         if not obj:
@@ -334,19 +375,21 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             clock("emit")
             addresses, how = _map(obj, names, tier)
             clock("load")
-            stats["compiled" if tier == FAST else "recompiled"] += 1
+            with _stats_lock:
+                stats["compiled" if tier == FAST else "recompiled"] += 1
             if path:
                 _store(path, obj)
         dt = time.perf_counter() - t
-        if source != "compiled":
-            stats["load_seconds"] += dt
-        elif tier == FAST:
-            stats["compile_seconds"] += dt
-            stats["compiled_instructions"] += size
-            stats["compile_cpu_seconds"] += time.thread_time() - tc
-        else:
-            stats["recompile_seconds"] += dt
-        c = MEMORY[key] = Compiled(addresses, names, dt, source, how)
+        with _stats_lock:
+            if source != "compiled":
+                stats["load_seconds"] += dt
+            elif tier == FAST:
+                stats["compile_seconds"] += dt
+                stats["compiled_instructions"] += size
+                stats["compile_cpu_seconds"] += time.thread_time() - tc
+            else:
+                stats["recompile_seconds"] += dt
+            c = MEMORY[key] = Compiled(addresses, names, dt, source, how)
         return c
 
 

@@ -33,7 +33,6 @@ from concurrent.futures import wait as wait_for
 import ctypes
 import os
 import threading
-import time
 from time import perf_counter as _clock
 
 import numpy as np
@@ -516,9 +515,8 @@ def _loaded(cand: Candidate, blocks: list[Block], got) -> None:
 
 def _take_loads(cand: Candidate, pc: int) -> None:
     """The regions loaded on the worker thread so far join the parts. The one holding pc (the interpreter is there)
-    is waited for when the worker is loading it, and loaded here when the worker has not started it and is idle (a
-    load takes ~0.5 ms; the worker may be busy with a compile for much longer: then the interpreter goes on)."""
-    from . import compiled
+    is waited for when the worker is loading it, and loaded here when the worker has not started it (a load takes
+    ~0.5 ms and waits for no compile the worker may be running)."""
     for job in list(cand.loads):
         fut, blocks, load = job
         here = False                                    # loaded on this thread
@@ -526,7 +524,7 @@ def _take_loads(cand: Candidate, pc: int) -> None:
             if fut.running():
                 wait_for([fut])
             else:
-                here = compiled.idle() and fut.cancel()
+                here = fut.cancel()                     # (a load takes no lock a compile holds: compiled.get)
         if not here and not fut.done():
             continue
         cand.loads.remove(job)
