@@ -351,7 +351,11 @@ class Layout:
         if im is None and self.kept:
             w = WaveState(self.n, self.lanes, 1)
             layout_registers(w, self)
-            im = self._image = StateImage(w.s.copy(), w.v[0].copy(), w.em.copy(), w.full.copy(), w.mode.copy())
+            rows = layout_rows(self)
+            im = self._image = StateImage(rows, w.s[rows].copy(), w.v[0].copy(), w.em.copy(), w.full.copy(),
+                                          w.mode.copy())
+            rs = w.s.nbytes // w.s.shape[0]                     # its SGPR file back to the pool: only the rows
+            POOL.give(w.s, dirty=([(r * rs, (r + 1) * rs) for r in rows],))     # written are cleared again
         return im
 
 
@@ -376,10 +380,20 @@ def layout(d: DispatchRegs, nwg: int) -> Layout:
     return lay
 
 
+def layout_rows(lay: Layout) -> list[int]:
+    """The SGPR rows layout_registers may set (the others it leaves at zero)."""
+    rows = [EXEC] + ([EXEC + 1] if lay.lanes == 64 else [])
+    if lay.gen >= 12:
+        rows.append(TTMP0 + 8)
+    rows += [r for r in (lay.info_sgpr, lay.private_sgpr) if r is not None]
+    return sorted(set(rows))
+
+
 def layout_registers(w: WaveState, lay: Layout) -> None:
     """The registers of a new batch that depend on its shape alone (AMDGPUUsage "Initial Kernel Execution State"):
     EXEC (lanes inside the workgroup size), the workgroup-info and private-segment SGPRs, gfx12's wave id in TTMP8,
-    the work-item ids in v0 and MODE. (Layout.image holds them; batches of a shape too large to keep start here.)"""
+    the work-item ids in v0 and MODE (SGPRs: the rows layout_rows names). (Layout.image holds them; batches of a
+    shape too large to keep start here.)"""
     nwg, wpg, lanes = lay.nwg, lay.wpg, lay.lanes
     if lay.whole:
         w.s[EXEC] = np.uint32(0xFFFFFFFF)

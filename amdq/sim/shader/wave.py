@@ -65,7 +65,7 @@ class Pool:
             for lo, hi in dirty:
                 lo = max(lo, skip)
                 if hi > lo:
-                    buf[lo:hi] = 0
+                    _clear_range(buf, lo, hi)
         return buf.view(dtype).reshape(shape)
 
     def give(self, *arrays: np.ndarray, dirty: tuple | None = None) -> None:
@@ -96,24 +96,38 @@ def _mincore():
     return f
 
 
-_MINCORE = _mincore() if sys.platform.startswith("linux") else None
+def _swap() -> bool:
+    """Swap is on: a written page may then be out of core, and mincore would call it never written."""
+    try:
+        with open("/proc/swaps") as f:
+            return len(f.read().strip().splitlines()) > 1
+    except OSError:
+        return True
+
+
+_MINCORE = _mincore() if sys.platform.startswith("linux") and not _swap() else None
+
+
+def _clear_range(buf: np.ndarray, lo: int, hi: int) -> None:
+    """Zero buf[lo:hi] (buf page-aligned, its mapping whole pages), writing only the pages that are mapped: a page
+    never written still reads as zero, and writing it would cost a page fault (several microseconds on a VM)."""
+    if hi - lo < 4 * PAGE:
+        buf[lo:hi] = 0
+        return
+    p0, p1 = lo // PAGE, -(-hi // PAGE)
+    vec = np.zeros(p1 - p0, np.uint8)
+    if _MINCORE is None or _MINCORE(buf.ctypes.data + p0 * PAGE, (p1 - p0) * PAGE, vec.ctypes.data) != 0:
+        buf[lo:hi] = 0
+        return
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], vec & 1, [0])).astype(np.int8)))
+    for a, b in zip(edges[::2].tolist(), edges[1::2].tolist()):
+        buf[max(lo, (p0 + a) * PAGE):min(hi, (p0 + b) * PAGE)] = 0
 
 
 def _clear(buf: np.ndarray, skip: int = 0) -> None:
     """Zero a page-aligned buffer from byte `skip` on (rounded down to a page), writing only the pages that are
     mapped (the others still read as zero)."""
-    if skip:
-        s0 = skip // PAGE * PAGE
-        _clear(buf[s0:])
-        return
-    n = -(-buf.nbytes // PAGE)
-    vec = np.zeros(n, np.uint8)
-    if _MINCORE is None or _MINCORE(buf.ctypes.data, buf.nbytes, vec.ctypes.data) != 0:
-        buf.fill(0)
-        return
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], vec & 1, [0])).astype(np.int8)))
-    for a, b in zip(edges[::2].tolist(), edges[1::2].tolist()):
-        buf[a * PAGE:b * PAGE] = 0
+    _clear_range(buf, skip // PAGE * PAGE, buf.nbytes)
 
 
 _LANES: dict[int, np.ndarray] = {}
@@ -136,11 +150,13 @@ _held = [0]
 
 class StateImage:
     """The initial contents of a batch's registers that do not change from one batch of a dispatch shape to the
-    next (read-only arrays): SGPRs (n waves as columns), v0 (work-item ids), the unpacked EXEC and its all-on flags,
-    MODE."""
+    next (read-only arrays): the SGPR rows `rows` that are set (n waves as columns; every other row starts at zero),
+    v0 (work-item ids), the unpacked EXEC and its all-on flags, MODE. (Only the rows set are kept and written: a new
+    batch's SGPR file is fresh zeroed memory, whose pages cost a fault each when first written.)"""
 
-    def __init__(self, s: np.ndarray, v0: np.ndarray, em: np.ndarray, full: np.ndarray, mode: np.ndarray):
-        self.s, self.v0, self.em, self.full, self.mode = s, v0, em, full, mode
+    def __init__(self, rows: list[int], s: np.ndarray, v0: np.ndarray, em: np.ndarray, full: np.ndarray,
+                 mode: np.ndarray):
+        self.rows, self.s, self.v0, self.em, self.full, self.mode = rows, s, v0, em, full, mode
         for a in (s, v0, em, full, mode):
             a.flags.writeable = False
 
@@ -166,17 +182,21 @@ class WaveState:
                     w._clear(v0_written)
                 else:
                     w.v[1:].fill(0)
-                    w._load(image)
+                    w._load(image, zeroed=False)
                 return w
         w = cls(n_waves, wave_size, n_vgprs, v0_written or image is not None)
         if image is not None:
-            w._load(image)
+            w._load(image, zeroed=True)
         return w
 
-    def _load(self, im: "StateImage") -> None:
-        """Registers other than v1 and up as the image says; SCC, PC and status as a new state has them."""
+    def _load(self, im: "StateImage", zeroed: bool) -> None:
+        """Registers other than v1 and up as the image says (the SGPRs it does not set: zero, as they are already
+        when `zeroed`); SCC, PC and status as a new state has them."""
         self.v[0] = im.v0
-        np.copyto(self.s, im.s)
+        if not zeroed:
+            self.s.fill(0)
+        for k, r in enumerate(im.rows):
+            self.s[r] = im.s[k]
         np.copyto(self.em, im.em)
         np.copyto(self.full, im.full)
         np.copyto(self.mode, im.mode)
