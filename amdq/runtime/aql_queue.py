@@ -299,9 +299,13 @@ class AQLQueue(HWQueue):
         kernel.pack_into(p, args, kv.mv, off)
         if p.scratch:
             self.scratch_for(kernel)
+        sig = ts - TS_AT                                # the slot's amd_signal_t: no mailbox, no old timestamps
+        tsa = self.dev.ts_alloc
+        tsa.cpu.mv[sig - tsa.va:ts - tsa.va + 16] = bytes(TS_AT + 16)
+        tsa.cpu.wrote(sig - tsa.va, TS_AT + 16)
         pkt = bytearray(p.pkt)
         U64.pack_into(pkt, A.KERNARG_ADDRESS, ka)
-        U64.pack_into(pkt, A.KERNEL_DISPATCH.offsetof("completion_signal"), ts - TS_AT)
+        U64.pack_into(pkt, A.KERNEL_DISPATCH.offsetof("completion_signal"), sig)
         self.room(2)                                    # first the ring space: a value once taken is submitted
         value = self.timeline.next()
         t1 = time.perf_counter()
