@@ -182,6 +182,12 @@ class AQLQueue(HWQueue):
         self.qmv[:Q.size] = bytes(Q.size)
         Q.pack_into(self.qmv, 0, read_dispatch_id_field_base_byte_offset=RD,
                     queue_properties=A.AMD_QUEUE_PROPERTIES_IS_PTR64 | A.AMD_QUEUE_PROPERTIES_ENABLE_PROFILING)
+        if not dev.ts_signals:                          # timed dispatches' completion signals: the timestamp slots,
+            tsa = dev.ts_alloc                          # amd_signal_t with no event mailbox (once per device), then
+            tsa.cpu.mv[:tsa.size] = bytes(tsa.size)     # the GPU's: the packet processor writes value, start_ts and
+            tsa.cpu.wrote(0, tsa.size)                  # end_ts, the CPU only reads the timestamps (refresh)
+            tsa.cpu.reuse()
+            dev.ts_signals = True
         self.qmem.cpu.wrote(0, Q.size)
         try:
             self.q = dev.iface.create_queue("aql", ring_bytes, ptrs=self.qmem, wptr_off=WR, rptr_off=RD)
@@ -299,10 +305,7 @@ class AQLQueue(HWQueue):
         kernel.pack_into(p, args, kv.mv, off)
         if p.scratch:
             self.scratch_for(kernel)
-        sig = ts - TS_AT                                # the slot's amd_signal_t: no mailbox, no old timestamps
-        tsa = self.dev.ts_alloc
-        tsa.cpu.mv[sig - tsa.va:ts - tsa.va + 16] = bytes(TS_AT + 16)
-        tsa.cpu.wrote(sig - tsa.va, TS_AT + 16)
+        sig = ts - TS_AT                                # the slot's amd_signal_t (zeroed with the queue: _open)
         pkt = bytearray(p.pkt)
         U64.pack_into(pkt, A.KERNARG_ADDRESS, ka)
         U64.pack_into(pkt, A.KERNEL_DISPATCH.offsetof("completion_signal"), sig)

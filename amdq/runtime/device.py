@@ -204,8 +204,9 @@ class Submitting:
 MEMORY_KINDS = ("vram", "gtt")
 TS_SLOTS = 8192                 # timestamp slots of timed launches and copies, reused round robin
 # A slot is an amd_signal_t whose start_ts/end_ts are the two timestamps: a timed AQL dispatch names it as its
-# completion signal (its header zeroed first: no event mailbox) and the packet processor writes them (the queue has
-# profiling enabled); a PM4 launch or a copy writes them with its own timestamp packets.
+# completion signal (the table zeroed when the device's first AQL queue opens: no event mailbox) and the packet
+# processor writes them (the queue has profiling enabled); a PM4 launch or a copy writes them with its own timestamp
+# packets.
 TS_SLOT, TS_AT = A.AMD_SIGNAL.size, A.AMD_SIGNAL.offsetof("start_ts")
 NEAR = 1 << 20                  # a faulting address this close to an allocation is named relative to it
 
@@ -250,6 +251,7 @@ class Device:
         self._slots = 0
         self._moves = [0]                                # values handed out by all timelines (Timeline.moves)
         self.ts_alloc = self.allocator.alloc(TS_SLOT * TS_SLOTS, "gtt", uncached=True)   # GPU timestamps of timed work
+        self.ts_signals = False                          # the slots zeroed as AQL completion signals (AQLQueue._open)
         self._ts_next = 0                                # timestamp slots taken so far
         self._grew: tuple[int, float, float] | None = None     # memory growth not yet reported in a record
         self.queues: list = []

@@ -163,18 +163,22 @@ class PM4Executor(QueueEngine):
             dws, pos, base, ints, raw = self.ibs[-1]
             if pos < len(dws):
                 self._cur = ("ib", pos, base)
-                size = packet_size(ints[pos])
-                if size is not None and size <= MEMO_DWORDS and pos + size <= len(dws):    # a packet seen before
-                    p = self._memo.get(raw[4 * pos:4 * (pos + size)].tobytes())
-                    if p is not None:
-                        return p
-                return self._decode(dws, pos, ("IB", base, pos))
+                p = self._seen(ints, raw, pos, len(dws))
+                return p if p is not None else self._decode(dws, pos, ("IB", base, pos))
             self.ibs.pop()
             self._cur = None
         return self._ring_packet()
 
     def _ring_packet(self):
         return None                               # no ring of its own: IBs only
+
+    def _seen(self, ints: memoryview, raw: memoryview, pos: int, end: int):
+        """The packet at dword `pos` of these dwords (as Python ints, and their bytes) when it was decoded before,
+        else None: its header sizes it, and only those dwords (below `end`) are read, as one bytes key."""
+        size = packet_size(ints[pos])
+        if size is not None and size <= MEMO_DWORDS and pos + size <= end:
+            return self._memo.get(raw[4 * pos:4 * (pos + size)].tobytes())
+        return None
 
     def _decode(self, dws, pos: int, where: tuple):
         """The packet at dws[pos] (None after a bad packet stopped the queue); `where` names the place for a
@@ -486,18 +490,14 @@ class PM4Queue(PM4Executor):
         if self._views_tlb is not self.mmu._tlb or self._ring_dws is None:
             self._ring()
         i = r % self.ring_dw
-        size = packet_size(self._ring_mv[i])
-        # a packet seen before: its dwords (only those, as the header sizes them) find it decoded
-        if size is not None and size <= MEMO_DWORDS and size <= self.wptr - r and i + size <= self.ring_dw:
-            p = self._memo.get(self._ring_b[4 * i:4 * (i + size)].tobytes())
-            if p is not None:
-                self._cur = ("ring", r, None)
-                return p
+        self._cur = ("ring", r, None)
+        p = self._seen(self._ring_mv, self._ring_b, i, min(self.ring_dw, i + self.wptr - r))
+        if p is not None:
+            return p
         ring = self._ring_dws
         # the header says how many dwords the packet has: only those are read (a malformed header: up to 16 K)
-        n = min(self.wptr - r, size or 1 << 14, 1 << 14)
+        n = min(self.wptr - r, packet_size(self._ring_mv[i]) or 1 << 14, 1 << 14)
         window = ring[i:i + n] if i + n <= self.ring_dw else np.take(ring, np.arange(i, i + n) % self.ring_dw)
-        self._cur = ("ring", r, None)
         return self._decode(window, 0, ("ring dword", i))
 
     def _advance(self, size: int) -> None:

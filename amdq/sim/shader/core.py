@@ -352,7 +352,7 @@ class Layout:
             w = WaveState(self.n, self.lanes, 1)
             layout_registers(w, self)
             rows = layout_rows(self)
-            im = self._image = StateImage(rows, w.s[rows].copy(), w.v[0].copy(), w.em.copy(), w.full.copy(),
+            im = self._image = StateImage(rows, w.s[rows], w.v[0].copy(), w.em.copy(), w.full.copy(),
                                           w.mode.copy())
             rs = w.s.nbytes // w.s.shape[0]                     # its SGPR file back to the pool: only the rows
             POOL.give(w.s, dirty=([(r * rs, (r + 1) * rs) for r in rows],))     # written are cleared again

@@ -195,8 +195,7 @@ class WaveState:
         self.v[0] = im.v0
         if not zeroed:
             self.s.fill(0)
-        for k, r in enumerate(im.rows):
-            self.s[r] = im.s[k]
+        self.s[im.rows] = im.s
         np.copyto(self.em, im.em)
         np.copyto(self.full, im.full)
         np.copyto(self.mode, im.mode)
