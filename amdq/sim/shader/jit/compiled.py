@@ -267,11 +267,6 @@ def _native(key: str, names: list[str]) -> Compiled | None:
     return c
 
 
-def idle() -> bool:
-    """No compile or load holds LLVM now (a load started now would not wait behind one)."""
-    return not _lock.locked()
-
-
 def drain(timeout: float | None = None) -> None:
     """Wait until the compiles and loads submitted so far are done (the worker runs them in order): a benchmark's
     measurement does not share the host with a background -O2 compile of code it measured before."""
