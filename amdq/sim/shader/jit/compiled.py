@@ -192,13 +192,15 @@ def _add(llvm, eng, obj: bytes) -> None:
     eng.finalize_object()
 
 
-def _map(obj: bytes, names: list[str], tier: str) -> tuple[dict[str, int], str]:
-    """The object's functions mapped executable: by loader.py (no LLVM needed), else through MCJIT (an object that
-    needs more than that loader does: raises when neither can)."""
-    try:
-        return loader.load(obj, names), "native"
-    except loader.Unsupported as e:
-        _state["unsupported"] = str(e)
+def _map(obj: bytes, names: list[str], tier: str, native: bool = True) -> tuple[dict[str, int], str]:
+    """The object's functions mapped executable: by loader.py (no LLVM needed; not again when `native` is false: it
+    refused the object already), else through MCJIT (an object that needs more than that loader does: raises when
+    neither can)."""
+    if native:
+        try:
+            return loader.load(obj, names), "native"
+        except loader.Unsupported as e:
+            _state["unsupported"] = str(e)
     llvm, tm = _llvm(tier)
     eng = _engine(llvm, tm)
     _add(llvm, eng, obj)
@@ -347,7 +349,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
         source = "disk"
         if obj:
             try:
-                addresses, how = _map(obj, names, tier)
+                addresses, how = _map(obj, names, tier, native=False)      # (_native refused it)
                 with _stats_lock:
                     stats["disk_hits"] += 1
             except Exception:        # a damaged file: compile again (and replace it)
