@@ -72,25 +72,49 @@ def store(k: str, code_object: bytes) -> None:
     """Write the entry of key `k` atomically (a temporary file renamed into place); errors are ignored."""
     if not enabled():
         return
-    d = directory()
     try:
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=k[:16] + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(_HEADER.pack(MAGIC, len(code_object), hashlib.sha256(code_object).digest()))
-                f.write(code_object)
-            os.replace(tmp, path_of(k))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        _write(path_of(k), _HEADER.pack(MAGIC, len(code_object), hashlib.sha256(code_object).digest()) + code_object)
         stats["stores"] += 1
-        _trim(d)
+        _trim(directory())
     except OSError:
         pass
+
+
+def note(name: str) -> str | None:
+    """The text kept under `name` beside the entries (a fact about this machine: see compiler.llvm_version), or None
+    (read with the cache turned off too: only writing is turned off)."""
+    try:
+        with open(os.path.join(directory(), name), encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_note(name: str, text: str) -> None:
+    """Keep `text` under `name` (atomically; errors are ignored)."""
+    if not enabled():
+        return
+    try:
+        _write(os.path.join(directory(), name), text.encode("utf-8"))
+    except OSError:
+        pass
+
+
+def _write(path: str, data: bytes) -> None:
+    """`data` at `path`: written to a temporary file in its directory and renamed into place."""
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=os.path.basename(path)[:16] + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _trim(d: str) -> None:

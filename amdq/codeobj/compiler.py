@@ -259,30 +259,17 @@ def llvm_version() -> str:
     lib = os.path.join(os.path.dirname(llvmlite.__file__), "binding", "libllvmlite.so")
     try:
         st = os.stat(lib)
-        ident = f"{llvmlite.__version__}|{lib}|{st.st_size}|{st.st_mtime_ns}"
+        name = "llvm-" + hashlib.sha256(f"{llvmlite.__version__}|{lib}|{st.st_size}|{st.st_mtime_ns}".encode()
+                                        ).hexdigest()[:24]
     except OSError:
-        ident = None
-    note = os.path.join(compile_cache.directory(), "llvm-" + hashlib.sha256(ident.encode()).hexdigest()[:24]) \
-        if ident is not None else None
-    if note is not None:
-        try:
-            with open(note) as f:
-                known = f.read()
-            if known.startswith(f"llvmlite {llvmlite.__version__}, LLVM "):
-                return known
-        except OSError:
-            pass
+        name = None
+    known = compile_cache.note(name) if name else None
+    if known is not None and known.startswith(f"llvmlite {llvmlite.__version__}, LLVM "):
+        return known
     import llvmlite.binding as llvm
     out = f"llvmlite {llvmlite.__version__}, LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
-    if note is not None and compile_cache.enabled():
-        try:
-            os.makedirs(os.path.dirname(note), exist_ok=True)
-            tmp = f"{note}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(out)
-            os.replace(tmp, note)
-        except OSError:
-            pass
+    if name:
+        compile_cache.write_note(name, out)
     return out
 
 
