@@ -24,7 +24,7 @@ from ..hw.targets import TARGETS, Target, get_target
 from ..iface.base import hint_of, ring_bytes
 from ..iface.exceptions import to_error
 from . import array as arrays
-from .aql_queue import AQLQueue
+from .aql_queue import TS_AT, AQLQueue
 from .hwqueue import HWQueue
 from .memory import Allocator, Buffer
 from .codemem import LoadedCode
@@ -207,7 +207,7 @@ TS_SLOTS = 8192                 # timestamp slots of timed launches and copies, 
 # completion signal (the table zeroed when the device's first AQL queue opens: no event mailbox) and the packet
 # processor writes them (the queue has profiling enabled); a PM4 launch or a copy writes them with its own timestamp
 # packets.
-TS_SLOT, TS_AT = A.AMD_SIGNAL.size, A.AMD_SIGNAL.offsetof("start_ts")
+TS_SLOT = A.AMD_SIGNAL.size                # (TS_AT: where in it the two timestamps are, aql_queue.py)
 NEAR = 1 << 20                  # a faulting address this close to an allocation is named relative to it
 
 
