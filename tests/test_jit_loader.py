@@ -133,7 +133,7 @@ def test_a_load_does_not_wait_for_a_compile(tmp_path, monkeypatch):
     import threading
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
     key = "e" * 64
-    (tmp_path / f"{key}.o").write_bytes(_object(IR))
+    (tmp_path / f"{key}.lnk").write_bytes(loader.pack(loader.link(_object(IR), ["mix"])))
     got = []
     with compiled._lock:                                     # a compile in progress
         t = threading.Thread(target=lambda: got.append(compiled.get(key, ["mix"], lambda tier: pytest.fail("compiled"))))
@@ -142,6 +142,60 @@ def test_a_load_does_not_wait_for_a_compile(tmp_path, monkeypatch):
         assert got and got[0].how == "native" and got[0].source == "disk"
         assert MIX(got[0].address("mix"))(3, 2) == MIX(loader.load(_object(IR), ["mix"])["mix"])(3, 2)
     compiled.MEMORY.pop(key, None)
+
+
+def test_a_linked_object_places_anywhere():
+    """The linked form (relocated at 0, the address-holding slots listed) packs and unpacks to the same thing and
+    runs as MCJIT's mapping wherever it is placed."""
+    obj = _object(IR.replace("define internal i32 @twist", "define i32 @twist"))    # (called through the GOT)
+    lk = loader.unpack(loader.pack(loader.link(obj, ["mix", "scale"])))
+    assert len(lk.fixups) > 0 and {"mix", "scale"} <= lk.entries.keys()    # (the GOT's entries hold addresses)
+    theirs = MIX(_mcjit(obj, ["mix"])["mix"])
+    for _ in range(3):
+        mix = MIX(loader.place(lk)["mix"])
+        assert all(mix(x, k) == theirs(x, k) for x in (0, 1, 12345, -1) for k in range(-1, 10))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncated", "fixup outside", "entry outside", "not linked"])
+def test_a_damaged_linked_object_is_refused(damage):
+    import msgpack
+    import struct
+    import zlib
+    blob = bytearray(loader.pack(loader.link(_object(IR), ["mix"])))
+    n = len(loader.MAGIC)
+    if damage == "flip":
+        blob[len(blob) // 2] ^= 0x10
+    elif damage == "truncated":
+        blob = blob[:len(blob) - 9]
+    elif damage == "not linked":
+        blob = bytearray(_object(IR))
+    else:
+        f = msgpack.unpackb(bytes(blob[n + 4:]))
+        if damage == "fixup outside":
+            f["fixups"] += struct.pack("<I", len(f["code"]) - 4)
+        else:
+            f["entries"]["mix"] = len(f["code"]) + 16
+        body = msgpack.packb(f)
+        blob = bytearray(loader.MAGIC + struct.pack("<I", zlib.crc32(body)) + body)
+    with pytest.raises(loader.Unsupported):
+        loader.unpack(bytes(blob))
+
+
+def test_a_damaged_linked_file_is_compiled_again(tmp_path, monkeypatch):
+    """compiled.get over a .lnk file that does not unpack compiles the region and replaces the file; an object file
+    of an earlier version (.o, linkable) is loaded natively and written linked."""
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    key, made = "d" * 64, []
+    (tmp_path / f"{key}.lnk").write_bytes(b"amdq-linked-1\n" + b"\0" * 40)
+    c = compiled.get(key, ["mix"], lambda tier: made.append(tier) or IR)
+    assert made and c.source == "compiled" and MIX(c.address("mix"))(3, 2) == MIX(loader.load(_object(IR), ["mix"])["mix"])(3, 2)
+    assert loader.unpack((tmp_path / f"{key}.lnk").read_bytes()).entries.keys() >= {"mix"}
+    compiled.MEMORY.pop(key, None)
+    old = "c" * 64
+    (tmp_path / f"{old}.o").write_bytes(_object(IR))
+    c = compiled.get(old, ["mix"], lambda tier: pytest.fail("compiled"))
+    assert c.how == "native" and c.source == "disk" and (tmp_path / f"{old}.lnk").exists()
+    compiled.MEMORY.pop(old, None)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not elf", "bad section table", "relocation outside"])

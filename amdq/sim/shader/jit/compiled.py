@@ -8,10 +8,11 @@ The key is a sha256 over the JIT's version, the tier, LLVM's version, the host C
 family, the wave size, the offsets of the region's blocks and the bytes of every instruction of the region with
 its offset from the region's root (the generated code is position independent: PCs are the root's plus
 constants), so compiled code is never used for other bytes. On disk: $AMDQ_SIM_JIT_CACHE (default
-$AMDQ_CACHE/jit, else ~/.cache/amdq/jit; `0` turns the disk cache off), one object file per key, written to a
-temporary file and renamed into place; a file that does not load is compiled again (records.py keeps, beside them,
-which regions were compiled in each code page). Failures to read or write
-the cache never fail a dispatch.
+$AMDQ_CACHE/jit, else ~/.cache/amdq/jit; `0` turns the disk cache off), one file per key, written to a temporary
+file and renamed into place: the object as loader.py links it (`.lnk`: placing it is a copy and a few additions), or
+the object file itself where only MCJIT maps it (`.o`); a file that does not load is compiled again (records.py
+keeps, beside them, which regions were compiled in each code page). Failures to read or write the cache never fail
+a dispatch.
 """
 from __future__ import annotations
 
@@ -192,15 +193,15 @@ def _add(llvm, eng, obj: bytes) -> None:
     eng.finalize_object()
 
 
-def _map(obj: bytes, names: list[str], tier: str, native: bool = True) -> tuple[dict[str, int], str]:
-    """The object's functions mapped executable: by loader.py (no LLVM needed; not again when `native` is false: it
-    refused the object already), else through MCJIT (an object that needs more than that loader does: raises when
-    neither can)."""
-    if native:
-        try:
-            return loader.load(obj, names), "native"
-        except loader.Unsupported as e:
-            _state["unsupported"] = str(e)
+def _map(obj: bytes, names: list[str], tier: str) -> tuple[dict[str, int], str, loader.Linked | None]:
+    """The object's functions mapped executable: linked and placed by loader.py (no LLVM needed), else through
+    MCJIT (an object that needs more than that loader does: raises when neither can); and the linked object when
+    loader.py took it (what the disk cache keeps then)."""
+    try:
+        lk = loader.link(obj, names)
+        return loader.place(lk), "native", lk
+    except loader.Unsupported as e:
+        _state["unsupported"] = str(e)
     llvm, tm = _llvm(tier)
     eng = _engine(llvm, tm)
     _add(llvm, eng, obj)
@@ -208,7 +209,7 @@ def _map(obj: bytes, names: list[str], tier: str, native: bool = True) -> tuple[
     if not all(addresses[n] for n in names):
         raise ValueError("functions missing")
     stats["mcjit_loads"] += 1
-    return {n: a for n, a in addresses.items() if a}, "mcjit"
+    return {n: a for n, a in addresses.items() if a}, "mcjit", None
 
 
 def _optimise(llvm, tm, mod, tier: str) -> None:
@@ -243,23 +244,19 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
 
 
 def _native(key: str, names: list[str]) -> Compiled | None:
-    """The object of `key` on disk mapped by loader.py, or None (no file, or one it does not take: get's locked path
-    reads it again, maps it through MCJIT or compiles it)."""
-    path = _path(key)
+    """The linked object of `key` on disk placed by loader.py, or None (no file, or a damaged one: get's locked path
+    looks for an object file, maps it through MCJIT or compiles it)."""
+    path = _path(key, LINKED)
     if not path:
         return None
     t = time.perf_counter()
     try:
         with open(path, "rb") as f:
-            obj = f.read()
-    except OSError:
-        return None
-    try:
-        addresses = loader.load(obj, names)
-    except loader.Unsupported as e:
-        _state["unsupported"] = str(e)
-        return None
-    except Exception:
+            lk = loader.unpack(f.read())
+        if not set(names) <= lk.entries.keys():
+            return None
+        addresses = loader.place(lk)
+    except (OSError, loader.Unsupported):
         return None
     dt = time.perf_counter() - t
     with _stats_lock:
@@ -304,17 +301,19 @@ def _start() -> None:
     host_id()
 
 
-def _path(key: str) -> str | None:
+LINKED, OBJECT = ".lnk", ".o"       # on disk: a linked object (loader.pack), or an object only MCJIT maps
+
+
+def _path(key: str, suffix: str) -> str | None:
     d = directory()
-    return os.path.join(d, key + ".o") if d else None
+    return os.path.join(d, key + suffix) if d else None
 
 
 def available(key: str) -> bool:
     """`key` is compiled already: in memory, or on disk (a file that may still turn out damaged)."""
     if key in MEMORY:
         return True
-    path = _path(key)
-    return path is not None and os.path.exists(path)
+    return any(p is not None and os.path.exists(p) for p in (_path(key, LINKED), _path(key, OBJECT)))
 
 
 def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) -> Compiled:
@@ -338,7 +337,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
                 stats["memory_hits"] += 1
             return hit
         t, tc = time.perf_counter(), time.thread_time()
-        path = _path(key)
+        path = _path(key, OBJECT)
         obj = None
         if path:
             try:
@@ -349,9 +348,11 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
         source = "disk"
         if obj:
             try:
-                addresses, how = _map(obj, names, tier, native=False)      # (_native refused it)
+                addresses, how, linked = _map(obj, names, tier)
                 with _stats_lock:
                     stats["disk_hits"] += 1
+                if linked is not None:          # (an object file of an earlier version: linked from now on)
+                    _store(_path(key, LINKED), loader.pack(linked))
             except Exception:        # a damaged file: compile again (and replace it)
                 obj = None
         if not obj:
@@ -370,11 +371,15 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             mod.triple = tm.triple
             obj = tm.emit_object(mod)
             clock("emit")
-            addresses, how = _map(obj, names, tier)
+            addresses, how, linked = _map(obj, names, tier)
             clock("load")
             with _stats_lock:
                 stats["compiled" if tier == FAST else "recompiled"] += 1
-            if path:
+            if linked is not None:
+                path = _path(key, LINKED)
+                if path:
+                    _store(path, loader.pack(linked))
+            elif path:
                 _store(path, obj)
         dt = time.perf_counter() - t
         with _stats_lock:

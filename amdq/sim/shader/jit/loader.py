@@ -1,10 +1,13 @@
 """Relocatable x86-64 objects, as compiled.py's target machine emits them, loaded into executable memory without LLVM.
 
 A warm process (its regions on disk) then never loads LLVM: MCJIT costs ~30 ms to import and start and ~0.4 ms per
-object; this reads the ELF with numpy and applies the relocations itself. What the JIT emits is self-contained code
-(large code model, position independent: relocations against its own sections, its GOT and local functions), so
-only those relocation kinds are accepted; anything else (an undefined symbol, a writable section, another
-relocation) raises Unsupported, and compiled.py loads that object through MCJIT as before.
+object. link() reads the ELF with numpy and applies the relocations at address 0; place() maps the result, adding
+its base to the few 8-byte slots that hold an address (the GOT's entries, absolute 64-bit relocations): everything
+else the JIT emits is PC- or GOT-relative. The disk cache keeps the linked form (pack/unpack), so a warm load is a
+read, a copy and those additions. What the JIT emits is self-contained code (large code model, position
+independent: relocations against its own sections, its GOT and local functions), so only those relocation kinds
+are accepted; anything else (an undefined symbol, a writable section, another relocation, a 32-bit absolute
+address) raises Unsupported, and compiled.py loads that object through MCJIT as before.
 
 Sources: the System V ABI (ELF64 headers, sections, symbols, RELA) and its AMD64 supplement (relocation types and
 their calculations: S symbol, A addend, P place, GOT the table's address, G the symbol's entry offset in it).
@@ -15,7 +18,9 @@ import ctypes
 import mmap
 import re
 import struct
+import zlib
 
+import msgpack
 import numpy as np
 
 # ELF64 (little endian) records: section header, symbol, relocation with addend
@@ -65,17 +70,83 @@ def _cstr(table: bytes, at: int) -> bytes:
     return table[at:table.index(b"\0", at)]
 
 
+class Linked:
+    """An object laid out and relocated at address 0: its bytes (`code`), the offsets of the 8-byte slots that hold
+    an address (`fixups`: the mapping's base is added to each) and its global functions' offsets (`entries`). What
+    the disk cache keeps: mapping it is a copy and a few additions, no ELF reading."""
+
+    __slots__ = ("code", "fixups", "entries")
+
+    def __init__(self, code: bytes, fixups: np.ndarray, entries: dict[str, int]):
+        self.code, self.fixups, self.entries = code, fixups, entries
+
+
 def load(obj: bytes, names: list[str]) -> dict[str, int]:
     """Map `obj` executable and relocated: the addresses of its global functions (`names` among them)."""
+    return place(link(obj, names))
+
+
+def link(obj: bytes, names: list[str]) -> Linked:
+    """`obj` laid out and relocated at address 0 (raises Unsupported for what this loader does not do)."""
     try:
-        return _load(obj, names)
+        return _link(obj, names)
     except (ValueError, IndexError, KeyError, struct.error) as e:
         if isinstance(e, Unsupported):
             raise
         raise Unsupported(f"damaged object: {e}") from None
 
 
-def _load(obj: bytes, names: list[str]) -> dict[str, int]:
+def place(lk: Linked) -> dict[str, int]:
+    """Map a linked object executable at an address of the kernel's choosing: its global functions' addresses."""
+    code = lk.code
+    total = max(-(-len(code) // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.PAGESIZE)
+    m = mmap.mmap(-1, total, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    cb = ctypes.c_char.from_buffer(m)
+    addr = ctypes.addressof(cb)
+    del cb                                          # (no export left: m can still be closed on a failure)
+    if len(lk.fixups):
+        image = np.frombuffer(code, np.uint8).copy()
+        at = lk.fixups.astype(np.intp)[:, None] + np.arange(8)
+        image[at] = (image[at].view("<u8") + np.uint64(addr)).view(np.uint8)
+        code = image.tobytes()
+    m.write(code)
+    if _libc.mprotect(addr, total, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+        m.close()
+        raise Unsupported(f"mprotect: errno {ctypes.get_errno()}")
+    _KEEP.append(m)
+    return {n: addr + off for n, off in lk.entries.items()}
+
+
+MAGIC = b"amdq-linked-1\n"
+
+
+def pack(lk: Linked) -> bytes:
+    """A linked object as the disk cache stores it: MAGIC, a CRC-32 of the rest, msgpack of the fields."""
+    body = msgpack.packb({"code": lk.code, "fixups": lk.fixups.astype("<u4").tobytes(), "entries": lk.entries})
+    return MAGIC + struct.pack("<I", zlib.crc32(body)) + body
+
+
+def unpack(blob: bytes) -> Linked:
+    """What pack() wrote; Unsupported when it is damaged (its CRC, its fields, an offset outside the code)."""
+    n = len(MAGIC)
+    if blob[:n] != MAGIC or len(blob) < n + 4:
+        raise Unsupported("not a linked object")
+    body = memoryview(blob)[n + 4:]
+    if zlib.crc32(body) != struct.unpack_from("<I", blob, n)[0]:
+        raise Unsupported("damaged linked object (CRC)")
+    try:
+        f = msgpack.unpackb(body)
+        code, fixups, entries = f["code"], np.frombuffer(f["fixups"], "<u4"), f["entries"]
+        ok = isinstance(code, bytes) and isinstance(entries, dict) and \
+            all(isinstance(k, str) and isinstance(v, int) and 0 <= v < len(code) for k, v in entries.items())
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+        ok = False
+    if not ok or (len(fixups) and int(fixups.max()) + 8 > len(code)):
+        raise Unsupported("damaged linked object (fields)")
+    return Linked(code, fixups, entries)
+
+
+def _link(obj: bytes, names: list[str]) -> Linked:
     if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
         raise Unsupported("not a little-endian ELF64 object")
     e_type, e_machine = struct.unpack_from("<HH", obj, 16)
@@ -130,37 +201,28 @@ def _load(obj: bytes, names: list[str]) -> dict[str, int]:
     size = -(-size // 8) * 8
     got_off = size
     size += 8 * entries
-    total = max(-(-size // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.PAGESIZE)
-    m = mmap.mmap(-1, total, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    try:
-        got = _place(m, obj, sh, syms, strtab, base, relas, got_entry, got_off)
-    except BaseException:
-        m.close()
-        raise
-    _KEEP.append(m)
-    return {n.decode(): int(got[j]) for n, j in found.items()}
+    image, value, fixups = _relocate(size, obj, sh, syms, strtab, base, relas, got_entry, got_off)
+    return Linked(image.tobytes(), fixups, {n.decode(): int(value[j]) for n, j in found.items()})
 
 
-def _place(m: mmap.mmap, obj: bytes, sh: list, syms: np.ndarray, strtab: bytes, base: dict, relas: list,
-           got_entry: np.ndarray, got_off: int) -> np.ndarray:
-    """Write the sections, the GOT and the relocated values into m and make it executable; every symbol's address."""
-    shnum, total = len(sh), len(m)
-    cb = ctypes.c_char.from_buffer(m)
-    addr = ctypes.addressof(cb)
-    del cb                                          # (no export left: m can still be closed on a failure)
-    got = addr + got_off
-
-    where = np.array([UNBOUND if j not in base else addr + base[j] for j in range(shnum)] + [0], np.uint64)
+def _relocate(size: int, obj: bytes, sh: list, syms: np.ndarray, strtab: bytes, base: dict, relas: list,
+              got_entry: np.ndarray, got_off: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sections, the GOT and the relocated values laid out from address 0: (the image, every symbol's offset,
+    the offsets of the 8-byte slots holding an address). A value that moves with the mapping is only allowed where
+    it is a whole 8-byte address (R_X86_64_64, a GOT entry); PC- and GOT-relative ones do not move."""
+    shnum = len(sh)
+    where = np.array([UNBOUND if j not in base else base[j] for j in range(shnum)] + [0], np.uint64)
     shndx = syms["shndx"].astype(np.int64)
     shndx[shndx == SHN_ABS] = shnum                 # absolute: the value alone
     shndx[shndx > shnum] = 0                        # other reserved indices: unbound
     sect = where[shndx]
     value = np.where(sect == UNBOUND, UNBOUND, sect + syms["value"])
+    moves = (sect != UNBOUND) & (shndx != shnum)    # an address in the mapping (the base is added when placed)
     for j in np.flatnonzero(shndx == SHN_UNDEF).tolist():
         if _cstr(strtab, int(syms[j]["name"])) == GOT_SYMBOL:
-            value[j] = got
+            value[j], moves[j] = got_off, True
 
-    image = np.zeros(total, np.uint8)
+    image = np.zeros(size, np.uint8)
     for i, off in base.items():
         _, kind, _, _, at, length = sh[i][:6]
         if kind != SHT_NOBITS:
@@ -170,7 +232,9 @@ def _place(m: mmap.mmap, obj: bytes, sh: list, syms: np.ndarray, strtab: bytes, 
     if len(unbound):
         raise Unsupported(f"GOT entry of symbol {_cstr(strtab, int(syms[unbound[0]]['name'])).decode()!r} "
                           "(undefined or in a section not loaded)")
-    _put(image, got_off + got_entry[has_entry].astype(np.int64), value[has_entry], 8)
+    slots = got_off + got_entry[has_entry].astype(np.int64)
+    _put(image, slots, value[has_entry], 8)
+    fixups = [slots[moves[has_entry]]]
 
     for target, length, r in relas:
         kind = (r["info"] & 0xFFFFFFFF).astype(np.int64)
@@ -180,8 +244,8 @@ def _place(m: mmap.mmap, obj: bytes, sh: list, syms: np.ndarray, strtab: bytes, 
         if unknown:
             raise Unsupported(f"relocation types {sorted(unknown)}")
         S, G = value[idx], got_entry[idx]
-        A, P = r["addend"].view(np.uint64), np.uint64(addr + target) + r["offset"]
-        terms = {"S": S, "A": A, "P": P, "G": G, "GOT": np.uint64(got)}
+        A, P = r["addend"].view(np.uint64), np.uint64(target) + r["offset"]
+        terms = {"S": S, "A": A, "P": P, "G": G, "GOT": np.uint64(got_off)}
         for k in sorted(kinds):
             _, width, signed, calc = RELOCS[k]
             rows = kind == k
@@ -196,16 +260,19 @@ def _place(m: mmap.mmap, obj: bytes, sh: list, syms: np.ndarray, strtab: bytes, 
                                   " (undefined or in a section not loaded)")
             if (r["offset"][rows] + np.uint64(width) > np.uint64(length)).any():
                 raise Unsupported(f"{RELOCS[k][0]} outside its section")
+            at = (target + r["offset"][rows]).astype(np.int64)
+            absolute = moves[idx[rows]] if calc == "S+A" else np.zeros(len(at), bool)
+            if absolute.any():
+                if width != 8:
+                    raise Unsupported(f"{RELOCS[k][0]}: a 32-bit absolute address")
+                fixups.append(at[absolute])
             v = _calc(calc, {t: (x[rows] if isinstance(x, np.ndarray) else x) for t, x in terms.items()})
             if width == 4:
                 iv = v.view(np.int64)
                 if not ((-2**31 <= iv) & (iv < 2**31)).all() if signed else (v < 2**32).all():
                     raise Unsupported(f"{RELOCS[k][0]} out of range")
-            _put(image, (target + r["offset"][rows]).astype(np.int64), v, width)
-    m.write(image.tobytes())
-    if _libc.mprotect(addr, total, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
-        raise Unsupported(f"mprotect: errno {ctypes.get_errno()}")
-    return value
+            _put(image, at, v, width)
+    return image, value, np.concatenate(fixups).astype(np.uint32)
 
 
 def _calc(calc: str, terms: dict) -> np.ndarray:
