@@ -154,13 +154,21 @@ def _write_host(hid: str) -> None:
 
 def directory() -> str | None:
     """The disk cache directory, or None when it is turned off."""
-    d = os.environ.get("AMDQ_SIM_JIT_CACHE")
-    if d is not None and d.strip().lower() in ("0", "off", "no", "false", ""):
-        return None
-    if d:
-        return d
-    root = os.environ.get("AMDQ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "amdq")
-    return os.path.join(root, "jit")
+    env = os.environ.get("AMDQ_SIM_JIT_CACHE"), os.environ.get("AMDQ_CACHE")
+    got = _dirs.get(env, False)
+    if got is False:
+        d, cache = env
+        if d is not None and d.strip().lower() in ("0", "off", "no", "false", ""):
+            got = None
+        elif d:
+            got = d
+        else:
+            got = os.path.join(cache or os.path.join(os.path.expanduser("~"), ".cache", "amdq"), "jit")
+        _dirs[env] = got
+    return got
+
+
+_dirs: dict[tuple, str | None] = {}         # directory() by the environment it was read from
 
 
 class Compiled:
@@ -316,8 +324,26 @@ def available(key: str) -> bool:
     return any(p is not None and os.path.exists(p) for p in (_path(key, LINKED), _path(key, OBJECT)))
 
 
+def stored(key: str, names: list[str]) -> Compiled | None:
+    """The compiled region of `key` if it is in memory or on disk, else None (nothing compiled): what a load of a
+    region an earlier process compiled asks, one file open for the common case (a linked object)."""
+    hit = MEMORY.get(key)
+    if hit is not None:
+        with _stats_lock:
+            stats["memory_hits"] += 1
+        return hit
+    c = _native(key, names)
+    if c is not None:
+        return c
+    path = _path(key, OBJECT)
+    if path is None or not os.path.exists(path):
+        return None
+    return get(key, names, None)            # (an object file: MCJIT maps it, never compiling: make_ir is None)
+
+
 def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) -> Compiled:
-    """The compiled region of `key`: from memory, from disk, or compiled from make_ir(tier) at `tier` (and stored);
+    """The compiled region of `key`: from memory, from disk, or compiled from make_ir(tier) at `tier` (and stored;
+    make_ir None: never compiled, LookupError instead);
     `size`: its instructions (stats["compiled_instructions"]: what the compile seconds were spent on).
 
     An object on disk that loader.py maps is loaded without LLVM's lock: not behind a compile the worker is running
@@ -356,6 +382,8 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             except Exception:        # a damaged file: compile again (and replace it)
                 obj = None
         if not obj:
+            if make_ir is None:
+                raise LookupError(f"region {key[:16]}: no object on disk that loads")
             source = "compiled"
             llvm, tm = _llvm(tier)
             clock = _Stages()
@@ -421,9 +449,19 @@ def _store(path: str, obj: bytes) -> None:
 def region_key(family: str, wave64: bool, root: int, insts: list, version: int, starts: list[int] = (),
                tier: str = FAST) -> str:
     """sha256 over what the region's code depends on (see the module docstring); `starts`: its blocks' PCs."""
+    return tier_key(region_code(family, wave64, root, insts, starts), version, tier)
+
+
+def region_code(family: str, wave64: bool, root: int, insts: list, starts: list[int] = ()) -> str:
+    """The part of a region's key its code gives (the ISA family, the wave size, its blocks' and instructions'
+    offsets from the root, the instructions' bytes): the same for both tiers."""
     parts = [f"{family}|{int(wave64)}|{','.join(str(p - root) for p in sorted(starts))}|".encode()]
     for i in insts:
-        parts.append(f"{i.pc - root}:{len(i.raw)}:{int(bool(i.dead_sdst))}|".encode())
+        parts.append(b"%d:%d:%d|" % (i.pc - root, len(i.raw), bool(i.dead_sdst)))
         parts.append(bytes(i.raw))
-    code = hashlib.sha256(b"".join(parts)).hexdigest()
+    return hashlib.sha256(b"".join(parts)).hexdigest()
+
+
+def tier_key(code: str, version: int, tier: str) -> str:
+    """The key of a region's code (region_code) compiled at `tier` by this JIT version, LLVM and host."""
     return hashlib.sha256(f"amdq-jit|{version}|{tier}|{host_id()}|{code}".encode()).hexdigest()

@@ -39,7 +39,7 @@ import numpy as np
 
 from . import records
 from .block import Block, ModuleGen, code_version, finish, shape, splits_before
-from .compiled import FAST, OPT, Compiled, available, get, region_key, submit
+from .compiled import FAST, OPT, Compiled, available, get, region_code, stored, submit, tier_key
 from ..core import PAGE
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
@@ -184,9 +184,14 @@ class Candidate:
 
 
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
+    return tier_key(_code(family, wave64, blocks), code_version(), tier)
+
+
+def _code(family: str, wave64: bool, blocks: list[Block]) -> str:
+    """compiled.region_code of the region of `blocks`."""
     root = min(b.pc for b in blocks)
     insts = sorted((i for b in blocks for i in b.insts), key=lambda i: i.pc)
-    return region_key(family, wave64, root, insts, code_version(), [b.pc for b in blocks], tier)
+    return region_code(family, wave64, root, insts, [b.pc for b in blocks])
 
 
 def _named(blocks: list[Block]) -> list[str]:
@@ -488,16 +493,18 @@ def _load_stored(cand: Candidate, now: bool = True) -> None:
 
 def _loader(cand: Candidate, blocks: list[Block]):
     """A function loading the region of `blocks` from the disk cache: (key, tier, Compiled) or None."""
-    names, make_ir, size = _named(blocks), _make_ir(cand, blocks), sum(len(b.insts) for b in blocks)
+    names = _named(blocks)
 
     def load():
+        code = _code(cand.family, cand.wave64, blocks)
         for tier in (OPT, FAST):
-            key = _key(cand.family, cand.wave64, blocks, tier)
-            if available(key):
-                try:
-                    return key, tier, get(key, names, make_ir, tier, size)
-                except Exception:
-                    continue
+            key = tier_key(code, code_version(), tier)
+            try:
+                c = stored(key, names)
+            except Exception:
+                continue
+            if c is not None:
+                return key, tier, c
         return None
     return load
 
