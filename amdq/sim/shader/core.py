@@ -344,11 +344,17 @@ class Layout:
                 a.flags.writeable = False
         self.kept = False                                      # cached by `layout` with an image (a small one)
         self._image: StateImage | None = None
+        self.batches = 0                                       # asked for its image (see image())
 
     def image(self) -> StateImage | None:
-        """The registers a batch of this shape starts with (layout_registers, made once), for a kept layout."""
+        """The registers a batch of this shape starts with (layout_registers, made once), for a kept layout from its
+        second batch on (the first sets its registers itself: a shape launched once would pay for the image and its
+        copy without using it again)."""
         im = self._image
         if im is None and self.kept:
+            self.batches += 1
+            if self.batches < 2:
+                return None
             w = WaveState(self.n, self.lanes, 1)
             layout_registers(w, self)
             rows = layout_rows(self)

@@ -438,16 +438,19 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
         line_at(line)
     blocks = []
     for pc, insts, kinds, floats, gstores, lstores, max_vgpr, max_sgpr, barriers in rec["blocks"]:
-        stored = []
-        for off, size, dead in insts:
-            at = base + off
-            line = at & ~(size_line - 1)
-            code = line_at(line) + (line_at(line + size_line) if at != line else b"")
-            raw = code[at - line:at - line + size]
-            if not 0 < size <= 16 or len(raw) != size:
-                return None
-            stored.append(Stored(at, raw, bool(dead)))
-        if not stored or len(kinds) != len(stored):
+        if not insts or len(kinds) != len(insts):
+            return None
+        # the block's instructions follow each other: its bytes are read once, from the lines they lie in (and the
+        # line after the last one, when it does not start a line)
+        first, last = base + insts[0][0], base + insts[-1][0]
+        if any(not 0 < size <= 16 for _, size, _ in insts) or \
+                any(a[0] + a[1] != b[0] for a, b in zip(insts, insts[1:])):
+            return None
+        lo = first & ~(size_line - 1)
+        hi = (last & ~(size_line - 1)) + (size_line if last & (size_line - 1) else 0)
+        code = b"".join(line_at(line) for line in range(lo, hi + size_line, size_line))
+        stored = [Stored(base + off, code[base + off - lo:base + off - lo + size], bool(dead)) for off, size, dead in insts]
+        if stored[-1].size != insts[-1][1]:
             return None
         b = Block(base + pc, stored, list(kinds))
         b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
