@@ -9,6 +9,7 @@ rules when code bytes change, and the disk cache is reused and keyed by the byte
 from __future__ import annotations
 
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -612,6 +613,7 @@ __kernel void fops(__global const float *a, __global const float *b, __global co
   q[0] = fmax(x, y); q[1] = fmin(x, y); q[2] = rint(x); q[3] = trunc(y); q[4] = floor(x); q[5] = ceil(y);
   q[6] = x / y; q[7] = ldexp(x, k); q[8] = __builtin_amdgcn_rcpf(x); q[9] = __builtin_amdgcn_rsqf(y);
   q[10] = __builtin_amdgcn_sqrtf(x); q[11] = fmax(fmax(x, y), 1.5f); q[12] = x / 3.0f; q[13] = y / x;
+  q[14] = __builtin_amdgcn_exp2f(x); q[15] = __builtin_amdgcn_exp2f(-y);
   __global int *r = oi + 8 * i;
   r[0] = (int)x; r[1] = (int)(uint)y; r[2] = !(x < y); r[3] = !(x >= y); r[4] = !__builtin_isunordered(x, y);
   r[5] = __builtin_isunordered(x, y); r[6] = !(x == y) + 2 * !(x <= y); r[7] = (x != y) + 2 * !(x > y);
@@ -619,16 +621,29 @@ __kernel void fops(__global const float *a, __global const float *b, __global co
 """
 FLOAT_SPECIAL = np.concatenate([SPECIAL, np.array([0x00800000, 0x80000001, 0x4B000001, 0x3F000000, 0xCF000000,
                                                    0x4F800000, 0x5F000000, 0x1F800000, 0x7E800000, 0x00400000,
-                                                   0x3FC00000, 0xC0200000], np.uint32)])
+                                                   0x3FC00000, 0xC0200000,
+                                                   # exp's edges: 128, 2^-126's and 2^-149's exponents, -150, 200
+                                                   0x43000000, 0x42FFFFFF, 0xC2FC0000, 0xC3150000, 0xC3160000,
+                                                   0x43480000, 0xC3490000, 0x3DCCCCCD], np.uint32)])
 
 
 @pytest.mark.parametrize("arch, wave", [("gfx1100", 32), ("gfx1100", 64), ("gfx942", 64)])
 def test_float_ops_specials(monkeypatch, arch, wave):
-    """min/max (MODE.IEEE), rounding, saturating conversions, ldexp, rcp/rsq/sqrt, the v_div_scale/fmas/fixup
+    """min/max (MODE.IEEE), rounding, saturating conversions, ldexp, rcp/rsq/sqrt/exp, the v_div_scale/fmas/fixup
     division and the unordered compares over every pair of specials (NaN payloads, signaling NaNs, infinities,
-    zeros, denormals, rounding ties, values near the division's scaling thresholds): the interpreter's bits."""
+    zeros, denormals, rounding ties, values near the division's scaling thresholds): the interpreter's bits, and
+    none of those instructions left to the interpreter."""
     used: list[int] = []
     _differential(monkeypatch, used)
+    interpreted: set[str] = set()
+    get = C.ICache.get
+
+    def noted(icache, pc, wave64):
+        got = get(icache, pc, wave64)
+        if os.environ.get("AMDQ_SIM_JIT") != "0":
+            interpreted.add(got[1].mnemonic.removesuffix("_e32").removesuffix("_e64"))
+        return got
+    monkeypatch.setattr(C.ICache, "get", noted)
     k = len(FLOAT_SPECIAL)
     ia, ib = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
     a, b = FLOAT_SPECIAL[ia.ravel()].view(np.float32), FLOAT_SPECIAL[ib.ravel()].view(np.float32)
@@ -642,6 +657,7 @@ def test_float_ops_specials(monkeypatch, arch, wave):
     harness.run_cl(FLOAT_OPS, "fops", [a, b, n, np.zeros(16 * len(a), np.float32), np.zeros(8 * len(a), np.int32)],
                    (len(a) // 64, 1, 1), (64, 1, 1), arch=arch, flags=flags)
     assert used and used[0] > 0
+    assert not interpreted & {"v_exp_f32", "v_rcp_f32", "v_rsq_f32", "v_sqrt_f32", "v_ldexp_f32"}, interpreted
 
 
 DIV_FMAS = """

@@ -576,6 +576,23 @@ def test_transcendental_within_one_ulp(op, ref, lo, hi):
     assert np.all(np.abs(got - exact) <= ulp * 0.5 + np.abs(exact) * 2.0 ** -40 + 1e-45)
 
 
+def test_exp2_in_fixed_steps():
+    """valu_float.exp2_f64 (v_exp_f32's double, the JIT's too) within 2^-52 of 2^x (80-bit reference), so its f32
+    rounding is the correctly rounded result; specials: NaN as it is, +-inf (clipped: past f32's range either way), the
+    f32 overflow and underflow edges."""
+    from amdq.sim.shader.valu_float import exp2_f64
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.uniform(-150, 128, 100000), rng.uniform(-1, 1, 100000)]).astype(F32).astype(F64)
+    exact = np.exp2(x.astype(np.longdouble))
+    assert np.max(np.abs((exp2_f64(x) - exact) / exact)) < 2.0 ** -52
+    e = exp2_f64(np.array([np.inf, -np.inf, 128.0, -149.0, -150.0, 0.0, -0.0, 1.0]))
+    assert list(e[:2]) == [2.0 ** 200, 2.0 ** -200] and e[2] == 2.0 ** 128 and e[3] == 2.0 ** -149 and list(e[5:]) == [1, 1, 2]
+    assert np.isnan(exp2_f64(np.array([np.nan]))[0])
+    w = run("v_exp_f32_e32 v1, v0", v0=np.array([128.0, -126.0, -127.0, -149.0, 1.0, np.nan] * 5 + [0, 0], F32))
+    got = w.v[1][0].view(F32)
+    assert got[0] == np.inf and got[1] == 2.0 ** -126 and got[2] == 0 and got[3] == 0 and got[4] == 2 and np.isnan(got[5])
+
+
 def test_transcendental_specials():
     x = np.array([0.0, -0.0, np.inf, -1.0, np.nan, 1e-40, 300.0, -np.inf] * 4, F32)
     assert same(run("v_rcp_f32_e32 v1, v0", v0=x).v[1][0].view(F32)[:3], np.array([np.inf, -np.inf, 0.0], F32))

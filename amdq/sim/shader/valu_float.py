@@ -429,6 +429,38 @@ def _trans32(fn):
     return f
 
 
+def _exp2_poly() -> tuple[float, ...]:
+    """ln(2)^k / k! for k = 0..13 (Taylor series of 2^f = e^(f ln 2)), to double precision: on |f| <= 1/2 the
+    truncation error is below 2e-16 relative."""
+    import decimal
+    from math import factorial
+    with decimal.localcontext() as c:
+        c.prec = 40
+        ln2 = decimal.Decimal(2).ln()
+        return tuple(float(ln2 ** k / factorial(k)) for k in range(14))
+
+
+EXP2_POLY = _exp2_poly()
+EXP2_LIMIT = 200.0          # inputs clipped to +-EXP2_LIMIT: 2^200 overflows f32, 2^-200 underflows it, exact in f64
+
+
+def exp2_f64(x):
+    """2^x in float64 for f32 values x, in fixed steps (so the shader JIT, ir.py _exp2, computes the same double):
+    x clipped to +-EXP2_LIMIT, n = rint(x), f = x - n (exact), Horner's rule over EXP2_POLY in separate multiplies
+    and adds (no fused steps), times 2^n (exact); a NaN is returned as it is. Within 1e-15 relative of 2^x, so an f32
+    rounding of it is the correctly rounded one but for inputs within that of a rounding boundary; the same on every
+    host (numpy's own exp2 differs from libm's in the last f64 bits, with its SIMD paths)."""
+    x = np.asarray(x, F64)
+    nan = np.isnan(x)
+    xc = np.where(nan, 0.0, np.clip(x, -EXP2_LIMIT, EXP2_LIMIT))
+    n = np.rint(xc)
+    f = xc - n
+    p = np.full(f.shape, EXP2_POLY[-1])
+    for c in EXP2_POLY[-2::-1]:
+        p = p * f + c
+    return np.where(nan, x, np.ldexp(p, n.astype(np.int32)))
+
+
 def _sincos(fn, dt):
     """v_sin/v_cos take revolutions: sin(2*pi*x), over the full input range (the whole turns are removed
     exactly first), denormal inputs accepted."""
@@ -448,7 +480,7 @@ def _h16(fn):
 
 
 _TRANS = {"rcp": lambda x: 1.0 / x, "rsq": _rsq, "sqrt": np.sqrt, "exp": np.exp2, "log": np.log2}
-define(TABLE, {f"v_{n}_f32": (_trans32(fn), ("f32",), "f32") for n, fn in _TRANS.items()})
+define(TABLE, {f"v_{n}_f32": (_trans32(exp2_f64 if n == "exp" else fn), ("f32",), "f32") for n, fn in _TRANS.items()})
 define(TABLE, {"v_sin_f32": (_sincos(np.sin, F32), ("f32",), "f32"), "v_cos_f32": (_sincos(np.cos, F32), ("f32",), "f32"),
         "v_sin_f16": (_sincos(np.sin, F16), H1, "f16"), "v_cos_f16": (_sincos(np.cos, F16), H1, "f16")})
 define(TABLE, {"v_rcp_iflag_f32": (_trans32(_TRANS["rcp"]), ("f32",), "f32"),

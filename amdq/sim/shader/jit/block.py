@@ -14,7 +14,7 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
                  helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 31          # bump when the generated code changes meaning (part of every cache key)
+VERSION = 32          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:

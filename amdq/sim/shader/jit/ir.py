@@ -29,11 +29,18 @@ Anything else is refused by `translatable` and runs in the interpreter.
 from __future__ import annotations
 
 import os
+import struct
 
 from ....hw.isa.decode import Inst, Operand
 from ..valu_fast import is_plain, is_plain_cmp
+from ..valu_float import EXP2_LIMIT, EXP2_POLY
 
 VCC, NULL, M0, EXEC, SCC_SRC, EXECZ_SRC, VCCZ_SRC = 106, 124, 125, 126, 253, 252, 251
+
+
+def _dbl(x: float) -> str:
+    """A double constant as LLVM IR writes it exactly (its bits in hex)."""
+    return f"0x{struct.unpack('<Q', struct.pack('<d', x))[0]:016X}"
 
 # context block slots (int64 each): filled by runtime.Context
 CTX = {"v": 0, "s": 1, "scc": 2, "em": 3, "full": 4, "pc": 5, "n": 6, "lds": 7, "lds_base": 8, "lds_size": 9,
@@ -90,10 +97,11 @@ FCMP = {"eq": "oeq", "lg": "one", "gt": "ogt", "ge": "oge", "lt": "olt", "le": "
         "nge": "ult", "nlg": "ueq", "ngt": "ule", "nle": "ugt", "nlt": "uge", "o": "ord", "u": "uno", "f": "false",
         "t": "true"}
 # one f32 source, one result (valu_float.py): rounding (numpy's rint/trunc/floor/ceil: roundps), saturating
-# conversions (_to_int), and the _trans32 units computed in f64 from flushed inputs (no libm: rcp, rsq, sqrt)
+# conversions (_to_int), and the _trans32 units computed in f64 from flushed inputs (no libm: rcp, rsq, sqrt, and
+# exp in valu_float.exp2_f64's fixed steps)
 FUNARY = {"v_rndne_f32": "roundeven", "v_trunc_f32": "trunc", "v_floor_f32": "floor", "v_ceil_f32": "ceil",
           "v_cvt_i32_f32": "fptosi", "v_cvt_u32_f32": "fptoui", "v_rcp_f32": "rcp", "v_rcp_iflag_f32": "rcp",
-          "v_rsq_f32": "rsq", "v_sqrt_f32": "sqrt"}
+          "v_rsq_f32": "rsq", "v_sqrt_f32": "sqrt", "v_exp_f32": "exp"}
 MODE_SRC = -1        # an "x" operand reading the wave's MODE register (min/max look at MODE.IEEE)
 GFX9_KEYS = frozenset(("v_lshl_add_u64",))    # gfx9 builders (cdna.H9) whose semantics the emitter has too
 # RDNA4 builders (rdna4.OVERRIDES) whose semantics the emitter has too: the workgroup barrier (signal -1: a no-op,
@@ -1267,11 +1275,34 @@ class Emitter:
         x = self._ftz(x)                     # _trans32: denormal inputs read as zero
         if op == "sqrt":                     # (correctly rounded in f32; not flushed after)
             return self._bits(f.op(f"call {f.FT} @llvm.sqrt.v{f.W}f32({f.FT} {self._fv(x)})"))
+        if op == "exp":
+            return self._exp2(x)
         d = self._f64(x)
         if op == "rsq":
             d = f.op(f"call {D} @llvm.sqrt.v{f.W}f64({D} {d})")
         one = f.splat("1.0", "double")
         return self._ftz(self._to_f32(f.op(f"fdiv {D} {one}, {d}")))
+
+    def _exp2(self, x: str) -> str:
+        """v_exp_f32 of flushed input bits: valu_float.exp2_f64's steps (the same doubles), rounded to f32 and
+        flushed; a NaN input gives it quieted."""
+        f = self.f
+        D, M = f"<{f.W} x double>", f"<{f.W} x i1>"
+        d = self._f64(x)
+        nan = f.op(f"fcmp uno {D} {d}, {d}")
+        lim = EXP2_LIMIT
+        lo, hi = f.splat(_dbl(-lim), "double"), f.splat(_dbl(lim), "double")
+        c = f.op(f"select {M} {f.op(f'fcmp olt {D} {d}, {lo}')}, {D} {lo}, {D} {d}")
+        c = f.op(f"select {M} {f.op(f'fcmp ogt {D} {c}, {hi}')}, {D} {hi}, {D} {c}")
+        c = f.op(f"select {M} {nan}, {D} zeroinitializer, {D} {c}")
+        n = f.op(f"call {D} @llvm.roundeven.v{f.W}f64({D} {c})")
+        t = f.op(f"fsub {D} {c}, {n}")
+        p = f.splat(_dbl(EXP2_POLY[-1]), "double")
+        for k in EXP2_POLY[-2::-1]:
+            p = f.op(f"fadd {D} {f.op(f'fmul {D} {p}, {t}')}, {f.splat(_dbl(k), 'double')}")
+        r = f.op(f"fmul {D} {p}, {self._pow2(f.op(f'fptosi {D} {n} to {f.VT}'), int(lim))}")
+        out = self._ftz(self._to_f32(r))
+        return f.op(f"select {f.MT} {self._isnan(self._fv(x))}, {f.VT} {self._quiet(x)}, {f.VT} {out}")
 
     def _minmax(self, a: str, b: str, is_max: bool) -> str:
         """valu_float.fmax/fmin: equal operands combine their bits (+0 above -0), a NaN is missing data (two NaNs:
