@@ -255,7 +255,7 @@ def _native(key: str, names: list[str]) -> Compiled | None:
     """The linked object of `key` on disk placed by loader.py, or None (no file, or a damaged one: get's locked path
     looks for an object file, maps it through MCJIT or compiles it)."""
     path = _path(key, LINKED)
-    if not path:
+    if not path or not os.access(path, os.R_OK):       # (no exception for the common miss: the other tier)
         return None
     t = time.perf_counter()
     try:
@@ -336,7 +336,7 @@ def stored(key: str, names: list[str]) -> Compiled | None:
     if c is not None:
         return c
     path = _path(key, OBJECT)
-    if path is None or not os.path.exists(path):
+    if path is None or not os.access(path, os.R_OK):
         return None
     return get(key, names, None)            # (an object file: MCJIT maps it, never compiling: make_ir is None)
 

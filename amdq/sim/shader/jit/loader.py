@@ -104,12 +104,9 @@ def place(lk: Linked) -> dict[str, int]:
     cb = ctypes.c_char.from_buffer(m)
     addr = ctypes.addressof(cb)
     del cb                                          # (no export left: m can still be closed on a failure)
-    if len(lk.fixups):
-        image = np.frombuffer(code, np.uint8).copy()
-        at = lk.fixups.astype(np.intp)[:, None] + np.arange(8)
-        image[at] = (image[at].view("<u8") + np.uint64(addr)).view(np.uint8)
-        code = image.tobytes()
     m.write(code)
+    for at in lk.fixups.tolist():                   # (a few: the GOT's entries, absolute addresses)
+        struct.pack_into("<Q", m, at, (struct.unpack_from("<Q", m, at)[0] + addr) & 0xFFFFFFFFFFFFFFFF)
     if _libc.mprotect(addr, total, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
         m.close()
         raise Unsupported(f"mprotect: errno {ctypes.get_errno()}")
