@@ -102,6 +102,8 @@ class SimGPU:
             pass
         from .shader.core import jit_hook             # and the JIT's modules imported (tens of ms without bytecode
         jit_hook()                                    # caches: they were part of the first dispatch's GPU time)
+        from .shader.wave import POOL                 # and register memory faulted in ahead, in the background
+        POOL.prefault()
         self._worker = None
         if self.mode == "async":
             self._worker = threading.Thread(target=self._run_worker, name="amdq-sim-gpu", daemon=True)

@@ -38,6 +38,22 @@ def mask_to_bits(m: np.ndarray) -> np.ndarray:
     return np.packbits(np.ascontiguousarray(m).reshape(-1), bitorder="little").view(np.uint32).reshape(m.shape[0], -1)
 
 
+RESERVE = 8 << 20       # bytes the pool maps and faults in ahead (Pool.prefault): the register files of a first
+                        # batch of a few thousand waves
+
+
+def _libc_memset():
+    try:
+        f = ctypes.CDLL(None).memset
+    except (OSError, AttributeError):
+        return None
+    f.argtypes, f.restype = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t), ctypes.c_void_p
+    return f
+
+
+_memset = _libc_memset()
+
+
 class Pool:
     """Large zeroed arrays reused from one batch to the next. Fresh anonymous memory costs a page fault per
     4 KiB on first touch (several microseconds each on a VM: far more than writing the page); clearing a
@@ -46,6 +62,37 @@ class Pool:
     def __init__(self, cap: int = 1 << 29):
         self.cap, self.held, self.free = cap, 0, {}
         self.lock = threading.Lock()
+        self.reserve: np.ndarray | None = None          # zeroed memory already mapped (prefault), handed out once
+        self.reserve_at = 0
+        self.prefaulting = False
+
+    def prefault(self, nbytes: int = RESERVE) -> None:
+        """Map nbytes of zeroed memory and fault its pages in on a background thread (memset in C: the interpreter
+        lock is free meanwhile); new buffers come from it once it is ready, their page faults paid off the
+        dispatch's path. Once per process (a device opening calls it)."""
+        with self.lock:
+            if self.prefaulting or nbytes <= 0:
+                return
+            self.prefaulting = True
+
+        def fill():
+            try:
+                a = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+                _memset(a.ctypes.data, 0, nbytes)
+            except (OSError, ValueError, AttributeError):
+                return
+            with self.lock:
+                self.reserve, self.reserve_at = a, 0
+        threading.Thread(target=fill, name="amdq-pool-prefault", daemon=True).start()
+
+    def _from_reserve(self, nbytes: int) -> np.ndarray | None:
+        with self.lock:
+            r = self.reserve
+            if r is None or self.reserve_at + nbytes > len(r):
+                return None
+            at = self.reserve_at
+            self.reserve_at += -(-nbytes // PAGE) * PAGE
+        return r[at:at + nbytes]
 
     def zeros(self, shape: tuple[int, ...], dtype, skip: int = 0) -> np.ndarray:
         """A zeroed array, except that the first `skip` bytes may hold stale data (the caller overwrites them)."""
@@ -57,6 +104,8 @@ class Pool:
             buf, dirty = bufs.pop() if bufs else (None, None)
             if buf is not None:
                 self.held -= nbytes
+        if buf is None:
+            buf = self._from_reserve(nbytes)
         if buf is None:
             buf = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)      # zero pages, mapped on first touch
         elif dirty is None:
@@ -81,8 +130,8 @@ class Pool:
                     self.held += a.nbytes
 
 
-POOL = Pool()
 PAGE = mmap.PAGESIZE
+POOL = Pool()
 
 
 def _mincore():
