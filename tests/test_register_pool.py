@@ -13,7 +13,7 @@ def test_register_pool_clears_only_written_pages():
     if W._MINCORE is None:
         pytest.skip("no mincore (or swap is on): pooled arrays are cleared whole")
     pool = W.Pool()
-    n = max(1 << 20, 64 * mmap.PAGESIZE)                 # (pooled from 1 MiB on)
+    n = max(W.POOLED, 64 * mmap.PAGESIZE)                # (pooled from W.POOLED bytes on)
 
     def resident(a):
         vec = np.zeros(n // mmap.PAGESIZE, np.uint8)

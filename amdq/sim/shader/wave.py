@@ -38,6 +38,8 @@ def mask_to_bits(m: np.ndarray) -> np.ndarray:
     return np.packbits(np.ascontiguousarray(m).reshape(-1), bitorder="little").view(np.uint32).reshape(m.shape[0], -1)
 
 
+POOLED = 128 << 10      # arrays from this many bytes on are pooled (smaller ones come from malloc's heap, whose
+                        # memory is mapped already; larger ones malloc maps fresh, a page fault per page)
 RESERVE = 8 << 20       # bytes the pool maps and faults in ahead (Pool.prefault): the register files of a first
                         # batch of a few thousand waves
 
@@ -97,7 +99,7 @@ class Pool:
     def zeros(self, shape: tuple[int, ...], dtype, skip: int = 0) -> np.ndarray:
         """A zeroed array, except that the first `skip` bytes may hold stale data (the caller overwrites them)."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        if nbytes < 1 << 20:
+        if nbytes < POOLED:
             return np.empty(shape, dtype) if skip >= nbytes else np.zeros(shape, dtype)
         with self.lock:
             bufs = self.free.get(nbytes)
@@ -121,7 +123,7 @@ class Pool:
         """Return arrays from zeros() (no longer used by anyone). dirty: for each array, the byte ranges (lo, hi)
         outside which it still holds only zeros (None: anywhere), so that only those are cleared again."""
         for j, a in enumerate(arrays):
-            if a.nbytes < 1 << 20 or not a.flags.c_contiguous:
+            if a.nbytes < POOLED or not a.flags.c_contiguous:
                 continue
             base = a.reshape(-1).view(np.uint8)
             with self.lock:
