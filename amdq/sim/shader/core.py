@@ -319,7 +319,7 @@ class Layout:
         self.sgpr_top = n + (self.private_sgpr is not None)     # the SGPRs below it are the ones a batch sets
         self.scratch_off = (self.scratch_slot * scratch_wave_bytes).astype(np.uint64)
         # gfx12 TTMP8[29:25]: the wave's id within its workgroup (what LLVM's llvm.amdgcn.wave.id reads)
-        self.wave_id = (np.tile(np.arange(wpg, dtype=np.uint32), nwg) & 0x1F) << 25
+        self.wave_id = (np.tile(np.arange(wpg, dtype=np.uint32), nwg) & 0x1F) << 25 if gen >= 12 else None
         # work-item ids: gfx11+ and gfx90a+ pack x | y << 10 | z << 20 into v0
         dims = r2["ENABLE_VGPR_WORKITEM_ID"]
         tx, ty, tz = self.tid

@@ -6,6 +6,7 @@ runs all its phases for one wave, then the next (fusable).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
@@ -97,9 +98,7 @@ def finish(b: Block) -> Block:
 def shape(b: Block) -> Block:
     """What follows from its kinds and flags alone (a block a record describes has no decoded instructions yet):
     its work counts and whether it is fused."""
-    b.work = [0]
-    for k in b.kinds:
-        b.work.append(b.work[-1] + (k in ("alu", "ds")))
+    b.work = list(itertools.accumulate((k == "alu" or k == "ds" for k in b.kinds), initial=0))
     b.fused = fusable(b)
     return b
 
@@ -144,7 +143,7 @@ def fusable(b: Block) -> bool:
     s_barrier in it is a no-op, runtime.step). A wave whose access misses the table stops it there: the waves
     before it finished the block, the ones after it did not start (tiles of one wave). Worth it from two phases on
     (one wave loop instead of one per phase)."""
-    return not b.gstores and not b.lstores and len(_phases(b)) >= 2
+    return not b.gstores and not b.lstores and len(b.kinds) >= 2 and len(_phases(b)) >= 2
 
 
 # The exported function: the block for tiles of ctx[tile] waves (all waves when 0), from wave ctx[tile_from] on; the

@@ -426,11 +426,14 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
     def line_at(line: int) -> bytes:
         got = lines.get(line)
         if got is None:
-            if not base <= line < end and line not in outside:
+            if base <= line < end:                              # (the page's own bytes, read already)
+                got = data[line - base:line - base + size_line]
+            elif line not in outside:
                 raise LookupError(line)
-            got = icache._line(line)[0]
-            if not base <= line < end and records.line_hash(got) != outside[line]:
-                raise LookupError(line)
+            else:
+                got = icache._line(line)[0]
+                if records.line_hash(got) != outside[line]:
+                    raise LookupError(line)
             lines[line] = got
         return got
 
