@@ -660,6 +660,41 @@ def test_float_ops_specials(monkeypatch, arch, wave):
     assert not interpreted & {"v_exp_f32", "v_rcp_f32", "v_rsq_f32", "v_sqrt_f32", "v_ldexp_f32"}, interpreted
 
 
+ROW_LOAD = """
+__kernel void rows(__global const float *a, __global const float *b, __global float *o, int k, int lim) {
+  int i = get_global_id(0);
+  if ((i & 63) < lim)
+    o[i] = a[i >> 6] * b[i] + a[(i >> 6) + k];
+}
+"""
+
+
+@pytest.mark.parametrize("wave", [32, 64])
+def test_uniform_address_loads(monkeypatch, wave):
+    """A load whose lanes all read one address (a[i / 64]: a matrix row's element, as in a matrix-vector loop) is
+    one read broadcast to the wave: the interpreter's results; waves with lanes off (lane by lane); a row out of
+    the mapped range: the same fault."""
+    from amdq.sim.shader.jit import block
+    emitted: list[int] = []
+    orig = block.ModuleGen._global_wave_broadcast
+    monkeypatch.setattr(block.ModuleGen, "_global_wave_broadcast",
+                        lambda self, *a: emitted.append(1) or orig(self, *a))
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    n = 1024
+    a, b = np.arange(n // 64 + 4, dtype=np.float32) + 0.5, np.linspace(-1, 1, n, dtype=np.float32)
+    row = np.arange(n) >> 6
+    want = (a[row].astype(np.float64) * b + a[row + 1]).astype(np.float32)     # (fused: one rounding)
+    for lim in (64, 40):
+        (_, _, out), _ = harness.run_cl(ROW_LOAD, "rows", [a, b, np.zeros(n, np.float32), 1, lim], (n // 64, 1, 1),
+                                        (64, 1, 1), flags=suite.wf(wave))
+        assert np.array_equal(out, np.where((np.arange(n) & 63) < lim, want, 0))
+    assert emitted and used and all(u > 0 for u in used)
+    with pytest.raises(GPUException):
+        harness.run_cl(ROW_LOAD, "rows", [a, b, np.zeros(n, np.float32), 1 << 26, 64], (n // 64, 1, 1), (64, 1, 1),
+                       flags=suite.wf(wave))
+
+
 DIV_FMAS = """
 __kernel void fmas(__global const float *a, __global const float *b, __global const float *c, __global float *o) {
   int i = get_global_id(0);

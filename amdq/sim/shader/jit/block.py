@@ -15,7 +15,7 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
                  helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-VERSION = 32          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 33          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -891,11 +891,13 @@ class ModuleGen:
         def whole(rest, access: bool):
             def wave(em):
                 # (first the last lane's low address against the first's: a wave whose lanes are not one run, as in a
-                # tile of rows, goes to the chunks for a few instructions more)
+                # tile of rows, goes to the chunks for a few instructions more; a load whose lanes all read one
+                # address, a row's element in a matrix-vector loop, is one read broadcast)
                 ends = [f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, str(j))}, align 4") for j in (0, f.L - 1)]
                 run = f.op(f"icmp eq i32 {f.op(f'sub i32 {ends[1]}, {ends[0]}')}, {4 * (f.L - 1)}")
                 check, yes, no, join = f.t("wc"), f.t("wf"), f.t("ws"), f.t("wj")
-                f.e(f"br i1 {run}, label {check}, label {no}")
+                one = f.t("wu") if not write else no
+                f.e(f"br i1 {run}, label {check}, label {one}")
                 f.label(check)
                 ok, a0 = self._global_wave(em, inst, f, hint_at)
                 f.e(f"br i1 {ok}, label {yes}, label {no}")
@@ -903,6 +905,18 @@ class ModuleGen:
                 if access:
                     self._global_wave_access(em, inst, f, a0, hint_at, write)
                 f.e(f"br label {join}")
+                if not write:
+                    ucheck, uyes = f.t("uc"), f.t("uf")
+                    f.label(one)
+                    same = f.op(f"icmp eq i32 {ends[1]}, {ends[0]}")
+                    f.e(f"br i1 {same}, label {ucheck}, label {no}")
+                    f.label(ucheck)
+                    ok, a0 = self._global_wave(em, inst, f, hint_at, stride=0)
+                    f.e(f"br i1 {ok}, label {uyes}, label {no}")
+                    f.label(uyes)
+                    if access:
+                        self._global_wave_broadcast(em, inst, f, a0, hint_at)
+                    f.e(f"br label {join}")
                 f.label(no)
                 rest(em)
                 f.e(f"br label {join}")
@@ -916,11 +930,12 @@ class ModuleGen:
             self._wave_loop(f, whole(phase(False), False))
             self._wave_loop(f, whole(phase(True), True))
 
-    def _global_wave(self, em, inst: Inst, f: Fn, hint_at) -> tuple[str, str]:
+    def _global_wave(self, em, inst: Inst, f: Fn, hint_at, stride: int = 4) -> tuple[str, str]:
         """(i1: the wave's single-dword access is one run of consecutive dwords inside the last-hit range, with every
         lane active, and its first lane's address): the high address halves all equal (or the scalar base), the low
         ones lane 0's + 4 x the lane without a 32-bit wrap, [a0, a0 + 4 x lanes) inside the range. Then no lane can
-        miss the table or fault, as the chunks' check (_global_run) finds for each chunk."""
+        miss the table or fault, as the chunks' check (_global_run) finds for each chunk. With stride 0: every lane's
+        address is lane 0's ([a0, a0 + 4) inside the range)."""
         VT, W, L = f.VT, f.W, f.L
         full = f.op(f"icmp eq {f.IT} {em.exec_bits()}, -1")
         los = [f.op(f"load {VT}, ptr {em.lane_ptr(inst.addr.reg, str(c * W))}, align 4") for c in range(f.NC)]
@@ -928,8 +943,8 @@ class ModuleGen:
         sp = f.splat(lo0)
         same = None
         for c, lo in enumerate(los):
-            ramp = "<" + ", ".join(f"i32 {4 * (c * W + j)}" for j in range(W)) + ">"
-            eq = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {sp}, {ramp}')}")
+            ramp = "<" + ", ".join(f"i32 {stride * (c * W + j)}" for j in range(W)) + ">"
+            eq = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {sp}, {ramp}') if stride else sp}")
             same = eq if same is None else f.op(f"and {f.MT} {same}, {eq}")
         a0 = f.op(f"zext i32 {lo0} to i64")
         if inst.saddr is not None and inst.saddr.reg != NULL:
@@ -945,7 +960,7 @@ class ModuleGen:
         if off:
             a0 = f.op(f"add i64 {a0}, {off}")
         allsame = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {same} to {f.MI}')}, -1")
-        nowrap, inside = self._fits(f, lo0, a0, 4 * L, hint_at)
+        nowrap, inside = self._fits(f, lo0, a0, 4 * L if stride else 4, hint_at)
         fits = f.op(f"and i1 {nowrap}, {inside}")
         ok = f.op(f"and i1 {f.op(f'and i1 {full}, {allsame}')}, {fits}")
         return ok, a0
@@ -972,6 +987,13 @@ class ModuleGen:
             else:
                 v = f.op(f"load {VT}, ptr {q}, align 1")
                 f.e(f"store {VT} {v}, ptr {em.lane_ptr(inst.dst[0].reg, str(c * W))}, align 4")
+
+    def _global_wave_broadcast(self, em, inst: Inst, f: Fn, a0: str, hint_at) -> None:
+        """The load _global_wave(stride=0) found: one dword read, written to every lane of the destination."""
+        p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
+        v = f.splat(f.op(f"load i32, ptr {p}, align 1"))
+        for c in range(f.NC):
+            f.e(f"store {f.VT} {v}, ptr {em.lane_ptr(inst.dst[0].reg, str(c * f.W))}, align 4")
 
     def _global_run(self, em, inst: Inst, f: Fn, m: str, hint_at, access: bool, write: bool) -> None:
         """The common chunk first: every lane active on consecutive dwords (checked on the 32-bit address halves: the
