@@ -660,6 +660,24 @@ def test_float_ops_specials(monkeypatch, arch, wave):
     assert not interpreted & {"v_exp_f32", "v_rcp_f32", "v_rsq_f32", "v_sqrt_f32", "v_ldexp_f32"}, interpreted
 
 
+def test_a_region_compiled_in_parts(monkeypatch, tmp_path):
+    """A large region's IR is compiled as two modules on two threads (each its own LLVM context, without llvmlite's
+    lock) and linked into one image: the interpreter's results, for a kernel of many blocks."""
+    from amdq.sim.shader.jit import block, compiled
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(block, "SPLIT_LINES", 200)
+    monkeypatch.setattr(compiled, "compile_threads", lambda: 2)
+    monkeypatch.setattr(runtime, "compile_threads", lambda: 2)
+    parts: list[int] = []
+    orig = block.ModuleGen.text_parts
+    monkeypatch.setattr(block.ModuleGen, "text_parts", lambda self, n: parts.append(len(got := orig(self, n))) or got)
+    runtime.forget()
+    for name, kw in _cases():
+        if name == "test_atomics_global" and kw.get("wave") == 32:
+            test_jit_matches_interpreter("gfx1100", name, kw, monkeypatch)
+    assert parts and max(parts) == 2
+
+
 ROW_LOAD = """
 __kernel void rows(__global const float *a, __global const float *b, __global float *o, int k, int lim) {
   int i = get_global_id(0);

@@ -156,6 +156,30 @@ def test_a_linked_object_places_anywhere():
         assert all(mix(x, k) == theirs(x, k) for x in (0, 1, 12345, -1) for k in range(-1, 10))
 
 
+CALLER = """
+declare i32 @mix(i32, i32)
+define i32 @twice(i32 %x, i32 %k) {
+  %a = call i32 @mix(i32 %x, i32 %k)
+  %b = call i32 @mix(i32 %a, i32 %k)
+  ret i32 %b
+}
+"""
+
+
+def test_objects_link_together():
+    """Two objects, one calling a function the other defines (as a region compiled in parts: the chain and the blocks
+    of the other part): one image, the call resolved; a function two objects define, or one no object does, is
+    refused."""
+    a, b = _object(CALLER), _object(IR)
+    with pytest.raises(loader.Unsupported, match="mix"):
+        loader.link(a, ["twice"])                            # (alone: @mix undefined)
+    fns = loader.place(loader.unpack(loader.pack(loader.link([a, b], ["twice", "mix"]))))
+    mix, twice = MIX(fns["mix"]), MIX(fns["twice"])
+    assert all(twice(x, k) == mix(mix(x, k), k) for x in (0, 7, -1, 99991) for k in range(9))
+    with pytest.raises(loader.Unsupported, match="twice"):
+        loader.link([a, b, a], ["twice"])
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncated", "fixup outside", "entry outside", "not linked"])
 def test_a_damaged_linked_object_is_refused(damage):
     import msgpack

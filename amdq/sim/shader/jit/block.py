@@ -15,6 +15,7 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
                  helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
+SPLIT_LINES = 3000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen)
 VERSION = 33          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
@@ -457,7 +458,36 @@ class ModuleGen:
         ]) + helpers()
 
     def text(self) -> str:
-        return self.header() + "\n".join(self.funcs) + "\n" + self.chain()
+        return self.text_parts(1)[0]
+
+    def text_parts(self, parts: int) -> list[str]:
+        """The module as up to `parts` modules compiled apart (on as many threads) and linked together
+        (loader.link): the blocks, each with its wrapper, shared out by size, the chain in the first one (which
+        declares the blocks of the others); every part has the header's helpers (internal). One module below
+        SPLIT_LINES lines of blocks (the helpers' copies would cost more than the threads give)."""
+        head, chain = self.header(), self.chain()
+        groups = [self.funcs[i:i + 2] for i in range(0, len(self.funcs), 2)]       # (a block's body, its wrapper)
+        sizes = [sum(x.count("\n") for x in g) for g in groups]
+        if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
+            return [head + "\n".join(self.funcs) + "\n" + chain]
+        load, members = [chain.count("\n")] + [0] * (parts - 1), [[] for _ in range(parts)]
+        for j in sorted(range(len(groups)), key=lambda j: -sizes[j]):
+            k = min(range(parts), key=load.__getitem__)
+            members[k].append(j)
+            load[k] += sizes[j]
+        out = []
+        for k, mine in enumerate(members):
+            if k and not mine:
+                continue
+            body = "\n".join(x for j in sorted(mine) for x in groups[j])
+            if k == 0:
+                here = {self.blocks[j].name for j in mine}
+                decl = "\n".join(f"declare i32 @{b.name}(ptr, ptr, i64, i32, i32)" for b in self.blocks
+                                 if b.name not in here)
+                out.append(head + decl + "\n" + body + "\n" + chain)
+            else:
+                out.append(head + body + "\n")
+        return out
 
     # ---------------------------------------------------------------- the region's chain
     def chain(self) -> str:

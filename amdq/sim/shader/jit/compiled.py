@@ -201,10 +201,10 @@ def _add(llvm, eng, obj: bytes) -> None:
     eng.finalize_object()
 
 
-def _map(obj: bytes, names: list[str], tier: str) -> tuple[dict[str, int], str, loader.Linked | None]:
-    """The object's functions mapped executable: linked and placed by loader.py (no LLVM needed), else through
-    MCJIT (an object that needs more than that loader does: raises when neither can); and the linked object when
-    loader.py took it (what the disk cache keeps then)."""
+def _map(obj: bytes | list[bytes], names: list[str], tier: str) -> tuple[dict[str, int], str, loader.Linked | None]:
+    """The object's (or objects', linked together) functions mapped executable: linked and placed by loader.py (no
+    LLVM needed), else through MCJIT (an object that needs more than that loader does: raises when neither can); and
+    the linked object when loader.py took it (what the disk cache keeps then)."""
     try:
         lk = loader.link(obj, names)
         return loader.place(lk), "native", lk
@@ -212,12 +212,138 @@ def _map(obj: bytes, names: list[str], tier: str) -> tuple[dict[str, int], str, 
         _state["unsupported"] = str(e)
     llvm, tm = _llvm(tier)
     eng = _engine(llvm, tm)
-    _add(llvm, eng, obj)
+    for o in obj if isinstance(obj, list) else [obj]:
+        _add(llvm, eng, o)
     addresses = {n: eng.get_function_address(n) for n in [*names, "chain"]}
     if not all(addresses[n] for n in names):
         raise ValueError("functions missing")
     stats["mcjit_loads"] += 1
     return {n: a for n, a in addresses.items() if a}, "mcjit", None
+
+
+def compile_threads() -> int:
+    """Threads one compile uses (the parts of a large region's IR, ModuleGen.text_parts): two where the process may
+    run on two cores or more (LLVM releases the interpreter lock while it works)."""
+    n = _state.get("threads")
+    if n is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        n = _state["threads"] = max(1, min(2, cores))
+    return n
+
+
+def _emit(llvm, tm, ir: str, tier: str, clock=None, context=None) -> bytes:
+    """One module's object code: parsed (into `context`, else LLVM's global one), verified, the tier's IR passes,
+    machine code (clock: adds each stage's seconds)."""
+    mod = llvm.parse_assembly(ir, context=context)
+    clock and clock("parse")
+    mod.verify()
+    clock and clock("verify")
+    _optimise(llvm, tm, mod, tier)
+    clock and clock("passes")
+    mod.triple = tm.triple
+    obj = tm.emit_object(mod)
+    clock and clock("emit")
+    return obj
+
+
+_aside: dict = {}                   # the threads compiling the other parts of a module, and their LLVM state
+_aside_lock = threading.Lock()
+_tls = threading.local()
+
+
+def _main_context(llvm):
+    """The LLVM context of the compiling thread's part when a module is compiled in parts (not llvmlite's global
+    one, which other threads use with its lock)."""
+    mine = _tls.__dict__
+    if "context" not in mine:
+        mine["context"] = llvm.create_context()
+    return mine["context"]
+
+
+def _aside_pool():
+    with _aside_lock:
+        pool = _aside.get("pool")
+        if pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            pool = _aside["pool"] = ThreadPoolExecutor(max_workers=max(1, compile_threads() - 1),
+                                                       thread_name_prefix="amdq-jit-part")
+        return pool
+
+
+def _emit_aside(ir: str, tier: str) -> tuple[bytes, float]:
+    """_emit on a part's thread, in its own LLVM context with its own target machine; (the object, its CPU
+    seconds)."""
+    t = time.thread_time()
+    llvm, _ = _llvm(tier)
+    mine = _tls.__dict__
+    if "context" not in mine:
+        mine["context"] = llvm.create_context()
+    tm = mine.get(tier)
+    if tm is None:
+        cpu, feats = _state["cpu"]
+        tm = mine[tier] = _state["target"].create_target_machine(cpu=cpu, features=feats, opt=TIERS[tier][1],
+                                                                 codemodel="jitdefault", reloc="pic")
+    obj = _emit_unlocked(llvm, tm, ir, tier, mine["context"])
+    return obj, time.thread_time() - t
+
+
+def _emit_unlocked(llvm, tm, ir: str, tier: str, context, clock=None) -> bytes:
+    """_emit without llvmlite's process-wide lock around each LLVM call (it serialises every thread's LLVM work; LLVM
+    itself compiles modules of separate contexts with separate target machines at once): the same C entry points,
+    called directly. The locked path for a tier with IR passes, or where llvmlite's wrappers are not what this
+    expects."""
+    import ctypes
+    from llvmlite.binding import ffi
+    lib = ffi.lib
+    try:
+        parse, verify, settarget, emit, start, size, dispose, free, gone = (
+            getattr(lib, f"LLVMPY_{n}")._cfn for n in ("ParseAssembly", "VerifyModule", "SetTarget",
+                                                      "TargetMachineEmitToMemory", "GetBufferStart", "GetBufferSize",
+                                                      "DisposeMemoryBuffer", "DisposeString", "DisposeModule"))
+    except AttributeError:
+        return _emit(llvm, tm, ir, tier, clock, context)
+    if TIERS[tier][0]:
+        return _emit(llvm, tm, ir, tier, clock, context)
+    triple = _triples.get(id(tm))
+    if triple is None:
+        triple = _triples[id(tm)] = tm.triple.encode()
+        _keep_tm.append(tm)
+
+    def check(err: ctypes.c_char_p, what: str) -> None:
+        if err.value:
+            msg = err.value.decode(errors="replace")
+            free(err)
+            raise RuntimeError(f"{what}\n{msg}")
+    err = ctypes.c_char_p(None)
+    mod = parse(context, ctypes.c_char_p(ir.encode()), ctypes.byref(err))
+    try:
+        check(err, "LLVM IR parsing error")
+        clock and clock("parse")
+        if verify(mod, ctypes.byref(err)):
+            check(err, "LLVM IR verification error")
+            raise RuntimeError("LLVM IR verification error")
+        clock and clock("verify")
+        settarget(mod, triple)
+        mb = emit(tm, mod, 1, ctypes.byref(err))
+        if not mb:
+            check(err, "LLVM code generation error")
+            raise RuntimeError("LLVM code generation error")
+        try:
+            obj = ctypes.string_at(start(mb), size(mb))
+        finally:
+            dispose(mb)
+        clock and clock("emit")
+        return obj
+    finally:
+        if mod:
+            gone(mod)
+
+
+_triples: dict[int, bytes] = {}     # target machine (id) -> its triple, asked once (with llvmlite's lock)
+_keep_tm: list = []                 # (the machines _triples names, never freed: their ids stay theirs)
 
 
 def _optimise(llvm, tm, mod, tier: str) -> None:
@@ -388,18 +514,18 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             llvm, tm = _llvm(tier)
             clock = _Stages()
             ir = make_ir(tier)
+            parts = ir if isinstance(ir, list) else [ir]
             clock("ir")
-            stats["ir_lines"] += ir.count("\n")
-            mod = llvm.parse_assembly(ir)
-            clock("parse")
-            mod.verify()
-            clock("verify")
-            _optimise(llvm, tm, mod, tier)
-            clock("passes")
-            mod.triple = tm.triple
-            obj = tm.emit_object(mod)
+            stats["ir_lines"] += sum(x.count("\n") for x in parts)
+            aside = [_aside_pool().submit(_emit_aside, x, tier) for x in parts[1:]]
+            objs = [_emit_unlocked(llvm, tm, parts[0], tier, _main_context(llvm), clock) if aside else
+                    _emit(llvm, tm, parts[0], tier, clock)]
+            for job in aside:                   # (the other parts, compiled meanwhile on their own threads)
+                obj, cpu = job.result()
+                objs.append(obj)
+                tc -= cpu
             clock("emit")
-            addresses, how, linked = _map(obj, names, tier)
+            addresses, how, linked = _map(objs, names, tier)
             clock("load")
             with _stats_lock:
                 stats["compiled" if tier == FAST else "recompiled"] += 1
@@ -407,8 +533,8 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
                 path = _path(key, LINKED)
                 if path:
                     _store(path, loader.pack(linked))
-            elif path:
-                _store(path, obj)
+            elif path and len(objs) == 1:
+                _store(path, objs[0])
         dt = time.perf_counter() - t
         with _stats_lock:
             if source != "compiled":

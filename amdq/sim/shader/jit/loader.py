@@ -86,10 +86,11 @@ def load(obj: bytes, names: list[str]) -> dict[str, int]:
     return place(link(obj, names))
 
 
-def link(obj: bytes, names: list[str]) -> Linked:
-    """`obj` laid out and relocated at address 0 (raises Unsupported for what this loader does not do)."""
+def link(obj: bytes | list[bytes], names: list[str]) -> Linked:
+    """`obj` (or several objects, linked together: a symbol one leaves undefined is another's global) laid out and
+    relocated at address 0 (raises Unsupported for what this loader does not do)."""
     try:
-        return _link(obj, names)
+        return _link(obj if isinstance(obj, list) else [obj], names)
     except (ValueError, IndexError, KeyError, struct.error) as e:
         if isinstance(e, Unsupported):
             raise
@@ -143,133 +144,157 @@ def unpack(blob: bytes) -> Linked:
     return Linked(code, fixups, entries)
 
 
-def _link(obj: bytes, names: list[str]) -> Linked:
-    if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
-        raise Unsupported("not a little-endian ELF64 object")
-    e_type, e_machine = struct.unpack_from("<HH", obj, 16)
-    shoff, = struct.unpack_from("<Q", obj, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
-    if e_type != ET_REL or e_machine != EM_X86_64 or shentsize != SHDR.itemsize:
-        raise Unsupported("not an x86-64 relocatable object")
-    sh = np.frombuffer(obj, SHDR, shnum, shoff).tolist()     # (name, type, flags, addr, offset, size, link, info, ...)
-    shstr = _section(obj, sh[shstrndx])
-
-    # layout: every allocated section but the unwind tables (nothing unwinds through generated code), then the GOT
-    base: dict[int, int] = {}
-    size = 0
-    for i, (name, kind, flags, _, _, length, _, _, align, _) in enumerate(sh):
-        if not flags & SHF_ALLOC or length == 0 or kind == SHT_X86_64_UNWIND:
-            continue
-        if flags & SHF_WRITE:
-            raise Unsupported(f"writable section {_cstr(shstr, name).decode()}")
-        align = max(align, 1)
-        size = -(-size // align) * align
-        base[i] = size
-        size += length
-    if any(s[1] == SHT_REL for s in sh):
-        raise Unsupported("REL relocations")
-
-    symtabs = [s for s in sh if s[1] == SHT_SYMTAB]
-    if len(symtabs) != 1:
-        raise Unsupported("no single symbol table")
-    st = symtabs[0]
-    syms = np.frombuffer(obj, SYM, st[5] // SYM.itemsize, st[4])
-    strtab = _section(obj, sh[st[6]])
-
-    want = {n.encode() for n in names}
-    STT_FUNC, STB_GLOBAL = 2, 1
-    funcs = np.flatnonzero(syms["info"] == (STB_GLOBAL << 4 | STT_FUNC))
-    found = {_cstr(strtab, at): j for j, at in zip(funcs.tolist(), syms["name"][funcs].tolist())}
-    if want - found.keys():
-        raise Unsupported(f"functions missing: {sorted(n.decode() for n in want - found.keys())}")
-
-    # every symbol's address (UNBOUND for one this loader cannot give: a relocation against it is refused)
-    got_entry = np.full(len(syms), UNBOUND, np.uint64)       # symbol -> its GOT entry's offset in the GOT
-    relas = [(base[s[7]], sh[s[7]][5], np.frombuffer(obj, RELA, s[5] // RELA.itemsize, s[4])) for s in sh
-             if s[1] == SHT_RELA and s[7] in base]
-    entries = 0
-    for _, _, r in relas:
-        kind = r["info"] & np.uint64(0xFFFFFFFF)
-        uses = r["info"][_GOT_USERS[np.minimum(kind, np.uint64(len(_GOT_USERS) - 1))]] >> np.uint64(32)
-        for idx in sorted(set(uses.tolist())):
-            if got_entry[idx] == UNBOUND:
-                got_entry[idx] = 8 * entries
-                entries += 1
-    size = -(-size // 8) * 8
-    got_off = size
-    size += 8 * entries
-    image, value, fixups = _relocate(size, obj, sh, syms, strtab, base, relas, got_entry, got_off)
-    return Linked(image.tobytes(), fixups, {n.decode(): int(value[j]) for n, j in found.items()})
+STT_FUNC, STB_GLOBAL = 2, 1
 
 
-def _relocate(size: int, obj: bytes, sh: list, syms: np.ndarray, strtab: bytes, base: dict, relas: list,
-              got_entry: np.ndarray, got_off: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The sections, the GOT and the relocated values laid out from address 0: (the image, every symbol's offset,
-    the offsets of the 8-byte slots holding an address). A value that moves with the mapping is only allowed where
-    it is a whole 8-byte address (R_X86_64_64, a GOT entry); PC- and GOT-relative ones do not move."""
-    shnum = len(sh)
-    where = np.array([UNBOUND if j not in base else base[j] for j in range(shnum)] + [0], np.uint64)
-    shndx = syms["shndx"].astype(np.int64)
-    shndx[shndx == SHN_ABS] = shnum                 # absolute: the value alone
-    shndx[shndx > shnum] = 0                        # other reserved indices: unbound
-    sect = where[shndx]
-    value = np.where(sect == UNBOUND, UNBOUND, sect + syms["value"])
-    moves = (sect != UNBOUND) & (shndx != shnum)    # an address in the mapping (the base is added when placed)
-    for j in np.flatnonzero(shndx == SHN_UNDEF).tolist():
-        if _cstr(strtab, int(syms[j]["name"])) == GOT_SYMBOL:
-            value[j], moves[j] = got_off, True
+def _link(objs: list[bytes], names: list[str]) -> Linked:
+    parts, at = [], 0
+    for obj in objs:
+        parts.append(_Part(obj, at))
+        at = parts[-1].end
+    exports: dict[bytes, int] = {}                          # every global function: its offset in the image
+    for p in parts:
+        for name, j in p.funcs.items():
+            if name in exports:
+                raise Unsupported(f"function {name.decode()} defined twice")
+            exports[name] = int(p.value[j])
+    missing = {n.encode() for n in names} - exports.keys()
+    if missing:
+        raise Unsupported(f"functions missing: {sorted(n.decode() for n in missing)}")
+    image = np.zeros(at, np.uint8)
+    fixups = [p.relocate(image, exports) for p in parts]
+    return Linked(image.tobytes(), np.concatenate(fixups).astype(np.uint32),
+                  {n.decode(): off for n, off in exports.items()})
 
-    image = np.zeros(size, np.uint8)
-    for i, off in base.items():
-        _, kind, _, _, at, length = sh[i][:6]
-        if kind != SHT_NOBITS:
-            image[off:off + length] = np.frombuffer(obj, np.uint8, length, at)
-    has_entry = np.flatnonzero(got_entry != UNBOUND)
-    unbound = has_entry[value[has_entry] == UNBOUND]
-    if len(unbound):
-        raise Unsupported(f"GOT entry of symbol {_cstr(strtab, int(syms[unbound[0]]['name'])).decode()!r} "
-                          "(undefined or in a section not loaded)")
-    slots = got_off + got_entry[has_entry].astype(np.int64)
-    _put(image, slots, value[has_entry], 8)
-    fixups = [slots[moves[has_entry]]]
 
-    for target, length, r in relas:
-        kind = (r["info"] & 0xFFFFFFFF).astype(np.int64)
-        idx = (r["info"] >> np.uint64(32)).astype(np.int64)
-        kinds = set(kind.tolist())
-        unknown = kinds - RELOCS.keys()
-        if unknown:
-            raise Unsupported(f"relocation types {sorted(unknown)}")
-        S, G = value[idx], got_entry[idx]
-        A, P = r["addend"].view(np.uint64), np.uint64(target) + r["offset"]
-        terms = {"S": S, "A": A, "P": P, "G": G, "GOT": np.uint64(got_off)}
-        for k in sorted(kinds):
-            _, width, signed, calc = RELOCS[k]
-            rows = kind == k
-            need = np.zeros(int(rows.sum()), bool)
-            if "S" in calc:
-                need |= S[rows] == UNBOUND
-            if "G+" in calc:
-                need |= G[rows] == UNBOUND
-            if need.any():
-                bad = int(idx[rows][need][0])
-                raise Unsupported(f"{RELOCS[k][0]} against symbol {_cstr(strtab, int(syms[bad]['name'])).decode()!r}"
-                                  " (undefined or in a section not loaded)")
-            if (r["offset"][rows] + np.uint64(width) > np.uint64(length)).any():
-                raise Unsupported(f"{RELOCS[k][0]} outside its section")
-            at = (target + r["offset"][rows]).astype(np.int64)
-            absolute = moves[idx[rows]] if calc == "S+A" else np.zeros(len(at), bool)
-            if absolute.any():
-                if width != 8:
-                    raise Unsupported(f"{RELOCS[k][0]}: a 32-bit absolute address")
-                fixups.append(at[absolute])
-            v = _calc(calc, {t: (x[rows] if isinstance(x, np.ndarray) else x) for t, x in terms.items()})
-            if width == 4:
-                iv = v.view(np.int64)
-                if not ((-2**31 <= iv) & (iv < 2**31)).all() if signed else (v < 2**32).all():
-                    raise Unsupported(f"{RELOCS[k][0]} out of range")
-            _put(image, at, v, width)
-    return image, value, np.concatenate(fixups).astype(np.uint32)
+class _Part:
+    """One object of a link, laid out from image offset `at`: its allocated sections (but the unwind tables: nothing
+    unwinds through generated code), then its GOT; `end`: the offset after it. `value`: every symbol's offset in the
+    image (UNBOUND for one this object does not define), `moves`: whether that is an address (the mapping's base is
+    added to it when stored whole), `funcs`: its global functions."""
+
+    def __init__(self, obj: bytes, at: int):
+        if len(obj) < 64 or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+            raise Unsupported("not a little-endian ELF64 object")
+        e_type, e_machine = struct.unpack_from("<HH", obj, 16)
+        shoff, = struct.unpack_from("<Q", obj, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
+        if e_type != ET_REL or e_machine != EM_X86_64 or shentsize != SHDR.itemsize:
+            raise Unsupported("not an x86-64 relocatable object")
+        self.obj = obj
+        sh = self.sh = np.frombuffer(obj, SHDR, shnum, shoff).tolist()   # (name, type, flags, addr, offset, size, ...)
+        shstr = _section(obj, sh[shstrndx])
+        base: dict[int, int] = {}
+        size = at
+        for i, (name, kind, flags, _, _, length, _, _, align, _) in enumerate(sh):
+            if not flags & SHF_ALLOC or length == 0 or kind == SHT_X86_64_UNWIND:
+                continue
+            if flags & SHF_WRITE:
+                raise Unsupported(f"writable section {_cstr(shstr, name).decode()}")
+            align = max(align, 1)
+            size = -(-size // align) * align
+            base[i] = size
+            size += length
+        self.base = base
+        if any(s[1] == SHT_REL for s in sh):
+            raise Unsupported("REL relocations")
+        symtabs = [s for s in sh if s[1] == SHT_SYMTAB]
+        if len(symtabs) != 1:
+            raise Unsupported("no single symbol table")
+        st = symtabs[0]
+        syms = self.syms = np.frombuffer(obj, SYM, st[5] // SYM.itemsize, st[4])
+        strtab = self.strtab = _section(obj, sh[st[6]])
+        funcs = np.flatnonzero((syms["info"] == (STB_GLOBAL << 4 | STT_FUNC)) & (syms["shndx"] != SHN_UNDEF))
+        self.funcs = {_cstr(strtab, a): j for j, a in zip(funcs.tolist(), syms["name"][funcs].tolist())}
+
+        # the GOT: an entry per symbol a GOT-using relocation names
+        got_entry = self.got_entry = np.full(len(syms), UNBOUND, np.uint64)     # symbol -> its entry's offset
+        self.relas = [(base[s[7]], sh[s[7]][5], np.frombuffer(obj, RELA, s[5] // RELA.itemsize, s[4])) for s in sh
+                      if s[1] == SHT_RELA and s[7] in base]
+        entries = 0
+        for _, _, r in self.relas:
+            kind = r["info"] & np.uint64(0xFFFFFFFF)
+            uses = r["info"][_GOT_USERS[np.minimum(kind, np.uint64(len(_GOT_USERS) - 1))]] >> np.uint64(32)
+            for idx in sorted(set(uses.tolist())):
+                if got_entry[idx] == UNBOUND:
+                    got_entry[idx] = 8 * entries
+                    entries += 1
+        size = -(-size // 8) * 8
+        self.got_off = size
+        self.end = size + 8 * entries
+
+        where = np.array([UNBOUND if j not in base else base[j] for j in range(shnum)] + [0], np.uint64)
+        shndx = self.shndx = syms["shndx"].astype(np.int64)
+        shndx[shndx == SHN_ABS] = shnum                 # absolute: the value alone
+        shndx[shndx > shnum] = 0                        # other reserved indices: unbound
+        sect = where[shndx]
+        self.value = np.where(sect == UNBOUND, UNBOUND, sect + syms["value"])
+        self.moves = (sect != UNBOUND) & (shndx != shnum)
+
+    def relocate(self, image: np.ndarray, exports: dict[bytes, int]) -> np.ndarray:
+        """Write the sections, the GOT and the relocated values into the image (undefined symbols resolved from
+        `exports`, the other objects' functions); the offsets of the 8-byte slots holding an address. A value that
+        moves with the mapping is only allowed where it is a whole 8-byte address (R_X86_64_64, a GOT entry); PC-
+        and GOT-relative ones do not move."""
+        obj, sh, syms, strtab = self.obj, self.sh, self.syms, self.strtab
+        value, moves, got_entry, got_off = self.value, self.moves, self.got_entry, self.got_off
+        for j in np.flatnonzero(self.shndx == SHN_UNDEF).tolist():
+            name = _cstr(strtab, int(syms[j]["name"]))
+            if name == GOT_SYMBOL:
+                value[j], moves[j] = got_off, True
+            elif name in exports:
+                value[j], moves[j] = exports[name], True
+        for i, off in self.base.items():
+            _, kind, _, _, at, length = sh[i][:6]
+            if kind != SHT_NOBITS:
+                image[off:off + length] = np.frombuffer(obj, np.uint8, length, at)
+        has_entry = np.flatnonzero(got_entry != UNBOUND)
+        unbound = has_entry[value[has_entry] == UNBOUND]
+        if len(unbound):
+            raise Unsupported(f"GOT entry of symbol {_cstr(strtab, int(syms[unbound[0]]['name'])).decode()!r} "
+                              "(undefined or in a section not loaded)")
+        slots = got_off + got_entry[has_entry].astype(np.int64)
+        _put(image, slots, value[has_entry], 8)
+        fixups = [slots[moves[has_entry]]]
+
+        for target, length, r in self.relas:
+            kind = (r["info"] & 0xFFFFFFFF).astype(np.int64)
+            idx = (r["info"] >> np.uint64(32)).astype(np.int64)
+            kinds = set(kind.tolist())
+            unknown = kinds - RELOCS.keys()
+            if unknown:
+                raise Unsupported(f"relocation types {sorted(unknown)}")
+            S, G = value[idx], got_entry[idx]
+            A, P = r["addend"].view(np.uint64), np.uint64(target) + r["offset"]
+            terms = {"S": S, "A": A, "P": P, "G": G, "GOT": np.uint64(got_off)}
+            for k in sorted(kinds):
+                _, width, signed, calc = RELOCS[k]
+                rows = kind == k
+                need = np.zeros(int(rows.sum()), bool)
+                if "S" in calc:
+                    need |= S[rows] == UNBOUND
+                if "G+" in calc:
+                    need |= G[rows] == UNBOUND
+                if need.any():
+                    bad = int(idx[rows][need][0])
+                    raise Unsupported(f"{RELOCS[k][0]} against symbol "
+                                      f"{_cstr(strtab, int(syms[bad]['name'])).decode()!r} (undefined or in a section "
+                                      "not loaded)")
+                if (r["offset"][rows] + np.uint64(width) > np.uint64(length)).any():
+                    raise Unsupported(f"{RELOCS[k][0]} outside its section")
+                at = (target + r["offset"][rows]).astype(np.int64)
+                absolute = moves[idx[rows]] if calc == "S+A" else np.zeros(len(at), bool)
+                if absolute.any():
+                    if width != 8:
+                        raise Unsupported(f"{RELOCS[k][0]}: a 32-bit absolute address")
+                    fixups.append(at[absolute])
+                v = _calc(calc, {t: (x[rows] if isinstance(x, np.ndarray) else x) for t, x in terms.items()})
+                if width == 4:
+                    iv = v.view(np.int64)
+                    if not ((-2**31 <= iv) & (iv < 2**31)).all() if signed else (v < 2**32).all():
+                        raise Unsupported(f"{RELOCS[k][0]} out of range")
+                _put(image, at, v, width)
+        return np.concatenate(fixups)
 
 
 def _calc(calc: str, terms: dict) -> np.ndarray:

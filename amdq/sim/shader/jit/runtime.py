@@ -39,7 +39,7 @@ import numpy as np
 
 from . import records
 from .block import Block, ModuleGen, code_version, finish, shape, splits_before
-from .compiled import FAST, OPT, Compiled, available, get, region_code, stored, submit, tier_key
+from .compiled import FAST, OPT, Compiled, available, compile_threads, get, region_code, stored, submit, tier_key
 from ..core import PAGE
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
@@ -207,11 +207,11 @@ def _make_ir(cand: Candidate, blocks: list[Block]):
     _named(blocks)
     root = min(b.pc for b in blocks)
 
-    def make_ir(tier: str = FAST) -> str:
+    def make_ir(tier: str = FAST) -> list[str]:
         gen = ModuleGen(64 if cand.wave64 else 32, root, whole=tier == OPT)
         for b in _decoded(cand, blocks):
             gen.add(b)
-        return gen.text()
+        return gen.text_parts(compile_threads() if tier == FAST else 1)
     return make_ir
 
 
