@@ -3,6 +3,9 @@
 Two tiers (TIERS): a region is first compiled cheaply (a short IR pipeline, instruction selection and register
 allocation at -O0: a third of the -O2 compile time, code up to 2x slower on loops), and compiled again at -O2 once
 it has run long enough in compiled code that the better code pays for the second compile (runtime.py decides).
+A large region's first-tier IR comes in parts (block.ModuleGen.text_parts, compile_threads() of them): the parts
+are parsed and compiled at once on as many threads, each in its own LLVM context, through llvmlite's C entry points
+without its process-wide lock (_emit_unlocked), and loader.py links their objects into one image.
 
 The key is a sha256 over the JIT's version, the tier, LLVM's version, the host CPU name and features, the ISA
 family, the wave size, the offsets of the region's blocks and the bytes of every instruction of the region with
