@@ -453,15 +453,20 @@ def available(key: str) -> bool:
     return any(p is not None and os.path.exists(p) for p in (_path(key, LINKED), _path(key, OBJECT)))
 
 
-def stored(key: str, names: list[str]) -> Compiled | None:
-    """The compiled region of `key` if it is in memory or on disk, else None (nothing compiled): what a load of a
-    region an earlier process compiled asks, one file open for the common case (a linked object)."""
+def _cached(key: str, names: list[str]) -> Compiled | None:
+    """The region of `key` from memory, or its linked object on disk placed (no lock), else None."""
     hit = MEMORY.get(key)
     if hit is not None:
         with _stats_lock:
             stats["memory_hits"] += 1
         return hit
-    c = _native(key, names)
+    return _native(key, names)
+
+
+def stored(key: str, names: list[str]) -> Compiled | None:
+    """The compiled region of `key` if it is in memory or on disk, else None (nothing compiled): what a load of a
+    region an earlier process compiled asks, one file open for the common case (a linked object)."""
+    c = _cached(key, names)
     if c is not None:
         return c
     path = _path(key, OBJECT)
@@ -477,12 +482,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
 
     An object on disk that loader.py maps is loaded without LLVM's lock: not behind a compile the worker is running
     (an -O2 recompile holds it for hundreds of ms). Anything else (MCJIT, a compile) takes the lock."""
-    hit = MEMORY.get(key)
-    if hit is not None:
-        with _stats_lock:
-            stats["memory_hits"] += 1
-        return hit
-    c = _native(key, names)
+    c = _cached(key, names)
     if c is not None:
         return c
     with _lock:
