@@ -7,6 +7,7 @@ runs all its phases for one wave, then the next (fusable).
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
@@ -15,6 +16,7 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
                  helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
+_NAMES = re.compile(r"%[A-Za-z_][\w.]*")
 SPLIT_LINES = 3000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen)
 VERSION = 33          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
@@ -545,12 +547,16 @@ class ModuleGen:
         f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 {start}, i32 %end, i32 %s0arg) "
                        "alwaysinline {")
         f.lines.append("entry:")
+        prologue = []                   # (a context field's name, its two lines): those the body never names are dropped
         for key, ty in (("v", "ptr"), ("s", "ptr"), ("scc", "ptr"), ("em", "ptr"), ("full", "ptr"), ("pc", "ptr"),
                         ("n", "i64"), ("lds", "ptr"), ("lds_base", "ptr"), ("lds_size", "i64"), ("rtab", "ptr"),
                         ("rcount", "i64"), ("wtab", "ptr"), ("wcount", "i64"), ("base_pc", "i64"), ("status", "ptr"),
                         ("mode", "ptr")):
             p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[key]}")
-            f.e(f"%{key}{'p' if ty == 'ptr' else ''} = load {ty}, ptr {p}")
+            var = f"%{key}{'p' if ty == 'ptr' else ''}"
+            f.e(f"{var} = load {ty}, ptr {p}")
+            prologue.append((var, len(f.lines) - 2))
+        top = len(f.lines)
         f.e(f"%nl = mul i64 %n, {self.lanes}")
         f.e("%ctl = alloca i32")
         f.e("store i32 0, ptr %ctl")
@@ -593,6 +599,10 @@ class ModuleGen:
         f.e(f"%ret = sub i32 -1, {c}")          # -1 fell through, -2 a branch set the PCs, -4 s_endpgm ended the waves
         f.e("ret i32 %ret")
         f.lines.append("}")
+        named = set(_NAMES.findall("\n".join(f.lines[top:])))
+        for var, at in reversed(prologue):
+            if var not in named:
+                del f.lines[at:at + 2]
         f.lines[2:2] = f.allocas
         self.funcs.append("\n".join(f.lines))
         self.funcs.append(TILES.format(name=name, tile=CTX["tile"], tile_from=CTX["tile_from"], miss_tile=CTX["miss_tile"],
