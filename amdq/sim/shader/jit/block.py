@@ -16,7 +16,8 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
                  helpers, is_float, lanes_per_op)
 
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
-_NAMES = re.compile(r"%[A-Za-z_][\w.]*")
+_FIELDS = re.compile(r"%(?:vp|sp|sccp|emp|fullp|pcp|n|ldsp|lds_basep|lds_size|rtabp|rcount|wtabp|wcount|base_pc|statusp|"
+                     r"modep)(?![\w.])")      # the context fields a block's prologue may load (ModuleGen.add)
 SPLIT_LINES = 3000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen)
 VERSION = 33          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
@@ -599,7 +600,7 @@ class ModuleGen:
         f.e(f"%ret = sub i32 -1, {c}")          # -1 fell through, -2 a branch set the PCs, -4 s_endpgm ended the waves
         f.e("ret i32 %ret")
         f.lines.append("}")
-        named = set(_NAMES.findall("\n".join(f.lines[top:])))
+        named = set(_FIELDS.findall("\n".join(f.lines[top:])))
         for var, at in reversed(prologue):
             if var not in named:
                 del f.lines[at:at + 2]

@@ -257,15 +257,6 @@ _aside_lock = threading.Lock()
 _tls = threading.local()
 
 
-def _main_context(llvm):
-    """The LLVM context of the compiling thread's part when a module is compiled in parts (not llvmlite's global
-    one, which other threads use with its lock)."""
-    mine = _tls.__dict__
-    if "context" not in mine:
-        mine["context"] = llvm.create_context()
-    return mine["context"]
-
-
 def _aside_pool():
     with _aside_lock:
         pool = _aside.get("pool")
@@ -276,9 +267,9 @@ def _aside_pool():
         return pool
 
 
-def _emit_aside(ir: str, tier: str) -> tuple[bytes, float]:
-    """_emit on a part's thread, in its own LLVM context with its own target machine; (the object, its CPU
-    seconds)."""
+def _emit_aside(ir: str, tier: str, clock=None) -> tuple[bytes, float]:
+    """_emit of one part of a module, in this thread's own LLVM context with its own target machine (nothing another
+    thread uses meanwhile), without llvmlite's lock; (the object, its CPU seconds)."""
     t = time.thread_time()
     llvm, _ = _llvm(tier)
     mine = _tls.__dict__
@@ -289,7 +280,7 @@ def _emit_aside(ir: str, tier: str) -> tuple[bytes, float]:
         cpu, feats = _state["cpu"]
         tm = mine[tier] = _state["target"].create_target_machine(cpu=cpu, features=feats, opt=TIERS[tier][1],
                                                                  codemodel="jitdefault", reloc="pic")
-    obj = _emit_unlocked(llvm, tm, ir, tier, mine["context"])
+    obj = _emit_unlocked(llvm, tm, ir, tier, mine["context"], clock)
     return obj, time.thread_time() - t
 
 
@@ -521,8 +512,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             clock("ir")
             stats["ir_lines"] += sum(x.count("\n") for x in parts)
             aside = [_aside_pool().submit(_emit_aside, x, tier) for x in parts[1:]]
-            objs = [_emit_unlocked(llvm, tm, parts[0], tier, _main_context(llvm), clock) if aside else
-                    _emit(llvm, tm, parts[0], tier, clock)]
+            objs = [_emit_aside(parts[0], tier, clock)[0] if aside else _emit(llvm, tm, parts[0], tier, clock)]
             for job in aside:                   # (the other parts, compiled meanwhile on their own threads)
                 obj, cpu = job.result()
                 objs.append(obj)
