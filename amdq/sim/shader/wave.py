@@ -73,7 +73,7 @@ class Pool:
         lock is free meanwhile); new buffers come from it once it is ready, their page faults paid off the
         dispatch's path. Once per process (a device opening calls it)."""
         with self.lock:
-            if self.prefaulting or nbytes <= 0:
+            if self.prefaulting or nbytes <= 0 or _memset is None:
                 return
             self.prefaulting = True
 
