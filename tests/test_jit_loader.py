@@ -311,3 +311,15 @@ def test_a_host_written_down_wrongly_is_asked_again(tmp_path, monkeypatch):
     hid = compiled.host_id()
     assert hid == compiled._state["id"] and hid.count("|") >= 2
     assert (tmp_path / "hosts" / fp).read_text() == hid
+
+
+def test_compile_threads_chosen(monkeypatch):
+    """AMDQ_SIM_JIT_THREADS chooses how many threads a compile uses; otherwise up to two, as the cores allow."""
+    for env, want in (("1", 1), ("2", 2)):
+        monkeypatch.setenv("AMDQ_SIM_JIT_THREADS", env)
+        monkeypatch.delitem(compiled._state, "threads", raising=False)
+        assert compiled.compile_threads() == want
+    monkeypatch.delenv("AMDQ_SIM_JIT_THREADS")
+    monkeypatch.delitem(compiled._state, "threads", raising=False)
+    assert 1 <= compiled.compile_threads() <= min(2, len(os.sched_getaffinity(0)))
+    monkeypatch.delitem(compiled._state, "threads", raising=False)

@@ -226,14 +226,20 @@ def _map(obj: bytes | list[bytes], names: list[str], tier: str) -> tuple[dict[st
 
 def compile_threads() -> int:
     """Threads one compile uses (the parts of a large region's IR, ModuleGen.text_parts): two where the process may
-    run on two cores or more (LLVM releases the interpreter lock while it works)."""
+    run on two cores or more (LLVM releases the interpreter lock while it works); AMDQ_SIM_JIT_THREADS=1 or 2
+    chooses."""
     n = _state.get("threads")
     if n is None:
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cores = os.cpu_count() or 1
-        n = _state["threads"] = max(1, min(2, cores))
+        v = os.environ.get("AMDQ_SIM_JIT_THREADS", "").strip()
+        if v in ("1", "2"):
+            n = int(v)
+        else:
+            try:
+                cores = len(os.sched_getaffinity(0))
+            except (AttributeError, OSError):
+                cores = os.cpu_count() or 1
+            n = max(1, min(2, cores))
+        _state["threads"] = n
     return n
 
 
