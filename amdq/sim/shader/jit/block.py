@@ -460,9 +460,6 @@ class ModuleGen:
             "",
         ]) + helpers()
 
-    def text(self) -> str:
-        return self.text_parts(1)[0]
-
     def text_parts(self, parts: int) -> list[str]:
         """The module as up to `parts` modules compiled apart (on as many threads) and linked together
         (loader.link): the blocks, each with its wrapper, shared out by size, the chain in the first one (which

@@ -281,21 +281,21 @@ def _emit_aside(ir: str, tier: str, clock=None) -> tuple[bytes, float]:
     mine = _tls.__dict__
     if "context" not in mine:
         mine["context"] = llvm.create_context()
-    tm = mine.get(tier)
-    if tm is None:
+    got = mine.get(tier)
+    if got is None:                     # (the machine, and its triple asked once, with llvmlite's lock)
         cpu, feats = _state["cpu"]
-        tm = mine[tier] = _state["target"].create_target_machine(cpu=cpu, features=feats, opt=TIERS[tier][1],
-                                                                 codemodel="jitdefault", reloc="pic")
-    obj = _emit_unlocked(llvm, tm, ir, tier, mine["context"], clock)
+        tm = _state["target"].create_target_machine(cpu=cpu, features=feats, opt=TIERS[tier][1],
+                                                    codemodel="jitdefault", reloc="pic")
+        got = mine[tier] = tm, tm.triple.encode()
+    obj = _emit_unlocked(llvm, *got, ir, tier, mine["context"], clock)
     return obj, time.thread_time() - t
 
 
-def _emit_unlocked(llvm, tm, ir: str, tier: str, context, clock=None) -> bytes:
+def _emit_unlocked(llvm, tm, triple: bytes, ir: str, tier: str, context, clock=None) -> bytes:
     """_emit without llvmlite's process-wide lock around each LLVM call (it serialises every thread's LLVM work; LLVM
     itself compiles modules of separate contexts with separate target machines at once): the same C entry points,
     called directly. The locked path for a tier with IR passes, or where llvmlite's wrappers are not what this
     expects."""
-    import ctypes
     from llvmlite.binding import ffi
     lib = ffi.lib
     try:
@@ -307,10 +307,6 @@ def _emit_unlocked(llvm, tm, ir: str, tier: str, context, clock=None) -> bytes:
         return _emit(llvm, tm, ir, tier, clock, context)
     if TIERS[tier][0]:
         return _emit(llvm, tm, ir, tier, clock, context)
-    triple = _triples.get(id(tm))
-    if triple is None:
-        triple = _triples[id(tm)] = tm.triple.encode()
-        _keep_tm.append(tm)
 
     def check(err: ctypes.c_char_p, what: str) -> None:
         if err.value:
@@ -340,10 +336,6 @@ def _emit_unlocked(llvm, tm, ir: str, tier: str, context, clock=None) -> bytes:
     finally:
         if mod:
             gone(mod)
-
-
-_triples: dict[int, bytes] = {}     # target machine (id) -> its triple, asked once (with llvmlite's lock)
-_keep_tm: list = []                 # (the machines _triples names, never freed: their ids stay theirs)
 
 
 def _optimise(llvm, tm, mod, tier: str) -> None:
