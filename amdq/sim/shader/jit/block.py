@@ -18,8 +18,9 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
 _FIELDS = re.compile(r"%(?:vp|sp|sccp|emp|fullp|pcp|n|ldsp|lds_basep|lds_size|rtabp|rcount|wtabp|wcount|base_pc|statusp|"
                      r"modep)(?![\w.])")      # the context fields a block's prologue may load (ModuleGen.add)
+GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm): check its lanes, make the access
 SPLIT_LINES = 3000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen)
-VERSION = 33          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 34          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -411,6 +412,9 @@ class ModuleGen:
         self.funcs: list[str] = []
         self.blocks: list[Block] = []
         self.fused = False              # emitting a fused block's phases (inside its wave loop)
+        self.gm: dict[str, str] = {}    # the global accesses' shared functions (_gm): name -> text
+        self.uses: list[set[str]] = []  # per block (as self.blocks): the shared functions it calls
+        self._uses: set[str] = set()
 
     def header(self) -> str:
         L = self.lanes
@@ -463,13 +467,14 @@ class ModuleGen:
     def text_parts(self, parts: int) -> list[str]:
         """The module as up to `parts` modules compiled apart (on as many threads) and linked together
         (loader.link): the blocks, each with its wrapper, shared out by size, the chain in the first one (which
-        declares the blocks of the others); every part has the header's helpers (internal). One module below
-        SPLIT_LINES lines of blocks (the helpers' copies would cost more than the threads give)."""
+        declares the blocks of the others); every part has the header's helpers and the shared functions of its
+        blocks' global accesses (_gm), internal. One module below SPLIT_LINES lines of blocks (the helpers' copies
+        would cost more than the threads give)."""
         head, chain = self.header(), self.chain()
         groups = [self.funcs[i:i + 2] for i in range(0, len(self.funcs), 2)]       # (a block's body, its wrapper)
         sizes = [sum(x.count("\n") for x in g) for g in groups]
         if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
-            return [head + "\n".join(self.funcs) + "\n" + chain]
+            return [head + "\n".join([*self.gm.values(), *self.funcs]) + "\n" + chain]
         load, members = [chain.count("\n")] + [0] * (parts - 1), [[] for _ in range(parts)]
         for j in sorted(range(len(groups)), key=lambda j: -sizes[j]):
             k = min(range(parts), key=load.__getitem__)
@@ -479,7 +484,8 @@ class ModuleGen:
         for k, mine in enumerate(members):
             if k and not mine:
                 continue
-            body = "\n".join(x for j in sorted(mine) for x in groups[j])
+            gm = sorted(set().union(*(self.uses[j] for j in mine)))
+            body = "\n".join([*(self.gm[g] for g in gm), *(x for j in sorted(mine) for x in groups[j])])
             if k == 0:
                 here = {self.blocks[j].name for j in mine}
                 decl = "\n".join(f"declare i32 @{b.name}(ptr, ptr, i64, i32, i32)" for b in self.blocks
@@ -540,6 +546,8 @@ class ModuleGen:
         name = f"blk_{b.pc - self.root:x}"
         b.name = name
         self.blocks.append(b)
+        self._uses = set()
+        self.uses.append(self._uses)
         f = Fn(self.lanes)
         start = "%start_arg" if b.fused else "%start"
         f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 {start}, i32 %end, i32 %s0arg) "
@@ -719,22 +727,6 @@ class ModuleGen:
         f.e(f"store i64 {pc}, ptr {p}")
 
     # ---------------------------------------------------------------- global memory
-    def _gaddr(self, em: "_WaveEmitter", inst: Inst, lane: str) -> str:
-        f = em.f
-        off = inst.offset & (2 ** 64 - 1)
-        if inst.saddr is not None and inst.saddr.reg != NULL:
-            lo = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, lane)}, align 4")
-            a = f.op(f"zext i32 {lo} to i64")
-            base = em.sget64(Operand("s", inst.saddr.reg, 2))
-            a = f.op(f"add i64 {a}, {base}")
-        else:
-            lo = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, lane)}, align 4")
-            hi = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg + 1, lane)}, align 4")
-            lo64, hi64 = f.op(f"zext i32 {lo} to i64"), f.op(f"zext i32 {hi} to i64")
-            hs = f.op(f"shl i64 {hi64}, 32")
-            a = f.op(f"or i64 {lo64}, {hs}")
-        return f.op(f"add i64 {a}, {off}") if off else a
-
     # ---------------------------------------------------------------- s_endpgm
     def _end(self, em: "_WaveEmitter", inst: Inst) -> None:
         """The wave is done (status DONE, its PC left on the s_endpgm, as the interpreter's handler leaves it)."""
@@ -811,197 +803,275 @@ class ModuleGen:
             self._wave_loop(f, lambda em: wave(em, True, True))
 
     def _global(self, f: Fn, b: Block, i: int, kind: str) -> None:
+        """global_load/store_b32..b128 wave by wave, each wave through the access's shared function (_gm); a lane
+        outside the translated ranges stops the block before the instruction. A load whose destination is not its
+        address runs in one pass, each lane checked as it goes (a stop part-way leaves registers the resumed or
+        interpreted instruction writes again with the same values); any other access checks every lane of the wave
+        first, then accesses."""
         inst = b.insts[i]
         words = GWIDTH[inst.key.split("_")[-1]]
-        nbytes = 4 * words
         write = kind == "gstore"
-        tab, cnt = ("%wtabp", "%wcount") if write else ("%rtabp", "%rcount")
         hint = f.alloca("[3 x i64]")           # the range the last lane hit: (lo, hi, host - lo)
         f.allocas.append(f"  store [3 x i64] [i64 1, i64 0, i64 0], ptr {hint}")
-        V64 = f"<{f.W} x i64>"
+        sb = inst.saddr is not None and inst.saddr.reg != NULL
+        name = self._gm(words, write, sb)
+        data = inst.data.reg if write else inst.dst[0].reg
+
+        def phase(mode: int):
+            def wave(em):
+                base = em.sget64(Operand("s", inst.saddr.reg, 2)) if sb else "0"
+                ok = f.op(f"call i1 @{name}(ptr %ctx, i64 {em.w}, i64 {inst.addr.reg}, i64 {data}, i64 {base}, "
+                          f"i64 {inst.offset & (2 ** 64 - 1)}, ptr {hint}, i32 {mode})")
+                if mode & GM_CHECK:
+                    bad, good = f.t("m"), f.t("k")
+                    f.e(f"br i1 {ok}, label {good}, label {bad}")
+                    f.label(bad)
+                    self._stop(f, i)
+                    f.label(good)
+            return wave
+        an = 1 if sb else 2
+        if not write and (data + words <= inst.addr.reg or inst.addr.reg + an <= data):
+            self._wave_loop(f, phase(GM_CHECK | GM_ACCESS))
+        else:                                   # (in a fused block: both passes for the loop's wave)
+            self._wave_loop(f, phase(GM_CHECK))
+            self._wave_loop(f, phase(GM_ACCESS))
+
+    def _gm(self, words: int, write: bool, sb: bool) -> str:
+        """The name of the module's shared function for one kind of global access (made once per module, _gm_text),
+        noted as used by the block being made."""
+        name = f"gm_{'w' if write else 'r'}{words}{'s' if sb else 'v'}"
+        self._uses.add(name)
+        if name not in self.gm:
+            self.gm[name] = self._gm_text(name, words, write, sb)
+        return name
+
+    def _gm_text(self, name: str, words: int, write: bool, sb: bool) -> str:
+        """i1 @name(ctx, wave, address VGPR, data VGPR, scalar base, offset, hint, mode): one wave's global access
+        of `words` dwords (a store if `write`; the address a VGPR pair, or one VGPR + the scalar base if `sb`). mode
+        GM_CHECK: every active lane checked to be in the translated ranges; GM_ACCESS: the access (checked before);
+        both: each lane checked, then accessed. false: a lane is outside the table (the context's miss slots say
+        where; its access and those of the lanes after it not made). Tiers, the first that fits: a single-dword
+        wave on one run of consecutive dwords inside the last-hit range (`hint`, as _find) as vector accesses, or, a
+        load, on one address as one read broadcast; then chunk by chunk: a chunk that is one run inside the range as
+        one vector access; every active lane inside it, gathered or scattered; else lane by lane through the table.
+        (The fast tier calls it; the -O2 tier inlines it, its mode a constant.)"""
+        f = Fn(self.lanes)
+        L, W, VT, MT = f.L, f.W, f.VT, f.MT
+        V64 = f"<{W} x i64>"
+        nbytes = 4 * words
+        tab, cnt = ("%wtabp", "%wcount") if write else ("%rtabp", "%rcount")
+        inline = "alwaysinline" if self.whole else "noinline"
+        f.lines.append(f"define internal i1 @{name}(ptr %ctx, i64 %w, i64 %ra, i64 %rd, i64 %sbase, i64 %off, "
+                       f"ptr %hint, i32 %mode) {inline} {{")
+        f.lines.append("entry:")
+        for key, var, ty in (("v", "%vp", "ptr"), ("s", "%sp", "ptr"), ("n", "%n", "i64"),
+                             ("wtab" if write else "rtab", tab, "ptr"), ("wcount" if write else "rcount", cnt, "i64")):
+            f.e(f"{var} = load {ty}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[key]}')}")
+        f.e(f"%nl = mul i64 %n, {L}")
+        f.e(f"%chk = icmp ne i32 {f.op(f'and i32 %mode, {GM_CHECK}')}, 0")
+        f.e(f"%acc = icmp ne i32 {f.op(f'and i32 %mode, {GM_ACCESS}')}, 0")
+        em = _WaveEmitter(f, "%w", "0")
+
+        def row(reg: str, j: int) -> str:
+            """The wave's row of VGPR reg + j."""
+            r = f.op(f"add i64 {reg}, {j}") if j else reg
+            off = f.op(f"mul i64 %nl, {r}")
+            return f.op(f"getelementptr i32, ptr %vp, i64 {f.op(f'add i64 {off}, {em.wl}')}")
+        alo = row("%ra", 0)
+        ahi = None if sb else row("%ra", 1)
+        data = [row("%rd", j) for j in range(words)]
+        e = em.exec_bits()
+
+        def at(p: str, j) -> str:
+            return f.op(f"getelementptr i32, ptr {p}, i64 {j}")
+
+        def chunk(p: str) -> str:
+            return at(p, f.op(f"shl i64 {em.c}, {f.LOGW}"))
 
         def hint_at(j: int) -> str:
-            return f.op(f"load i64, ptr {f.op(f'getelementptr i64, ptr {hint}, i64 {j}')}")
+            return f.op(f"load i64, ptr {f.op(f'getelementptr i64, ptr %hint, i64 {j}')}")
 
-        def find(a: str) -> str:
-            return self._find(f, hint, tab, cnt, a, nbytes)
+        def when(cond: str, then) -> None:
+            yes, no = f.t("x"), f.t("y")
+            f.e(f"br i1 {cond}, label {yes}, label {no}")
+            f.label(yes)
+            then()
+            f.e(f"br label {no}")
+            f.label(no)
 
-        def lane_check(em, l):
-            a = self._gaddr(em, inst, l)
-            h = find(a)
-            miss = f.op(f"icmp eq i64 {h}, 0")
+        def base(lo0: str, hi0: str | None) -> str:
+            """The 64-bit address of the lane whose low address half is lo0 (and high half hi0)."""
+            a = f.op(f"zext i32 {lo0} to i64")
+            if sb:
+                a = f.op(f"add i64 {a}, %sbase")
+            else:
+                hs = f.op(f"shl i64 {f.op(f'zext i32 {hi0} to i64')}, 32")
+                a = f.op(f"or i64 {a}, {hs}")
+            return f.op(f"add i64 {a}, %off")
+
+        if words == 1 and f.NC > 1:
+            self._gm_wave(f, em, write, alo, ahi, data[0], e, hint_at, base, when)
+
+        def lane(l: str) -> None:
+            lo = f.op(f"load i32, ptr {at(alo, l)}, align 4")
+            a = base(lo, None if sb else f.op(f"load i32, ptr {at(ahi, l)}, align 4"))
+            h = self._find(f, "%hint", tab, cnt, a, nbytes)
             bad, ok = f.t("m"), f.t("k")
+            miss = f.op(f"and i1 %chk, {f.op(f'icmp eq i64 {h}, 0')}")
             f.e(f"br i1 {miss}, label {bad}, label {ok}")
             f.label(bad)
             for slot, val in (("miss_addr", a), ("miss_bytes", str(nbytes)), ("miss_write", str(int(write)))):
-                p = f.op(f"getelementptr i64, ptr %ctx, i64 {CTX[slot]}")
-                f.e(f"store i64 {val}, ptr {p}")
-            self._stop(f, i)
+                f.e(f"store i64 {val}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[slot]}')}")
+            f.e("ret i1 false")
             f.label(ok)
 
-        def lane_access(em, l):
-            a = self._gaddr(em, inst, l)
-            hp = f.op(f"inttoptr i64 {find(a)} to ptr")
-            if write:
-                vals = [f.op(f"load i32, ptr {em.lane_ptr(inst.data.reg + j, l)}, align 4") for j in range(words)]
-                for j, v in enumerate(vals):
-                    q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
-                    f.e(f"store i32 {v}, ptr {q}, align 1")
-            else:
-                vals = []
-                for j in range(words):
-                    q = f.op(f"getelementptr i8, ptr {hp}, i64 {4 * j}")
-                    vals.append(f.op(f"load i32, ptr {q}, align 1"))
-                for j, v in enumerate(vals):
-                    f.e(f"store i32 {v}, ptr {em.lane_ptr(inst.dst[0].reg + j, l)}, align 4")
+            def access():
+                hp = f.op(f"inttoptr i64 {h} to ptr")
+                lanes = [at(d, l) for d in data]
+                if write:
+                    vals = [f.op(f"load i32, ptr {q}, align 4") for q in lanes]
+                    for j, v in enumerate(vals):
+                        f.e(f"store i32 {v}, ptr {f.op(f'getelementptr i8, ptr {hp}, i64 {4 * j}')}, align 1")
+                else:
+                    vals = [f.op(f"load i32, ptr {f.op(f'getelementptr i8, ptr {hp}, i64 {4 * j}')}, align 1")
+                            for j in range(words)]
+                    for q, v in zip(lanes, vals):
+                        f.e(f"store i32 {v}, ptr {q}, align 4")
+            when("%acc", access)
 
-        def chunk_addr(em) -> str:
-            if inst.saddr is not None and inst.saddr.reg != NULL:
-                lo = f.op(f"zext {f.VT} {em.vget(inst.addr)} to {V64}")
-                a = f.op(f"add {V64} {lo}, {f.splat(em.sget64(Operand('s', inst.saddr.reg, 2)), 'i64')}")
-            else:
-                a = em.vget64(Operand("v", inst.addr.reg, 2))
-            off = inst.offset & (2 ** 64 - 1)
-            return f.op(f"add {V64} {a}, {f.splat(str(off), 'i64')}") if off else a
-
-        def phase(access: bool):
-            def wave(em):
-                e = em.exec_bits()
-
-                def body():
-                    m = em.mask_vec(e)
-                    if words == 1:
-                        self._global_run(em, inst, f, m, hint_at, access, write)
-                    a = chunk_addr(em)
-                    ae = f.op(f"add {V64} {a}, {f.splat(str(nbytes), 'i64')}")
-                    c1 = f.op(f"icmp uge {V64} {a}, {f.splat(hint_at(0), 'i64')}")
-                    c2 = f.op(f"icmp ule {V64} {ae}, {f.splat(hint_at(1), 'i64')}")
-                    c3 = f.op(f"icmp uge {V64} {ae}, {a}")
-                    inr = f.op(f"and {f.MT} {f.op(f'and {f.MT} {c1}, {c2}')}, {c3}")
-                    notm = f.op(f"xor {f.MT} {m}, {f.splat('true', 'i1')}")
-                    ok = f.op(f"bitcast {f.MT} {f.op(f'or {f.MT} {inr}, {notm}')} to {f.MI}")
-                    allok = f.op(f"icmp eq {f.MI} {ok}, -1")
-                    if access and write and words > 1:
-                        allok = "false"          # multi-dword stores go lane by lane (the interpreter's order)
-                    fast, slow, join = f.t("gf"), f.t("gs"), f.t("gj")
-                    f.e(f"br i1 {allok}, label {fast}, label {slow}")
-                    f.label(fast)
-                    if access:
-                        hp = f.op(f"add {V64} {a}, {f.splat(hint_at(2), 'i64')}")
-                        for j in range(words):
-                            hj = f.op(f"add {V64} {hp}, {f.splat(str(4 * j), 'i64')}") if j else hp
-                            if write:
-                                v = em.vget(Operand("v", inst.data.reg + j))
-                                self._scatter(f, v, hj, m)
-                            else:
-                                p = em.chunk_ptr(inst.dst[0].reg + j)
-                                old = f.op(f"load {f.VT}, ptr {p}, align 4")
-                                g = self._gather(f, hj, m, old)
-                                f.e(f"store {f.VT} {g}, ptr {p}, align 4")
-                    f.e(f"br label {join}")
-                    f.label(slow)
-                    em.chunk_lanes(e, lambda l: lane_both(em, l) if one_pass else
-                                   (lane_access if access else lane_check)(em, l))
-                    f.e(f"br label {join}")
-                    f.label(join)
-                    if words == 1:
-                        f.e(f"br label {self._after_fast}")
-                        f.label(self._after_fast)
-                em.chunk_loop(body)
-            return wave
-        # A load whose destination is not its address runs in one pass, each lane checked as it goes: a stop part-way
-        # leaves registers the resumed (or interpreted) instruction writes again with the same values.
-        areg = inst.addr.reg
-        an = 1 if inst.saddr is not None and inst.saddr.reg != NULL else 2
-        one_pass = not write and (inst.dst[0].reg + words <= areg or areg + an <= inst.dst[0].reg)
-
-        def lane_both(em, l):
-            lane_check(em, l)
-            lane_access(em, l)
-        if words != 1 or f.NC == 1:
-            if not one_pass:
-                self._wave_loop(f, phase(False))
-            self._wave_loop(f, phase(True))
-            return
-
-        # The common wave first (_global_wave): one check of the whole wave, then its chunks' accesses, else the chunks
-        # as above (which check every lane again). A two-pass load in a fused block checks once for both passes.
-        def whole(rest, access: bool):
-            def wave(em):
-                # (first the last lane's low address against the first's: a wave whose lanes are not one run, as in a
-                # tile of rows, goes to the chunks for a few instructions more; a load whose lanes all read one
-                # address, a row's element in a matrix-vector loop, is one read broadcast)
-                ends = [f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, str(j))}, align 4") for j in (0, f.L - 1)]
-                run = f.op(f"icmp eq i32 {f.op(f'sub i32 {ends[1]}, {ends[0]}')}, {4 * (f.L - 1)}")
-                check, yes, no, join = f.t("wc"), f.t("wf"), f.t("ws"), f.t("wj")
-                one = f.t("wu") if not write else no
-                f.e(f"br i1 {run}, label {check}, label {one}")
-                f.label(check)
-                ok, a0 = self._global_wave(em, inst, f, hint_at)
-                f.e(f"br i1 {ok}, label {yes}, label {no}")
+        def body() -> None:
+            m = em.mask_vec(e)
+            lo = f.op(f"load {VT}, ptr {chunk(alo)}, align 4")
+            hi = None if sb else f.op(f"load {VT}, ptr {chunk(ahi)}, align 4")
+            after = None
+            if words == 1:          # the common chunk: every lane active on consecutive dwords inside the range
+                lo0 = f.op(f"extractelement {VT} {lo}, i64 0")
+                ramp = "<" + ", ".join(f"i32 {4 * j}" for j in range(W)) + ">"
+                same = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {f.splat(lo0)}, {ramp}')}")
+                hi0 = None
+                if not sb:
+                    hi0 = f.op(f"extractelement {VT} {hi}, i64 0")
+                    same = f.op(f"and {MT} {same}, {f.op(f'icmp eq {VT} {hi}, {f.splat(hi0)}')}")
+                a0 = base(lo0, hi0)
+                same = f.op(f"and {MT} {same}, {m}")
+                full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {MT} {same} to {f.MI}')}, -1")
+                nowrap, inside = self._fits(f, lo0, a0, 4 * W, hint_at)
+                fast = f.op(f"and i1 {f.op(f'and i1 {full}, {nowrap}')}, {inside}")
+                yes, no, after = f.t("qf"), f.t("qs"), f.t("qj")
+                f.e(f"br i1 {fast}, label {yes}, label {no}")
                 f.label(yes)
-                if access:
-                    self._global_wave_access(em, inst, f, a0, hint_at, write)
-                f.e(f"br label {join}")
-                if not write:
-                    ucheck, uyes = f.t("uc"), f.t("uf")
-                    f.label(one)
-                    same = f.op(f"icmp eq i32 {ends[1]}, {ends[0]}")
-                    f.e(f"br i1 {same}, label {ucheck}, label {no}")
-                    f.label(ucheck)
-                    ok, a0 = self._global_wave(em, inst, f, hint_at, stride=0)
-                    f.e(f"br i1 {ok}, label {uyes}, label {no}")
-                    f.label(uyes)
-                    if access:
-                        self._global_wave_broadcast(em, inst, f, a0, hint_at)
-                    f.e(f"br label {join}")
-                f.label(no)
-                rest(em)
-                f.e(f"br label {join}")
-                f.label(join)
-            return wave
-        if one_pass:
-            self._wave_loop(f, whole(phase(True), True))
-        elif self.fused:
-            self._wave_loop(f, whole(lambda em: (phase(False)(em), phase(True)(em)), True))
-        else:
-            self._wave_loop(f, whole(phase(False), False))
-            self._wave_loop(f, whole(phase(True), True))
 
-    def _global_wave(self, em, inst: Inst, f: Fn, hint_at, stride: int = 4) -> tuple[str, str]:
-        """(i1: the wave's single-dword access is one run of consecutive dwords inside the last-hit range, with every
-        lane active, and its first lane's address): the high address halves all equal (or the scalar base), the low
-        ones lane 0's + 4 x the lane without a 32-bit wrap, [a0, a0 + 4 x lanes) inside the range. Then no lane can
-        miss the table or fault, as the chunks' check (_global_run) finds for each chunk. With stride 0: every lane's
-        address is lane 0's ([a0, a0 + 4) inside the range)."""
-        VT, W, L = f.VT, f.W, f.L
-        full = f.op(f"icmp eq {f.IT} {em.exec_bits()}, -1")
-        los = [f.op(f"load {VT}, ptr {em.lane_ptr(inst.addr.reg, str(c * W))}, align 4") for c in range(f.NC)]
-        lo0 = f.op(f"extractelement {VT} {los[0]}, i64 0")
-        sp = f.splat(lo0)
-        same = None
-        for c, lo in enumerate(los):
-            ramp = "<" + ", ".join(f"i32 {stride * (c * W + j)}" for j in range(W)) + ">"
-            eq = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {sp}, {ramp}') if stride else sp}")
-            same = eq if same is None else f.op(f"and {f.MT} {same}, {eq}")
-        a0 = f.op(f"zext i32 {lo0} to i64")
-        if inst.saddr is not None and inst.saddr.reg != NULL:
-            a0 = f.op(f"add i64 {a0}, {em.sget64(Operand('s', inst.saddr.reg, 2))}")
-        else:
-            his = [f.op(f"load {VT}, ptr {em.lane_ptr(inst.addr.reg + 1, str(c * W))}, align 4") for c in range(f.NC)]
-            hi0 = f.op(f"extractelement {VT} {his[0]}, i64 0")
-            for hi in his:
-                same = f.op(f"and {f.MT} {same}, {f.op(f'icmp eq {VT} {hi}, {f.splat(hi0)}')}")
-            hs = f.op(f"shl i64 {f.op(f'zext i32 {hi0} to i64')}, 32")
-            a0 = f.op(f"or i64 {a0}, {hs}")
-        off = inst.offset & (2 ** 64 - 1)
-        if off:
-            a0 = f.op(f"add i64 {a0}, {off}")
-        allsame = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {same} to {f.MI}')}, -1")
-        nowrap, inside = self._fits(f, lo0, a0, 4 * L if stride else 4, hint_at)
-        fits = f.op(f"and i1 {nowrap}, {inside}")
-        ok = f.op(f"and i1 {f.op(f'and i1 {full}, {allsame}')}, {fits}")
-        return ok, a0
+                def vector():
+                    p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
+                    if write:
+                        f.e(f"store {VT} {f.op(f'load {VT}, ptr {chunk(data[0])}, align 4')}, ptr {p}, align 1")
+                    else:
+                        f.e(f"store {VT} {f.op(f'load {VT}, ptr {p}, align 1')}, ptr {chunk(data[0])}, align 4")
+                when("%acc", vector)
+                f.e(f"br label {after}")
+                f.label(no)
+            a = f.op(f"zext {VT} {lo} to {V64}")
+            if sb:
+                a = f.op(f"add {V64} {a}, {f.splat('%sbase', 'i64')}")
+            else:
+                hs = f.op(f"shl {V64} {f.op(f'zext {VT} {hi} to {V64}')}, {f.splat('32', 'i64')}")
+                a = f.op(f"or {V64} {a}, {hs}")
+            a = f.op(f"add {V64} {a}, {f.splat('%off', 'i64')}")
+            ae = f.op(f"add {V64} {a}, {f.splat(str(nbytes), 'i64')}")
+            c1 = f.op(f"icmp uge {V64} {a}, {f.splat(hint_at(0), 'i64')}")
+            c2 = f.op(f"icmp ule {V64} {ae}, {f.splat(hint_at(1), 'i64')}")
+            c3 = f.op(f"icmp uge {V64} {ae}, {a}")
+            inr = f.op(f"and {MT} {f.op(f'and {MT} {c1}, {c2}')}, {c3}")
+            notm = f.op(f"xor {MT} {m}, {f.splat('true', 'i1')}")
+            ok = f.op(f"bitcast {MT} {f.op(f'or {MT} {inr}, {notm}')} to {f.MI}")
+            allok = f.op(f"icmp eq {f.MI} {ok}, -1")
+            if write and words > 1:     # multi-dword stores go lane by lane (the interpreter's order)
+                allok = f.op(f"and i1 {allok}, {f.op('xor i1 %acc, true')}")
+            fast, slow, join = f.t("gf"), f.t("gs"), f.t("gj")
+            f.e(f"br i1 {allok}, label {fast}, label {slow}")
+            f.label(fast)
+
+            def gathered():
+                hp = f.op(f"add {V64} {a}, {f.splat(hint_at(2), 'i64')}")
+                for j in range(words):
+                    hj = f.op(f"add {V64} {hp}, {f.splat(str(4 * j), 'i64')}") if j else hp
+                    p = chunk(data[j])
+                    if write:
+                        self._scatter(f, f.op(f"load {VT}, ptr {p}, align 4"), hj, m)
+                    else:
+                        old = f.op(f"load {VT}, ptr {p}, align 4")
+                        f.e(f"store {VT} {self._gather(f, hj, m, old)}, ptr {p}, align 4")
+            when("%acc", gathered)
+            f.e(f"br label {join}")
+            f.label(slow)
+            em.chunk_lanes(e, lane)
+            f.e(f"br label {join}")
+            f.label(join)
+            if after is not None:
+                f.e(f"br label {after}")
+                f.label(after)
+        em.chunk_loop(body)
+        f.e("ret i1 true")
+        f.lines.append("}")
+        f.lines[2:2] = f.allocas
+        return "\n".join(f.lines)
+
+    def _gm_wave(self, f: Fn, em, write: bool, alo: str, ahi: str | None, dst: str, e: str, hint_at, base,
+                 when) -> None:
+        """_gm_text's first tier: a single-dword access of the whole wave, every lane active, whose addresses are one
+        run of consecutive dwords (the high halves equal, or the scalar base; the low ones lane 0's + 4 x the lane
+        without a 32-bit wrap) inside the last-hit range, as vector accesses; a load whose lanes all read one
+        address (a row's element in a matrix-vector loop) as one read broadcast. Then no lane can miss the table
+        or fault, as the chunks' check finds for each chunk. Returns true from the function when it applied."""
+        VT, W, L, MT = f.VT, f.W, f.L, f.MT
+        lo_first = f.op(f"load i32, ptr {f.op(f'getelementptr i32, ptr {alo}, i64 0')}, align 4")
+        lo_last = f.op(f"load i32, ptr {f.op(f'getelementptr i32, ptr {alo}, i64 {L - 1}')}, align 4")
+        full = f.op(f"icmp eq {f.IT} {e}, -1")
+        # (first the last lane's low address against the first's: a wave whose lanes are not one run, as in a tile
+        # of rows, goes to the chunks for a few instructions more)
+        for stride in ((4, 0) if not write else (4,)):
+            span = f.op(f"icmp eq i32 {f.op(f'sub i32 {lo_last}, {lo_first}')}, {stride * (L - 1)}")
+            test, done = f.t("wt"), f.t("wn")
+            f.e(f"br i1 {f.op(f'and i1 {full}, {span}')}, label {test}, label {done}")
+            f.label(test)
+            same, hi0 = None, None
+            sp = f.splat(lo_first)
+            for c in range(f.NC):
+                lo = f.op(f"load {VT}, ptr {f.op(f'getelementptr i32, ptr {alo}, i64 {c * W}')}, align 4")
+                ramp = "<" + ", ".join(f"i32 {stride * (c * W + j)}" for j in range(W)) + ">"
+                eq = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {sp}, {ramp}') if stride else sp}")
+                same = eq if same is None else f.op(f"and {MT} {same}, {eq}")
+            if ahi is not None:
+                hi0 = f.op(f"load i32, ptr {ahi}, align 4")
+                for c in range(f.NC):
+                    hi = f.op(f"load {VT}, ptr {f.op(f'getelementptr i32, ptr {ahi}, i64 {c * W}')}, align 4")
+                    same = f.op(f"and {MT} {same}, {f.op(f'icmp eq {VT} {hi}, {f.splat(hi0)}')}")
+            a0 = base(lo_first, hi0)
+            allsame = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {MT} {same} to {f.MI}')}, -1")
+            nowrap, inside = self._fits(f, lo_first, a0, 4 * L if stride else 4, hint_at)
+            go, no = f.t("wf"), f.t("ws")
+            fits = f.op(f"and i1 {nowrap}, {inside}")
+            f.e(f"br i1 {f.op(f'and i1 {allsame}, {fits}')}, label {go}, label {no}")
+            f.label(go)
+
+            def access(stride=stride, a0=a0):
+                p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
+                if not stride:
+                    v = f.splat(f.op(f"load i32, ptr {p}, align 1"))
+                for c in range(f.NC):
+                    r = f.op(f"getelementptr i32, ptr {dst}, i64 {c * W}")
+                    q = f.op(f"getelementptr i8, ptr {p}, i64 {4 * W * c}")
+                    if write:
+                        f.e(f"store {VT} {f.op(f'load {VT}, ptr {r}, align 4')}, ptr {q}, align 1")
+                    elif stride:
+                        f.e(f"store {VT} {f.op(f'load {VT}, ptr {q}, align 1')}, ptr {r}, align 4")
+                    else:
+                        f.e(f"store {VT} {v}, ptr {r}, align 4")
+            when("%acc", access)
+            f.e("ret i1 true")
+            f.label(no)
+            f.e(f"br label {done}")
+            f.label(done)
 
     @staticmethod
     def _fits(f: Fn, lo0: str, a0: str, n: int, hint_at) -> tuple[str, str]:
@@ -1012,65 +1082,6 @@ class ModuleGen:
         big = f.op(f"and i1 {f.op(f'icmp ule i64 {lo_}, {hi_}')}, {f.op(f'icmp uge i64 {span}, {n}')}")
         inr = f.op(f"icmp ule i64 {f.op(f'sub i64 {a0}, {lo_}')}, {f.op(f'sub i64 {span}, {n}')}")
         return nowrap, f.op(f"and i1 {big}, {inr}")
-
-    def _global_wave_access(self, em, inst: Inst, f: Fn, a0: str, hint_at, write: bool) -> None:
-        """The access _global_wave found common: chunk by chunk, as vector loads or stores of the host's dwords."""
-        VT, W = f.VT, f.W
-        p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
-        for c in range(f.NC):
-            q = f.op(f"getelementptr i8, ptr {p}, i64 {4 * W * c}")
-            if write:
-                v = f.op(f"load {VT}, ptr {em.lane_ptr(inst.data.reg, str(c * W))}, align 4")
-                f.e(f"store {VT} {v}, ptr {q}, align 1")
-            else:
-                v = f.op(f"load {VT}, ptr {q}, align 1")
-                f.e(f"store {VT} {v}, ptr {em.lane_ptr(inst.dst[0].reg, str(c * W))}, align 4")
-
-    def _global_wave_broadcast(self, em, inst: Inst, f: Fn, a0: str, hint_at) -> None:
-        """The load _global_wave(stride=0) found: one dword read, written to every lane of the destination."""
-        p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
-        v = f.splat(f.op(f"load i32, ptr {p}, align 1"))
-        for c in range(f.NC):
-            f.e(f"store {f.VT} {v}, ptr {em.lane_ptr(inst.dst[0].reg, str(c * f.W))}, align 4")
-
-    def _global_run(self, em, inst: Inst, f: Fn, m: str, hint_at, access: bool, write: bool) -> None:
-        """The common chunk first: every lane active on consecutive dwords (checked on the 32-bit address halves: the
-        high halves equal, the low ones a ramp that does not wrap) inside the last-hit range (one scalar range check)
-        is one vector access, or nothing to do in the checking pass. Leaves the code in the general case's block;
-        the fast case joins at self._after_fast."""
-        VT = f.VT
-        lo = em.vget(inst.addr)
-        lo0 = f.op(f"extractelement {VT} {lo}, i64 0")
-        ramp = "<" + ", ".join(f"i32 {4 * j}" for j in range(f.W)) + ">"
-        same = f.op(f"icmp eq {VT} {lo}, {f.op(f'add {VT} {f.splat(lo0)}, {ramp}')}")
-        a0 = f.op(f"zext i32 {lo0} to i64")
-        if inst.saddr is not None and inst.saddr.reg != NULL:
-            a0 = f.op(f"add i64 {a0}, {em.sget64(Operand('s', inst.saddr.reg, 2))}")
-        else:
-            hi = em.vget(Operand("v", inst.addr.reg + 1))
-            hi0 = f.op(f"extractelement {VT} {hi}, i64 0")
-            same = f.op(f"and {f.MT} {same}, {f.op(f'icmp eq {VT} {hi}, {f.splat(hi0)}')}")
-            hs = f.op(f"shl i64 {f.op(f'zext i32 {hi0} to i64')}, 32")
-            a0 = f.op(f"or i64 {a0}, {hs}")
-        off = inst.offset & (2 ** 64 - 1)
-        if off:
-            a0 = f.op(f"add i64 {a0}, {off}")
-        same = f.op(f"and {f.MT} {same}, {m}")
-        full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {same} to {f.MI}')}, -1")
-        nowrap, inside = self._fits(f, lo0, a0, 4 * f.W, hint_at)
-        fast = f.op(f"and i1 {f.op(f'and i1 {full}, {nowrap}')}, {inside}")
-        yes, no, join = f.t("qf"), f.t("qs"), f.t("qj")
-        f.e(f"br i1 {fast}, label {yes}, label {no}")
-        f.label(yes)
-        if access:
-            p = f.op(f"inttoptr i64 {f.op(f'add i64 {a0}, {hint_at(2)}')} to ptr")
-            if write:
-                f.e(f"store {f.VT} {em.vget(inst.data)}, ptr {p}, align 1")
-            else:
-                f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 1')}, ptr {em.chunk_ptr(inst.dst[0].reg)}, align 4")
-        f.e(f"br label {join}")
-        f.label(no)
-        self._after_fast = join
 
     # ---------------------------------------------------------------- LDS
     def _ds(self, em: "_WaveEmitter", inst: Inst, part: int) -> None:
