@@ -20,7 +20,7 @@ _FIELDS = re.compile(r"%(?:vp|sp|sccp|emp|fullp|pcp|n|ldsp|lds_basep|lds_size|rt
                      r"modep)(?![\w.])")      # the context fields a block's prologue may load (ModuleGen.add)
 GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm): check its lanes, make the access
 SPLIT_LINES = 3000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen)
-VERSION = 34          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 35          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:

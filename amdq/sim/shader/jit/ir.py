@@ -29,6 +29,7 @@ Anything else is refused by `translatable` and runs in the interpreter.
 from __future__ import annotations
 
 import os
+import re
 import struct
 
 from ....hw.isa.decode import Inst, Operand
@@ -485,6 +486,9 @@ def lanes_per_op() -> int:
 _WIDTH: list[int] = []          # the host's width, once known
 
 
+_LITERAL = re.compile(r"-?[0-9]+|true|false")      # an integer or i1 constant (Fn.splat)
+
+
 class Fn:
     """Lines of one function, with fresh SSA names; W lanes per vector operation (lanes_per_op)."""
 
@@ -523,7 +527,10 @@ class Fn:
         return r
 
     def splat(self, scalar: str, ty: str = "i32") -> str:
+        """A vector of W copies of `scalar`: a constant written as one (`splat (i32 4)`, no instructions to select)."""
         n = self.W
+        if _LITERAL.fullmatch(scalar):
+            return f"splat ({ty} {scalar})"
         v = self.op(f"insertelement <{n} x {ty}> poison, {ty} {scalar}, i64 0")
         return self.op(f"shufflevector <{n} x {ty}> {v}, <{n} x {ty}> poison, <{n} x i32> zeroinitializer")
 
