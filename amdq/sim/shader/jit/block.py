@@ -19,7 +19,9 @@ CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
 _FIELDS = re.compile(r"%(?:vp|sp|sccp|emp|fullp|pcp|n|ldsp|lds_basep|lds_size|rtabp|rcount|wtabp|wcount|base_pc|statusp|"
                      r"modep)(?![\w.])")      # the context fields a block's prologue may load (ModuleGen.add)
 GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm): check its lanes, make the access
-SPLIT_LINES = 3000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen)
+SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
+                     # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
+                     # 30-37 -> 22-26 ms against 3000)
 VERSION = 35          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
