@@ -947,10 +947,11 @@ _DISPATCH = C.ShaderCore.dispatch       # (the dispatch _differential wraps)
 @pytest.mark.parametrize("arch, wave", CHAIN_ARCHS)
 def test_whole_wave_accesses_and_their_edges(monkeypatch, arch, wave, width):
     """A single-dword global access whose lanes are all active on consecutive dwords inside one translated range is
-    checked once for the whole wave (block._global_wave); any other wave takes the chunk and lane checks. Against
-    the interpreter: all waves common; a partial EXEC in the last wave; the last wave's lanes running past the end of
-    one allocation into the next (its range translated then: a miss at a later wave and lane); a load and a store
-    past the end of an allocation faulting at a later wave and lane (same fault, and a store writes nothing)."""
+    checked once for the whole wave (the first tier of block.ModuleGen._gm_text); any other wave takes the chunk and
+    lane checks. Against the interpreter: all waves common; a partial EXEC in the last wave; the last wave's lanes
+    running past the end of one allocation into the next (its range translated then: a miss at a later wave and
+    lane); a load and a store past the end of an allocation faulting at a later wave and lane (same fault, and a
+    store writes nothing)."""
     monkeypatch.setenv("AMDQ_SIM_JIT_WIDTH", width)
     used: list[int] = []
     _differential(monkeypatch, used)
