@@ -505,6 +505,7 @@ class Fn:
         self.FT = f"<{self.W} x float>"
         self.MT = f"<{self.W} x i1>"
         self.IT = f"i{lanes}"
+        self.masked = False           # a run's VGPR writes as masked stores (the fast tier: sroa never sees them)
 
     def alloca(self, ty: str) -> str:
         r = self.t("a")
@@ -551,6 +552,7 @@ class Emitter:
         self.pre: list[str] | None = None          # inside a run: lines hoisted before the chunk loop
         self.scache: dict = {}
         self.defer: list | None = None             # a VOPD's writes, made once both halves have read
+        self.exec_now: str | None = None           # inside a run that leaves EXEC alone: the chunk's EXEC lanes
 
     # -- addresses
     def vrow(self, r: int) -> str:
@@ -667,10 +669,12 @@ class Emitter:
         self.f.e(f"store {self.f.MT} {m}, ptr {self.masks[r]}")
 
     def exec_vec(self) -> str:
-        """The current chunk's EXEC lanes (<W x i1>)."""
+        """The current chunk's EXEC lanes (<W x i1>): read once per chunk in a run that does not write EXEC."""
+        if self.exec_now is not None:
+            return self.exec_now
         if self.masks is not None:
             return self.f.op(f"load {self.f.MT}, ptr {self.masks[EXEC]}")
-        return self.exec_vec()
+        return self.mask_vec(self.exec_bits())
 
     def lane_mask(self, op: Operand) -> str:
         """The current chunk's lanes of a lane-mask operand (<W x i1>): a mask written earlier in the run directly."""
@@ -719,6 +723,9 @@ class Emitter:
             return
         f = self.f
         p = self.regs[r]
+        if f.masked:
+            f.e(f"call void @llvm.masked.store.v{f.W}i32.p0({f.VT} {val}, ptr {p}, i32 4, {f.MT} {self.exec_vec()})")
+            return
         old = f.op(f"load {f.VT}, ptr {p}")
         new = f.op(f"select {f.MT} {self.exec_vec()}, {f.VT} {val}, {f.VT} {old}")
         f.e(f"store {f.VT} {new}, ptr {p}")
@@ -994,6 +1001,8 @@ class Emitter:
             f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 4')}, ptr {self.regs[r]}")
         for r in mkeys:
             f.e(f"store {f.MT} {self.mask_vec(bits0[r])}, ptr {self.masks[r]}")
+        if EXEC not in wkeys:
+            self.exec_now = f.op(f"load {f.MT}, ptr {self.masks[EXEC]}")
         for g, (_, inst) in zip(go, run):
             yes, no = f.t("x"), f.t("y")
             f.e(f"br i1 {g}, label {yes}, label {no}")
@@ -1017,7 +1026,7 @@ class Emitter:
         f.e(f"br i1 {more}, label {head}, label {done}")
         f.label(done)
         f.lines[at:at] = self.pre
-        self.c = self.regs = self.masks = self.pre = None
+        self.c = self.regs = self.masks = self.pre = self.exec_now = None
         self.scache = {}
         for r in wkeys:
             bits = f.op(f"load {f.IT}, ptr {acc[r]}")
