@@ -660,6 +660,50 @@ def test_float_ops_specials(monkeypatch, arch, wave):
     assert not interpreted & {"v_exp_f32", "v_rcp_f32", "v_rsq_f32", "v_sqrt_f32", "v_ldexp_f32"}, interpreted
 
 
+CARRY_OPS = """
+__kernel void carry(__global const ulong *a, __global const ulong *b, __global ulong *o) {
+  int i = get_global_id(0);
+  ulong x = a[i], y = b[i];
+  o[4 * i] = x + y; o[4 * i + 1] = x - y; o[4 * i + 2] = y - x; o[4 * i + 3] = x + y + (ulong)(x < y);
+}
+"""
+CARRY_EDGES = np.array([0, 1, 2, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF, 0x100000000, 0x1FFFFFFFF,
+                        0xFFFFFFFF00000000, 0xFFFFFFFFFFFFFFFF, 0x8000000000000000, 0x7FFFFFFFFFFFFFFF,
+                        0xFFFFFFFF7FFFFFFF, 0x00000001FFFFFFFE], np.uint64)
+
+
+@pytest.mark.parametrize("arch, wave", [("gfx1100", 32), ("gfx1100", 64), ("gfx942", 64)])
+def test_carry_chains(monkeypatch, arch, wave):
+    """64-bit adds and subtracts (v_add_co_u32 / v_add_co_ci_u32, the subtract forms: their carry out and carry in,
+    computed in 32-bit lanes) over every pair of edge values, where a carry or borrow in meets 0xFFFFFFFF or 0:
+    numpy's uint64 results, the interpreter's bits and VCC, and none of them left to the interpreter."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    interpreted: set[str] = set()
+    get = C.ICache.get
+
+    def noted(icache, pc, wave64):
+        got = get(icache, pc, wave64)
+        if os.environ.get("AMDQ_SIM_JIT") != "0":
+            interpreted.add(got[1].mnemonic.removesuffix("_e32").removesuffix("_e64"))
+        return got
+    monkeypatch.setattr(C.ICache, "get", noted)
+    k = len(CARRY_EDGES)
+    ia, ib = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+    a, b = CARRY_EDGES[ia.ravel()], CARRY_EDGES[ib.ravel()]
+    pad = -len(a) % 64
+    a, b = (np.concatenate([x, np.full(pad, 3, np.uint64)]) for x in (a, b))
+    flags = suite.wf(wave) if arch == "gfx1100" else ()
+    (_, _, out), _ = harness.run_cl(CARRY_OPS, "carry", [a, b, np.zeros(4 * len(a), np.uint64)], (len(a) // 64, 1, 1),
+                                    (64, 1, 1), arch=arch, flags=flags)
+    want = np.stack([a + b, a - b, b - a, a + b + (a < b).astype(np.uint64)], axis=1).ravel()
+    assert np.array_equal(out, want)
+    assert used and used[0] > 0
+    carries = {"v_add_co_u32", "v_add_co_ci_u32", "v_sub_co_u32", "v_sub_co_ci_u32", "v_subrev_co_u32",
+               "v_subrev_co_ci_u32", "v_addc_co_u32", "v_subb_co_u32", "v_subbrev_co_u32"}
+    assert not interpreted & carries, interpreted
+
+
 def test_a_region_compiled_in_parts(monkeypatch, tmp_path):
     """A large region's IR is compiled as two modules on two threads (each its own LLVM context, without llvmlite's
     lock) and linked into one image: the interpreter's results, for a kernel of many blocks."""

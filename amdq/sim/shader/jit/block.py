@@ -22,7 +22,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 36          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 37          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:

@@ -1174,22 +1174,23 @@ class Emitter:
             a, b = self.vget(inst.src[0]), self.vget(inst.src[1])
             if rev:
                 a, b = b, a
-            V64 = f"<{f.W} x i64>"
-            a64, b64 = f.op(f"zext {VT} {a} to {V64}"), f.op(f"zext {VT} {b} to {V64}")
-            r = f.op(f"{'add' if add else 'sub'} {V64} {a64}, {b64}")
+            # in 32 bits (a 64-bit lane vector costs instruction selection ~4x as much): the carry out of a + b is
+            # a + b < a, the borrow of a - b is a < b; a carry (borrow) in adds one more when the first step gave
+            # 0xFFFFFFFF (0)
+            op = "add" if add else "sub"
+            r = f.op(f"{op} {VT} {a}, {b}")
+            out = f.op(f"icmp ult {VT} {r}, {a}") if add else f.op(f"icmp ult {VT} {a}, {b}")
             if cin:
-                ci = self.lane_mask(inst.src[2])
-                ci64 = f.op(f"zext {f.MT} {ci} to {V64}")
-                r = f.op(f"{'add' if add else 'sub'} {V64} {r}, {ci64}")
-            s32 = f.splat("32", "i64")
-            hi = f.op(f"lshr {V64} {r}, {s32}")
-            out = f.op(f"icmp ne {V64} {hi}, zeroinitializer")
+                ci = f.op(f"zext {f.MT} {self.lane_mask(inst.src[2])} to {VT}")
+                r1, r = r, f.op(f"{op} {VT} {r}, {ci}")
+                more = f.op(f"icmp ult {VT} {r}, {r1}") if add else f.op(f"icmp ult {VT} {r1}, {ci}")
+                out = f.op(f"or {f.MT} {out}, {more}")
             if not (inst.dead_sdst and _fast_carry(inst, cin)) and inst.dst[1].reg != NULL:
                 em = self.exec_vec()
                 carry = f.op(f"and {f.MT} {out}, {em}")
             else:
                 carry = None
-            self.vput(d.reg, f.op(f"trunc {V64} {r} to {VT}"))
+            self.vput(d.reg, r)
             if carry is not None:
                 self.mask_put(inst.dst[1].reg, carry)
             return
