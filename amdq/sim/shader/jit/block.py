@@ -22,7 +22,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 37          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 38          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -204,6 +204,17 @@ done:
 # against the call's range fold away (the inliner prunes them: vadd's blocks take ~10% less CPU time, lds_reduce's
 # ~8%, for about twice the -O2 compile time; measured on bench/shader.py's kernels).
 CALL = """  %r = call i32 @{name}_b(ptr %ctx, ptr %wp, i64 %cnt, i32 %st, i32 %end, i32 %s0)
+"""
+_TILE_SLOTS = {k: CTX[k] for k in ("tile", "tile_from", "miss_tile", "miss_sub", "start0")}
+# The fast tier's blocks share one tile loop, which calls the block it is given (a block's own copy of TILES is ~40
+# lines of IR: ~7% of the compile of a region of many small blocks, such as the atomics kernels'); each exported
+# block function passes its body.
+SHARED_TILES = TILES.replace("define i32 @{name}(ptr %ctx", "define internal i32 @tiles(ptr %fn, ptr %ctx").format(
+    name="tiles", **_TILE_SLOTS, call=CALL.replace("@{name}_b", "%fn").format(name=""))
+THUNK = """define i32 @{name}(ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end) {{
+  %r = call i32 @tiles(ptr @{name}_b, ptr %ctx, ptr %waves, i64 %nw, i32 %start, i32 %end)
+  ret i32 %r
+}}
 """
 WHOLE_CALL = """  %f1 = icmp eq i32 %st, 0
   %f2 = icmp eq i32 %end, {n}
@@ -466,6 +477,7 @@ class ModuleGen:
             "  ret i64 0",
             "}",
             "",
+            *(() if self.whole else (SHARED_TILES,)),
         ]) + helpers()
 
     def text_parts(self, parts: int) -> list[str]:
@@ -616,9 +628,10 @@ class ModuleGen:
                 del f.lines[at:at + 2]
         f.lines[2:2] = f.allocas
         self.funcs.append("\n".join(f.lines))
-        self.funcs.append(TILES.format(name=name, tile=CTX["tile"], tile_from=CTX["tile_from"], miss_tile=CTX["miss_tile"],
-                                       miss_sub=CTX["miss_sub"], start0=CTX["start0"],
-                                       call=(WHOLE_CALL if self.whole else CALL).format(name=name, n=len(b.insts))))
+        if self.whole:
+            self.funcs.append(TILES.format(name=name, **_TILE_SLOTS, call=WHOLE_CALL.format(name=name, n=len(b.insts))))
+        else:                           # (the fast tier: the tile loop is the module's one @tiles)
+            self.funcs.append(THUNK.format(name=name))
         return name
 
     def _fused_head(self, f: Fn, first: str) -> None:
