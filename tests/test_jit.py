@@ -93,6 +93,20 @@ def _differential(monkeypatch, used: list, mode: str = "sync", steps: bool = Tru
     monkeypatch.setattr(C.ShaderCore, "dispatch", dispatch)
 
 
+def _interpreted(monkeypatch) -> set[str]:
+    """The mnemonics the interpreter decodes from now on while the JIT is on (what it was left to run)."""
+    interpreted: set[str] = set()
+    get = C.ICache.get
+
+    def noted(icache, pc, wave64):
+        got = get(icache, pc, wave64)
+        if os.environ.get("AMDQ_SIM_JIT") != "0":
+            interpreted.add(got[1].mnemonic.removesuffix("_e32").removesuffix("_e64"))
+        return got
+    monkeypatch.setattr(C.ICache, "get", noted)
+    return interpreted
+
+
 def _params():
     for arch, waves in ARCHS.items():
         for name, kw in _cases():
@@ -635,15 +649,7 @@ def test_float_ops_specials(monkeypatch, arch, wave):
     none of those instructions left to the interpreter."""
     used: list[int] = []
     _differential(monkeypatch, used)
-    interpreted: set[str] = set()
-    get = C.ICache.get
-
-    def noted(icache, pc, wave64):
-        got = get(icache, pc, wave64)
-        if os.environ.get("AMDQ_SIM_JIT") != "0":
-            interpreted.add(got[1].mnemonic.removesuffix("_e32").removesuffix("_e64"))
-        return got
-    monkeypatch.setattr(C.ICache, "get", noted)
+    interpreted = _interpreted(monkeypatch)
     k = len(FLOAT_SPECIAL)
     ia, ib = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
     a, b = FLOAT_SPECIAL[ia.ravel()].view(np.float32), FLOAT_SPECIAL[ib.ravel()].view(np.float32)
@@ -679,15 +685,7 @@ def test_carry_chains(monkeypatch, arch, wave):
     numpy's uint64 results, the interpreter's bits and VCC, and none of them left to the interpreter."""
     used: list[int] = []
     _differential(monkeypatch, used)
-    interpreted: set[str] = set()
-    get = C.ICache.get
-
-    def noted(icache, pc, wave64):
-        got = get(icache, pc, wave64)
-        if os.environ.get("AMDQ_SIM_JIT") != "0":
-            interpreted.add(got[1].mnemonic.removesuffix("_e32").removesuffix("_e64"))
-        return got
-    monkeypatch.setattr(C.ICache, "get", noted)
+    interpreted = _interpreted(monkeypatch)
     k = len(CARRY_EDGES)
     ia, ib = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
     a, b = CARRY_EDGES[ia.ravel()], CARRY_EDGES[ib.ravel()]
