@@ -22,7 +22,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 38          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 39          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -416,6 +416,24 @@ attributes #0 = {{ noinline }}
 """
 
 
+_DEFINED = re.compile(r"^define [^@]*@([\w.]+)\(", re.M)
+
+
+def _needed(head: str, rest: str) -> str:
+    """head + rest, head's functions only where rest (or a function kept) calls them: an internal function nothing
+    calls is still compiled (the fast tier runs no IR pass), ~1 ms for the NaN fix-ups alone."""
+    at = [m.start() for m in _DEFINED.finditer(head)]
+    funcs = {_DEFINED.match(head, i).group(1): head[i:j] for i, j in zip(at, at[1:] + [len(head)])}
+    keep, text = set(), rest
+    while True:
+        more = {n for n in funcs if n not in keep and f"@{n}(" in text}
+        if not more:
+            break
+        keep |= more
+        text = "".join(funcs[n] for n in more)
+    return head[:at[0] if at else len(head)] + "".join(funcs[n] for n in funcs if n in keep) + rest
+
+
 class ModuleGen:
     """Functions of one region (all blocks discovered from a root PC), as IR text."""
 
@@ -483,14 +501,14 @@ class ModuleGen:
     def text_parts(self, parts: int) -> list[str]:
         """The module as up to `parts` modules compiled apart (on as many threads) and linked together
         (loader.link): the blocks, each with its wrapper, shared out by size, the chain in the first one (which
-        declares the blocks of the others); every part has the header's helpers and the shared functions of its
-        blocks' global accesses (_gm), internal. One module below SPLIT_LINES lines of blocks (the helpers' copies
-        would cost more than the threads give)."""
+        declares the blocks of the others); every part has the header's helpers it calls and the shared functions
+        of its blocks' global accesses (_gm), internal. One module below SPLIT_LINES lines of blocks (the helpers'
+        copies would cost more than the threads give)."""
         head, chain = self.header(), self.chain()
         groups = [self.funcs[i:i + 2] for i in range(0, len(self.funcs), 2)]       # (a block's body, its wrapper)
         sizes = [sum(x.count("\n") for x in g) for g in groups]
         if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
-            return [head + "\n".join([*self.gm.values(), *self.funcs]) + "\n" + chain]
+            return [_needed(head, "\n".join([*self.gm.values(), *self.funcs]) + "\n" + chain)]
         load, members = [chain.count("\n")] + [0] * (parts - 1), [[] for _ in range(parts)]
         for j in sorted(range(len(groups)), key=lambda j: -sizes[j]):
             k = min(range(parts), key=load.__getitem__)
@@ -506,9 +524,9 @@ class ModuleGen:
                 here = {self.blocks[j].name for j in mine}
                 decl = "\n".join(f"declare i32 @{b.name}(ptr, ptr, i64, i32, i32)" for b in self.blocks
                                  if b.name not in here)
-                out.append(head + decl + "\n" + body + "\n" + chain)
+                out.append(_needed(head, decl + "\n" + body + "\n" + chain))
             else:
-                out.append(head + body + "\n")
+                out.append(_needed(head, body + "\n"))
         return out
 
     # ---------------------------------------------------------------- the region's chain
