@@ -22,7 +22,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 39          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 40          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -419,11 +419,23 @@ attributes #0 = {{ noinline }}
 _DEFINED = re.compile(r"^define [^@]*@([\w.]+)\(", re.M)
 
 
-def _needed(head: str, rest: str) -> str:
+def _functions(text: str) -> dict[str, str]:
+    """The functions text defines, by name: each one's text (up to the next definition)."""
+    at = [m.start() for m in _DEFINED.finditer(text)]
+    return {_DEFINED.match(text, i).group(1): text[i:j] for i, j in zip(at, at[1:] + [len(text)])}
+
+
+def _decls(head: str) -> str:
+    """What head says before its first function (the intrinsics' declarations)."""
+    m = _DEFINED.search(head)
+    return head[:m.start()] if m else head
+
+
+def _needed(head: str, rest: str, *, rest_too: bool = True) -> str:
     """head + rest, head's functions only where rest (or a function kept) calls them: an internal function nothing
-    calls is still compiled (the fast tier runs no IR pass), ~1 ms for the NaN fix-ups alone."""
-    at = [m.start() for m in _DEFINED.finditer(head)]
-    funcs = {_DEFINED.match(head, i).group(1): head[i:j] for i, j in zip(at, at[1:] + [len(head)])}
+    calls is still compiled (the fast tier runs no IR pass), ~1 ms for the NaN fix-ups alone. (rest_too=False:
+    the functions kept alone.)"""
+    funcs = _functions(head)
     keep, text = set(), rest
     while True:
         more = {n for n in funcs if n not in keep and f"@{n}(" in text}
@@ -431,7 +443,18 @@ def _needed(head: str, rest: str) -> str:
             break
         keep |= more
         text = "".join(funcs[n] for n in more)
-    return head[:at[0] if at else len(head)] + "".join(funcs[n] for n in funcs if n in keep) + rest
+    kept = "".join(funcs[n] for n in funcs if n in keep)
+    return _decls(head) + kept + rest if rest_too else kept
+
+
+def _declared(defined: str, body: str) -> str:
+    """Declarations of the functions `defined` holds that body calls (defined in another part of the module)."""
+    out = []
+    for name, text in _functions(defined).items():
+        if f"@{name}(" in body:
+            line = text[:text.index("\n")]
+            out.append("declare" + line[len("define"):line.rindex(")") + 1] + "\n")
+    return "".join(out)
 
 
 class ModuleGen:
@@ -500,16 +523,18 @@ class ModuleGen:
 
     def text_parts(self, parts: int) -> list[str]:
         """The module as up to `parts` modules compiled apart (on as many threads) and linked together
-        (loader.link): the blocks, each with its wrapper, shared out by size, the chain in the first one (which
-        declares the blocks of the others); every part has the header's helpers it calls and the shared functions
-        of its blocks' global accesses (_gm), internal. One module below SPLIT_LINES lines of blocks (the helpers'
-        copies would cost more than the threads give)."""
+        (loader.link): the blocks, each with its wrapper, shared out by size; the first one holds the chain and the
+        shared functions (the header's helpers and the global accesses' functions, _gm) the module calls, which the
+        others declare. One module below SPLIT_LINES lines of blocks (the threads would not pay for the split)."""
         head, chain = self.header(), self.chain()
         groups = [self.funcs[i:i + 2] for i in range(0, len(self.funcs), 2)]       # (a block's body, its wrapper)
         sizes = [sum(x.count("\n") for x in g) for g in groups]
         if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
             return [_needed(head, "\n".join([*self.gm.values(), *self.funcs]) + "\n" + chain)]
-        load, members = [chain.count("\n")] + [0] * (parts - 1), [[] for _ in range(parts)]
+        shared = _needed(head, "\n".join([*self.gm.values(), *self.funcs]) + "\n" + chain, rest_too=False)
+        shared = "".join(t.rstrip("\n") + "\n" for t in (shared, *self.gm.values()) if t)
+        decls = _DEFINED.sub(lambda m: m.group(0).replace("define internal", "define"), shared)
+        load, members = [chain.count("\n") + shared.count("\n")] + [0] * (parts - 1), [[] for _ in range(parts)]
         for j in sorted(range(len(groups)), key=lambda j: -sizes[j]):
             k = min(range(parts), key=load.__getitem__)
             members[k].append(j)
@@ -518,15 +543,14 @@ class ModuleGen:
         for k, mine in enumerate(members):
             if k and not mine:
                 continue
-            gm = sorted(set().union(*(self.uses[j] for j in mine)))
-            body = "\n".join([*(self.gm[g] for g in gm), *(x for j in sorted(mine) for x in groups[j])])
+            body = "\n".join(x for j in sorted(mine) for x in groups[j])
             if k == 0:
                 here = {self.blocks[j].name for j in mine}
                 decl = "\n".join(f"declare i32 @{b.name}(ptr, ptr, i64, i32, i32)" for b in self.blocks
-                                 if b.name not in here)
-                out.append(_needed(head, decl + "\n" + body + "\n" + chain))
+                                  if b.name not in here)
+                out.append(_decls(head) + decls + decl + "\n" + body + "\n" + chain)
             else:
-                out.append(_needed(head, body + "\n"))
+                out.append(_decls(head) + _declared(decls, body) + body + "\n")
         return out
 
     # ---------------------------------------------------------------- the region's chain
