@@ -22,7 +22,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 40          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 42          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -1156,123 +1156,194 @@ class ModuleGen:
             offs = (0,)
             base_off = inst.offset
         nw = size // 4
-        wb = f.op(f"getelementptr i64, ptr %lds_basep, i64 {em.w}")
-        wbase = f.op(f"load i64, ptr {wb}")
         load = "load" in k
-        regs = [d.reg for d in inst.data] if not load else []
-        sel = [(offs[part], regs[part])] if (k in DS_2 and not load) else ([(0, regs[0])] if not load else [])
-        e = em.exec_bits()
-        if not load and nw > 1:             # multi-dword stores lane by lane, in the interpreter's order
-            def lane(l):
-                a32 = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, l)}, align 4")
-                a = f.op(f"zext i32 {a32} to i64")
-                if base_off:
-                    a = self._mask32(f, f.op(f"add i64 {a}, {base_off}"))
-                for o, r in sel:
-                    ao = self._mask32(f, f.op(f"add i64 {a}, {o}")) if o else a
-                    vals = [f.op(f"load i32, ptr {em.lane_ptr(r + j, l)}, align 4") for j in range(nw)]
-                    for j, v in enumerate(vals):
-                        self._lds_write(f, ao, 4 * j, wbase, v)
-            em.lane_loop(lane)
+        if load:                            # (the module's shared function for this shape of load, _dsl_text)
+            name = f"dsl_{nw}_{len(offs)}"
+            self._uses.add(name)
+            if name not in self.gm:
+                self.gm[name] = self._dsl_text(name, nw, len(offs))
+            o1 = offs[1] if len(offs) > 1 else 0
+            f.e(f"call void @{name}(ptr %ctx, i64 {em.w}, i64 {inst.addr.reg}, i64 {inst.dst[0].reg}, "
+                f"i32 {base_off & 0xFFFFFFFF}, i32 {offs[0]}, i32 {o1})")
             return
-        VT = f.VT
+        regs = [d.reg for d in inst.data]
+        sel = [(offs[part], regs[part])] if k in DS_2 else [(0, regs[0])]
+        if nw == 1:                         # a single-dword store: the module's shared function (_dss_text)
+            self._uses.add("dss")
+            if "dss" not in self.gm:
+                self.gm["dss"] = self._dss_text()
+            (o, r), = sel
+            f.e(f"call void @dss(ptr %ctx, i64 {em.w}, i64 {inst.addr.reg}, i64 {r}, i32 {base_off & 0xFFFFFFFF}, "
+                f"i32 {o})")
+            return
+        # a multi-dword store: lane by lane, in the interpreter's order
+        wbase = f.op(f"load i64, ptr {f.op(f'getelementptr i64, ptr %lds_basep, i64 {em.w}')}")
+
+        def lane(l):
+            a32 = f.op(f"load i32, ptr {em.lane_ptr(inst.addr.reg, l)}, align 4")
+            a = f.op(f"zext i32 {a32} to i64")
+            if base_off:
+                a = self._mask32(f, f.op(f"add i64 {a}, {base_off}"))
+            for o, r in sel:
+                ao = self._mask32(f, f.op(f"add i64 {a}, {o}")) if o else a
+                vals = [f.op(f"load i32, ptr {em.lane_ptr(r + j, l)}, align 4") for j in range(nw)]
+                for j, v in enumerate(vals):
+                    self._lds_write(f, ao, 4 * j, wbase, v)
+        em.lane_loop(lane)
+
+    def _dss_text(self) -> str:
+        """void @dss(ctx, wave, address VGPR, data VGPR, base offset, offset): one wave's single-dword DS store
+        (ds_store_b32; one half of a 2addr store: its offset, the base 0), chunk by chunk: a chunk of active lanes
+        on consecutive dwords as one vector store, any other lane by lane in lane order (a lane outside the LDS
+        writes nothing). The fast tier calls it, the -O2 tier inlines it."""
+        f = Fn(self.lanes)
+        VT, MT = f.VT, f.MT
+        f.lines.append("define internal void @dss(ptr %ctx, i64 %w, i64 %ra, i64 %rd, i32 %boff, i32 %o) "
+                       f"{'alwaysinline' if self.whole else 'noinline'} {{")
+        f.lines.append("entry:")
+        for key, var, ty in (("v", "%vp", "ptr"), ("s", "%sp", "ptr"), ("n", "%n", "i64"), ("lds", "%ldsp", "ptr"),
+                             ("lds_base", "%lds_basep", "ptr"), ("lds_size", "%lds_size", "i64")):
+            f.e(f"{var} = load {ty}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[key]}')}")
+        f.e(f"%nl = mul i64 %n, {self.lanes}")
+        em = _WaveEmitter(f, "%w", "0")
+        rows = [f.op(f"getelementptr i32, ptr %vp, i64 {f.op(f'add i64 {m}, {em.wl}')}")
+                for m in (f.op(f"mul i64 %nl, {r}") for r in ("%ra", "%rd"))]
+        wbase = f.op(f"load i64, ptr {f.op('getelementptr i64, ptr %lds_basep, i64 %w')}")
         lds = f.op(f"getelementptr i8, ptr %ldsp, i64 {wbase}")      # the wave's workgroup's LDS
-        lims: dict[int, str] = {}
+        x = f.op("sub i64 %lds_size, 3")                               # lanes below: a + 4 <= the LDS size
+        x = f.op(f"select i1 {f.op(f'icmp slt i64 {x}, 0')}, i64 0, i64 {x}")
+        lim = f.splat(f.op(f"trunc i64 {x} to i32"))
+        e = em.exec_bits()
 
-        def lim(extra: int) -> str:
-            """Lanes whose (32-bit) address a is below this have a + extra + 4 <= the LDS size (no 32-bit wrap)."""
-            if extra not in lims:
-                x = f.op(f"sub i64 %lds_size, {3 + extra}")
-                x = f.op(f"select i1 {f.op(f'icmp slt i64 {x}, 0')}, i64 0, i64 {x}")
-                lims[extra] = f.splat(f.op(f"trunc i64 {x} to i32"))
-            return lims[extra]
+        def body():
+            at = f.op(f"shl i64 {em.c}, {f.LOGW}")
+            a, v = (f.op(f"load {VT}, ptr {f.op(f'getelementptr i32, ptr {r}, i64 {at}')}, align 4") for r in rows)
+            ab = f.op(f"add {VT} {a}, {f.splat('%boff')}")
+            ao = f.op(f"add {VT} {ab}, {f.splat('%o')}")                 # (32-bit wrap)
+            mm = f.op(f"and {MT} {em.mask_vec(e)}, {f.op(f'icmp ult {VT} {ao}, {lim}')}")
+            self._scatter32(f, v, lds, ao, mm)
+        em.chunk_loop(body)
+        f.e("ret void")
+        f.lines.append("}")
+        f.lines[2:2] = f.allocas
+        return "\n".join(f.lines)
+
+    def _dsl_text(self, name: str, nw: int, n_offs: int) -> str:
+        """void @name(ctx, wave, address VGPR, destination VGPR, base offset, offset 0, offset 1): one wave's DS load
+        of nw dwords at each of n_offs offsets (ds_load_b32..b128: one offset, 0, after the base offset; the 2addr
+        forms: two, the base 0), chunk by chunk. The common chunk is checked once for all its dwords and offsets:
+        every lane active with lane j at lane 0's address + j x the access size (vector loads, dwords split apart by
+        shuffles) or all at lane 0's (one load per dword, broadcast), every byte inside the LDS without a 32-bit
+        wrap; any other lane by lane (a lane outside the LDS reads 0). The fast tier calls it, the -O2 tier inlines
+        it."""
+        f = Fn(self.lanes)
+        VT, MT, W = f.VT, f.MT, f.W
+        S = 4 * nw
+        f.lines.append(f"define internal void @{name}(ptr %ctx, i64 %w, i64 %ra, i64 %rd, i32 %boff, i32 %o0, i32 %o1) "
+                       f"{'alwaysinline' if self.whole else 'noinline'} {{")
+        f.lines.append("entry:")
+        for key, var, ty in (("v", "%vp", "ptr"), ("s", "%sp", "ptr"), ("n", "%n", "i64"), ("lds", "%ldsp", "ptr"),
+                             ("lds_base", "%lds_basep", "ptr"), ("lds_size", "%lds_size", "i64")):
+            f.e(f"{var} = load {ty}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[key]}')}")
+        f.e(f"%nl = mul i64 %n, {self.lanes}")
+        em = _WaveEmitter(f, "%w", "0")
+
+        def row(reg: str, j: int) -> str:
+            r = f.op(f"add i64 {reg}, {j}") if j else reg
+            off = f.op(f"mul i64 %nl, {r}")
+            return f.op(f"getelementptr i32, ptr %vp, i64 {f.op(f'add i64 {off}, {em.wl}')}")
+        arow = row("%ra", 0)
+        drows = [row("%rd", t) for t in range(n_offs * nw)]
+        offs = ["%o0", "%o1"][:n_offs] if n_offs > 1 else ["0"]
+        wbase = f.op(f"load i64, ptr {f.op('getelementptr i64, ptr %lds_basep, i64 %w')}")
+        lds = f.op(f"getelementptr i8, ptr %ldsp, i64 {wbase}")      # the wave's workgroup's LDS
+        lims = {}
         for extra in sorted({4 * j for j in range(nw)}):
-            lim(extra)
+            # lanes whose (32-bit) address a is below this have a + extra + 4 <= the LDS size (no 32-bit wrap)
+            x = f.op(f"sub i64 %lds_size, {3 + extra}")
+            x = f.op(f"select i1 {f.op(f'icmp slt i64 {x}, 0')}, i64 0, i64 {x}")
+            lims[extra] = f.splat(f.op(f"trunc i64 {x} to i32"))
+        o64 = [o if o == "0" else f.op(f"zext i32 {o} to i64") for o in offs]
+        top = o64[0] if n_offs == 1 else f.op(f"select i1 {f.op(f'icmp ugt i64 {o64[0]}, {o64[1]}')}, i64 {o64[0]}, "
+                                               f"i64 {o64[1]}")
+        e = em.exec_bits()
 
-        def add(v: str, c: int) -> str:
-            return f.op(f"add {VT} {v}, {f.splat(str(c))}") if c else v
+        def add(v: str, c) -> str:
+            return v if c in (0, "0") else f.op(f"add {VT} {v}, {f.splat(str(c))}")
+
+        def chunk(p: str) -> str:
+            return f.op(f"getelementptr i32, ptr {p}, i64 {f.op(f'shl i64 {em.c}, {f.LOGW}')}")
 
         def body():
             m = em.mask_vec(e)
-            a = add(em.vget(inst.addr), base_off)          # 32-bit wrap, as the interpreter's & 0xFFFFFFFF
-            if load:
-                fin = self._ds_load_fast(em, inst, f, lds, a, m, offs, nw)
-                vals = []
-                for o in offs:
-                    ao = add(a, o)
-                    for j in range(nw):
-                        mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(4 * j)}')}")
-                        vals.append(self._gather32(f, lds, add(ao, 4 * j), mm))
-                full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {f.MT} {m} to {f.MI}')}, -1")
-                yes, no, join = f.t("df"), f.t("dp"), f.t("dj")
-                f.e(f"br i1 {full}, label {yes}, label {no}")
-                f.label(yes)                        # every lane active: plain stores (a masked store is slow on Zen)
-                for j, v in enumerate(vals):
-                    f.e(f"store {f.VT} {v}, ptr {em.chunk_ptr(inst.dst[0].reg + j)}, align 4")
-                f.e(f"br label {join}")
-                f.label(no)
-                for j, v in enumerate(vals):
-                    p = em.chunk_ptr(inst.dst[0].reg + j)
-                    old = f.op(f"load {f.VT}, ptr {p}, align 4")
-                    f.e(f"store {f.VT} {f.op(f'select {f.MT} {m}, {f.VT} {v}, {f.VT} {old}')}, ptr {p}, align 4")
-                f.e(f"br label {join}")
-                f.label(join)
-                f.e(f"br label {fin}")
-                f.label(fin)
-            else:
-                for o, r in sel:
-                    ao = add(a, o)
-                    mm = f.op(f"and {f.MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lim(0)}')}")
-                    self._scatter32(f, em.vget(Operand("v", r)), lds, ao, mm)
+            a = add(f.op(f"load {VT}, ptr {chunk(arow)}, align 4"), "%boff")     # 32-bit wrap, as the interpreter's
+            # the common chunks
+            a0 = f.op(f"extractelement {VT} {a}, i64 0")
+            full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {MT} {m} to {f.MI}')}, -1")
+
+            def every(c: str) -> str:
+                cm = f.op(f"bitcast {MT} {c} to {f.MI}")
+                return f.op(f"and i1 {full}, {f.op(f'icmp eq {f.MI} {cm}, -1')}")
+            ramp = "<" + ", ".join(f"i32 {S * j}" for j in range(W)) + ">"
+            isr = every(f.op(f"icmp eq {VT} {a}, {f.op(f'add {VT} {f.splat(a0)}, {ramp}')}"))
+            isb = every(f.op(f"icmp eq {VT} {a}, {f.splat(a0)}"))
+            a64 = f.op(f"zext i32 {a0} to i64")
+            at = f.op(f"add i64 {a64}, {top}")
+            er, eb = f.op(f"add i64 {at}, {S + S * (W - 1)}"), f.op(f"add i64 {at}, {S}")
+            okr = f.op(f"and i1 {isr}, {f.op(f'icmp ule i64 {er}, %lds_size')}")
+            okb = f.op(f"and i1 {isb}, {f.op(f'icmp ule i64 {eb}, %lds_size')}")
+            R, X, B, G, fin = f.t("lr"), f.t("lx"), f.t("lb"), f.t("lg"), f.t("lf")
+            f.e(f"br i1 {okr}, label {R}, label {X}")
+            f.label(R)
+            for k, o in enumerate(o64):
+                p = f.op(f"getelementptr i8, ptr {lds}, i64 {f.op(f'add i64 {a64}, {o}')}")
+                v = f.op(f"load <{W * nw} x i32>, ptr {p}, align 1")
+                for j in range(nw):
+                    if nw == 1:
+                        x = v
+                    else:
+                        idx = "<" + ", ".join(f"i32 {j + nw * t}" for t in range(W)) + ">"
+                        x = f.op(f"shufflevector <{W * nw} x i32> {v}, <{W * nw} x i32> poison, <{W} x i32> {idx}")
+                    f.e(f"store {VT} {x}, ptr {chunk(drows[k * nw + j])}, align 4")
+            f.e(f"br label {fin}")
+            f.label(X)
+            f.e(f"br i1 {okb}, label {B}, label {G}")
+            f.label(B)
+            for k, o in enumerate(o64):
+                ao = f.op(f"add i64 {a64}, {o}")
+                for j in range(nw):
+                    p = f.op(f"getelementptr i8, ptr {lds}, i64 {f.op(f'add i64 {ao}, {4 * j}')}")
+                    x = f.splat(f.op(f"load i32, ptr {p}, align 1"))
+                    f.e(f"store {VT} {x}, ptr {chunk(drows[k * nw + j])}, align 4")
+            f.e(f"br label {fin}")
+            f.label(G)
+            # any other: lane by lane
+            vals = []
+            for o in offs:
+                ao = add(a, o)
+                for j in range(nw):
+                    mm = f.op(f"and {MT} {m}, {f.op(f'icmp ult {VT} {ao}, {lims[4 * j]}')}")
+                    vals.append(self._gather32(f, lds, add(ao, 4 * j), mm))
+            yes, no, join = f.t("df"), f.t("dp"), f.t("dj")
+            f.e(f"br i1 {full}, label {yes}, label {no}")
+            f.label(yes)                        # every lane active: plain stores (a masked store is slow on Zen)
+            for j, v in enumerate(vals):
+                f.e(f"store {VT} {v}, ptr {chunk(drows[j])}, align 4")
+            f.e(f"br label {join}")
+            f.label(no)
+            for j, v in enumerate(vals):
+                p = chunk(drows[j])
+                old = f.op(f"load {VT}, ptr {p}, align 4")
+                f.e(f"store {VT} {f.op(f'select {MT} {m}, {VT} {v}, {VT} {old}')}, ptr {p}, align 4")
+            f.e(f"br label {join}")
+            f.label(join)
+            f.e(f"br label {fin}")
+            f.label(fin)
         em.chunk_loop(body)
-
-    def _ds_load_fast(self, em, inst: Inst, f: Fn, lds: str, a: str, m: str, offs: tuple, nw: int) -> str:
-        """A DS load's common chunks, checked once for all its dwords and offsets: every lane active with lane j at
-        lane 0's address + j * the access size (vector loads, dwords split apart by shuffles) or all at lane 0's
-        (one load per dword, broadcast), every byte inside the LDS without a 32-bit wrap. Leaves the code in the
-        general case's block; returns the label both join at."""
-        VT, MT, W = f.VT, f.MT, f.W
-        S = 4 * nw
-        a0 = f.op(f"extractelement {VT} {a}, i64 0")
-        full = f.op(f"icmp eq {f.MI} {f.op(f'bitcast {MT} {m} to {f.MI}')}, -1")
-
-        def every(c: str) -> str:
-            cm = f.op(f"bitcast {MT} {c} to {f.MI}")
-            return f.op(f"and i1 {full}, {f.op(f'icmp eq {f.MI} {cm}, -1')}")
-        ramp = "<" + ", ".join(f"i32 {S * j}" for j in range(W)) + ">"
-        isr = every(f.op(f"icmp eq {VT} {a}, {f.op(f'add {VT} {f.splat(a0)}, {ramp}')}"))
-        isb = every(f.op(f"icmp eq {VT} {a}, {f.splat(a0)}"))
-        a64 = f.op(f"zext i32 {a0} to i64")
-        top = max(offs) + S
-        er, eb = f.op(f"add i64 {a64}, {top + S * (W - 1)}"), f.op(f"add i64 {a64}, {top}")
-        okr = f.op(f"and i1 {isr}, {f.op(f'icmp ule i64 {er}, %lds_size')}")
-        okb = f.op(f"and i1 {isb}, {f.op(f'icmp ule i64 {eb}, %lds_size')}")
-        R, X, B, G, fin = f.t("lr"), f.t("lx"), f.t("lb"), f.t("lg"), f.t("lf")
-        f.e(f"br i1 {okr}, label {R}, label {X}")
-        f.label(R)
-        dst = inst.dst[0].reg
-        for k, o in enumerate(offs):
-            p = f.op(f"getelementptr i8, ptr {lds}, i64 {f.op(f'add i64 {a64}, {o}')}")
-            v = f.op(f"load <{W * nw} x i32>, ptr {p}, align 1")
-            for j in range(nw):
-                if nw == 1:
-                    x = v
-                else:
-                    idx = "<" + ", ".join(f"i32 {j + nw * t}" for t in range(W)) + ">"
-                    x = f.op(f"shufflevector <{W * nw} x i32> {v}, <{W * nw} x i32> poison, <{W} x i32> {idx}")
-                f.e(f"store {VT} {x}, ptr {em.chunk_ptr(dst + k * nw + j)}, align 4")
-        f.e(f"br label {fin}")
-        f.label(X)
-        f.e(f"br i1 {okb}, label {B}, label {G}")
-        f.label(B)
-        for k, o in enumerate(offs):
-            for j in range(nw):
-                p = f.op(f"getelementptr i8, ptr {lds}, i64 {f.op(f'add i64 {a64}, {o + 4 * j}')}")
-                x = f.splat(f.op(f"load i32, ptr {p}, align 1"))
-                f.e(f"store {VT} {x}, ptr {em.chunk_ptr(dst + k * nw + j)}, align 4")
-        f.e(f"br label {fin}")
-        f.label(G)
-        return fin
+        f.e("ret void")
+        f.lines.append("}")
+        f.lines[2:2] = f.allocas
+        return "\n".join(f.lines)
 
     def _ramp32(self, f: Fn, offs: str, ok: str, step: int) -> tuple[str, str]:
         """(lane 0's offset, whether every lane is ok and lane j's offset is lane 0's + step * j), on i32 offsets."""
@@ -1285,7 +1356,7 @@ class ModuleGen:
 
     def _gather32(self, f: Fn, base: str, offs: str, ok: str) -> str:
         """Dwords at base + the lanes' i32 byte offsets where ok is set, 0 elsewhere: lane by lane (the chunks a
-        vector access covers took _ds_load_fast's path)."""
+        vector access covers took _dsl_text's first paths)."""
         return self._lanes_load(f, f.op(f"getelementptr i8, ptr {base}, {f.VT} {offs}"), ok, "zeroinitializer")
 
     def _scatter32(self, f: Fn, vals: str, base: str, offs: str, ok: str) -> None:
@@ -1372,23 +1443,6 @@ class ModuleGen:
 
     def _mask32(self, f: Fn, x: str) -> str:
         return f.op(f"and i64 {x}, {0xFFFFFFFF}")
-
-    def _lds_read(self, f: Fn, a: str, j: int, wbase: str) -> str:
-        aj = f.op(f"add i64 {a}, {j}") if j else a
-        lim = f.op(f"add i64 {aj}, 4")
-        ok = f.op(f"icmp ule i64 {lim}, %lds_size")
-        yes, join = f.t("r"), f.t("j")
-        pre = f.t("q")
-        f.e(f"br label {pre}")
-        f.label(pre)
-        f.e(f"br i1 {ok}, label {yes}, label {join}")
-        f.label(yes)
-        off = f.op(f"add i64 {aj}, {wbase}")
-        p = f.op(f"getelementptr i8, ptr %ldsp, i64 {off}")
-        v = f.op(f"load i32, ptr {p}, align 1")
-        f.e(f"br label {join}")
-        f.label(join)
-        return f.op(f"phi i32 [0, {pre}], [{v}, {yes}]")
 
     def _lds_write(self, f: Fn, a: str, j: int, wbase: str, v: str) -> None:
         aj = f.op(f"add i64 {a}, {j}") if j else a
