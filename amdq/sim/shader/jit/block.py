@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ....hw.isa.decode import Inst, Operand
@@ -18,6 +19,7 @@ from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC
 CTX_SPARE = 22       # a context slot that stores of inactive lanes go to
 _FIELDS = re.compile(r"%(?:vp|sp|sccp|emp|fullp|pcp|n|ldsp|lds_basep|lds_size|rtabp|rcount|wtabp|wcount|base_pc|statusp|"
                      r"modep)(?![\w.])")      # the context fields a block's prologue may load (ModuleGen.add)
+_LDS_FIELDS = (("lds", "%ldsp", "ptr"), ("lds_base", "%lds_basep", "ptr"), ("lds_size", "%lds_size", "i64"))
 GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm): check its lanes, make the access
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
@@ -896,6 +898,33 @@ class ModuleGen:
             self._wave_loop(f, phase(GM_CHECK))
             self._wave_loop(f, phase(GM_ACCESS))
 
+    def _shared(self, name: str, ret: str, params: str, fields: tuple) -> tuple[Fn, "_WaveEmitter", Callable]:
+        """A shared function's start: (its Fn, an emitter bound to its wave %w, row(reg, j): the wave's row of VGPR
+        reg + j), with the context fields (key, variable, type) and %nl loaded; noinline in the fast tier, inlined
+        at -O2."""
+        f = Fn(self.lanes)
+        f.lines.append(f"define internal {ret} @{name}(ptr %ctx, i64 %w, {params}) "
+                       f"{'alwaysinline' if self.whole else 'noinline'} {{")
+        f.lines.append("entry:")
+        for key, var, ty in (("v", "%vp", "ptr"), ("s", "%sp", "ptr"), ("n", "%n", "i64"), *fields):
+            f.e(f"{var} = load {ty}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[key]}')}")
+        f.e(f"%nl = mul i64 %n, {self.lanes}")
+        em = _WaveEmitter(f, "%w", "0")
+
+        def row(reg: str, j: int = 0) -> str:
+            r = f.op(f"add i64 {reg}, {j}") if j else reg
+            off = f.op(f"mul i64 %nl, {r}")
+            return f.op(f"getelementptr i32, ptr %vp, i64 {f.op(f'add i64 {off}, {em.wl}')}")
+        return f, em, row
+
+    @staticmethod
+    def _shared_end(f: Fn, ret: str) -> str:
+        """A shared function's end (returning `ret`), as text."""
+        f.e(f"ret {ret}")
+        f.lines.append("}")
+        f.lines[2:2] = f.allocas
+        return "\n".join(f.lines)
+
     def _gm(self, words: int, write: bool, sb: bool) -> str:
         """The name of the module's shared function for one kind of global access (made once per module, _gm_text),
         noted as used by the block being made."""
@@ -915,28 +944,14 @@ class ModuleGen:
         load, on one address as one read broadcast; then chunk by chunk: a chunk that is one run inside the range as
         one vector access; every active lane inside it, gathered or scattered; else lane by lane through the table.
         (The fast tier calls it; the -O2 tier inlines it, its mode a constant.)"""
-        f = Fn(self.lanes)
-        L, W, VT, MT = f.L, f.W, f.VT, f.MT
-        V64 = f"<{W} x i64>"
         nbytes = 4 * words
         tab, cnt = ("%wtabp", "%wcount") if write else ("%rtabp", "%rcount")
-        inline = "alwaysinline" if self.whole else "noinline"
-        f.lines.append(f"define internal i1 @{name}(ptr %ctx, i64 %w, i64 %ra, i64 %rd, i64 %sbase, i64 %off, "
-                       f"ptr %hint, i32 %mode) {inline} {{")
-        f.lines.append("entry:")
-        for key, var, ty in (("v", "%vp", "ptr"), ("s", "%sp", "ptr"), ("n", "%n", "i64"),
-                             ("wtab" if write else "rtab", tab, "ptr"), ("wcount" if write else "rcount", cnt, "i64")):
-            f.e(f"{var} = load {ty}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[key]}')}")
-        f.e(f"%nl = mul i64 %n, {L}")
+        fields = (("wtab" if write else "rtab", tab, "ptr"), ("wcount" if write else "rcount", cnt, "i64"))
+        f, em, row = self._shared(name, "i1", "i64 %ra, i64 %rd, i64 %sbase, i64 %off, ptr %hint, i32 %mode", fields)
+        W, VT, MT = f.W, f.VT, f.MT
+        V64 = f"<{W} x i64>"
         f.e(f"%chk = icmp ne i32 {f.op(f'and i32 %mode, {GM_CHECK}')}, 0")
         f.e(f"%acc = icmp ne i32 {f.op(f'and i32 %mode, {GM_ACCESS}')}, 0")
-        em = _WaveEmitter(f, "%w", "0")
-
-        def row(reg: str, j: int) -> str:
-            """The wave's row of VGPR reg + j."""
-            r = f.op(f"add i64 {reg}, {j}") if j else reg
-            off = f.op(f"mul i64 %nl, {r}")
-            return f.op(f"getelementptr i32, ptr %vp, i64 {f.op(f'add i64 {off}, {em.wl}')}")
         alo = row("%ra", 0)
         ahi = None if sb else row("%ra", 1)
         data = [row("%rd", j) for j in range(words)]
@@ -1071,10 +1086,7 @@ class ModuleGen:
                 f.e(f"br label {after}")
                 f.label(after)
         em.chunk_loop(body)
-        f.e("ret i1 true")
-        f.lines.append("}")
-        f.lines[2:2] = f.allocas
-        return "\n".join(f.lines)
+        return self._shared_end(f, "i1 true")
 
     def _gm_wave(self, f: Fn, em, write: bool, alo: str, ahi: str | None, dst: str, e: str, hint_at, base,
                  when) -> None:
@@ -1196,18 +1208,9 @@ class ModuleGen:
         (ds_store_b32; one half of a 2addr store: its offset, the base 0), chunk by chunk: a chunk of active lanes
         on consecutive dwords as one vector store, any other lane by lane in lane order (a lane outside the LDS
         writes nothing). The fast tier calls it, the -O2 tier inlines it."""
-        f = Fn(self.lanes)
+        f, em, row = self._shared("dss", "void", "i64 %ra, i64 %rd, i32 %boff, i32 %o", _LDS_FIELDS)
         VT, MT = f.VT, f.MT
-        f.lines.append("define internal void @dss(ptr %ctx, i64 %w, i64 %ra, i64 %rd, i32 %boff, i32 %o) "
-                       f"{'alwaysinline' if self.whole else 'noinline'} {{")
-        f.lines.append("entry:")
-        for key, var, ty in (("v", "%vp", "ptr"), ("s", "%sp", "ptr"), ("n", "%n", "i64"), ("lds", "%ldsp", "ptr"),
-                             ("lds_base", "%lds_basep", "ptr"), ("lds_size", "%lds_size", "i64")):
-            f.e(f"{var} = load {ty}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[key]}')}")
-        f.e(f"%nl = mul i64 %n, {self.lanes}")
-        em = _WaveEmitter(f, "%w", "0")
-        rows = [f.op(f"getelementptr i32, ptr %vp, i64 {f.op(f'add i64 {m}, {em.wl}')}")
-                for m in (f.op(f"mul i64 %nl, {r}") for r in ("%ra", "%rd"))]
+        rows = [row("%ra"), row("%rd")]
         wbase = f.op(f"load i64, ptr {f.op('getelementptr i64, ptr %lds_basep, i64 %w')}")
         lds = f.op(f"getelementptr i8, ptr %ldsp, i64 {wbase}")      # the wave's workgroup's LDS
         x = f.op("sub i64 %lds_size, 3")                               # lanes below: a + 4 <= the LDS size
@@ -1223,10 +1226,7 @@ class ModuleGen:
             mm = f.op(f"and {MT} {em.mask_vec(e)}, {f.op(f'icmp ult {VT} {ao}, {lim}')}")
             self._scatter32(f, v, lds, ao, mm)
         em.chunk_loop(body)
-        f.e("ret void")
-        f.lines.append("}")
-        f.lines[2:2] = f.allocas
-        return "\n".join(f.lines)
+        return self._shared_end(f, "void")
 
     def _dsl_text(self, name: str, nw: int, n_offs: int) -> str:
         """void @name(ctx, wave, address VGPR, destination VGPR, base offset, offset 0, offset 1): one wave's DS load
@@ -1236,22 +1236,9 @@ class ModuleGen:
         shuffles) or all at lane 0's (one load per dword, broadcast), every byte inside the LDS without a 32-bit
         wrap; any other lane by lane (a lane outside the LDS reads 0). The fast tier calls it, the -O2 tier inlines
         it."""
-        f = Fn(self.lanes)
+        f, em, row = self._shared(name, "void", "i64 %ra, i64 %rd, i32 %boff, i32 %o0, i32 %o1", _LDS_FIELDS)
         VT, MT, W = f.VT, f.MT, f.W
         S = 4 * nw
-        f.lines.append(f"define internal void @{name}(ptr %ctx, i64 %w, i64 %ra, i64 %rd, i32 %boff, i32 %o0, i32 %o1) "
-                       f"{'alwaysinline' if self.whole else 'noinline'} {{")
-        f.lines.append("entry:")
-        for key, var, ty in (("v", "%vp", "ptr"), ("s", "%sp", "ptr"), ("n", "%n", "i64"), ("lds", "%ldsp", "ptr"),
-                             ("lds_base", "%lds_basep", "ptr"), ("lds_size", "%lds_size", "i64")):
-            f.e(f"{var} = load {ty}, ptr {f.op(f'getelementptr i64, ptr %ctx, i64 {CTX[key]}')}")
-        f.e(f"%nl = mul i64 %n, {self.lanes}")
-        em = _WaveEmitter(f, "%w", "0")
-
-        def row(reg: str, j: int) -> str:
-            r = f.op(f"add i64 {reg}, {j}") if j else reg
-            off = f.op(f"mul i64 %nl, {r}")
-            return f.op(f"getelementptr i32, ptr %vp, i64 {f.op(f'add i64 {off}, {em.wl}')}")
         arow = row("%ra", 0)
         drows = [row("%rd", t) for t in range(n_offs * nw)]
         offs = ["%o0", "%o1"][:n_offs] if n_offs > 1 else ["0"]
@@ -1340,10 +1327,7 @@ class ModuleGen:
             f.e(f"br label {fin}")
             f.label(fin)
         em.chunk_loop(body)
-        f.e("ret void")
-        f.lines.append("}")
-        f.lines[2:2] = f.allocas
-        return "\n".join(f.lines)
+        return self._shared_end(f, "void")
 
     def _ramp32(self, f: Fn, offs: str, ok: str, step: int) -> tuple[str, str]:
         """(lane 0's offset, whether every lane is ok and lane j's offset is lane 0's + step * j), on i32 offsets."""
