@@ -24,7 +24,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 42          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 43          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -477,8 +477,6 @@ class ModuleGen:
         return "\n".join([
             f"declare <{L} x float> @llvm.fma.v{L}f32(<{L} x float>, <{L} x float>, <{L} x float>)",
             f"declare <{L} x float> @llvm.fabs.v{L}f32(<{L} x float>)",
-            f"declare void @llvm.masked.store.v{lanes_per_op()}i32.p0(<{lanes_per_op()} x i32>, ptr, i32, "
-            f"<{lanes_per_op()} x i1>)",
             *(f"declare <{L} x i32> @llvm.{m}.v{L}i32(<{L} x i32>, <{L} x i32>)" for m in ("umin", "umax", "smin", "smax")),
             *(f"declare i32 @llvm.{m}.i32(i32, i32)" for m in ("umin", "umax", "smin", "smax")),
             "",
@@ -609,7 +607,6 @@ class ModuleGen:
         self._uses = set()
         self.uses.append(self._uses)
         f = Fn(self.lanes)
-        f.masked = not self.whole
         start = "%start_arg" if b.fused else "%start"
         f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 {start}, i32 %end, i32 %s0arg) "
                        "alwaysinline {")

@@ -505,7 +505,6 @@ class Fn:
         self.FT = f"<{self.W} x float>"
         self.MT = f"<{self.W} x i1>"
         self.IT = f"i{lanes}"
-        self.masked = False           # a run's VGPR writes as masked stores (the fast tier: sroa never sees them)
 
     def alloca(self, ty: str) -> str:
         r = self.t("a")
@@ -723,9 +722,6 @@ class Emitter:
             return
         f = self.f
         p = self.regs[r]
-        if f.masked:
-            f.e(f"call void @llvm.masked.store.v{f.W}i32.p0({f.VT} {val}, ptr {p}, i32 4, {f.MT} {self.exec_vec()})")
-            return
         old = f.op(f"load {f.VT}, ptr {p}")
         new = f.op(f"select {f.MT} {self.exec_vec()}, {f.VT} {val}, {f.VT} {old}")
         f.e(f"store {f.VT} {new}, ptr {p}")
