@@ -106,10 +106,10 @@ class Pool:
             buf, dirty = bufs.pop() if bufs else (None, None)
             if buf is not None:
                 self.held -= nbytes
-        if buf is None:
-            buf = self._from_reserve(nbytes)
-        if buf is None:
-            buf = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)      # zero pages, mapped on first touch
+        if buf is None:                                 # fresh memory, zero already: the reserve's (faulted in
+            buf = self._from_reserve(nbytes)            # ahead) or zero pages, mapped on first touch
+            if buf is None:
+                buf = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
         elif dirty is None:
             _clear(buf, skip)
         else:
