@@ -69,7 +69,7 @@ def _differential(monkeypatch, used: list, mode: str = "sync", steps: bool = Tru
         ref_states = cap.states
         monkeypatch.setenv("AMDQ_SIM_JIT", mode)
         cap.states = []
-        before, failed = runtime.counts["wave_instructions"], runtime.counts["compile_failures"]
+        before, failed = runtime.counts["wave_instructions"], compiled.stats["compile_failures"]
         try:
             got = orig(core, d, max_steps)
         except GPUException as e:
@@ -78,7 +78,7 @@ def _differential(monkeypatch, used: list, mode: str = "sync", steps: bool = Tru
         finally:
             jit_states, cap.states = cap.states, None
         assert err_ref is None, f"the interpreter failed, the JIT did not: {err_ref}"
-        assert runtime.counts["compile_failures"] == failed, "a region failed to compile (left to the interpreter)"
+        assert compiled.stats["compile_failures"] == failed, "a region failed to compile (left to the interpreter)"
         used.append(runtime.counts["wave_instructions"] - before)
         assert (got.wave_instructions, got.waves) == (ref.wave_instructions, ref.waves)
         assert got.steps == ref.steps or not steps

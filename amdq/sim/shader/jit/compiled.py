@@ -34,7 +34,7 @@ _state: dict = {}
 MEMORY: dict[str, "Compiled"] = {}          # key -> compiled region (this process)
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "load_seconds": 0.0,
          "compile_cpu_seconds": 0.0, "ir_lines": 0, "recompiled": 0, "recompile_seconds": 0.0,
-         "compiled_instructions": 0, "mcjit_loads": 0}
+         "compiled_instructions": 0, "mcjit_loads": 0, "compile_failures": 0}
 # seconds of the compiles by stage (this process, both tiers): IR text, parse, verify, IR passes, machine code, loading
 STAGES = ("ir", "parse", "verify", "passes", "emit", "load")
 stage_seconds = dict.fromkeys(STAGES, 0.0)
@@ -503,21 +503,13 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             if make_ir is None:
                 raise LookupError(f"region {key[:16]}: no object on disk that loads")
             source = "compiled"
-            llvm, tm = _llvm(tier)
-            clock = _Stages()
-            ir = make_ir(tier)
-            parts = ir if isinstance(ir, list) else [ir]
-            clock("ir")
-            stats["ir_lines"] += sum(x.count("\n") for x in parts)
-            aside = [_aside_pool().submit(_emit_aside, x, tier) for x in parts[1:]]
-            objs = [_emit_aside(parts[0], tier, clock)[0] if aside else _emit(llvm, tm, parts[0], tier, clock)]
-            for job in aside:                   # (the other parts, compiled meanwhile on their own threads)
-                obj, cpu = job.result()
-                objs.append(obj)
-                tc -= cpu
-            clock("emit")
-            addresses, how, linked = _map(objs, names, tier)
-            clock("load")
+            try:
+                objs, addresses, how, linked, cpu = _build(make_ir, names, tier)
+            except Exception:        # (the caller leaves the region to the interpreter; counted for the tests)
+                with _stats_lock:
+                    stats["compile_failures"] += 1
+                raise
+            tc -= cpu
             with _stats_lock:
                 stats["compiled" if tier == FAST else "recompiled"] += 1
             if linked is not None:
@@ -538,6 +530,28 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
                 stats["recompile_seconds"] += dt
             c = MEMORY[key] = Compiled(addresses, names, dt, source, how)
         return c
+
+
+def _build(make_ir, names: list[str], tier: str) -> tuple[list[bytes], dict[str, int], str, "loader.Linked | None",
+                                                          float]:
+    """Compile make_ir(tier) and map it: (its objects, get's _map results, the CPU seconds its other threads spent)."""
+    llvm, tm = _llvm(tier)
+    clock = _Stages()
+    ir = make_ir(tier)
+    parts = ir if isinstance(ir, list) else [ir]
+    clock("ir")
+    stats["ir_lines"] += sum(x.count("\n") for x in parts)
+    aside = [_aside_pool().submit(_emit_aside, x, tier) for x in parts[1:]]
+    objs = [_emit_aside(parts[0], tier, clock)[0] if aside else _emit(llvm, tm, parts[0], tier, clock)]
+    cpu = 0.0
+    for job in aside:                   # (the other parts, compiled meanwhile on their own threads)
+        obj, t = job.result()
+        objs.append(obj)
+        cpu += t
+    clock("emit")
+    addresses, how, linked = _map(objs, names, tier)
+    clock("load")
+    return objs, addresses, how, linked, cpu
 
 
 class _Stages:

@@ -48,8 +48,7 @@ MAX_INSTS = 512          # per block
 RANGES = 64              # translated ranges per table
 FULL_F32 = 0x30          # MODE.FP_DENORM f32 field: denormals kept
 ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
-counts = {"parallel_calls": 0, "calls": 0, "chained": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0,
-          "compile_failures": 0}   # this process's (tests, benchmarks)
+counts = {"parallel_calls": 0, "calls": 0, "chained": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
 
 
 # On by default: code is interpreted until it gets hot (the tiering below), so the short kernels most runs are made
@@ -237,7 +236,6 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
         try:
             c = get(key, names, make_ir, FAST, size)
         except Exception:               # a compile failure leaves these blocks to the interpreter
-            counts["compile_failures"] += 1
             return
         _adopt(cand, blocks, key, c)
         return
@@ -281,7 +279,6 @@ def _collect(cand: Candidate) -> None:
     try:
         key, c = fut.result()
     except Exception:
-        counts["compile_failures"] += 1
         return
     _adopt(cand, blocks, key, c)
 
@@ -595,7 +592,6 @@ def _promote(part: Part) -> None:
         try:
             part.use(get(key, names, make_ir, OPT), OPT)
         except Exception:
-            counts["compile_failures"] += 1
             part.cost = float("inf")
         return
     part.job = submit(key, names, make_ir, OPT, part.insts)
@@ -623,7 +619,6 @@ def _charge(part: Part, seconds: float, work: int) -> None:
                 try:
                     part.use(job.result()[1], OPT)
                 except Exception:
-                    counts["compile_failures"] += 1
                     part.cost = float("inf")
         elif part.seconds >= OPT_HOT * part.cost:
             _promote(part)
