@@ -433,10 +433,9 @@ def _decls(head: str) -> str:
     return head[:m.start()] if m else head
 
 
-def _needed(head: str, rest: str, *, rest_too: bool = True) -> str:
-    """head + rest, head's functions only where rest (or a function kept) calls them: an internal function nothing
-    calls is still compiled (the fast tier runs no IR pass), ~1 ms for the NaN fix-ups alone. (rest_too=False:
-    the functions kept alone.)"""
+def _called(head: str, rest: str) -> str:
+    """The functions of head that rest calls (or a function called calls): an internal function nothing calls is
+    still compiled (the fast tier runs no IR pass), ~1 ms for the NaN fix-ups alone."""
     funcs = _functions(head)
     keep, text = set(), rest
     while True:
@@ -445,8 +444,7 @@ def _needed(head: str, rest: str, *, rest_too: bool = True) -> str:
             break
         keep |= more
         text = "".join(funcs[n] for n in more)
-    kept = "".join(funcs[n] for n in funcs if n in keep)
-    return _decls(head) + kept + rest if rest_too else kept
+    return "".join(funcs[n] for n in funcs if n in keep)
 
 
 def _declared(defined: str, body: str) -> str:
@@ -468,9 +466,7 @@ class ModuleGen:
         self.funcs: list[str] = []
         self.blocks: list[Block] = []
         self.fused = False              # emitting a fused block's phases (inside its wave loop)
-        self.gm: dict[str, str] = {}    # the global accesses' shared functions (_gm): name -> text
-        self.uses: list[set[str]] = []  # per block (as self.blocks): the shared functions it calls
-        self._uses: set[str] = set()
+        self.shared: dict[str, str] = {}    # the memory accesses' shared functions (_use): name -> text
 
     def header(self) -> str:
         L = self.lanes
@@ -524,16 +520,16 @@ class ModuleGen:
     def text_parts(self, parts: int) -> list[str]:
         """The module as up to `parts` modules compiled apart (on as many threads) and linked together
         (loader.link): the blocks, each with its wrapper, shared out by size; the first one holds the chain and the
-        shared functions (the header's helpers and the global accesses' functions, _gm) the module calls, which the
-        others declare. One module below SPLIT_LINES lines of blocks (the threads would not pay for the split)."""
+        functions shared by the blocks (the header's helpers they call, the memory accesses' functions, _use), which
+        the others declare. One module below SPLIT_LINES lines of blocks (the threads would not pay for the split)."""
         head, chain = self.header(), self.chain()
         groups = [self.funcs[i:i + 2] for i in range(0, len(self.funcs), 2)]       # (a block's body, its wrapper)
         sizes = [sum(x.count("\n") for x in g) for g in groups]
+        rest = "\n".join([*self.shared.values(), *self.funcs]) + "\n" + chain
         if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
-            return [_needed(head, "\n".join([*self.gm.values(), *self.funcs]) + "\n" + chain)]
-        shared = _needed(head, "\n".join([*self.gm.values(), *self.funcs]) + "\n" + chain, rest_too=False)
-        shared = "".join(t.rstrip("\n") + "\n" for t in (shared, *self.gm.values()) if t)
-        decls = _DEFINED.sub(lambda m: m.group(0).replace("define internal", "define"), shared)
+            return [_decls(head) + _called(head, rest) + rest]
+        shared = "".join(t.rstrip("\n") + "\n" for t in (_called(head, rest), *self.shared.values()) if t)
+        defined = _DEFINED.sub(lambda m: m.group(0).replace("define internal", "define"), shared)   # (linked)
         load, members = [chain.count("\n") + shared.count("\n")] + [0] * (parts - 1), [[] for _ in range(parts)]
         for j in sorted(range(len(groups)), key=lambda j: -sizes[j]):
             k = min(range(parts), key=load.__getitem__)
@@ -548,9 +544,9 @@ class ModuleGen:
                 here = {self.blocks[j].name for j in mine}
                 decl = "\n".join(f"declare i32 @{b.name}(ptr, ptr, i64, i32, i32)" for b in self.blocks
                                   if b.name not in here)
-                out.append(_decls(head) + decls + decl + "\n" + body + "\n" + chain)
+                out.append(_decls(head) + defined + decl + "\n" + body + "\n" + chain)
             else:
-                out.append(_decls(head) + _declared(decls, body) + body + "\n")
+                out.append(_decls(head) + _declared(defined, body) + body + "\n")
         return out
 
     # ---------------------------------------------------------------- the region's chain
@@ -604,8 +600,6 @@ class ModuleGen:
         name = f"blk_{b.pc - self.root:x}"
         b.name = name
         self.blocks.append(b)
-        self._uses = set()
-        self.uses.append(self._uses)
         f = Fn(self.lanes)
         start = "%start_arg" if b.fused else "%start"
         f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 {start}, i32 %end, i32 %s0arg) "
@@ -895,7 +889,7 @@ class ModuleGen:
             self._wave_loop(f, phase(GM_CHECK))
             self._wave_loop(f, phase(GM_ACCESS))
 
-    def _shared(self, name: str, ret: str, params: str, fields: tuple) -> tuple[Fn, "_WaveEmitter", Callable]:
+    def _begin_shared(self, name: str, ret: str, params: str, fields: tuple) -> tuple[Fn, "_WaveEmitter", Callable]:
         """A shared function's start: (its Fn, an emitter bound to its wave %w, row(reg, j): the wave's row of VGPR
         reg + j), with the context fields (key, variable, type) and %nl loaded; noinline in the fast tier, inlined
         at -O2."""
@@ -915,21 +909,23 @@ class ModuleGen:
         return f, em, row
 
     @staticmethod
-    def _shared_end(f: Fn, ret: str) -> str:
+    def _end_shared(f: Fn, ret: str) -> str:
         """A shared function's end (returning `ret`), as text."""
         f.e(f"ret {ret}")
         f.lines.append("}")
         f.lines[2:2] = f.allocas
         return "\n".join(f.lines)
 
-    def _gm(self, words: int, write: bool, sb: bool) -> str:
-        """The name of the module's shared function for one kind of global access (made once per module, _gm_text),
-        noted as used by the block being made."""
-        name = f"gm_{'w' if write else 'r'}{words}{'s' if sb else 'v'}"
-        self._uses.add(name)
-        if name not in self.gm:
-            self.gm[name] = self._gm_text(name, words, write, sb)
+    def _use(self, name: str, make) -> str:
+        """`name`, a shared function of the module: its text made by make() the first time a block calls it."""
+        if name not in self.shared:
+            self.shared[name] = make()
         return name
+
+    def _gm(self, words: int, write: bool, sb: bool) -> str:
+        """The name of the module's shared function for one kind of global access (_gm_text)."""
+        name = f"gm_{'w' if write else 'r'}{words}{'s' if sb else 'v'}"
+        return self._use(name, lambda: self._gm_text(name, words, write, sb))
 
     def _gm_text(self, name: str, words: int, write: bool, sb: bool) -> str:
         """i1 @name(ctx, wave, address VGPR, data VGPR, scalar base, offset, hint, mode): one wave's global access
@@ -944,7 +940,8 @@ class ModuleGen:
         nbytes = 4 * words
         tab, cnt = ("%wtabp", "%wcount") if write else ("%rtabp", "%rcount")
         fields = (("wtab" if write else "rtab", tab, "ptr"), ("wcount" if write else "rcount", cnt, "i64"))
-        f, em, row = self._shared(name, "i1", "i64 %ra, i64 %rd, i64 %sbase, i64 %off, ptr %hint, i32 %mode", fields)
+        params = "i64 %ra, i64 %rd, i64 %sbase, i64 %off, ptr %hint, i32 %mode"
+        f, em, row = self._begin_shared(name, "i1", params, fields)
         W, VT, MT = f.W, f.VT, f.MT
         V64 = f"<{W} x i64>"
         f.e(f"%chk = icmp ne i32 {f.op(f'and i32 %mode, {GM_CHECK}')}, 0")
@@ -1083,7 +1080,7 @@ class ModuleGen:
                 f.e(f"br label {after}")
                 f.label(after)
         em.chunk_loop(body)
-        return self._shared_end(f, "i1 true")
+        return self._end_shared(f, "i1 true")
 
     def _gm_wave(self, f: Fn, em, write: bool, alo: str, ahi: str | None, dst: str, e: str, hint_at, base,
                  when) -> None:
@@ -1168,9 +1165,7 @@ class ModuleGen:
         load = "load" in k
         if load:                            # (the module's shared function for this shape of load, _dsl_text)
             name = f"dsl_{nw}_{len(offs)}"
-            self._uses.add(name)
-            if name not in self.gm:
-                self.gm[name] = self._dsl_text(name, nw, len(offs))
+            self._use(name, lambda: self._dsl_text(name, nw, len(offs)))
             o1 = offs[1] if len(offs) > 1 else 0
             f.e(f"call void @{name}(ptr %ctx, i64 {em.w}, i64 {inst.addr.reg}, i64 {inst.dst[0].reg}, "
                 f"i32 {base_off & 0xFFFFFFFF}, i32 {offs[0]}, i32 {o1})")
@@ -1178,9 +1173,7 @@ class ModuleGen:
         regs = [d.reg for d in inst.data]
         sel = [(offs[part], regs[part])] if k in DS_2 else [(0, regs[0])]
         if nw == 1:                         # a single-dword store: the module's shared function (_dss_text)
-            self._uses.add("dss")
-            if "dss" not in self.gm:
-                self.gm["dss"] = self._dss_text()
+            self._use("dss", self._dss_text)
             (o, r), = sel
             f.e(f"call void @dss(ptr %ctx, i64 {em.w}, i64 {inst.addr.reg}, i64 {r}, i32 {base_off & 0xFFFFFFFF}, "
                 f"i32 {o})")
@@ -1205,7 +1198,7 @@ class ModuleGen:
         (ds_store_b32; one half of a 2addr store: its offset, the base 0), chunk by chunk: a chunk of active lanes
         on consecutive dwords as one vector store, any other lane by lane in lane order (a lane outside the LDS
         writes nothing). The fast tier calls it, the -O2 tier inlines it."""
-        f, em, row = self._shared("dss", "void", "i64 %ra, i64 %rd, i32 %boff, i32 %o", _LDS_FIELDS)
+        f, em, row = self._begin_shared("dss", "void", "i64 %ra, i64 %rd, i32 %boff, i32 %o", _LDS_FIELDS)
         VT, MT = f.VT, f.MT
         rows = [row("%ra"), row("%rd")]
         wbase = f.op(f"load i64, ptr {f.op('getelementptr i64, ptr %lds_basep, i64 %w')}")
@@ -1223,7 +1216,7 @@ class ModuleGen:
             mm = f.op(f"and {MT} {em.mask_vec(e)}, {f.op(f'icmp ult {VT} {ao}, {lim}')}")
             self._scatter32(f, v, lds, ao, mm)
         em.chunk_loop(body)
-        return self._shared_end(f, "void")
+        return self._end_shared(f, "void")
 
     def _dsl_text(self, name: str, nw: int, n_offs: int) -> str:
         """void @name(ctx, wave, address VGPR, destination VGPR, base offset, offset 0, offset 1): one wave's DS load
@@ -1233,7 +1226,7 @@ class ModuleGen:
         shuffles) or all at lane 0's (one load per dword, broadcast), every byte inside the LDS without a 32-bit
         wrap; any other lane by lane (a lane outside the LDS reads 0). The fast tier calls it, the -O2 tier inlines
         it."""
-        f, em, row = self._shared(name, "void", "i64 %ra, i64 %rd, i32 %boff, i32 %o0, i32 %o1", _LDS_FIELDS)
+        f, em, row = self._begin_shared(name, "void", "i64 %ra, i64 %rd, i32 %boff, i32 %o0, i32 %o1", _LDS_FIELDS)
         VT, MT, W = f.VT, f.MT, f.W
         S = 4 * nw
         arow = row("%ra", 0)
@@ -1324,7 +1317,7 @@ class ModuleGen:
             f.e(f"br label {fin}")
             f.label(fin)
         em.chunk_loop(body)
-        return self._shared_end(f, "void")
+        return self._end_shared(f, "void")
 
     def _ramp32(self, f: Fn, offs: str, ok: str, step: int) -> tuple[str, str]:
         """(lane 0's offset, whether every lane is ok and lane j's offset is lane 0's + step * j), on i32 offsets."""
