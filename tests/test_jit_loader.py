@@ -323,3 +323,21 @@ def test_compile_threads_chosen(monkeypatch):
     monkeypatch.delitem(compiled._state, "threads", raising=False)
     assert 1 <= compiled.compile_threads() <= min(2, len(os.sched_getaffinity(0)))
     monkeypatch.delitem(compiled._state, "threads", raising=False)
+
+
+def test_placed_functions_are_named_for_perf(tmp_path, monkeypatch):
+    """AMDQ_SIM_JIT_PERFMAP: each placed object's global functions are written to perf's map file of the process,
+    at the addresses they run at, each running up to the next one."""
+    path = tmp_path / "perf.map"
+    monkeypatch.setattr(loader, "_PERFMAP", True)
+    monkeypatch.setattr(loader, "perfmap_path", lambda: str(path))
+    lk = loader.link(_object(IR), ["mix", "scale"])
+    at = loader.place(lk)
+    rows = {name: (int(a, 16), int(n, 16)) for a, n, name in (line.split() for line in path.read_text().splitlines())}
+    assert rows.keys() == {"mix", "scale"} and all(rows[k][0] == at[k] for k in at)
+    first, second = sorted(rows, key=lambda k: rows[k][0])
+    assert rows[first][0] + rows[first][1] == rows[second][0]
+    assert rows[second][0] + rows[second][1] == at[second] - lk.entries[second] + len(lk.code)
+    monkeypatch.setattr(loader, "_PERFMAP", False)
+    loader.place(lk)
+    assert len(path.read_text().splitlines()) == 2

@@ -278,5 +278,13 @@ def compile_packer(meta: KernelMeta, args: tuple, blob: bytes, dev: Any, pointee
     lines += [f"pack_into(mv, off, {names}rest)"]
     src = "def pack(mv, off, args):\n    try:\n" + "".join(f"        {line}\n" for line in lines) + \
           "    except SLOW:\n        checked(mv, off, args)\n"
-    exec(compile(src, f"<kernel arguments of {meta.name}>", "exec"), env)
+    code = _PACKERS.get((meta.name, src))
+    if code is None:                                     # (compiling the source costs ~0.3 ms: once per source)
+        if len(_PACKERS) >= 512:
+            _PACKERS.clear()
+        code = _PACKERS[meta.name, src] = compile(src, f"<kernel arguments of {meta.name}>", "exec")
+    exec(code, env)
     return env["pack"]
+
+
+_PACKERS: dict[tuple[str, str], Any] = {}   # (kernel, packer source) -> its code object: another plan of that signature

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import re
 import struct
 import zlib
@@ -112,7 +113,29 @@ def place(lk: Linked) -> dict[str, int]:
         m.close()
         raise Unsupported(f"mprotect: errno {ctypes.get_errno()}")
     _KEEP.append(m)
+    if _PERFMAP:
+        _perfmap(addr, len(code), lk.entries)
     return {n: addr + off for n, off in lk.entries.items()}
+
+
+_PERFMAP = os.environ.get("AMDQ_SIM_JIT_PERFMAP", "").strip() not in ("", "0")
+
+
+def perfmap_path() -> str:
+    """Where perf looks for the names of a process's generated code."""
+    return f"/tmp/perf-{os.getpid()}.map"
+
+
+def _perfmap(addr: int, size: int, entries: dict[str, int]) -> None:
+    """Name the placed object's global functions for perf (AMDQ_SIM_JIT_PERFMAP=1), one "start size name" line each
+    in perf's map file of this process: a function runs to the next one (the internal ones it calls count in it)."""
+    ends = sorted(set(entries.values()) | {size})
+    try:
+        with open(perfmap_path(), "a") as f:
+            for name, off in sorted(entries.items(), key=lambda kv: kv[1]):
+                f.write(f"{addr + off:x} {ends[ends.index(off) + 1] - off:x} {name}\n")
+    except OSError:
+        pass
 
 
 MAGIC = b"amdq-linked-1\n"
