@@ -1551,3 +1551,36 @@ def test_code_slower_than_the_interpreter_is_turned_off(monkeypatch):
     ran = [p.seconds for p in parts]
     _loop(200)
     assert all(p.off for p in parts) and [p.seconds for p in parts] == ran     # their code no longer runs
+
+
+DENORM_SWITCH = """
+__kernel void switch_mode(__global const float *a, __global const float *b, __global float *o) {
+  int i = get_global_id(0);
+  float x = a[i], y = b[i];
+  float kept = x * y;
+  __asm__ volatile(MODE_OFF : "+v"(y) : "v"(kept));
+  o[2 * i] = kept; o[2 * i + 1] = x * y;
+}
+"""
+
+
+@pytest.mark.parametrize("arch, mode_off", [("gfx1100", "s_denorm_mode 0"),
+                                             ("gfx942", "s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 4), 0")])
+def test_a_mode_change_stops_compiled_float_code(monkeypatch, arch, mode_off):
+    """Compiled float code assumes MODE keeps f32 denormals: after a wave turns that off (s_denorm_mode or s_setreg
+    of MODE, which the interpreter runs) the same kind of multiply flushes its denormal result to zero, as the
+    interpreter does, even though the waves' MODE was found fine for compiled code before."""
+    used: list[int] = []
+    _differential(monkeypatch, used)
+    n = 256
+    a = np.full(n, 1e-20, np.float32)
+    a[::3] = 3.0
+    b = np.full(n, 1e-20, np.float32)
+    src = DENORM_SWITCH.replace("MODE_OFF", '"' + mode_off + '"')
+    (_, _, out), _ = harness.run_cl(src, "switch_mode", [a, b, np.zeros(2 * n, np.float32)], (n // 64, 1, 1),
+                                    (64, 1, 1), arch=arch)
+    kept, flushed = out[0::2], out[1::2]
+    product = a * b
+    assert np.array_equal(kept, product) and (kept[1::3] != 0).all()
+    assert np.array_equal(flushed[1::3], np.zeros_like(flushed[1::3])) and np.array_equal(flushed[::3], product[::3])
+    assert used and used[0] > 0

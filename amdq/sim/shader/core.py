@@ -417,6 +417,7 @@ def layout_registers(w: WaveState, lay: Layout) -> None:
         w.s[lay.private_sgpr] = lay.scratch_off.astype(np.uint32)
     w.v[0].reshape(nwg, wpg * lanes)[:] = lay.ids
     w.mode[:] = lay.mode
+    w.mode_ok = None
 
 
 def set_exec(w: WaveState, valid: np.ndarray) -> None:

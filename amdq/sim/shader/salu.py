@@ -453,6 +453,7 @@ def _setreg(inst: Inst):
     def step(w, sel):
         if rid == HW_MODE:
             w.mode[sel] = (w.mode[sel] & ~mask) | ((s(w, sel) << U32(off)) & mask)
+            w.mode_ok = None
     return step
 
 
@@ -489,13 +490,19 @@ def _sendmsg(inst: Inst):
 @handler("s_denorm_mode")
 def _denorm_mode(inst: Inst):
     v = U32((inst.simm16 & 0xF) << 4)
-    return lambda w, sel: w.mode.__setitem__(sel, (w.mode[sel] & ~U32(0xF0)) | v)
+    return lambda w, sel: _set_mode(w, sel, U32(0xF0), v)
 
 
 @handler("s_round_mode")
 def _round_mode(inst: Inst):
     v = U32(inst.simm16 & 0xF)
-    return lambda w, sel: w.mode.__setitem__(sel, (w.mode[sel] & ~U32(0xF)) | v)
+    return lambda w, sel: _set_mode(w, sel, U32(0xF), v)
+
+
+def _set_mode(w, sel, mask, v) -> None:
+    """MODE's bits `mask` set to v in the waves sel."""
+    w.mode[sel] = (w.mode[sel] & ~mask) | v
+    w.mode_ok = None
 
 
 @handler("s_trap")

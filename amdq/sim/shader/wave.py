@@ -250,6 +250,7 @@ class WaveState:
         np.copyto(self.em, im.em)
         np.copyto(self.full, im.full)
         np.copyto(self.mode, im.mode)
+        self.mode_ok = None
         self.scc.fill(0)
         self.pc.fill(0)
         self.status.fill(RUN)
@@ -290,6 +291,8 @@ class WaveState:
         n_waves = self.n
         self.lane_ids = _lane_ids(self.lanes)             # read-only, shared
         self.barrier_pending = False
+        self.mode_ok = None     # every wave's MODE as compiled float code needs it (jit/runtime.py _mode_ok); None:
+                                # not known (a state's MODE changes only where this is reset: set up, s_setreg & co.)
         # set by the dispatch (a batch sets every one: caller_sets): the workgroup of each wave (index in the batch),
         # memory model, LDS bytes and per-wave base, scratch per wave
         self.wg = None if caller_sets else np.zeros(n_waves, np.int64)

@@ -1194,10 +1194,18 @@ class Context:
 
 
 def _mode_ok(w, sel) -> bool:
+    """The waves sel keep f32 denormals and round to nearest even (what compiled float code assumes). Known for
+    the whole state until its MODE is written (w.mode_ok: True when every wave's is)."""
+    if w.mode_ok:
+        return True
     m = w.mode[sel]
     if len(m) <= 16:                    # (a short list is cheaper than two array operations)
-        return all(x & (FULL_F32 | ROUND_F32) == FULL_F32 for x in m.tolist())
-    return bool(((m & (FULL_F32 | ROUND_F32)) == FULL_F32).all())
+        ok = all(x & (FULL_F32 | ROUND_F32) == FULL_F32 for x in m.tolist())
+    else:
+        ok = bool(((m & (FULL_F32 | ROUND_F32)) == FULL_F32).all())
+    if isinstance(sel, slice) and sel == slice(None):
+        w.mode_ok = ok
+    return ok
 
 
 TILE_WAVES = 64          # waves per tile: a tile's registers stay in the caches while the block runs over it
