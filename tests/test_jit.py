@@ -429,6 +429,68 @@ def test_a_background_load_the_interpreter_reaches_is_loaded_at_once(monkeypatch
     assert compiled.stats["disk_hits"] == before["disk"] + 2
 
 
+def test_a_page_image_loads_its_regions_at_once(monkeypatch, tmp_path):
+    """At exit a process writes, per code page, one image of the regions it ran compiled there; the next process
+    places it whole when it reads the page's record (one file, one mapping), and both kernels of the page then run
+    compiled from their first dispatch without a region file read, with the interpreter's results. A process that
+    ran only one of them writes nothing new; an image that is damaged is ignored (the region files load as without
+    it)."""
+    cache = tmp_path / "jit11"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(cache))
+    run, a = _two_compiled()
+    runtime.save_images()
+    (image,) = list((cache / "images").iterdir())
+    written = image.stat().st_mtime_ns
+    for damaged in (False, True):
+        if damaged:
+            blob = bytearray(image.read_bytes())
+            blob[len(blob) // 2] ^= 0x40
+            image.write_bytes(bytes(blob))
+        before = _second_process(monkeypatch)
+        loads = compiled.stats["image_loads"]
+        used: list[int] = []
+        _differential(monkeypatch, used, mode="1")
+        assert np.array_equal(run("twice"), a * np.float32(2) + np.float32(1))
+        assert np.array_equal(run("halve"), a * np.float32(0.5) - np.float32(3))
+        assert used[0] > 0 and used[1] > 0 and not before["searched"]
+        assert compiled.stats["image_loads"] == loads + (0 if damaged else 1)
+        assert compiled.stats["disk_hits"] == before["disk"] + (2 if damaged else 0)
+        if not damaged:
+            runtime.save_images()                        # (nothing new: the image stays as it was)
+            assert image.stat().st_mtime_ns == written
+    runtime.save_images()                                # (rewritten whole, from the region files)
+    assert compiled.load_image(image.name[:-4]) and image.stat().st_mtime_ns != written
+
+
+def test_a_page_image_serves_only_its_bytes(monkeypatch, tmp_path):
+    """An image under the name of other code (the code changed; a stale file put there) is placed, but none of its
+    regions runs for other bytes: each is used only under the key of the bytes in memory."""
+    cache = tmp_path / "jit12"
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(cache))
+    runtime.forget()
+    _vadd()
+    runtime.save_images()
+    (old_rec,) = list((cache / "pages").iterdir())
+    (old_img,) = list((cache / "images").iterdir())
+    for f in cache.glob("*.lnk"):
+        f.unlink()                                       # (only the image holds compiled code now)
+
+    def to_add(mem, pc):
+        at, w = _find(mem, pc, FMAC)
+        mem.write(at, np.array([(w & ~(0x3F << 25)) | 3 << 25], np.uint32).tobytes())    # v_add_f32
+        key = runtime._page_key("rdna3", False, mem.read(pc & ~4095, 4096))
+        (cache / "pages" / key).write_bytes(old_rec.read_bytes())
+        (cache / "images" / (key + ".img")).write_bytes(old_img.read_bytes())
+    _patched(monkeypatch, to_add)
+    before = _second_process(monkeypatch)
+    loads = compiled.stats["image_loads"]
+    used: list[int] = []
+    _differential(monkeypatch, used, mode="1")
+    x, y, out = _vadd()
+    assert np.array_equal(out, np.float32(2) + y)
+    assert compiled.stats["image_loads"] == loads + 1 and used == [0]
+
+
 def test_a_record_is_used_only_for_its_bytes(monkeypatch, tmp_path):
     """A record under the name of other code (the code changed; a foreign or stale file put there) loads nothing
     compiled for other bytes: the changed instruction runs as the interpreter runs it."""

@@ -279,8 +279,9 @@ CHILD = textwrap.dedent("""
 
 
 def test_a_warm_process_runs_compiled_code_without_llvm(tmp_path):
-    """A first process compiles (and writes the host down); a second one keys and loads that code without ever
-    importing LLVM, and runs it compiled from its first dispatch."""
+    """A first process compiles (and writes the host down, and at exit its code pages' images); a second one keys
+    and loads that code (the image of its page) without ever importing LLVM, and runs it compiled from its first
+    dispatch."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "AMDQ_SIM_JIT_CACHE": str(tmp_path), "PYTHONPATH": root}
     code = CHILD.format(root=root, tests=os.path.join(root, "tests"))
@@ -295,7 +296,7 @@ def test_a_warm_process_runs_compiled_code_without_llvm(tmp_path):
     assert list((tmp_path / "hosts").iterdir())
     second = child("1")
     assert second["ok"] and not second["llvm"], "the warm process started LLVM"
-    assert second["stats"]["disk_hits"] > 0 and second["stats"]["compiled"] == 0 and second["used"] > 0
+    assert second["stats"]["image_loads"] > 0 and second["stats"]["compiled"] == 0 and second["used"] > 0
 
 
 def test_a_host_written_down_wrongly_is_asked_again(tmp_path, monkeypatch):
@@ -341,3 +342,26 @@ def test_placed_functions_are_named_for_perf(tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "_PERFMAP", False)
     loader.place(lk)
     assert len(path.read_text().splitlines()) == 2
+
+
+def test_linked_objects_combine_into_one_mapping():
+    """loader.combine lays several linked objects out as one (their address slots moved with them): placed once, each
+    one's functions run as when it is placed alone, named "<part>/<function>"."""
+    ext = _object(IR.replace("define internal i32 @twist", "define i32 @twist"))    # (called through the GOT)
+    a, b = loader.link(ext, ["mix", "scale"]), loader.link(_object(IR), ["mix", "scale"])
+    assert len(a.fixups) > 0
+    both = loader.combine({"a": a, "b": b})
+    assert both.entries.keys() == {f"{t}/{n}" for t in "ab" for n in a.entries.keys() | b.entries.keys()} - \
+        {"b/twist"}
+    at = loader.place(loader.unpack(loader.pack(both)))
+    alone = MIX(loader.place(a)["mix"])
+    for tag in "ab":
+        mix = MIX(at[f"{tag}/mix"])
+        assert all(mix(x, k) == alone(x, k) for x in (0, 1, 12345, -1) for k in range(-1, 10))
+    x = np.arange(8, dtype=np.float32) - 3
+    outs = []
+    for fn in (at["a/scale"], at["b/scale"]):
+        out = np.zeros(8, np.float32)
+        SCALE(fn)(out.ctypes.data, x.ctypes.data)
+        outs.append(out)
+    assert np.array_equal(outs[0], outs[1]) and outs[0].any()

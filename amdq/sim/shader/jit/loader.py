@@ -138,23 +138,52 @@ def _perfmap(addr: int, size: int, entries: dict[str, int]) -> None:
         pass
 
 
+def combine(parts: dict[str, Linked]) -> Linked:
+    """Several linked objects as one, laid out one after the other (each from a 64-byte boundary): its entries
+    are "<part>/<function>", the address slots of each moved with it. Placing it maps all of them at once."""
+    code, fixups, entries, at = bytearray(), [], {}, 0
+    for tag, lk in parts.items():
+        at = -(-len(code) // 64) * 64
+        code += bytes(at - len(code)) + lk.code
+        fx = lk.fixups.astype(np.int64)
+        for f in fx.tolist():                       # (a few per part: its GOT's entries, offsets in the part)
+            v = struct.unpack_from("<Q", code, at + f)[0]
+            struct.pack_into("<Q", code, at + f, (v + at) & 0xFFFFFFFFFFFFFFFF)
+        fixups.append(fx + at)
+        entries.update({f"{tag}/{name}": at + off for name, off in lk.entries.items()})
+    fx = np.concatenate(fixups).astype(np.uint32) if fixups else np.zeros(0, np.uint32)
+    return Linked(bytes(code), fx, entries)
+
+
 MAGIC = b"amdq-linked-1\n"
+IMAGE_MAGIC = b"amdq-image-1\n"
+
+
+def _framed(magic: bytes, body: bytes) -> bytes:
+    """What the disk cache stores: `magic`, a CRC-32 of the body, the body."""
+    return magic + struct.pack("<I", zlib.crc32(body)) + body
+
+
+def _body(magic: bytes, blob: bytes, what: str) -> memoryview:
+    """The body of what _framed wrote; Unsupported for another magic or a CRC that does not match."""
+    n = len(magic)
+    if blob[:n] != magic or len(blob) < n + 4:
+        raise Unsupported(f"not a {what}")
+    body = memoryview(blob)[n + 4:]
+    if zlib.crc32(body) != struct.unpack_from("<I", blob, n)[0]:
+        raise Unsupported(f"damaged {what} (CRC)")
+    return body
 
 
 def pack(lk: Linked) -> bytes:
     """A linked object as the disk cache stores it: MAGIC, a CRC-32 of the rest, msgpack of the fields."""
-    body = msgpack.packb({"code": lk.code, "fixups": lk.fixups.astype("<u4").tobytes(), "entries": lk.entries})
-    return MAGIC + struct.pack("<I", zlib.crc32(body)) + body
+    return _framed(MAGIC, msgpack.packb({"code": lk.code, "fixups": lk.fixups.astype("<u4").tobytes(),
+                                         "entries": lk.entries}))
 
 
 def unpack(blob: bytes) -> Linked:
     """What pack() wrote; Unsupported when it is damaged (its CRC, its fields, an offset outside the code)."""
-    n = len(MAGIC)
-    if blob[:n] != MAGIC or len(blob) < n + 4:
-        raise Unsupported("not a linked object")
-    body = memoryview(blob)[n + 4:]
-    if zlib.crc32(body) != struct.unpack_from("<I", blob, n)[0]:
-        raise Unsupported("damaged linked object (CRC)")
+    body = _body(MAGIC, blob, "linked object")
     try:
         f = msgpack.unpackb(body)
         code, fixups, entries = f["code"], np.frombuffer(f["fixups"], "<u4"), f["entries"]
@@ -165,6 +194,24 @@ def unpack(blob: bytes) -> Linked:
     if not ok or (len(fixups) and int(fixups.max()) + 8 > len(code)):
         raise Unsupported("damaged linked object (fields)")
     return Linked(code, fixups, entries)
+
+
+def pack_image(parts: dict[str, Linked]) -> bytes:
+    """Several linked objects by name (a code page's regions by key) as one file: IMAGE_MAGIC, a CRC-32 of the rest,
+    msgpack of each one's pack()."""
+    return _framed(IMAGE_MAGIC, msgpack.packb({k: pack(lk) for k, lk in sorted(parts.items())}))
+
+
+def unpack_image(blob: bytes) -> dict[str, Linked]:
+    """What pack_image() wrote; Unsupported when it or any object in it is damaged."""
+    body = _body(IMAGE_MAGIC, blob, "image")
+    try:
+        got = msgpack.unpackb(body)
+        if not isinstance(got, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in got.items()):
+            raise Unsupported("damaged image (fields)")
+    except (ValueError, TypeError, msgpack.UnpackException):
+        raise Unsupported("damaged image (fields)") from None
+    return {k: unpack(v) for k, v in got.items()}
 
 
 STT_FUNC, STB_GLOBAL = 2, 1

@@ -292,6 +292,7 @@ def _collect(cand: Candidate) -> None:
 # compiled code from its first dispatch. A candidate's blocks from a record hold Stored instructions (what running
 # and keying need); they are decoded from the candidate's lines only to be compiled (_decoded).
 SEEN_PAGES: set[str] = set()      # records looked for in this process (by page key), found or not
+IMAGED: dict[str, set[str]] = {}  # page key -> the regions its image held when this process read the page's record
 
 
 class Stored:
@@ -338,7 +339,7 @@ def _record_page(family: str, wave64: bool, base: int, data: bytes) -> None:
 
 def save_heat() -> None:
     """Rewrite the records of the pages whose candidates or own code heated since their record was read or written
-    (at the process's exit: what it interpreted counts for the next ones)."""
+    (at the process's exit: what it interpreted counts for the next ones), and the images that changed."""
     if records.folder() is None or not _lock.acquire(timeout=1.0):     # (a thread still simulating: let it be)
         return
     try:
@@ -353,8 +354,38 @@ def save_heat() -> None:
         pages |= {k for k, h in PAGE_HEAT.items() if h.heat > h.noted}
         for family, wave64, base, data in pages:
             _record_page(family, wave64, base, data)
+        save_images()
     finally:
         _lock.release()
+
+
+IMAGE_REGIONS = 64       # regions an image keeps at most (beyond, only those of the process that writes it)
+
+
+def save_images() -> None:
+    """Write the image of each code page where this process ran compiled regions (linked by loader.py, at the tier
+    each part runs at) that its image did not hold: those, and the image's own (a process that ran only some of a
+    page's kernels keeps the others' code there too)."""
+    from . import compiled
+    pages: dict[str, dict] = {}
+    for c in {id(c): c for cs in KNOWN.values() for c in cs}.values():
+        for p in c.parts:
+            lk = p.compiled.linked
+            if lk is None or p.off and p.tier == OPT:
+                continue
+            key = p.key if p.tier == FAST else _key_of(p)
+            pages.setdefault(_page_key(c.family, c.wave64, c.page[1]), {})[key] = lk
+    for page, regions in pages.items():
+        held = IMAGED.get(page, set())
+        if set(regions) <= held:
+            continue
+        if len(held | set(regions)) <= IMAGE_REGIONS:
+            for k in held:
+                got = compiled.MEMORY.get(k)
+                if got is not None and got.linked is not None:
+                    regions.setdefault(k, got.linked)
+        compiled.save_image(page, regions)
+        IMAGED[page] = set(regions)
 
 
 atexit.register(save_heat)
@@ -392,6 +423,7 @@ def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> No
     got = records.read_page(key)
     if got is None:
         return
+    IMAGED[key] = compiled.load_image(key)      # (its regions in MEMORY, where _load_stored's loads find them)
     cands, heat = got
     page_heat = PAGE_HEAT.get((family, wave64, page, data))
     if page_heat is not None and heat > page_heat.heat:
@@ -1036,6 +1068,7 @@ def forget() -> None:
     compiled.MEMORY.clear()
     KNOWN.clear()
     SEEN_PAGES.clear()
+    IMAGED.clear()
     PAGE_HEAT.clear()
 
 
