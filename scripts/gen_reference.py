@@ -41,11 +41,13 @@ ENV = {
     "AMDQ_FIRMWARE_CACHE": "where scripts/fetch_firmware.sh unpacks firmware (default ~/.cache/amdq)",
     "AMDQ_SYSFS_PCI": "the sysfs PCI device directory the PCI interface scans (default /sys/bus/pci/devices)",
     "AMDQ_SIM_JIT": "unset or `1` (the default): the shader core interprets code first and runs the code that gets hot as host code compiled by llvmlite (in the background); `sync`: every kernel compiled before its first use; `0`: the interpreter only (the reference)",
+    "AMDQ_SIM_JIT_PERFMAP": "`1`: name the shader JIT's compiled functions for `perf` in `/tmp/perf-<pid>.map`",
     "AMDQ_SIM_JIT_THREADS": "host threads the shader JIT's compiled blocks may run on (default: up to 2)",
     "AMDQ_SIM_JIT_WIDTH": "lanes per vector operation in the shader JIT's code: `16` (the default on hosts with AVX-512) "
                           "or `8` (the default elsewhere); part of every compiled region's key",
     "AMDQ_SIM_JIT_CACHE": "where the shader JIT keeps compiled code and, per code page, records of what it compiled "
-                          "there (default $AMDQ_CACHE/jit; `0` keeps it in memory only)",
+                          "there and one image of the code a process ran there (default $AMDQ_CACHE/jit; `0` keeps it "
+                          "in memory only)",
     "AMDQ_SIM_MODE": "`async` (default: the simulated GPU on a worker thread; a host thread waiting on the simulated "
                      "KFD runs slices itself while the worker is not in one) or `sync` (on the host's threads)",
     "AMDQ_SIM_INJECT": "simulator fault injections, `kind[:key=value...],...`",
