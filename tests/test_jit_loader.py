@@ -365,3 +365,8 @@ def test_linked_objects_combine_into_one_mapping():
         SCALE(fn)(out.ctypes.data, x.ctypes.data)
         outs.append(out)
     assert np.array_equal(outs[0], outs[1]) and outs[0].any()
+    image, spans = loader.unpack_image(loader.pack_image({"a": a, "b": b}))      # (a code page's image)
+    assert image.code == both.code and image.entries == both.entries
+    for tag, lk in (("a", a), ("b", b)):
+        back = loader.split(image, tag, *spans[tag])
+        assert back.code == lk.code and back.entries == lk.entries and np.array_equal(back.fixups, lk.fixups)

@@ -180,10 +180,17 @@ class Compiled:
     `addresses`: its global functions'; `how`: what mapped the code ("native": loader.py, or "mcjit")."""
 
     def __init__(self, addresses: dict[str, int], names: list[str], seconds: float, source: str, how: str,
-                 linked: "loader.Linked | None" = None):
+                 linked: "loader.Linked | None" = None, within: tuple | None = None):
         self.addresses, self.seconds, self.source, self.how = addresses, seconds, source, how
         self.fns = {n: FN(addresses[n]) for n in names}
-        self.linked = linked            # the code as loader.py linked it (what a page's image keeps: save_image)
+        self._linked = linked           # the code as loader.py linked it (what a page's image keeps: save_image),
+        self._within = within           # or (image, key, start, end): where it lies in a page's image (load_image)
+
+    @property
+    def linked(self) -> "loader.Linked | None":
+        if self._linked is None and self._within is not None:
+            self._linked = loader.split(*self._within)
+        return self._linked
 
     def address(self, name: str) -> int:
         return self.addresses[name]
@@ -538,8 +545,9 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
 # ---------------------------------------------------------------- a code page's image
 #
 # What a process ran compiled from one code page (the regions of its record's candidates) is also kept as one file,
-# images/<page key>.img, written at exit when it changed: every region's linked code, keyed by the region's key. The
-# next process that reads that page's record places the whole image at once (one file read, one mapping) and its
+# images/<page key>.img, written at exit when it changed: every region's linked code combined into one object
+# (loader.pack_image), each under the region's key. The next process that reads that page's record places the whole
+# image at once (one file read, one copy into one mapping) and its
 # regions join MEMORY, where the record's loads then find them (a region is still used only under the key its bytes in
 # memory give, so an image never serves other code): a process that runs a page's kernels once each, as the demo
 # does, saves a file read, unpack and mapping per region (~0.2 ms each).
@@ -564,8 +572,8 @@ def load_image(page_key: str) -> set[str]:
     t = time.perf_counter()
     try:
         with open(path, "rb") as f:
-            parts = loader.unpack_image(f.read())
-        placed = loader.place(loader.combine(parts))
+            image, spans = loader.unpack_image(f.read())
+        placed = loader.place(image)
     except (OSError, loader.Unsupported):
         return set()
     regions: dict[str, dict[str, int]] = {}
@@ -576,7 +584,7 @@ def load_image(page_key: str) -> set[str]:
     with _stats_lock:
         for key, addresses in regions.items():
             MEMORY.setdefault(key, Compiled(addresses, list(addresses), dt / len(regions), "disk", "native",
-                                            parts[key]))
+                                            within=(image, key, *spans[key])))
         stats["image_loads"] += 1
         stats["image_regions"] += len(regions)
         stats["load_seconds"] += dt

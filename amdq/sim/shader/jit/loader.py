@@ -141,10 +141,16 @@ def _perfmap(addr: int, size: int, entries: dict[str, int]) -> None:
 def combine(parts: dict[str, Linked]) -> Linked:
     """Several linked objects as one, laid out one after the other (each from a 64-byte boundary): its entries
     are "<part>/<function>", the address slots of each moved with it. Placing it maps all of them at once."""
-    code, fixups, entries, at = bytearray(), [], {}, 0
+    return _combine(parts)[0]
+
+
+def _combine(parts: dict[str, Linked]) -> tuple[Linked, dict[str, list[int]]]:
+    """combine(parts), and where each part lies in it ([start, end))."""
+    code, fixups, entries, spans = bytearray(), [], {}, {}
     for tag, lk in parts.items():
         at = -(-len(code) // 64) * 64
         code += bytes(at - len(code)) + lk.code
+        spans[tag] = [at, len(code)]
         fx = lk.fixups.astype(np.int64)
         for f in fx.tolist():                       # (a few per part: its GOT's entries, offsets in the part)
             v = struct.unpack_from("<Q", code, at + f)[0]
@@ -152,7 +158,7 @@ def combine(parts: dict[str, Linked]) -> Linked:
         fixups.append(fx + at)
         entries.update({f"{tag}/{name}": at + off for name, off in lk.entries.items()})
     fx = np.concatenate(fixups).astype(np.uint32) if fixups else np.zeros(0, np.uint32)
-    return Linked(bytes(code), fx, entries)
+    return Linked(bytes(code), fx, entries), spans
 
 
 MAGIC = b"amdq-linked-1\n"
@@ -197,21 +203,39 @@ def unpack(blob: bytes) -> Linked:
 
 
 def pack_image(parts: dict[str, Linked]) -> bytes:
-    """Several linked objects by name (a code page's regions by key) as one file: IMAGE_MAGIC, a CRC-32 of the rest,
-    msgpack of each one's pack()."""
-    return _framed(IMAGE_MAGIC, msgpack.packb({k: pack(lk) for k, lk in sorted(parts.items())}))
+    """Several linked objects by name (a code page's regions by key) as one file, combined (combine: placing it is one
+    copy) with where each lies in it: IMAGE_MAGIC, a CRC-32 of the rest, msgpack of the combined object's pack() and
+    each part's [start, end)."""
+    lk, spans = _combine(parts)
+    return _framed(IMAGE_MAGIC, msgpack.packb({"image": pack(lk), "spans": spans}))
 
 
-def unpack_image(blob: bytes) -> dict[str, Linked]:
-    """What pack_image() wrote; Unsupported when it or any object in it is damaged."""
+def unpack_image(blob: bytes) -> tuple[Linked, dict[str, tuple[int, int]]]:
+    """What pack_image() wrote: (the combined object, each part's [start, end) in it); Unsupported when it is
+    damaged."""
     body = _body(IMAGE_MAGIC, blob, "image")
     try:
         got = msgpack.unpackb(body)
-        if not isinstance(got, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in got.items()):
-            raise Unsupported("damaged image (fields)")
-    except (ValueError, TypeError, msgpack.UnpackException):
+        lk, spans = unpack(got["image"]), got["spans"]
+        spans = {k: (int(a), int(b)) for k, (a, b) in spans.items() if isinstance(k, str)}
+    except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException):
         raise Unsupported("damaged image (fields)") from None
-    return {k: unpack(v) for k, v in got.items()}
+    if not all(0 <= a <= b <= len(lk.code) for a, b in spans.values()) or \
+            any(name.partition("/")[0] not in spans for name in lk.entries):
+        raise Unsupported("damaged image (fields)")
+    return lk, spans
+
+
+def split(lk: Linked, tag: str, start: int, end: int) -> Linked:
+    """The part `tag` of a combined object, at [start, end) in it, as the linked object it was (combine's inverse)."""
+    code = bytearray(lk.code[start:end])
+    fx = lk.fixups.astype(np.int64)
+    fx = fx[(fx >= start) & (fx < end)] - start
+    for f in fx.tolist():
+        struct.pack_into("<Q", code, f, (struct.unpack_from("<Q", code, f)[0] - start) & 0xFFFFFFFFFFFFFFFF)
+    prefix = tag + "/"
+    return Linked(bytes(code), fx.astype(np.uint32),
+                  {n[len(prefix):]: off - start for n, off in lk.entries.items() if n.startswith(prefix)})
 
 
 STT_FUNC, STB_GLOBAL = 2, 1
