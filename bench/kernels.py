@@ -257,6 +257,12 @@ def _merge(got: dict, mode: str, res: dict, seconds: float) -> None:
         old["demo"] = res["demo"]
 
 
+def _child_env(**extra: str) -> dict:
+    """This process's environment for a child process, this tree first on its PYTHONPATH, with `extra` set."""
+    path = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), **extra}
+
+
 CLI_RUNS = 3
 
 
@@ -264,8 +270,7 @@ def cli_demo(arch: str, cache: str, runs: int = CLI_RUNS) -> dict:
     """`amdq demo` on DEV=SIM:<arch> as a user runs it (the command, a new process each time, the simulated GPU's
     default asynchronous engines) with the JIT's disk cache `cache`: the figures of the median run (by simulated
     GPU time per launch, the "gpu" row of its table) and every run's."""
-    env = {**os.environ, "DEV": f"SIM:{arch}", "AMDQ_SIM_JIT_CACHE": cache, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    env = _child_env(DEV=f"SIM:{arch}", AMDQ_SIM_JIT_CACHE=cache)
     for k in ("AMDQ_SIM_JIT", "AMDQ_SIM_MODE"):
         env.pop(k, None)
     rows = []
@@ -317,8 +322,7 @@ def main() -> None:
     order = [m for _ in range(ROUNDS) for m in modes] + (["compile", "disk"] if jit else [])
     with tempfile.TemporaryDirectory() as made:
         for mode in order:
-            env = {**os.environ, "AMDQ_SIM_JIT": MODES[mode], "PYTHONPATH": os.pathsep.join(
-                [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+            env = _child_env(AMDQ_SIM_JIT=MODES[mode])
             cold = tempfile.mkdtemp(prefix="amdq-bench-jit-")                # the JIT's first run: an empty cache
             if mode != "interp":
                 env["AMDQ_SIM_JIT_CACHE"] = made if mode in ("compile", "disk") else cold

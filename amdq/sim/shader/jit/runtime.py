@@ -369,12 +369,11 @@ def save_images() -> None:
     from . import compiled
     pages: dict[str, dict] = {}
     for c in {id(c): c for cs in KNOWN.values() for c in cs}.values():
-        for p in c.parts:
-            lk = p.compiled.linked
-            if lk is None or p.off and p.tier == OPT:
-                continue
-            key = p.key if p.tier == FAST else _key_of(p)
-            pages.setdefault(_page_key(c.family, c.wave64, c.page[1]), {})[key] = lk
+        kept = [p for p in c.parts if p.compiled.linked is not None and not (p.off and p.tier == OPT)]
+        if kept:
+            regions = pages.setdefault(_page_key(c.family, c.wave64, c.page[1]), {})
+            for p in kept:
+                regions[p.key if p.tier == FAST else _key_of(p)] = p.compiled.linked
     for page, regions in pages.items():
         held = IMAGED.get(page, set())
         if set(regions) <= held:
