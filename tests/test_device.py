@@ -67,6 +67,31 @@ def test_ring_wrap_thousands_of_launches(monkeypatch):
     d.close()
 
 
+def test_cp_decodes_the_new_values_of_packets_it_saw(monkeypatch):
+    """Packets the CP saw before with other value dwords (a RELEASE_MEM's address and data, a SET_SH_REG's values)
+    are decoded from their own dwords: each write lands where and as its packet says, round after round, also when
+    a control dword (INT_SEL) differs from the packet seen."""
+    monkeypatch.setenv("AMDQ_SIM_MODE", "sync")
+    d = amdq.open_device("SIMKFD+AMD:gfx1100")
+    try:
+        buf = d.alloc(4096)
+        eng = next(e for e in d.sim.engines.values() if hasattr(e, "_reg_packets"))
+        q, u0 = d.queue, d.queue.commands().sh["regCOMPUTE_USER_DATA_0"]
+        for rnd in range(4):
+            c = q.commands()
+            for i in range(4):
+                c.release(buf.addr + 8 * (4 * (rnd % 2) + i), (rnd + 1) << 40 | rnd << 8 | i,
+                          interrupt=7 if rnd == 3 and i == 0 else None)
+            c.set_sh("regCOMPUTE_USER_DATA_0", rnd, 2 * rnd, 3 * rnd)
+            c.set_sh("regCOMPUTE_START_X", 7, 8, 9)
+            q.submit(c.dw)
+            got = np.frombuffer(buf.read(), np.uint64)[4 * (rnd % 2):4 * (rnd % 2) + 4]
+            assert got.tolist() == [(rnd + 1) << 40 | rnd << 8 | i for i in range(4)]
+            assert [eng.regs[u0 + k] for k in range(3)] == [rnd, 2 * rnd, 3 * rnd]
+    finally:
+        d.close()
+
+
 def test_scratch_grows_across_programs(dev):
     small = dev.load(co("private.cl", flags=("-DN=8",)))["priv"]
     big = dev.load(co("private.cl", flags=("-DN=200",)))["priv"]

@@ -292,6 +292,35 @@ def test_pm4_compiled_decode_is_the_layouts(table, name, seed):
     assert got == lay.decode(body) and list(got) == list(lay.decode(body))
 
 
+@pytest.mark.parametrize("table,name", PM4_CASES, ids=[f"gfx{t.gen}-{n}" for t, n in PM4_CASES])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_pm4_value_words_decode_apart(table, name, seed):
+    """A packet seen before with other value words (an address, a fence value) is its first decode's control fields
+    updated with its own value words' fields (what the CP does for a launch's timestamps): the full decode's
+    fields, for two packets that share their control words and differ in every value word."""
+    rnd = random.Random(seed)
+    lay = table.layouts[name]
+    split = lay.value_decoder()
+    if split is None:
+        return
+    ctrl, values = split
+    first = _random_words(lay, rnd, len(lay.words))
+    other = _random_words(lay, rnd, len(lay.words))
+    for k in ctrl:
+        other[k] = first[k]
+    got = values([0xDEAD] + other, 1)
+    assert got == values(other, 0)
+    assert {**lay.decode(first), **got} == lay.decode(other)
+    for f in got:                                   # only value words' fields (and wide values with a part there)
+        parts = [p for p, _ in lay.wide[f]] if f in lay.wide else [f]
+        assert any(lay.where[p][0] not in ctrl for p in parts)
+    h = pm4.header(table.opcodes[name], len(first) + 1)
+    key, vals = table.head(h)
+    assert key([h] + first, 0) == key([h] + other, 0) == (h, *(first[k] for k in ctrl))
+    assert vals([h] + other, 1) == values(other, 0)
+
+
 SDMA_CASES = [(t, name) for t in (sdma.SDMA4, sdma.SDMA5, sdma.SDMA6) for name in t.layouts]
 
 

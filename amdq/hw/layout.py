@@ -400,5 +400,28 @@ class Words:
         exec(compile(src, f"<decoder of {self.name}>", "exec"), scope)
         return scope["decode"]
 
+    def value_decoder(self) -> tuple[tuple[int, ...], Callable[[Sequence[int], int], dict[str, Any]]] | None:
+        """For a layout without a tail: the indices of its control words (those holding several fields, or none)
+        and a compiled function of (words, offset of word 0) giving the fields of its value words (one field each:
+        an address half, a data dword) and every wide value with a part there. decoder()'s fields are the
+        control words' fields updated with these, so a packet seen before with other values costs only these.
+        None when every word is a control word (or the layout has a tail)."""
+        if self.tail or self.optional:
+            return None
+        values = [k for k, w in enumerate(self.words) if len(w._plan) == 1]
+        if not values:
+            return None
+        items = [f"{w._plan[0][0]!r}: (m[o + {k}] & {w._plan[0][1]:#x}) >> {w._plan[0][2]}"
+                 for k, w in ((k, self.words[k]) for k in values) if w._plan[0][0] not in self._part_of]
+        for k, parts in self.wide.items():
+            if any(self.where[p][0] in values for p, _ in parts):
+                terms = [f"((m[o + {self.where[p][0]}] & {self.where[p][1].mask:#x}) >> {self.where[p][1].lo}) << {sh}"
+                         for p, sh in parts]
+                items.append(f"{k!r}: " + " | ".join(terms))
+        scope: dict[str, Any] = {}
+        exec(compile("def values(m, o):\n    return {" + ", ".join(items) + "}\n", f"<values of {self.name}>", "exec"),
+             scope)
+        return tuple(k for k in range(len(self.words)) if k not in values), scope["values"]
+
     def __repr__(self) -> str:
         return f"Words({self.name}, {len(self.words)}{'+' + self.tail if self.tail else ''})"

@@ -38,6 +38,8 @@ class PM4Set:
         self._compiled: dict[str, Any] = {}        # name -> Words.decoder() of its fixed layout (None: has a tail)
         self._headers: dict[int, dict[str, int]] = {}   # header dword -> its fields (read-only dicts)
         self._plans: dict[int, tuple | None] = {}      # header dword -> fixed(header)
+        self._split: dict[str, tuple | None] = {}      # name -> (key, values) of its fixed layout (see head)
+        self._heads: dict[int, tuple | None] = {}      # header dword -> head(header)
         self.names: dict[int, str] = {}
         for name, op in sorted(opcodes.items(), key=lambda kv: (kv[0] not in layouts, len(kv[0]), kv[0])):
             self.names.setdefault(op, name)
@@ -84,6 +86,29 @@ class PM4Set:
                 self._plans.clear()
             self._plans[h] = plan
         return plan
+
+    def head(self, h: int) -> tuple | None:
+        """(key, values) of the fixed packet whose header is `h` (see fixed) when its layout has value words
+        (Words.value_decoder): key(m, i) is the header and control dwords of the packet at m[i], all its decoded
+        control fields depend on; values(m, i + 1) its value words' fields. None for any other header."""
+        hp = self._heads.get(h, False)
+        if hp is False:
+            plan = self.fixed(h)
+            hp = None
+            if plan is not None:
+                name = plan[0]
+                hp = self._split.get(name, False)
+                if hp is False:
+                    split = self.layouts[name].value_decoder()
+                    if split is not None:
+                        ctrl, values = split
+                        key = eval("lambda m, i: (m[i], " + "".join(f"m[i + {k + 1}], " for k in ctrl) + ")")
+                        split = (key, values)
+                    hp = self._split[name] = split
+            if len(self._heads) >= 4096:
+                self._heads.clear()
+            self._heads[h] = hp
+        return hp
 
     def decode(self, dwords: Sequence[int], i: int = 0) -> Packet:
         """The packet starting at dwords[i]. Raises BadPacket (never anything else) on a malformed stream."""

@@ -7,11 +7,15 @@ packet only when the packet has finished, so a hung queue's read pointer names t
 
 The fixed cost per packet is kept small the way a real CP keeps it: the packet's size comes from its
 header, so only that many dwords are read; a packet whose dwords were seen before is not decoded again
-(decoding is a pure function of the dwords); the ring, the read-pointer report and other small CP
+(decoding is a pure function of the dwords), nor are the control dwords of one that differs only in its value
+dwords (a launch's timestamp address, its kernel-argument pointer); a run of register writes seen before retires
+in one loop; the ring, the read-pointer report and other small CP
 accesses keep their translation until the VM context's TLB is invalidated (as the CP's UTCL2 does),
 so a remapped or unmapped ring still faults after the driver's invalidate.
 """
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -66,6 +70,7 @@ class ComputeRegs:
         self.map = regs.load("GC", gc_version)
         bases = regs.bases(GENERATIONS[gc_version[0]].bases)["GC"]
         self.addr = {n: self.map[n].address(bases) for n in self.NAMES}
+        self.at = SimpleNamespace(**{n[len("COMPUTE_"):]: a for n, a in self.addr.items()})   # the same, as attributes
         self.initiator = self.map.regCOMPUTE_DISPATCH_INITIATOR
         self.tmpring = self.map.regCOMPUTE_TMPRING_SIZE
         self.rsrc2 = self.map.regCOMPUTE_PGM_RSRC2
@@ -99,11 +104,17 @@ class PM4Executor(QueueEngine):
         self._cur = None
         self._memo: dict[bytes, pm4.Packet] = {}  # decoded packets by their dwords
         self._tails: dict[tuple[bytes, int], pm4.Packet] = {}   # packets with a tail by their head dwords and size
+        self._heads: dict[tuple, pm4.Packet] = {}  # packets of value words by their header and control dwords
         self._nfixed: dict[int, int | None] = {}  # IT_OPCODE -> dwords before the tail (None: no tail)
         self._views: dict[tuple[int, int, bool], np.ndarray] = {}   # (va, bytes, write) -> host view
         self._views_tlb = None                    # the MMU's TLB the views were translated with
         self._dispatch_memo: dict[tuple, tuple] = {}
         self._handlers = {name: getattr(self, m) for name, m in HANDLERS.items()}
+        # the packets that only write registers, retired in runs from a ring (PM4Queue._write_registers)
+        # (each a header, one word naming the register, the values)
+        self._reg_packets = frozenset(n for n, m in HANDLERS.items() if m == "_set_regs" and n in self.pm4.layouts
+                                      and len(self.pm4.layouts[n].words) == 1) \
+            if type(self)._set_regs is PM4Executor._set_regs else frozenset()
 
     @property
     def pm4_active(self) -> bool:
@@ -129,6 +140,7 @@ class PM4Executor(QueueEngine):
         if self.stopped:
             return 0
         work = 0
+        handlers = self._handlers
         try:
             while work < budget:
                 if self.hang_at is not None and self.stopped:
@@ -148,7 +160,12 @@ class PM4Executor(QueueEngine):
                 pkt = self._next_packet()
                 if pkt is None:
                     return work
-                if not self._execute(pkt) or self.exception is not None:
+                self._size = pkt.size       # its handler by name: True when it finished
+                h = handlers.get(pkt.name)
+                if h is None:
+                    self._bad(f"unsupported PM4 packet {pkt.name} (opcode {pkt.opcode:#x})")
+                    return work
+                if not h(pkt.fields) or self.exception is not None:
                     return work             # blocked (WAIT_REG_MEM not yet satisfied) or stopped
                 if self.running is None:
                     self._finish_packet()
@@ -174,10 +191,28 @@ class PM4Executor(QueueEngine):
 
     def _seen(self, ints: memoryview, raw: memoryview, pos: int, end: int):
         """The packet at dword `pos` of these dwords (as Python ints, and their bytes) when it was decoded before,
-        else None: its header sizes it, and only those dwords (below `end`) are read, as one bytes key."""
-        size = packet_size(ints[pos])
-        if size is not None and size <= MEMO_DWORDS and pos + size <= end:
-            return self._memo.get(raw[4 * pos:4 * (pos + size)].tobytes())
+        else None: its header sizes it, and only those dwords (below `end`) are read, as one bytes key. A packet of
+        value words (an address, a fence value) whose header and control dwords were seen before costs only the
+        decode of its value words: the timestamp and fence of each launch do not fill the memo."""
+        h = ints[pos]                           # (packet_size, inline: every packet passes here)
+        t = (h & _TYPE_MASK) >> _TYPE_LO
+        if t == 3:
+            c = (h & _COUNT_MASK) >> _COUNT_LO
+            size = 1 if c == _NOP1 else c + 2
+        else:
+            size = 1 if t == 2 else MEMO_DWORDS + 1
+        if size <= MEMO_DWORDS and pos + size <= end:
+            key = raw[4 * pos:4 * (pos + size)].tobytes()
+            p = self._memo.get(key)
+            if p is None:
+                hp = self.pm4.head(h)
+                if hp is not None:
+                    c = self._heads.get(hp[0](ints, pos))
+                    if c is not None:
+                        p = pm4.Packet(c.name, c.opcode, {**c.fields, **hp[1](ints, pos + 1)}, c.size,
+                                       c.shader_type, c.predicate)
+                        self._remember(key, p)
+            return p
         return None
 
     def _decode(self, dws, pos: int, where: tuple):
@@ -194,8 +229,12 @@ class PM4Executor(QueueEngine):
             plan = self.pm4.fixed(int(dws[pos]))
             if plan is not None:
                 name, op, n, fast, st, pred = plan
-                p = pm4.Packet(name, op, fast(dws[pos + 1:pos + n].tolist()), n, st, pred)
+                w = dws[pos:pos + n].tolist()
+                p = pm4.Packet(name, op, fast(w[1:]), n, st, pred)
                 self._remember(key, p)
+                hp = self.pm4.head(w[0])
+                if hp is not None:
+                    self._remember_head(hp[0](w, 0), p)
                 return p
         nf = self._fixed_words(int(dws[pos])) if key is not None else None
         if nf is not None and size > 1 + nf:
@@ -225,6 +264,11 @@ class PM4Executor(QueueEngine):
             self._memo.clear()
             self._tails.clear()
         self._memo[key] = p
+
+    def _remember_head(self, key: tuple, p) -> None:
+        if len(self._heads) >= PACKET_MEMO:
+            self._heads.clear()
+        self._heads[key] = p
 
     def _fixed_words(self, h: int) -> int | None:
         """Body dwords before the tail (SET_SH_REG's VALUES, WRITE_DATA's DATA) of a type-3 packet with header h
@@ -305,17 +349,6 @@ class PM4Executor(QueueEngine):
         self.bad_packet(reason, self._where())
 
     # -- packets -------------------------------------------------------------------------------
-    def _execute(self, p) -> bool:
-        """Run one decoded packet: its handler by name (True when it finished, False when it blocks or stopped)."""
-        if p is None:
-            return False
-        self._size = p.size
-        h = self._handlers.get(p.name)
-        if h is None:
-            self._bad(f"unsupported PM4 packet {p.name} (opcode {p.opcode:#x})")
-            return False
-        return h(p.fields)
-
     def _nothing(self, f: dict) -> bool:
         return True
 
@@ -399,14 +432,11 @@ class PM4Executor(QueueEngine):
                 store(self.mmu, a, np.array(data, np.uint32)[:, None], 4)
         return True
 
-    def _reg(self, name: str, i: int = 0) -> int:
-        return self.regs.get(self.cregs.addr[name] + i, 0)
-
     def _dispatch(self, gx: int, gy: int, gz: int, initiator: int) -> None:
         r = self.regs.get
-        a = self.cregs.addr
-        key = (initiator, r(a["COMPUTE_NUM_THREAD_X"], 0), r(a["COMPUTE_NUM_THREAD_Y"], 0),
-               r(a["COMPUTE_NUM_THREAD_Z"], 0), r(a["COMPUTE_PGM_RSRC2"], 0), r(a["COMPUTE_TMPRING_SIZE"], 0))
+        a = self.cregs.at
+        key = (initiator, r(a.NUM_THREAD_X, 0), r(a.NUM_THREAD_Y, 0), r(a.NUM_THREAD_Z, 0), r(a.PGM_RSRC2, 0),
+               r(a.TMPRING_SIZE, 0))
         fixed = self._dispatch_memo.get(key)
         if fixed is None:                       # the register fields, decoded once per distinct register state
             c = self.cregs
@@ -415,25 +445,27 @@ class PM4Executor(QueueEngine):
             block = tuple(max(1, t["NUM_THREAD_FULL"]) for t in nt)
             partial = tuple(t["NUM_THREAD_PARTIAL"] if ini.get("PARTIAL_TG_EN") else 0 for t in nt)
             tmp = c.tmpring.decode(key[5])
+            rsrc2 = c.rsrc2.decode(key[4])
             gen = self.gpu.target.gen
             fixed = (block, partial, not ini.get("CS_W32_EN", 0) if gen.wave32 else True,
-                     c.rsrc2.decode(key[4])["LDS_SIZE"] * LDS_GRANULE, tmp["WAVESIZE"] * gen.scratch_unit, tmp["WAVES"])
+                     rsrc2["LDS_SIZE"] * LDS_GRANULE, tmp["WAVESIZE"] * gen.scratch_unit, tmp["WAVES"],
+                     min(rsrc2["USER_SGPR"], 16))
             if len(self._dispatch_memo) >= 256:
                 self._dispatch_memo.clear()
             self._dispatch_memo[key] = fixed
-        block, partial, wave64, lds_bytes, wave_bytes, waves = fixed
-        pgm = (self._reg("COMPUTE_PGM_LO") | self._reg("COMPUTE_PGM_HI") << 32) << 8
-        scratch = (self._reg("COMPUTE_DISPATCH_SCRATCH_BASE_LO") | self._reg("COMPUTE_DISPATCH_SCRATCH_BASE_HI") << 32) << 8
-        u0 = a["COMPUTE_USER_DATA_0"]
+        block, partial, wave64, lds_bytes, wave_bytes, waves, nuser = fixed
+        pgm = (r(a.PGM_LO, 0) | r(a.PGM_HI, 0) << 32) << 8
+        scratch = (r(a.DISPATCH_SCRATCH_BASE_LO, 0) | r(a.DISPATCH_SCRATCH_BASE_HI, 0) << 32) << 8
+        u0 = a.USER_DATA_0                      # (the SPI loads the USER_SGPR count RSRC2 names, no more)
         d = DispatchRegs(
-            pgm_addr=pgm, rsrc1=self._reg("COMPUTE_PGM_RSRC1"), rsrc2=key[4], rsrc3=self._reg("COMPUTE_PGM_RSRC3"),
-            grid=(gx, gy, gz), block=block, user_data=[r(u0 + i, 0) for i in range(16)], wave64=wave64,
+            pgm_addr=pgm, rsrc1=r(a.PGM_RSRC1, 0), rsrc2=key[4], rsrc3=r(a.PGM_RSRC3, 0),
+            grid=(gx, gy, gz), block=block, user_data=[r(u0 + i, 0) for i in range(nuser)], wave64=wave64,
             lds_bytes=lds_bytes, scratch_base=scratch, scratch_wave_bytes=wave_bytes, scratch_waves=waves,
-            start=(self._reg("COMPUTE_START_X"), self._reg("COMPUTE_START_Y"), self._reg("COMPUTE_START_Z")),
-            partial=partial, gfx=self.gen, isa=self.gpu.target.isa)
+            start=(r(a.START_X, 0), r(a.START_Y, 0), r(a.START_Z, 0)), partial=partial, gfx=self.gen,
+            isa=self.gpu.target.isa)
         if gx * gy * gz == 0:
             return
-        if self.gpu.inject.take("kill_wave") is not None:
+        if self.gpu.inject.armed and self.gpu.inject.take("kill_wave") is not None:
             self.stop(F.WaveException("waves killed (injected kill_wave)", killed=True), kernel_pc=pgm)
             return
         self.running = self.gpu.core(self.vmid).start(d)
@@ -484,11 +516,16 @@ class PM4Queue(PM4Executor):
         return self._ring_dws
 
     def _ring_packet(self):
-        r = self.rptr
-        if r == self.wptr:
+        r, wptr = self.rptr, self.wptr
+        if r == wptr:
             return None
         if self._views_tlb is not self.mmu._tlb or self._ring_dws is None:
             self._ring()
+        if self.hang_at is None and self._reg_packets:
+            r = self._write_registers(r, wptr)
+            if r == wptr:
+                self._cur = None
+                return None
         i = r % self.ring_dw
         self._cur = ("ring", r, None)
         p = self._seen(self._ring_mv, self._ring_b, i, min(self.ring_dw, i + self.wptr - r))
@@ -499,6 +536,42 @@ class PM4Queue(PM4Executor):
         n = min(self.wptr - r, packet_size(self._ring_mv[i]) or 1 << 14, 1 << 14)
         window = ring[i:i + n] if i + n <= self.ring_dw else np.take(ring, np.arange(i, i + n) % self.ring_dw)
         return self._decode(window, 0, ("ring dword", i))
+
+    def _write_registers(self, r: int, wptr: int) -> int:
+        """Retire the register-write packets (SET_SH_REG & co.) decoded before that start at ring dword r, one after
+        another, as the CP runs a launch's run of them; returns the read pointer after them. Each costs its memo
+        lookup and its writes, with no pass through step and its handler table (what _seen and _set_regs do)."""
+        ring_dw, mv, raw, memo, tails, regs = self.ring_dw, self._ring_mv, self._ring_b, self._memo, self._tails, self.regs
+        names = self._reg_packets
+        n = 0
+        while r != wptr:
+            i = r % ring_dw
+            h = mv[i]
+            if (h & _TYPE_MASK) >> _TYPE_LO != 3:
+                break
+            size = ((h & _COUNT_MASK) >> _COUNT_LO) + 2
+            if size > MEMO_DWORDS or i + size > ring_dw or r + size > wptr:
+                break
+            p = memo.get(raw[4 * i:4 * (i + size)].tobytes())
+            if p is not None:
+                if p.name not in names:
+                    break
+                f = p.fields
+                base = f["REG"]
+                for k, v in enumerate(f["VALUES"]):
+                    regs[base + k] = v
+            else:                               # new values (a launch's kernel-argument address): the packet's
+                t = tails.get((raw[4 * i:4 * (i + 2)].tobytes(), size))     # header and register, seen before
+                if t is None or t.name not in names:
+                    break
+                base = t.fields["REG"]
+                for k in range(size - 2):
+                    regs[base + k] = mv[i + 2 + k]
+            r += size
+            n += 1
+        self.retired += n
+        self.rptr = r
+        return r
 
     def _advance(self, size: int) -> None:
         self.rptr += size
