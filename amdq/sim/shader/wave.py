@@ -199,6 +199,36 @@ _FREE: dict[tuple[int, int, int], list] = {}
 _held = [0]
 
 
+ARENA_BYTES = 1 << 17      # states up to this size hold all their register arrays in one buffer (see _carve)
+_FIELDS = (("v", np.uint32), ("s", np.uint32), ("em", np.bool_), ("full", np.bool_), ("mode", np.uint32),
+           ("scc", np.uint32), ("pc", np.int64), ("status", np.int8))
+_CARVED: dict[tuple[int, int, int], tuple[int, tuple]] = {}
+
+
+def _shapes(n: int, lanes: int, nv: int) -> tuple:
+    return ((nv, n, lanes), (128, n), (n, lanes), (n,), (n,), (n,), (n,), (n,))
+
+
+def _plan(n: int, lanes: int, nv: int) -> tuple[int, tuple]:
+    """(bytes, ((name, dtype, shape, offset), ...)) of a small state's arena: each array 64-byte aligned."""
+    key = (n, lanes, nv)
+    plan = _CARVED.get(key)
+    if plan is None:
+        at, parts = 0, []
+        for (name, dt), shape in zip(_FIELDS, _shapes(n, lanes, nv)):
+            parts.append((name, dt, shape, at))
+            at += -(-math.prod(shape) * np.dtype(dt).itemsize // 64) * 64
+        plan = _CARVED[key] = (at, tuple(parts))
+    return plan
+
+
+def _carve(buf: np.ndarray, n: int, lanes: int, nv: int) -> dict[str, np.ndarray]:
+    """The register arrays of a state of this shape, as views into its arena `buf` (uint8)."""
+    _, parts = _plan(n, lanes, nv)
+    return {name: buf[at:at + math.prod(shape) * np.dtype(dt).itemsize].view(dt).reshape(shape)
+            for name, dt, shape, at in parts}
+
+
 class StateImage:
     """The initial contents of a batch's registers that do not change from one batch of a dispatch shape to the
     next (read-only arrays): the SGPR rows `rows` that are set (n waves as columns; every other row starts at zero),
@@ -210,6 +240,26 @@ class StateImage:
         self.rows, self.s, self.v0, self.em, self.full, self.mode = rows, s, v0, em, full, mode
         for a in (s, v0, em, full, mode):
             a.flags.writeable = False
+        self._arenas: dict[int, np.ndarray] = {}      # VGPR rows -> a small state's whole arena as it starts
+
+    def arena(self, n: int, lanes: int, nv: int) -> np.ndarray:
+        """The bytes of a small state's arena (_carve) holding exactly what a batch starts with: one copy resets
+        every register array of a reused state (v1 and up, SCC and PC zero, status RUN)."""
+        a = self._arenas.get(nv)
+        if a is None:
+            a = np.zeros(_plan(n, lanes, nv)[0], np.uint8)
+            r = _carve(a, n, lanes, nv)
+            r["v"][0] = self.v0
+            r["s"][self.rows] = self.s
+            r["em"][:] = self.em
+            r["full"][:] = self.full
+            r["mode"][:] = self.mode
+            r["status"][:] = RUN
+            a.flags.writeable = False
+            if len(self._arenas) >= 8:
+                self._arenas.clear()
+            self._arenas[nv] = a
+        return a
 
 
 class WaveState:
@@ -231,6 +281,9 @@ class WaveState:
                 _held[0] -= w._bytes()
                 if image is None:
                     w._clear(v0_written)
+                elif w._arena is not None:      # every array as the image says, in one copy
+                    np.copyto(w._arena, image.arena(n_waves, wave_size, w.v.shape[0]))
+                    w.mode_ok, w.barrier_pending = None, False
                 else:
                     w.v[1:].fill(0)
                     w._load(image, zeroed=False)
@@ -265,15 +318,25 @@ class WaveState:
         """v0_written: the caller sets the initial state itself (a batch: v0 of every wave, the unpacked EXEC and its
         all-on flags, MODE, and the workgroup, LDS and scratch fields), which is not cleared first."""
         self.n, self.lanes = n_waves, wave_size
-        self.v = POOL.zeros((max(n_vgprs, 1), n_waves, wave_size), np.uint32,
-                            n_waves * wave_size * 4 if v0_written else 0)
-        self.s = POOL.zeros((128, n_waves), np.uint32)
-        self.scc = np.zeros(n_waves, np.uint32)
-        self.pc = np.zeros(n_waves, np.int64)
-        self.status = np.zeros(n_waves, np.int8) if RUN == 0 else np.full(n_waves, RUN, np.int8)
-        self.em = POOL.zeros((n_waves, wave_size), bool, n_waves * wave_size if v0_written else 0)
-        self.full = (np.empty if v0_written else np.zeros)(n_waves, bool)
-        self.mode = (np.empty if v0_written else np.zeros)(n_waves, np.uint32)   # MODE register (round, denorm fields)
+        nv = max(n_vgprs, 1)
+        size = _plan(n_waves, wave_size, nv)[0]
+        if size <= ARENA_BYTES:                 # a small state: every array in one zeroed buffer (reset by one copy)
+            self._arena = np.zeros(size, np.uint8)
+            r = _carve(self._arena, n_waves, wave_size, nv)
+            self.v, self.s, self.em, self.full, self.mode = r["v"], r["s"], r["em"], r["full"], r["mode"]
+            self.scc, self.pc, self.status = r["scc"], r["pc"], r["status"]
+            if RUN:
+                self.status.fill(RUN)
+        else:
+            self._arena = None
+            self.v = POOL.zeros((nv, n_waves, wave_size), np.uint32, n_waves * wave_size * 4 if v0_written else 0)
+            self.s = POOL.zeros((128, n_waves), np.uint32)
+            self.scc = np.zeros(n_waves, np.uint32)
+            self.pc = np.zeros(n_waves, np.int64)
+            self.status = np.zeros(n_waves, np.int8) if RUN == 0 else np.full(n_waves, RUN, np.int8)
+            self.em = POOL.zeros((n_waves, wave_size), bool, n_waves * wave_size if v0_written else 0)
+            self.full = (np.empty if v0_written else np.zeros)(n_waves, bool)
+            self.mode = (np.empty if v0_written else np.zeros)(n_waves, np.uint32)   # MODE (round, denorm fields)
         # the registers that may be nonzero, for release to clear only those: VGPR rows below dirty_v, SGPR rows
         # below dirty_s and from SGPR_SPECIAL on (VCC, TTMP, M0, EXEC); a batch that knows better lowers them
         self.dirty_v, self.dirty_s = self.v.shape[0], SGPR_SPECIAL
@@ -325,6 +388,9 @@ class WaveState:
                 free.append(self)
                 _held[0] += size
                 return
+        if self._arena is not None:             # (its arrays are views of one small buffer: nothing to pool)
+            self.v = self.s = self.em = self.lds = self._arena = None
+            return
         rv, rs = self.v.nbytes // self.v.shape[0], self.s.nbytes // self.s.shape[0]
         dirty = ([(0, min(self.dirty_v, self.v.shape[0]) * rv)],
                  [(0, min(self.dirty_s, SGPR_SPECIAL) * rs), (SGPR_SPECIAL * rs, self.s.nbytes)], None, None)
