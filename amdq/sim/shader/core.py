@@ -432,6 +432,7 @@ def set_exec(w: WaveState, valid: np.ndarray) -> None:
 
 _NO_LDS_WORDS = np.zeros((1, 1), np.uint32)
 _NO_LDS_WORDS.flags.writeable = False
+_NO_LDS = np.zeros(4, np.uint8)         # the LDS of batches without any (every access is outside its 0 bytes)
 
 
 class Batch:
@@ -487,7 +488,7 @@ class Batch:
         self.scratch_slot = lay.scratch_slot
         # LDS, one block per workgroup
         self.lds_bytes = d.lds_bytes
-        self.lds = POOL.zeros((max(nwg * d.lds_bytes, 4),), np.uint8)
+        self.lds = POOL.zeros((nwg * d.lds_bytes,), np.uint8) if d.lds_bytes else _NO_LDS   # (never read: size 0)
         w.lds_base = lay.lds_base
         w.lds_size = d.lds_bytes
         if lay.lds_words is not None:

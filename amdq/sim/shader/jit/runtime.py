@@ -1161,6 +1161,7 @@ class Context:
     def __init__(self, batch):
         w = batch.w
         self.ctx = np.zeros(CTX_SLOTS, np.int64)
+        self.mv = memoryview(self.ctx)      # the same slots as Python ints (a step sets and reads ~20 of them)
         self.all = _every(w.n)
         c = self.ctx
         for name, arr in (("v", w.v), ("s", w.s), ("scc", w.scc), ("em", w.em), ("full", w.full), ("pc", w.pc),
@@ -1396,7 +1397,7 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
     ctx = batch._jit_ctx
     if ctx is None:
         ctx = Context.of(batch)
-    c = ctx.ctx
+    c = ctx.mv
     tile = _tile(batch, blk, sel)
     c[_BASE_PC], c[_TILE], c[_TILE_FROM], c[_START0] = region.root, tile, 0, i
     waves = ctx.all if every else np.ascontiguousarray(sel, np.int64)
@@ -1432,17 +1433,17 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
         misses += 1
         if ctx.resolve():              # the range is in the table now: the same block resumes at r
             c[_TILE_FROM] = c[_MISS_TILE]
-            start, end = r, int(c[_CUR_END])
+            start, end = r, c[_CUR_END]
             continue
         counts["misses"] += misses
-        counts["calls"] += misses + 1 + int(c[_CHAINED])
-        counts["chained"] += int(c[_CHAINED])
+        counts["calls"] += misses + 1 + c[_CHAINED]
+        counts["chained"] += c[_CHAINED]
         _charge(region.part, _clock() - t0, 0)
         return _fallback(batch, ctx, region, sel, waves, pc, k, r, every)
     counts["misses"] += misses
-    counts["calls"] += misses + 1 + int(c[_CHAINED])
-    counts["chained"] += int(c[_CHAINED])
-    steps = int(c[_STEPS])
+    counts["calls"] += misses + 1 + c[_CHAINED]
+    counts["chained"] += c[_CHAINED]
+    steps = c[_STEPS]
     done = steps * k
     _charge(region.part, _clock() - t0, done)
     counts["wave_instructions"] += done
@@ -1452,10 +1453,10 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
         w.barrier_pending = True
         return steps, 0, True, done
     if r == -3:
-        q = int(c[_NEXT_PC])
+        q = c[_NEXT_PC]
     else:
-        cur = region.blocks[int(c[_CUR_BLK])]
-        e = int(c[_CUR_END])
+        cur = region.blocks[c[_CUR_BLK]]
+        e = c[_CUR_END]
         q = cur.pcs[e] if e < len(cur.insts) else cur.end_pc
     return _moved(w, sel, waves, every, bool(c[_BRANCHED]), pc, q, steps, done)
 
