@@ -21,10 +21,15 @@ def is_terminal() -> bool:
 class Progress:
     """The progress of one dispatch (one die's share on multi-XCC targets)."""
 
-    __slots__ = ("t0", "last", "shown", "what")
+    __slots__ = ("t0", "last", "shown", "_what", "_args")
 
-    def __init__(self, what: str):
-        self.t0, self.last, self.shown, self.what = time.monotonic(), 0.0, False, what
+    def __init__(self, what: str, *args):
+        """`what` names the work, %-formatted with args when first shown (most dispatches never are)."""
+        self.t0, self.last, self.shown, self._what, self._args = time.monotonic(), 0.0, False, what, args
+
+    @property
+    def what(self) -> str:
+        return self._what % self._args if self._args else self._what
 
     def update(self, done: int, total: int) -> None:
         now = time.monotonic()

@@ -505,7 +505,7 @@ class Batch:
         # the registers set so far (v0, the SGPRs below sgpr_top and the special ones): what the JIT's blocks touch
         # is added as they run (jit/runtime.py step), every register once the interpreter runs a step
         w.dirty_v, w.dirty_s = 1, lay.sgpr_top
-        self.uniform: int | None = None
+        self.uniform: int | None = d.pgm_addr     # every wave starts at the first instruction, running
         self.jit = jit_hook()           # (asked once per batch: a sliced run calls run() many times)
 
     def run(self, stats: Stats, max_steps: int | None = None) -> bool:
@@ -736,7 +736,8 @@ class Run:
         self.next_wg = 0
         self.batch: Batch | None = None
         self._retired = 0
-        self.progress = Progress(f"dispatch of {d.pgm_addr:#x}" + (f" on XCC {d.xcc}" if d.xcc else ""))
+        self.progress = Progress("dispatch of %#x on XCC %d", d.pgm_addr, d.xcc) if d.xcc else \
+            Progress("dispatch of %#x", d.pgm_addr)
 
     @property
     def waves_retired(self) -> int:

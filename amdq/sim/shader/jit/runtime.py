@@ -1153,6 +1153,10 @@ def _every(n: int) -> np.ndarray:
     return a
 
 
+_LDS, _LDS_BASE, _LDS_SIZE, _RTAB, _WTAB, _RCOUNT, _WCOUNT = (CTX[k] for k in ("lds", "lds_base", "lds_size", "rtab",
+                                                                               "wtab", "rcount", "wcount"))
+
+
 class Context:
     """The context block of one batch: pointers to its register arrays, LDS, the translated-range tables. It is
     kept with the register arrays (WaveState.jit_ctx: a small batch's are reused by the next batch of its shape),
@@ -1189,18 +1193,19 @@ class Context:
         """Point at this batch's LDS, memory and translated-range tables."""
         w = batch.w
         self.mem = w.mem                # (not the WaveState: it keeps this context, and a cycle waits for the GC)
-        c = self.ctx
+        c = self.mv
         if w.lds is not self.lds:
             assert w.lds.flags.c_contiguous
-            self.lds, c[CTX["lds"]] = w.lds, _addr(w.lds)
+            self.lds, c[_LDS] = w.lds, _addr(w.lds)
         if w.lds_base is not self.lds_base:
-            self.lds_base, c[CTX["lds_base"]] = w.lds_base, _addr(w.lds_base)
-        c[CTX["lds_size"]] = w.lds_size
+            self.lds_base, c[_LDS_BASE] = w.lds_base, _addr(w.lds_base)
+        c[_LDS_SIZE] = w.lds_size
         t = _tables(batch, w.mem)
         if t is not self.tables:
             self.tables = t
-            c[CTX["rtab"]], c[CTX["wtab"]] = _addr(t.rtab), _addr(t.wtab)
-        c[CTX["rcount"]], c[CTX["wcount"]] = t.count["rcount"], t.count["wcount"]
+            c[_RTAB], c[_WTAB] = _addr(t.rtab), _addr(t.wtab)
+        count = t.count
+        c[_RCOUNT], c[_WCOUNT] = count["rcount"], count["wcount"]
         self.span = getattr(self.mem, "jit_span", None)
 
     def resolve(self) -> bool:
