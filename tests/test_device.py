@@ -70,7 +70,8 @@ def test_ring_wrap_thousands_of_launches(monkeypatch):
 def test_cp_decodes_the_new_values_of_packets_it_saw(monkeypatch):
     """Packets the CP saw before with other value dwords (a RELEASE_MEM's address and data, a SET_SH_REG's values)
     are decoded from their own dwords: each write lands where and as its packet says, round after round, also when
-    a control dword (INT_SEL) differs from the packet seen."""
+    a control dword (INT_SEL) differs from the packet seen, and a run of register packets seen together before is
+    taken whole only when all its dwords are the same."""
     monkeypatch.setenv("AMDQ_SIM_MODE", "sync")
     d = amdq.open_device("SIMKFD+AMD:gfx1100")
     try:
@@ -83,11 +84,16 @@ def test_cp_decodes_the_new_values_of_packets_it_saw(monkeypatch):
                 c.release(buf.addr + 8 * (4 * (rnd % 2) + i), (rnd + 1) << 40 | rnd << 8 | i,
                           interrupt=7 if rnd == 3 and i == 0 else None)
             c.set_sh("regCOMPUTE_USER_DATA_0", rnd, 2 * rnd, 3 * rnd)
-            c.set_sh("regCOMPUTE_START_X", 7, 8, 9)
+            c.set_sh("regCOMPUTE_START_X", 7, 8, 9)                 # a run of register packets seen before whose
+            c.set_sh("regCOMPUTE_PGM_RSRC1", rnd % 2, 5)            # second one differs every other round
+            c.set_sh("regCOMPUTE_TMPRING_SIZE", 11)
             q.submit(c.dw)
             got = np.frombuffer(buf.read(), np.uint64)[4 * (rnd % 2):4 * (rnd % 2) + 4]
             assert got.tolist() == [(rnd + 1) << 40 | rnd << 8 | i for i in range(4)]
             assert [eng.regs[u0 + k] for k in range(3)] == [rnd, 2 * rnd, 3 * rnd]
+            sh = c.sh
+            assert [eng.regs[sh["regCOMPUTE_PGM_RSRC1"] + k] for k in range(2)] == [rnd % 2, 5]
+            assert eng.regs[sh["regCOMPUTE_TMPRING_SIZE"]] == 11
     finally:
         d.close()
 

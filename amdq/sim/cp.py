@@ -35,6 +35,7 @@ HANDLERS = {"NOP": "_nothing", "TYPE2": "_nothing", "EVENT_WRITE": "_nothing", "
             "WRITE_DATA": "_write_data", "INDIRECT_BUFFER": "_indirect_buffer"}
 PACKET_MEMO = 1 << 12          # decoded packets remembered per queue (by their dwords)
 MEMO_DWORDS = 64               # longer packets are decoded every time (large IBs of data, WRITE_DATA blobs)
+RUNS = 256                     # runs of register packets remembered per ring (PM4Queue._write_registers)
 _TYPE, _COUNT = pm4.HEADER["TYPE"], pm4.HEADER["COUNT"]
 _TYPE_MASK, _TYPE_LO, _COUNT_MASK, _COUNT_LO = _TYPE.mask, _TYPE.lo, _COUNT.mask, _COUNT.lo
 _NOP1 = pm4.NOP_ONE_DWORD_COUNT
@@ -484,6 +485,7 @@ class PM4Queue(PM4Executor):
         self._reported = 0                           # the read pointer last written to rptr_va
         self._ring_dws: np.ndarray | None = None     # the ring as dwords (valid with _views_tlb)
         self._ring_mv = self._ring_b = None           # the same as a memoryview of dwords, and of bytes
+        self._runs: dict[bytes, tuple] = {}          # first packet's dwords -> (dwords, their bytes, writes, packets)
 
     # -- engine protocol ----------------------------------------------------------------------
     def doorbell(self, value: int) -> None:
@@ -540,10 +542,13 @@ class PM4Queue(PM4Executor):
     def _write_registers(self, r: int, wptr: int) -> int:
         """Retire the register-write packets (SET_SH_REG & co.) decoded before that start at ring dword r, one after
         another, as the CP runs a launch's run of them; returns the read pointer after them. Each costs its memo
-        lookup and its writes, with no pass through step and its handler table (what _seen and _set_regs do)."""
+        lookup and its writes, with no pass through step and its handler table (what _seen and _set_regs do); a run
+        of such packets whose dwords were all seen together before (a launch's fixed COMPUTE_* state) costs one
+        lookup, one comparison of its dwords and one update of the registers."""
         ring_dw, mv, raw, memo, tails, regs = self.ring_dw, self._ring_mv, self._ring_b, self._memo, self._tails, self.regs
-        names = self._reg_packets
+        names, runs = self._reg_packets, self._runs
         n = 0
+        first = None                            # the packets seen before since: (bytes of the first, its r, writes)
         while r != wptr:
             i = r % ring_dw
             h = mv[i]
@@ -552,7 +557,17 @@ class PM4Queue(PM4Executor):
             size = ((h & _COUNT_MASK) >> _COUNT_LO) + 2
             if size > MEMO_DWORDS or i + size > ring_dw or r + size > wptr:
                 break
-            p = memo.get(raw[4 * i:4 * (i + size)].tobytes())
+            key = raw[4 * i:4 * (i + size)].tobytes()
+            run = runs.get(key)
+            if run is not None:
+                nd, blob, writes, count = run
+                if i + nd <= ring_dw and r + nd <= wptr and raw[4 * i:4 * (i + nd)].tobytes() == blob:
+                    first = self._close_run(first, r)
+                    regs.update(writes)
+                    r += nd
+                    n += count
+                    continue
+            p = memo.get(key)
             if p is not None:
                 if p.name not in names:
                     break
@@ -560,6 +575,9 @@ class PM4Queue(PM4Executor):
                 base = f["REG"]
                 for k, v in enumerate(f["VALUES"]):
                     regs[base + k] = v
+                if first is None:
+                    first = (key, r, [])
+                first[2].append(f)
             else:                               # new values (a launch's kernel-argument address): the packet's
                 t = tails.get((raw[4 * i:4 * (i + 2)].tobytes(), size))     # header and register, seen before
                 if t is None or t.name not in names:
@@ -567,11 +585,31 @@ class PM4Queue(PM4Executor):
                 base = t.fields["REG"]
                 for k in range(size - 2):
                     regs[base + k] = mv[i + 2 + k]
+                first = self._close_run(first, r)
             r += size
             n += 1
+        self._close_run(first, r)
         self.retired += n
         self.rptr = r
         return r
+
+    def _close_run(self, first, end: int) -> None:
+        """Remember a run of two or more register packets seen before (from `first` up to ring dword `end`)."""
+        if first is None or len(first[2]) < 2:
+            return None
+        key, start, fields = first
+        i = start % self.ring_dw
+        if i + end - start > self.ring_dw:
+            return None
+        writes = {}
+        for f in fields:
+            base = f["REG"]
+            for k, v in enumerate(f["VALUES"]):
+                writes[base + k] = v
+        if len(self._runs) >= RUNS:
+            self._runs.clear()
+        self._runs[key] = (end - start, self._ring_b[4 * i:4 * (i + end - start)].tobytes(), writes, len(fields))
+        return None
 
     def _advance(self, size: int) -> None:
         self.rptr += size
