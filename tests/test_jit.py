@@ -462,6 +462,23 @@ def test_a_page_image_loads_its_regions_at_once(monkeypatch, tmp_path):
     assert compiled.load_image(image.name[:-4]) and image.stat().st_mtime_ns != written
 
 
+def test_the_recent_pages_index(monkeypatch, tmp_path):
+    """The index of the pages the last processes looked up keeps the latest RECENT_PAGES keys, the latest last, a
+    process's own in its order; a damaged one reads as empty."""
+    from amdq.sim.shader.jit import records
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    keys = [f"{i:064x}" for i in range(40)]
+    assert records.recent() == []
+    records.note_recent(keys[:3])
+    records.note_recent(keys[1:2] + keys[5:7])
+    assert records.recent() == [keys[0], keys[2], keys[1], keys[5], keys[6]]
+    records.note_recent(keys[10:40])
+    assert records.recent() == keys[40 - records.RECENT_PAGES:]
+    index = tmp_path / records.RECENT
+    index.write_bytes(index.read_bytes().replace(b"0", b"1", 1))
+    assert records.recent() == [] and records.any_on_disk() is False        # (the index is not a record)
+
+
 def test_a_page_image_serves_only_its_bytes(monkeypatch, tmp_path):
     """An image under the name of other code (the code changed; a stale file put there) is placed, but none of its
     regions runs for other bytes: each is used only under the key of the bytes in memory."""

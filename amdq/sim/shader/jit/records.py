@@ -15,6 +15,9 @@ of is compiled once its time in all of them paid for the compile, and later proc
 still keyed by the bytes in memory (compiled.region_key over each instruction's bytes there), so an object file is
 never used for other bytes; a record only spares the search and says which keys to try.
 
+Beside pages/, `recent` holds the keys of the pages the last processes looked up (the latest last): a new process
+reads their records (and places their images) ahead, while its host is busy loading and uploading (runtime._prefetch).
+
 Records live in $AMDQ_SIM_JIT_CACHE/pages (compiled.directory), written to a temporary file and renamed into place,
 one line of JSON after a sha256 of it: a record that is damaged, of another format, or that does not parse is
 ignored (the page is searched as without one). Failures to read or write never fail a dispatch.
@@ -88,6 +91,44 @@ def write(key: str, cands: list, heat: float = 0.0) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
         os.replace(tmp, os.path.join(d, key))
+    except OSError:
+        pass
+
+
+RECENT = "recent"           # the index of the pages the last processes looked up, beside pages/ in the cache
+RECENT_PAGES = 16           # keys it keeps, the latest last
+
+
+def recent() -> list[str]:
+    """The page keys the last processes looked records up for (the latest last): what a new process prefetches."""
+    d = directory()
+    if d is None:
+        return []
+    try:
+        with open(os.path.join(d, RECENT), "rb") as f:
+            digest, _, body = f.read().partition(b"\n")
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            return []
+        keys = json.loads(body)
+        return [k for k in keys if isinstance(k, str) and len(k) == 64][-RECENT_PAGES:] if isinstance(keys, list) else []
+    except (OSError, ValueError):
+        return []
+
+
+def note_recent(keys: list[str]) -> None:
+    """Put these page keys (this process's, in the order it first looked them up) at the end of the index."""
+    d = directory()
+    if d is None or not keys:
+        return
+    mine = keys[-RECENT_PAGES:]
+    others = [k for k in recent() if k not in mine]
+    body = json.dumps(others[max(0, len(others) - (RECENT_PAGES - len(mine))):] + mine).encode()
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        os.replace(tmp, os.path.join(d, RECENT))
     except OSError:
         pass
 

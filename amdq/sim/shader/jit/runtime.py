@@ -48,7 +48,8 @@ MAX_INSTS = 512          # per block
 RANGES = 64              # translated ranges per table
 FULL_F32 = 0x30          # MODE.FP_DENORM f32 field: denormals kept
 ROUND_F32 = 0x3          # MODE.FP_ROUND f32 field (0: round to nearest even)
-counts = {"parallel_calls": 0, "calls": 0, "chained": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0}   # this process's (tests, benchmarks)
+counts = {"parallel_calls": 0, "calls": 0, "chained": 0, "wave_instructions": 0, "misses": 0, "fallbacks": 0,
+          "prefetched": 0}   # this process's (tests, benchmarks)
 
 
 # On by default: code is interpreted until it gets hot (the tiering below), so the short kernels most runs are made
@@ -67,8 +68,41 @@ def prepare() -> None:
     not written down yet (compiled.host_id), LLVM starts now on the JIT's worker thread, so a first dispatch that
     loads their code does not wait for the keys; on a known host their code loads without LLVM (loader.py)."""
     from . import compiled
-    if enabled() and not compiled.started() and records.any_on_disk() and not compiled.host_known():
+    if not enabled() or not records.any_on_disk():
+        return
+    if not compiled.started() and not compiled.host_known():
         compiled.start()
+    if not _prefetching:
+        _prefetching.append(threading.Thread(target=_prefetch, name="amdq-jit-prefetch", daemon=True))
+        _prefetching[0].start()
+
+
+_prefetching: list = []                 # the prefetch thread, once started
+PREFETCH_PAGES = 8                      # pages read ahead at most
+
+
+def prefetched(timeout: float | None = None) -> None:
+    """Wait until the read-ahead of prepare() has finished (if one started)."""
+    if _prefetching:
+        _prefetching[0].join(timeout)
+
+
+def _prefetch() -> None:
+    """Read ahead the records of the pages the last processes looked up (records.recent, the latest first) and place
+    their images, one page at a time under the lock (PREFETCHED): a process that runs the same kernels again finds
+    them ready at its first dispatch of each (a JSON parse and an image load, ~0.5-1.5 ms a page, then spent while
+    the host loads and uploads). Only reads: a page never looked up costs its memory, no write."""
+    from . import compiled
+    for key in reversed(records.recent()):
+        with _lock:
+            if len(PREFETCHED) >= PREFETCH_PAGES:
+                return
+            if key in SEEN_PAGES or key in PREFETCHED:
+                continue
+            got = records.read_page(key)
+            PREFETCHED[key] = got
+            if got is not None:
+                IMAGED[key] = compiled.load_image(key)
 
 
 def synchronous() -> bool:
@@ -291,7 +325,8 @@ def _collect(cand: Candidate) -> None:
 # the interpreter first reaches them (_load_stored, the -O2 code when there is some), so a second process runs
 # compiled code from its first dispatch. A candidate's blocks from a record hold Stored instructions (what running
 # and keying need); they are decoded from the candidate's lines only to be compiled (_decoded).
-SEEN_PAGES: set[str] = set()      # records looked for in this process (by page key), found or not
+SEEN_PAGES: dict[str, None] = {}  # records looked for in this process (by page key, in that order), found or not
+PREFETCHED: dict[str, tuple | None] = {}    # page key -> its record as read ahead by prefetch() (None: there is none)
 IMAGED: dict[str, set[str]] = {}  # page key -> the regions its image held when this process read the page's record
 
 
@@ -355,6 +390,7 @@ def save_heat() -> None:
         for family, wave64, base, data in pages:
             _record_page(family, wave64, base, data)
         save_images()
+        records.note_recent(list(SEEN_PAGES))
     finally:
         _lock.release()
 
@@ -418,11 +454,16 @@ def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> No
     key = _page_key(family, wave64, data)
     if key in SEEN_PAGES:               # (its candidates, if any, are KNOWN: _take_known holds them)
         return
-    SEEN_PAGES.add(key)
-    got = records.read_page(key)
+    SEEN_PAGES[key] = None
+    if key in PREFETCHED:               # (read ahead, its image placed: prefetch)
+        got = PREFETCHED.pop(key)
+        counts["prefetched"] += got is not None
+    else:
+        got = records.read_page(key)
+        if got is not None:
+            IMAGED[key] = compiled.load_image(key)      # (its regions in MEMORY, where _load_stored's loads find them)
     if got is None:
         return
-    IMAGED[key] = compiled.load_image(key)      # (its regions in MEMORY, where _load_stored's loads find them)
     cands, heat = got
     page_heat = PAGE_HEAT.get((family, wave64, page, data))
     if page_heat is not None and heat > page_heat.heat:
@@ -1064,9 +1105,11 @@ def forget() -> None:
     """Forget what this process compiled and found (compiled.MEMORY, KNOWN; shader cores made from now on start
     afresh): what a new process starts with (tests, benchmarks of cold and disk-cached compiles)."""
     from . import compiled
+    prefetched()                        # (what it reads ahead belongs to the process before)
     compiled.MEMORY.clear()
     KNOWN.clear()
     SEEN_PAGES.clear()
+    PREFETCHED.clear()
     IMAGED.clear()
     PAGE_HEAT.clear()
 
