@@ -463,20 +463,23 @@ def test_a_page_image_loads_its_regions_at_once(monkeypatch, tmp_path):
 
 
 def test_the_recent_pages_index(monkeypatch, tmp_path):
-    """The index of the pages the last processes looked up keeps the latest RECENT_PAGES keys, the latest last, a
-    process's own in its order; a damaged one reads as empty."""
+    """The index keeps, per program, the first RECENT_PAGES pages its last run looked up, in that order, for the
+    latest RECENT_PROGRAMS programs; a damaged one reads as empty (and is not a record)."""
     from amdq.sim.shader.jit import records
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
     keys = [f"{i:064x}" for i in range(40)]
     assert records.recent() == []
     records.note_recent(keys[:3])
-    records.note_recent(keys[1:2] + keys[5:7])
-    assert records.recent() == [keys[0], keys[2], keys[1], keys[5], keys[6]]
-    records.note_recent(keys[10:40])
-    assert records.recent() == keys[40 - records.RECENT_PAGES:]
+    records.note_recent(keys[5:7], prog="other")
+    assert records.recent() == keys[:3] and records.recent("other") == keys[5:7]
+    records.note_recent(keys[3:40])
+    assert records.recent() == keys[3:3 + records.RECENT_PAGES] and records.recent("other") == keys[5:7]
+    for p in range(records.RECENT_PROGRAMS):
+        records.note_recent(keys[:1], prog=f"p{p}")
+    assert records.recent("other") == [] and records.recent("p0") == keys[:1]
     index = tmp_path / records.RECENT
     index.write_bytes(index.read_bytes().replace(b"0", b"1", 1))
-    assert records.recent() == [] and records.any_on_disk() is False        # (the index is not a record)
+    assert records.recent("p0") == [] and records.any_on_disk() is False        # (the index is not a record)
 
 
 def test_a_page_image_serves_only_its_bytes(monkeypatch, tmp_path):

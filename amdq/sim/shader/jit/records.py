@@ -15,8 +15,9 @@ of is compiled once its time in all of them paid for the compile, and later proc
 still keyed by the bytes in memory (compiled.region_key over each instruction's bytes there), so an object file is
 never used for other bytes; a record only spares the search and says which keys to try.
 
-Beside pages/, `recent` holds the keys of the pages the last processes looked up (the latest last): a new process
-reads their records (and places their images) ahead, while its host is busy loading and uploading (runtime._prefetch).
+Beside pages/, `recent` holds per program (its command line) the keys of the pages its last run looked up, in that
+order: a new run of it reads their records (and places their images) ahead, while its host is busy loading and
+uploading (runtime._prefetch).
 
 Records live in $AMDQ_SIM_JIT_CACHE/pages (compiled.directory), written to a temporary file and renamed into place,
 one line of JSON after a sha256 of it: a record that is damaged, of another format, or that does not parse is
@@ -27,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 
 from .compiled import directory
@@ -95,34 +97,50 @@ def write(key: str, cands: list, heat: float = 0.0) -> None:
         pass
 
 
-RECENT = "recent"           # the index of the pages the last processes looked up, beside pages/ in the cache
-RECENT_PAGES = 16           # keys it keeps, the latest last
+RECENT = "recent"           # the index of the pages programs looked up, beside pages/ in the cache
+RECENT_PAGES = 16           # keys it keeps per program: the first ones the program looked up
+RECENT_PROGRAMS = 32        # programs it keeps, the latest last
 
 
-def recent() -> list[str]:
-    """The page keys the last processes looked records up for (the latest last): what a new process prefetches."""
+def program() -> str:
+    """What names this process's program in the index: a sha256 of its command line (the same command, the same
+    kernels: as an operating system's prefetcher keeps one trace per executable)."""
+    return hashlib.sha256("\0".join(sys.argv).encode()).hexdigest()[:32]
+
+
+def _index() -> dict[str, list[str]]:
     d = directory()
     if d is None:
-        return []
+        return {}
     try:
         with open(os.path.join(d, RECENT), "rb") as f:
             digest, _, body = f.read().partition(b"\n")
         if hashlib.sha256(body).hexdigest().encode() != digest:
-            return []
-        keys = json.loads(body)
-        return [k for k in keys if isinstance(k, str) and len(k) == 64][-RECENT_PAGES:] if isinstance(keys, list) else []
+            return {}
+        index = json.loads(body)
+        if not isinstance(index, dict):
+            return {}
+        return {p: [k for k in keys if isinstance(k, str) and len(k) == 64][:RECENT_PAGES]
+                for p, keys in index.items() if isinstance(p, str) and isinstance(keys, list)}
     except (OSError, ValueError):
-        return []
+        return {}
 
 
-def note_recent(keys: list[str]) -> None:
-    """Put these page keys (this process's, in the order it first looked them up) at the end of the index."""
+def recent(prog: str | None = None) -> list[str]:
+    """The page keys the last run of this program (`prog`, default: this process's) looked records up for, in the
+    order it did: what a new run of it reads ahead."""
+    return _index().get(prog or program(), [])
+
+
+def note_recent(keys: list[str], prog: str | None = None) -> None:
+    """Keep these page keys (this process's, in the order it first looked them up) as its program's in the index."""
     d = directory()
     if d is None or not keys:
         return
-    mine = keys[-RECENT_PAGES:]
-    others = [k for k in recent() if k not in mine]
-    body = json.dumps(others[max(0, len(others) - (RECENT_PAGES - len(mine))):] + mine).encode()
+    index = _index()
+    index.pop(prog or program(), None)
+    index[prog or program()] = keys[:RECENT_PAGES]
+    body = json.dumps(dict(list(index.items())[-RECENT_PROGRAMS:])).encode()
     try:
         os.makedirs(d, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")

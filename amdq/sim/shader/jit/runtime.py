@@ -88,12 +88,12 @@ def prefetched(timeout: float | None = None) -> None:
 
 
 def _prefetch() -> None:
-    """Read ahead the records of the pages the last processes looked up (records.recent, the latest first) and place
-    their images, one page at a time under the lock (PREFETCHED): a process that runs the same kernels again finds
-    them ready at its first dispatch of each (a JSON parse and an image load, ~0.5-1.5 ms a page, then spent while
-    the host loads and uploads). Only reads: a page never looked up costs its memory, no write."""
+    """Read ahead the records of the pages the last run of this program looked up (records.recent, in that order)
+    and place their images, one page at a time under the lock (PREFETCHED): a program that runs the same kernels
+    again finds them ready at its first dispatch of each (a JSON parse and an image load, ~0.5-1.5 ms a page, then
+    spent while the host loads and uploads). Only reads: a page never looked up costs its memory, no write."""
     from . import compiled
-    for key in reversed(records.recent()):
+    for key in records.recent():
         with _lock:
             if len(PREFETCHED) >= PREFETCH_PAGES:
                 return
