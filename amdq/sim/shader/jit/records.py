@@ -63,20 +63,16 @@ def read(key: str) -> list | None:
 def read_page(key: str) -> tuple[list, float] | None:
     """(candidates, the page's heat) of the record `key`, or None: no record, or one that is damaged."""
     d = folder()
-    if d is None:
+    body = _get(os.path.join(d, key)) if d is not None else None
+    if body is None:
         return None
     try:
-        with open(os.path.join(d, key), "rb") as f:
-            text = f.read()
-        digest, _, body = text.partition(b"\n")
-        if hashlib.sha256(body).hexdigest().encode() != digest:
-            return None
         rec = json.loads(body)
         if rec.get("format") != FORMAT or not isinstance(rec.get("cands"), list):
             return None
         heat = rec.get("heat", 0.0)
         return rec["cands"], float(heat) if isinstance(heat, (int, float)) and heat >= 0 else 0.0
-    except (OSError, ValueError, AttributeError):
+    except (ValueError, AttributeError):
         return None
 
 
@@ -84,15 +80,29 @@ def write(key: str, cands: list, heat: float = 0.0) -> None:
     """Replace the record `key` with these candidates (JSON-able) and the page's heat (interpreted seconds in code
     of it no candidate holds)."""
     d = folder()
-    if d is None:
-        return
-    body = json.dumps({"format": FORMAT, "cands": cands, "heat": round(heat, 6)}, separators=(",", ":")).encode()
+    if d is not None:
+        _put(d, key, json.dumps({"format": FORMAT, "cands": cands, "heat": round(heat, 6)},
+                                separators=(",", ":")).encode())
+
+
+def _get(path: str) -> bytes | None:
+    """The body of a file _put wrote, or None: none there, or its sha256 line does not match."""
+    try:
+        with open(path, "rb") as f:
+            digest, _, body = f.read().partition(b"\n")
+    except OSError:
+        return None
+    return body if hashlib.sha256(body).hexdigest().encode() == digest else None
+
+
+def _put(d: str, name: str, body: bytes) -> None:
+    """d/name := a sha256 line, then body (through a temporary file renamed into place; failures pass)."""
     try:
         os.makedirs(d, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-        os.replace(tmp, os.path.join(d, key))
+        os.replace(tmp, os.path.join(d, name))
     except OSError:
         pass
 
@@ -110,20 +120,15 @@ def program() -> str:
 
 def _index() -> dict[str, list[str]]:
     d = directory()
-    if d is None:
-        return {}
+    body = _get(os.path.join(d, RECENT)) if d is not None else None
     try:
-        with open(os.path.join(d, RECENT), "rb") as f:
-            digest, _, body = f.read().partition(b"\n")
-        if hashlib.sha256(body).hexdigest().encode() != digest:
-            return {}
-        index = json.loads(body)
-        if not isinstance(index, dict):
-            return {}
-        return {p: [k for k in keys if isinstance(k, str) and len(k) == 64][:RECENT_PAGES]
-                for p, keys in index.items() if isinstance(p, str) and isinstance(keys, list)}
-    except (OSError, ValueError):
+        index = json.loads(body) if body is not None else None
+    except ValueError:
         return {}
+    if not isinstance(index, dict):
+        return {}
+    return {p: [k for k in keys if isinstance(k, str) and len(k) == 64][:RECENT_PAGES]
+            for p, keys in index.items() if isinstance(p, str) and isinstance(keys, list)}
 
 
 def recent(prog: str | None = None) -> list[str]:
@@ -140,15 +145,7 @@ def note_recent(keys: list[str], prog: str | None = None) -> None:
     index = _index()
     index.pop(prog or program(), None)
     index[prog or program()] = keys[:RECENT_PAGES]
-    body = json.dumps(dict(list(index.items())[-RECENT_PROGRAMS:])).encode()
-    try:
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-        os.replace(tmp, os.path.join(d, RECENT))
-    except OSError:
-        pass
+    _put(d, RECENT, json.dumps(dict(list(index.items())[-RECENT_PROGRAMS:])).encode())
 
 
 def any_on_disk() -> bool:
