@@ -208,10 +208,10 @@ class PM4Executor(QueueEngine):
             if p is None:
                 hp = self.pm4.head(h)
                 if hp is not None:
-                    c = self._heads.get(hp[0](ints, pos))
-                    if c is not None:
-                        p = pm4.Packet(c.name, c.opcode, {**c.fields, **hp[1](ints, pos + 1)}, c.size,
-                                       c.shader_type, c.predicate)
+                    seen = self._heads.get(hp[0](ints, pos))
+                    if seen is not None:
+                        p = pm4.Packet(seen.name, seen.opcode, {**seen.fields, **hp[1](ints, pos + 1)}, seen.size,
+                                       seen.shader_type, seen.predicate)
                         self._remember(key, p)
             return p
         return None
