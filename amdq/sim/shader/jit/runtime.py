@@ -93,6 +93,7 @@ def _prefetch() -> None:
     again finds them ready at its first dispatch of each (a JSON parse and an image load, ~0.5-1.5 ms a page, then
     spent while the host loads and uploads). Only reads: a page never looked up costs its memory, no write."""
     from . import compiled
+    folder = records.folder()
     for key in records.recent():
         with _lock:
             if len(PREFETCHED) >= PREFETCH_PAGES:
@@ -100,7 +101,7 @@ def _prefetch() -> None:
             if key in SEEN_PAGES or key in PREFETCHED:
                 continue
             got = records.read_page(key)
-            PREFETCHED[key] = got
+            PREFETCHED[key] = (folder, got)
             if got is not None:
                 IMAGED[key] = compiled.load_image(key)
 
@@ -326,7 +327,7 @@ def _collect(cand: Candidate) -> None:
 # compiled code from its first dispatch. A candidate's blocks from a record hold Stored instructions (what running
 # and keying need); they are decoded from the candidate's lines only to be compiled (_decoded).
 SEEN_PAGES: dict[str, None] = {}  # records looked for in this process (by page key, in that order), found or not
-PREFETCHED: dict[str, tuple | None] = {}    # page key -> its record as read ahead by prefetch() (None: there is none)
+PREFETCHED: dict[str, tuple] = {}  # page key -> (the records folder, its record or None) as _prefetch read ahead
 IMAGED: dict[str, set[str]] = {}  # page key -> the regions its image held when this process read the page's record
 
 
@@ -455,8 +456,9 @@ def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> No
     if key in SEEN_PAGES:               # (its candidates, if any, are KNOWN: _take_known holds them)
         return
     SEEN_PAGES[key] = None
-    if key in PREFETCHED:               # (read ahead, its image placed: prefetch)
-        got = PREFETCHED.pop(key)
+    ahead = PREFETCHED.pop(key, None)
+    if ahead is not None and ahead[0] == records.folder():     # (read ahead from this cache, its image placed)
+        got = ahead[1]
         counts["prefetched"] += got is not None
     else:
         got = records.read_page(key)
