@@ -66,7 +66,8 @@ def enabled() -> bool:
 def prepare() -> None:
     """A simulated GPU is being made: when earlier processes left records of compiled code (records.py) on a host
     not written down yet (compiled.host_id), LLVM starts now on the JIT's worker thread, so a first dispatch that
-    loads their code does not wait for the keys; on a known host their code loads without LLVM (loader.py)."""
+    loads their code does not wait for the keys; on a known host their code loads without LLVM (loader.py). The
+    records of the pages the program's last run looked up are read ahead on a thread of their own (_prefetch)."""
     from . import compiled
     if not enabled() or not records.any_on_disk():
         return
