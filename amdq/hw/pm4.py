@@ -87,6 +87,26 @@ class PM4Set:
             self._plans[h] = plan
         return plan
 
+    def prepare(self, names) -> None:
+        """Compile the decoders of these packets now (each is otherwise compiled when its first packet comes): an
+        engine made ready decodes its first packets at the cost of every later one."""
+        for name in names:
+            lay = self.layouts.get(name)
+            if lay is None or name in REG_RANGES or lay.tail or lay.optional:
+                continue
+            if name not in self._compiled:
+                self._compiled[name] = lay.decoder()
+            if name not in self._split:
+                self._split[name] = self._make_split(lay)
+
+    @staticmethod
+    def _make_split(lay: Words) -> tuple | None:
+        split = lay.value_decoder()
+        if split is None:
+            return None
+        ctrl, values = split
+        return eval("lambda m, i: (m[i], " + "".join(f"m[i + {k + 1}], " for k in ctrl) + ")"), values
+
     def head(self, h: int) -> tuple | None:
         """(key, values) of the fixed packet whose header is `h` (see fixed) when its layout has value words
         (Words.value_decoder): key(m, i) is the header and control dwords of the packet at m[i], all its decoded
@@ -99,12 +119,7 @@ class PM4Set:
                 name = plan[0]
                 hp = self._split.get(name, False)
                 if hp is False:
-                    split = self.layouts[name].value_decoder()
-                    if split is not None:
-                        ctrl, values = split
-                        key = eval("lambda m, i: (m[i], " + "".join(f"m[i + {k + 1}], " for k in ctrl) + ")")
-                        split = (key, values)
-                    hp = self._split[name] = split
+                    hp = self._split[name] = self._make_split(self.layouts[name])
             if len(self._heads) >= 4096:
                 self._heads.clear()
             self._heads[h] = hp

@@ -111,6 +111,7 @@ class PM4Executor(QueueEngine):
         self._views_tlb = None                    # the MMU's TLB the views were translated with
         self._dispatch_memo: dict[tuple, tuple] = {}
         self._handlers = {name: getattr(self, m) for name, m in HANDLERS.items()}
+        self.pm4.prepare(HANDLERS)                # (its decoders compiled with the queue, not in its first dispatch)
         # the packets that only write registers, retired in runs from a ring (PM4Queue._write_registers)
         # (each a header, one word naming the register, the values)
         self._reg_packets = frozenset(n for n, m in HANDLERS.items() if m == "_set_regs" and n in self.pm4.layouts
