@@ -38,8 +38,16 @@ class SDMASet:
         for name, (op, sub) in ops.items():
             self.by_op.setdefault((op, sub if "sub_op" in layouts[name].where else None), name)
         # (name, length, compiled decoder) of the fixed-length packets by their header's low 16 bits (op, sub_op),
-        # filled as they are first decoded
+        # filled as they are first decoded; the compiled decoders by packet name (prepare, or that first decode)
         self._fixed: dict[int, tuple[str, int, Callable]] = {}
+        self._decoders: dict[str, Callable] = {}
+
+    def prepare(self) -> None:
+        """Compile the decoder of every fixed-length packet now (an engine made ready decodes its first packets at
+        the cost of every later one)."""
+        for name, lay in self.layouts.items():
+            if name not in self._decoders and not lay.tail and not lay.optional:
+                self._decoders[name] = lay.decoder()
 
     def encode(self, name: str, **fields: Any) -> list[int]:
         """Whole packet; op/sub_op are filled in. 64-bit values go by their base name (src_addr, dst_addr, ...)."""
@@ -81,7 +89,10 @@ class SDMASet:
         except ValueError as e:
             raise BadPacket(str(e), i) from None
         if fixed is None and not lay.tail and not lay.optional:
-            self._fixed[h & 0xFFFF] = (name, n, lay.decoder())
+            dec = self._decoders.get(name)
+            if dec is None:
+                dec = self._decoders[name] = lay.decoder()
+            self._fixed[h & 0xFFFF] = (name, n, dec)
         return Packet(name, op, sub, fields, n)
 
     def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:

@@ -61,6 +61,7 @@ class SDMAQueue(QueueEngine):
         self.mmu = gpu.vm(vmid)
         self.version = gpu.target.ip["SDMA"][0]
         self.t = sdma.table(self.version)
+        self.t.prepare()                          # (its decoders compiled with the queue, not in its first copy)
         self.ring_va, self.ring_bytes = args["ring_base_address"], args["ring_size"]
         self.rptr_va, self.wptr_va = args["read_pointer_address"], args["write_pointer_address"]
         self.rptr = self.wptr = 0                  # bytes, monotonic
