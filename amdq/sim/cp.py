@@ -54,6 +54,11 @@ def packet_size(h: int) -> int | None:
     return 1 if c == _NOP1 else c + 2
 
 
+def _reg_writes(f: dict):
+    """(register, value) of each write of a register packet's fields (REG, VALUES): SET_SH_REG & co."""
+    return zip(range(f["REG"], f["REG"] + len(f["VALUES"])), f["VALUES"])
+
+
 COMPARE = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
            4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
 
@@ -70,8 +75,7 @@ class ComputeRegs:
     def __init__(self, gc_version: tuple[int, int, int]):
         self.map = regs.load("GC", gc_version)
         bases = regs.bases(GENERATIONS[gc_version[0]].bases)["GC"]
-        self.addr = {n: self.map[n].address(bases) for n in self.NAMES}
-        self.at = SimpleNamespace(**{n[len("COMPUTE_"):]: a for n, a in self.addr.items()})   # the same, as attributes
+        self.at = SimpleNamespace(**{n[len("COMPUTE_"):]: self.map[n].address(bases) for n in self.NAMES})
         self.initiator = self.map.regCOMPUTE_DISPATCH_INITIATOR
         self.tmpring = self.map.regCOMPUTE_TMPRING_SIZE
         self.rsrc2 = self.map.regCOMPUTE_PGM_RSRC2
@@ -355,9 +359,7 @@ class PM4Executor(QueueEngine):
         return True
 
     def _set_regs(self, f: dict) -> bool:
-        r, base = self.regs, f["REG"]
-        for k, v in enumerate(f["VALUES"]):
-            r[base + k] = v
+        self.regs.update(_reg_writes(f))
         return True
 
     def _dispatch_direct(self, f: dict) -> bool:
@@ -563,7 +565,8 @@ class PM4Queue(PM4Executor):
             if run is not None:
                 nd, blob, writes, count = run
                 if i + nd <= ring_dw and r + nd <= wptr and raw[4 * i:4 * (i + nd)].tobytes() == blob:
-                    first = self._close_run(first, r)
+                    self._close_run(first, r)
+                    first = None
                     regs.update(writes)
                     r += nd
                     n += count
@@ -572,21 +575,18 @@ class PM4Queue(PM4Executor):
             if p is not None:
                 if p.name not in names:
                     break
-                f = p.fields
-                base = f["REG"]
-                for k, v in enumerate(f["VALUES"]):
-                    regs[base + k] = v
+                regs.update(_reg_writes(p.fields))
                 if first is None:
                     first = (key, r, [])
-                first[2].append(f)
+                first[2].append(p.fields)
             else:                               # new values (a launch's kernel-argument address): the packet's
                 t = tails.get((raw[4 * i:4 * (i + 2)].tobytes(), size))     # header and register, seen before
                 if t is None or t.name not in names:
                     break
                 base = t.fields["REG"]
-                for k in range(size - 2):
-                    regs[base + k] = mv[i + 2 + k]
-                first = self._close_run(first, r)
+                regs.update(zip(range(base, base + size - 2), mv[i + 2:i + size]))
+                self._close_run(first, r)
+                first = None
             r += size
             n += 1
         self._close_run(first, r)
@@ -597,20 +597,17 @@ class PM4Queue(PM4Executor):
     def _close_run(self, first, end: int) -> None:
         """Remember a run of two or more register packets seen before (from `first` up to ring dword `end`)."""
         if first is None or len(first[2]) < 2:
-            return None
+            return
         key, start, fields = first
         i = start % self.ring_dw
         if i + end - start > self.ring_dw:
-            return None
+            return
         writes = {}
         for f in fields:
-            base = f["REG"]
-            for k, v in enumerate(f["VALUES"]):
-                writes[base + k] = v
+            writes.update(_reg_writes(f))
         if len(self._runs) >= RUNS:
             self._runs.clear()
         self._runs[key] = (end - start, self._ring_b[4 * i:4 * (i + end - start)].tobytes(), writes, len(fields))
-        return None
 
     def _advance(self, size: int) -> None:
         self.rptr += size

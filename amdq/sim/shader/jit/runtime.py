@@ -93,7 +93,6 @@ def _prefetch() -> None:
     and place their images, one page at a time under the lock (PREFETCHED): a program that runs the same kernels
     again finds them ready at its first dispatch of each (a JSON parse and an image load, ~0.5-1.5 ms a page, then
     spent while the host loads and uploads). Only reads: a page never looked up costs its memory, no write."""
-    from . import compiled
     folder = records.folder()
     for key in records.recent():
         with _lock:
@@ -101,10 +100,17 @@ def _prefetch() -> None:
                 return
             if key in SEEN_PAGES or key in PREFETCHED:
                 continue
-            got = records.read_page(key)
-            PREFETCHED[key] = (folder, got)
-            if got is not None:
-                IMAGED[key] = compiled.load_image(key)
+            PREFETCHED[key] = (folder, _read_page(key))
+
+
+def _read_page(key: str) -> tuple | None:
+    """The record of the page `key` (records.read_page) with its image placed (IMAGED: its regions in MEMORY, where
+    _load_stored's loads find them); None when it has no record."""
+    from . import compiled
+    got = records.read_page(key)
+    if got is not None:
+        IMAGED[key] = compiled.load_image(key)
+    return got
 
 
 def synchronous() -> bool:
@@ -462,9 +468,7 @@ def _take_record(cache: "Cache", icache, page: int, wave64: bool, pc: int) -> No
         got = ahead[1]
         counts["prefetched"] += got is not None
     else:
-        got = records.read_page(key)
-        if got is not None:
-            IMAGED[key] = compiled.load_image(key)      # (its regions in MEMORY, where _load_stored's loads find them)
+        got = _read_page(key)
     if got is None:
         return
     cands, heat = got
