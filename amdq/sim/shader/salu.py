@@ -452,8 +452,7 @@ def _setreg(inst: Inst):
 
     def step(w, sel):
         if rid == HW_MODE:
-            w.mode[sel] = (w.mode[sel] & ~mask) | ((s(w, sel) << U32(off)) & mask)
-            w.mode_ok = None
+            _set_mode(w, sel, mask, (s(w, sel) << U32(off)) & mask)
     return step
 
 

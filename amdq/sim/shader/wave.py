@@ -210,23 +210,24 @@ def _shapes(n: int, lanes: int, nv: int) -> tuple:
 
 
 def _plan(n: int, lanes: int, nv: int) -> tuple[int, tuple]:
-    """(bytes, ((name, dtype, shape, offset), ...)) of a small state's arena: each array 64-byte aligned."""
+    """(bytes, ((name, dtype, shape, offset, bytes), ...)) of a small state's arena: each array 64-byte aligned."""
     key = (n, lanes, nv)
     plan = _CARVED.get(key)
     if plan is None:
         at, parts = 0, []
         for (name, dt), shape in zip(_FIELDS, _shapes(n, lanes, nv)):
-            parts.append((name, dt, shape, at))
-            at += -(-math.prod(shape) * np.dtype(dt).itemsize // 64) * 64
+            nbytes = math.prod(shape) * np.dtype(dt).itemsize
+            parts.append((name, dt, shape, at, nbytes))
+            at += -(-nbytes // 64) * 64
+        if len(_CARVED) >= 256:
+            _CARVED.clear()
         plan = _CARVED[key] = (at, tuple(parts))
     return plan
 
 
 def _carve(buf: np.ndarray, n: int, lanes: int, nv: int) -> dict[str, np.ndarray]:
     """The register arrays of a state of this shape, as views into its arena `buf` (uint8)."""
-    _, parts = _plan(n, lanes, nv)
-    return {name: buf[at:at + math.prod(shape) * np.dtype(dt).itemsize].view(dt).reshape(shape)
-            for name, dt, shape, at in parts}
+    return {name: buf[at:at + nbytes].view(dt).reshape(shape) for name, dt, shape, at, nbytes in _plan(n, lanes, nv)[1]}
 
 
 class StateImage:
