@@ -46,8 +46,15 @@ class SDMASet:
         """Compile the decoder of every fixed-length packet now (an engine made ready decodes its first packets at
         the cost of every later one)."""
         for name, lay in self.layouts.items():
-            if name not in self._decoders and not lay.tail and not lay.optional:
-                self._decoders[name] = lay.decoder()
+            if not lay.tail and not lay.optional:
+                self._decoder(name)
+
+    def _decoder(self, name: str) -> Callable:
+        """The compiled decoder of the fixed-length packet `name` (compiled once)."""
+        dec = self._decoders.get(name)
+        if dec is None:
+            dec = self._decoders[name] = self.layouts[name].decoder()
+        return dec
 
     def encode(self, name: str, **fields: Any) -> list[int]:
         """Whole packet; op/sub_op are filled in. 64-bit values go by their base name (src_addr, dst_addr, ...)."""
@@ -89,10 +96,7 @@ class SDMASet:
         except ValueError as e:
             raise BadPacket(str(e), i) from None
         if fixed is None and not lay.tail and not lay.optional:
-            dec = self._decoders.get(name)
-            if dec is None:
-                dec = self._decoders[name] = lay.decoder()
-            self._fixed[h & 0xFFFF] = (name, n, dec)
+            self._fixed[h & 0xFFFF] = (name, n, self._decoder(name))
         return Packet(name, op, sub, fields, n)
 
     def walk(self, dwords: Sequence[int], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Packet]]:

@@ -142,9 +142,10 @@ def note_recent(keys: list[str], prog: str | None = None) -> None:
     d = directory()
     if d is None or not keys:
         return
+    prog = prog or program()
     index = _index()
-    index.pop(prog or program(), None)
-    index[prog or program()] = keys[:RECENT_PAGES]
+    index.pop(prog, None)
+    index[prog] = keys[:RECENT_PAGES]
     _put(d, RECENT, json.dumps(dict(list(index.items())[-RECENT_PROGRAMS:])).encode())
 
 
