@@ -384,21 +384,7 @@ class Words:
         order: the parts of a wide value are not reported, the wide values come last."""
         if self.tail or self.optional:
             return None
-        items = []
-        for k, w in enumerate(self.words):
-            for fname, m, lo in w._plan:
-                if fname not in self._part_of:
-                    items.append(f"{fname!r}: (w[{k}] & {m:#x}) >> {lo}")
-        for k, parts in self.wide.items():
-            terms = []
-            for p, sh in parts:
-                i, f = self.where[p]
-                terms.append(f"((w[{i}] & {f.mask:#x}) >> {f.lo}) << {sh}")
-            items.append(f"{k!r}: " + " | ".join(terms))
-        src = "def decode(w):\n    return {" + ", ".join(items) + "}\n"
-        scope: dict[str, Any] = {}
-        exec(compile(src, f"<decoder of {self.name}>", "exec"), scope)
-        return scope["decode"]
+        return self._compiled_fields(range(len(self.words)), "decode(w)", "w[{}]", "decoder")
 
     def value_decoder(self) -> tuple[tuple[int, ...], Callable[[Sequence[int], int], dict[str, Any]]] | None:
         """For a layout without a tail: the indices of its control words (those holding several fields, or none)
@@ -411,17 +397,24 @@ class Words:
         values = [k for k, w in enumerate(self.words) if len(w._plan) == 1]
         if not values:
             return None
-        items = [f"{w._plan[0][0]!r}: (m[o + {k}] & {w._plan[0][1]:#x}) >> {w._plan[0][2]}"
-                 for k, w in ((k, self.words[k]) for k in values) if w._plan[0][0] not in self._part_of]
+        return (tuple(k for k in range(len(self.words)) if k not in values),
+                self._compiled_fields(values, "values(m, o)", "m[o + {}]", "values"))
+
+    def _compiled_fields(self, words, signature: str, word: str, what: str) -> Callable:
+        """A compiled function `signature` returning the fields of the words at indices `words` (the parts of a wide
+        value not reported) and, last, every wide value with a part there; `word` spells word k (a format)."""
+        words = set(words)
+        items = [f"{fname!r}: ({word.format(k)} & {m:#x}) >> {lo}" for k in sorted(words)
+                 for fname, m, lo in self.words[k]._plan if fname not in self._part_of]
         for k, parts in self.wide.items():
-            if any(self.where[p][0] in values for p, _ in parts):
-                terms = [f"((m[o + {self.where[p][0]}] & {self.where[p][1].mask:#x}) >> {self.where[p][1].lo}) << {sh}"
-                         for p, sh in parts]
-                items.append(f"{k!r}: " + " | ".join(terms))
+            if any(self.where[p][0] in words for p, _ in parts):
+                items.append(f"{k!r}: " + " | ".join(
+                    f"(({word.format(self.where[p][0])} & {self.where[p][1].mask:#x}) >> {self.where[p][1].lo}) << {sh}"
+                    for p, sh in parts))
         scope: dict[str, Any] = {}
-        exec(compile("def values(m, o):\n    return {" + ", ".join(items) + "}\n", f"<values of {self.name}>", "exec"),
+        exec(compile(f"def {signature}:\n    return {{" + ", ".join(items) + "}\n", f"<{what} of {self.name}>", "exec"),
              scope)
-        return tuple(k for k in range(len(self.words)) if k not in values), scope["values"]
+        return scope[signature.partition("(")[0]]
 
     def __repr__(self) -> str:
         return f"Words({self.name}, {len(self.words)}{'+' + self.tail if self.tail else ''})"
