@@ -817,11 +817,15 @@ def test_uniform_address_loads(monkeypatch, wave):
     """A load whose lanes all read one address (a[i / 64]: a matrix row's element, as in a matrix-vector loop) is
     one read broadcast to the wave: the interpreter's results; waves with lanes off (lane by lane); a row out of
     the mapped range: the same fault."""
-    from amdq.sim.shader.jit import block
+    from amdq.sim.shader.jit import block, library
     emitted: list[int] = []
     orig = block.ModuleGen._gm_wave          # (a load's wave tier: the run, then the broadcast)
     monkeypatch.setattr(block.ModuleGen, "_gm_wave",
                         lambda self, f, em, write, *a: emitted.append(not write) or orig(self, f, em, write, *a))
+    monkeypatch.setattr(library, "_made", {})       # (the library's text made again: its loads' functions)
+    texts: list[str] = []
+    orig_parts = block.ModuleGen.text_parts
+    monkeypatch.setattr(block.ModuleGen, "text_parts", lambda self, n: texts.extend(got := orig_parts(self, n)) or got)
     used: list[int] = []
     _differential(monkeypatch, used)
     n = 1024
@@ -833,6 +837,8 @@ def test_uniform_address_loads(monkeypatch, wave):
                                         (64, 1, 1), flags=suite.wf(wave))
         assert np.array_equal(out, np.where((np.arange(n) & 63) < lim, want, 0))
     assert any(emitted) and used and all(u > 0 for u in used)
+    lanes = int(wave)
+    assert any(f"call i1 @gm_r1{sv}_l{lanes}(" in t for t in texts for sv in "sv")   # (the library's load, called)
     with pytest.raises(GPUException):
         harness.run_cl(ROW_LOAD, "rows", [a, b, np.zeros(n, np.float32), 1 << 26, 64], (n // 64, 1, 1), (64, 1, 1),
                        flags=suite.wf(wave))

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import re
 import textwrap
 
 import numpy as np
@@ -373,3 +374,85 @@ def test_linked_objects_combine_into_one_mapping():
     for tag, lk in (("a", a), ("b", b)):
         back = loader.split(image, tag, *spans[tag])
         assert back.code == lk.code and back.entries == lk.entries and np.array_equal(back.fixups, lk.fixups)
+
+
+def test_an_import_is_bound_when_placed():
+    """An object may leave functions another placed object defines (the JIT library's) undefined when the link
+    allows them as imports: their GOT entries are filled when it is placed, wherever both lie; the imports survive
+    pack/unpack and combine/split, and an import nothing binds is refused."""
+    lib = loader.place(loader.link(_object(IR), ["mix"]))
+    obj = _object(CALLER)
+    with pytest.raises(loader.Unsupported, match="mix"):
+        loader.link(obj, ["twice"], imports={"other"})          # (not an allowed import)
+    lk = loader.link(obj, ["twice"], imports={"mix", "other"})
+    assert set(lk.imports) == {"mix"} and len(lk.imports["mix"]) >= 1 and "mix" not in lk.entries
+    mix = MIX(lib["mix"])
+
+    def check(fns: dict, name: str = "twice") -> None:
+        twice = MIX(fns[name])
+        assert all(twice(x, k) == mix(mix(x, k), k) for x in (0, 7, -1, 99991) for k in range(9))
+    check(loader.place(loader.unpack(loader.pack(lk)), lib.__getitem__))
+    both = loader.combine({"a": loader.link(_object(IR), ["mix"]), "b": lk})
+    assert set(both.imports) == {"mix"}
+    check(loader.place(both, lib.__getitem__), "b/twice")
+    image, spans = loader.unpack_image(loader.pack_image({"a": loader.link(_object(IR), ["mix"]), "b": lk}))
+    back = loader.split(image, "b", *spans["b"])
+    assert np.array_equal(back.imports["mix"], lk.imports["mix"])
+    check(loader.place(back, lib.__getitem__))
+    with pytest.raises(loader.Unsupported, match="import mix"):
+        loader.place(lk)                                        # (nothing binds it)
+    with pytest.raises(loader.Unsupported, match="import mix"):
+        loader.place(lk, {}.__getitem__)
+
+
+def test_a_damaged_import_is_refused():
+    """A linked object whose import slot lies outside its code does not unpack."""
+    import msgpack
+    import struct
+    import zlib
+    blob = loader.pack(loader.link(_object(CALLER), ["twice"], imports={"mix"}))
+    n = len(loader.MAGIC)
+    f = msgpack.unpackb(blob[n + 4:])
+    f["imports"]["mix"] += struct.pack("<I", len(f["code"]) - 4)
+    body = msgpack.packb(f)
+    with pytest.raises(loader.Unsupported, match="fields"):
+        loader.unpack(loader.MAGIC + struct.pack("<I", zlib.crc32(body)) + body)
+
+
+def test_regions_call_the_jit_library(tmp_path, monkeypatch):
+    """The first tier's regions hold none of the shared functions: they import them from the JIT library (one module
+    per wave size, compiled once and kept on disk like a region); a new process places it from disk, and a library
+    file that does not load is compiled again. Every kernel still gives the interpreter's results (test_jit.py)."""
+    import harness
+    from amdq.sim.shader.jit import block, library, runtime
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    texts: list[str] = []
+    orig = block.ModuleGen.text_parts
+    monkeypatch.setattr(block.ModuleGen, "text_parts", lambda self, n: texts.extend(got := orig(self, n)) or got)
+    src = "__kernel void k(__global uint *a, __global const uint *b) { int i = get_global_id(0); " \
+          "a[i] = a[i] * b[i & 15] + 7u; }"
+    a, b = np.arange(256, dtype=np.uint32) * 977, np.arange(16, dtype=np.uint32) + 3
+    want = a * b[np.arange(256) & 15] + np.uint32(7)
+
+    def run() -> None:
+        (out, _), _ = harness.run_cl(src, "k", [a.copy(), b], (4, 1, 1), (64, 1, 1))
+        assert np.array_equal(out, want)
+    runtime.forget()
+    before = dict(library.stats)
+    run()
+    assert library.stats["compiled"] == before["compiled"] + 1
+    assert texts and all(not re.search(r"^define .*@(gm_|lookup|tiles)", t, re.M) for t in texts)
+    assert any(re.search(r"^declare .*@gm_r1[sv]_l(32|64)\(", t, re.M) for t in texts)
+    made = [c for c in compiled.MEMORY.values() if c.source == "compiled" and c.linked is not None and c.linked.imports]
+    assert made and all(set(c.linked.imports) <= library.imports() for c in made)
+    (lib_file,) = [tmp_path / f"{library.key(lanes)}{compiled.LINKED}" for lanes in (32, 64)
+                   if (tmp_path / f"{library.key(lanes)}{compiled.LINKED}").exists()]
+    runtime.forget()                                    # (a new process: the library from disk)
+    run()
+    assert library.stats["compiled"] == before["compiled"] + 1 and library.stats["loaded"] == before["loaded"] + 1
+    lib_file.write_bytes(b"not a linked object")
+    runtime.forget()
+    run()
+    assert library.stats["compiled"] == before["compiled"] + 2
+    runtime.forget()

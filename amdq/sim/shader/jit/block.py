@@ -24,7 +24,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 43          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 44          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -467,6 +467,7 @@ class ModuleGen:
         self.blocks: list[Block] = []
         self.fused = False              # emitting a fused block's phases (inside its wave loop)
         self.shared: dict[str, str] = {}    # the memory accesses' shared functions (_use): name -> text
+        self.own_shared = whole             # their texts made here (the second tier; the first's: library.py)
 
     def header(self) -> str:
         L = self.lanes
@@ -519,17 +520,31 @@ class ModuleGen:
 
     def text_parts(self, parts: int) -> list[str]:
         """The module as up to `parts` modules compiled apart (on as many threads) and linked together
-        (loader.link): the blocks, each with its wrapper, shared out by size; the first one holds the chain and the
-        functions shared by the blocks (the header's helpers they call, the memory accesses' functions, _use), which
-        the others declare. One module below SPLIT_LINES lines of blocks (the threads would not pay for the split)."""
+        (loader.link): the blocks, each with its wrapper, shared out by size; the first one holds the chain. The
+        functions shared by the blocks (the header's helpers, the memory accesses' functions: _use) are the JIT
+        library's in the fast tier (library.py: declared, under its names), the first module's in the second (which
+        the others declare). One module below SPLIT_LINES lines of blocks (the threads would not pay for the
+        split)."""
         head, chain = self.header(), self.chain()
         groups = [self.funcs[i:i + 2] for i in range(0, len(self.funcs), 2)]       # (a block's body, its wrapper)
         sizes = [sum(x.count("\n") for x in g) for g in groups]
-        rest = "\n".join([*self.shared.values(), *self.funcs]) + "\n" + chain
-        if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
-            return [_decls(head) + _called(head, rest) + rest]
-        shared = "".join(t.rstrip("\n") + "\n" for t in (_called(head, rest), *self.shared.values()) if t)
-        defined = _DEFINED.sub(lambda m: m.group(0).replace("define internal", "define"), shared)   # (linked)
+        if not self.whole:
+            from . import library
+            funcs = [library.rename(x, self.lanes) for x in self.funcs]
+            groups = [funcs[i:i + 2] for i in range(0, len(funcs), 2)]
+            chain = library.rename(chain, self.lanes)
+            if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
+                rest = "\n".join(funcs) + "\n" + chain
+                return [_decls(head) + library.declarations(rest, self.lanes) + rest]
+            shared = ""
+            declare = lambda body: library.declarations(body, self.lanes)      # noqa: E731
+        else:
+            rest = "\n".join([*self.shared.values(), *self.funcs]) + "\n" + chain
+            if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
+                return [_decls(head) + _called(head, rest) + rest]
+            shared = "".join(t.rstrip("\n") + "\n" for t in (_called(head, rest), *self.shared.values()) if t)
+            shared = _DEFINED.sub(lambda m: m.group(0).replace("define internal", "define"), shared)   # (linked)
+            declare = lambda body: _declared(shared, body)                       # noqa: E731
         load, members = [chain.count("\n") + shared.count("\n")] + [0] * (parts - 1), [[] for _ in range(parts)]
         for j in sorted(range(len(groups)), key=lambda j: -sizes[j]):
             k = min(range(parts), key=load.__getitem__)
@@ -544,9 +559,10 @@ class ModuleGen:
                 here = {self.blocks[j].name for j in mine}
                 decl = "\n".join(f"declare i32 @{b.name}(ptr, ptr, i64, i32, i32)" for b in self.blocks
                                   if b.name not in here)
-                out.append(_decls(head) + defined + decl + "\n" + body + "\n" + chain)
+                own = shared or declare(body + chain)
+                out.append(_decls(head) + own + decl + "\n" + body + "\n" + chain)
             else:
-                out.append(_decls(head) + _declared(defined, body) + body + "\n")
+                out.append(_decls(head) + declare(body) + body + "\n")
         return out
 
     # ---------------------------------------------------------------- the region's chain
@@ -917,9 +933,10 @@ class ModuleGen:
         return "\n".join(f.lines)
 
     def _use(self, name: str, make) -> str:
-        """`name`, a shared function of the module: its text made by make() the first time a block calls it."""
+        """`name`, a shared function of the module: its text made by make() the first time a block calls it (in the
+        second tier: the first tier's are the JIT library's, library.py)."""
         if name not in self.shared:
-            self.shared[name] = make()
+            self.shared[name] = make() if self.own_shared else ""
         return name
 
     def _gm(self, words: int, write: bool, sb: bool) -> str:

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 
-from . import loader
+from . import library, loader
 
 _lock = threading.Lock()
 _stats_lock = threading.Lock()               # stats and MEMORY for loads made outside _lock (_native)
@@ -218,14 +218,18 @@ def _map(obj: bytes | list[bytes], names: list[str], tier: str) -> tuple[dict[st
     """The object's (or objects', linked together) functions mapped executable: linked and placed by loader.py (no
     LLVM needed), else through MCJIT (an object that needs more than that loader does: raises when neither can); and
     the linked object when loader.py took it (what the disk cache keeps then)."""
+    objs = obj if isinstance(obj, list) else [obj]
     try:
-        lk = loader.link(obj, names)
-        return loader.place(lk), "native", lk
+        lk = loader.link(objs, names, library.imports())
+        return loader.place(lk, library.address), "native", lk
     except loader.Unsupported as e:
         _state["unsupported"] = str(e)
     llvm, tm = _llvm(tier)
+    for name in library.imports():      # (the library functions the objects call, for MCJIT's resolver)
+        if any(name.encode() + b"\0" in o for o in objs):
+            llvm.add_symbol(name, library.address(name))
     eng = _engine(llvm, tm)
-    for o in obj if isinstance(obj, list) else [obj]:
+    for o in objs:
         _add(llvm, eng, o)
     addresses = {n: eng.get_function_address(n) for n in [*names, "chain"]}
     if not all(addresses[n] for n in names):
@@ -379,9 +383,9 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
     return _worker().submit(job)
 
 
-def _native(key: str, names: list[str]) -> Compiled | None:
+def _native(key: str, names: list[str], counted: bool = True) -> Compiled | None:
     """The linked object of `key` on disk placed by loader.py, or None (no file, or a damaged one: get's locked path
-    looks for an object file, maps it through MCJIT or compiles it)."""
+    looks for an object file, maps it through MCJIT or compiles it); counted: a region's (stats)."""
     path = _path(key, LINKED)
     if not path or not os.access(path, os.R_OK):       # (no exception for the common miss: the other tier)
         return None
@@ -391,14 +395,15 @@ def _native(key: str, names: list[str]) -> Compiled | None:
             lk = loader.unpack(f.read())
         if not set(names) <= lk.entries.keys():
             return None
-        addresses = loader.place(lk)
+        addresses = loader.place(lk, library.address)
     except (OSError, loader.Unsupported):
         return None
     dt = time.perf_counter() - t
     with _stats_lock:
         c = MEMORY.setdefault(key, Compiled(addresses, names, dt, "disk", "native", lk))
-        stats["disk_hits"] += 1
-        stats["load_seconds"] += dt
+        if counted:
+            stats["disk_hits"] += 1
+            stats["load_seconds"] += dt
     return c
 
 
@@ -542,6 +547,24 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
         return c
 
 
+def get_library(key: str, names: list[str], make_parts) -> tuple[Compiled, bool]:
+    """The JIT library's module of `key` (library.py): from memory, from its linked object on disk, or compiled now
+    from make_parts() (and stored); (it, whether it was compiled now). Without _lock: a region's compile holding it
+    places its code, which binds the library's functions (this compile's LLVM work is its threads' own)."""
+    c = MEMORY.get(key) or _native(key, names, counted=False)
+    if c is not None:
+        return c, False
+    t = time.perf_counter()
+    objs, addresses, how, linked, _ = _build(lambda tier: make_parts(), names, FAST)
+    if linked is not None:
+        path = _path(key, LINKED)
+        if path:
+            _store(path, loader.pack(linked))
+    with _stats_lock:
+        c = MEMORY.setdefault(key, Compiled(addresses, [], time.perf_counter() - t, "compiled", how, linked))
+    return c, True
+
+
 # ---------------------------------------------------------------- a code page's image
 #
 # What a process ran compiled from one code page (the regions of its record's candidates) is also kept as one file,
@@ -573,7 +596,7 @@ def load_image(page_key: str) -> set[str]:
     try:
         with open(path, "rb") as f:
             image, spans = loader.unpack_image(f.read())
-        placed = loader.place(image)
+        placed = loader.place(image, library.address)
     except (OSError, loader.Unsupported):
         return set()
     regions: dict[str, dict[str, int]] = {}

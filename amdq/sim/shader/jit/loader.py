@@ -4,10 +4,12 @@ A warm process (its regions on disk) then never loads LLVM: MCJIT costs ~30 ms t
 object. link() reads the ELF with numpy and applies the relocations at address 0; place() maps the result, adding
 its base to the few 8-byte slots that hold an address (the GOT's entries, absolute 64-bit relocations): everything
 else the JIT emits is PC- or GOT-relative. The disk cache keeps the linked form (pack/unpack), so a warm load is a
-read, a copy and those additions. What the JIT emits is self-contained code (large code model, position
-independent: relocations against its own sections, its GOT and local functions), so only those relocation kinds
-are accepted; anything else (an undefined symbol, a writable section, another relocation, a 32-bit absolute
-address) raises Unsupported, and compiled.py loads that object through MCJIT as before.
+read, a copy and those additions. What the JIT emits is position-independent code (large code model: relocations
+against its own sections, its GOT and local functions) that may call functions of another object placed before it
+(the imports a link allows: library.py's shared functions), through GOT entries or 8-byte absolute slots that
+place() fills with the import's address; anything else (another undefined symbol, a writable section, another
+relocation, a 32-bit absolute address, a PC-relative reference to an import) raises Unsupported, and compiled.py
+loads that object through MCJIT as before.
 
 Sources: the System V ABI (ELF64 headers, sections, symbols, RELA) and its AMD64 supplement (relocation types and
 their calculations: S symbol, A addend, P place, GOT the table's address, G the symbol's entry offset in it).
@@ -73,13 +75,15 @@ def _cstr(table: bytes, at: int) -> bytes:
 
 class Linked:
     """An object laid out and relocated at address 0: its bytes (`code`), the offsets of the 8-byte slots that hold
-    an address (`fixups`: the mapping's base is added to each) and its global functions' offsets (`entries`). What
-    the disk cache keeps: mapping it is a copy and a few additions, no ELF reading."""
+    an address (`fixups`: the mapping's base is added to each), its global functions' offsets (`entries`) and the
+    slots that hold an imported function's address (`imports`: name -> offsets, the address is added to each).
+    What the disk cache keeps: mapping it is a copy and a few additions, no ELF reading."""
 
-    __slots__ = ("code", "fixups", "entries")
+    __slots__ = ("code", "fixups", "entries", "imports")
 
-    def __init__(self, code: bytes, fixups: np.ndarray, entries: dict[str, int]):
-        self.code, self.fixups, self.entries = code, fixups, entries
+    def __init__(self, code: bytes, fixups: np.ndarray, entries: dict[str, int],
+                 imports: dict[str, np.ndarray] | None = None):
+        self.code, self.fixups, self.entries, self.imports = code, fixups, entries, imports or {}
 
 
 def load(obj: bytes, names: list[str]) -> dict[str, int]:
@@ -87,20 +91,30 @@ def load(obj: bytes, names: list[str]) -> dict[str, int]:
     return place(link(obj, names))
 
 
-def link(obj: bytes | list[bytes], names: list[str]) -> Linked:
+def link(obj: bytes | list[bytes], names: list[str], imports=frozenset()) -> Linked:
     """`obj` (or several objects, linked together: a symbol one leaves undefined is another's global) laid out and
-    relocated at address 0 (raises Unsupported for what this loader does not do)."""
+    relocated at address 0 (raises Unsupported for what this loader does not do); `imports`: the names of functions
+    it may leave undefined, bound when it is placed."""
     try:
-        return _link(obj if isinstance(obj, list) else [obj], names)
+        return _link(obj if isinstance(obj, list) else [obj], names, imports)
     except (ValueError, IndexError, KeyError, struct.error) as e:
         if isinstance(e, Unsupported):
             raise
         raise Unsupported(f"damaged object: {e}") from None
 
 
-def place(lk: Linked) -> dict[str, int]:
-    """Map a linked object executable at an address of the kernel's choosing: its global functions' addresses."""
+def place(lk: Linked, resolve=None) -> dict[str, int]:
+    """Map a linked object executable at an address of the kernel's choosing: its global functions' addresses.
+    resolve(name): the address of an import (LookupError: there is none, Unsupported here)."""
     code = lk.code
+    bound = {}
+    for name in lk.imports:
+        try:
+            if resolve is None:
+                raise LookupError(name)
+            bound[name] = int(resolve(name))
+        except LookupError as e:
+            raise Unsupported(f"import {name}: {e}") from None
     total = max(-(-len(code) // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.PAGESIZE)
     m = mmap.mmap(-1, total, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     cb = ctypes.c_char.from_buffer(m)
@@ -109,6 +123,9 @@ def place(lk: Linked) -> dict[str, int]:
     m.write(code)
     for at in lk.fixups.tolist():                   # (a few: the GOT's entries, absolute addresses)
         struct.pack_into("<Q", m, at, (struct.unpack_from("<Q", m, at)[0] + addr) & 0xFFFFFFFFFFFFFFFF)
+    for name, slots in lk.imports.items():          # (a few: the GOT entries of the library functions it calls)
+        for at in slots.tolist():
+            struct.pack_into("<Q", m, at, (struct.unpack_from("<Q", m, at)[0] + bound[name]) & 0xFFFFFFFFFFFFFFFF)
     if _libc.mprotect(addr, total, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
         m.close()
         raise Unsupported(f"mprotect: errno {ctypes.get_errno()}")
@@ -146,7 +163,7 @@ def combine(parts: dict[str, Linked]) -> Linked:
 
 def _combine(parts: dict[str, Linked]) -> tuple[Linked, dict[str, list[int]]]:
     """combine(parts), and where each part lies in it ([start, end))."""
-    code, fixups, entries, spans = bytearray(), [], {}, {}
+    code, fixups, entries, spans, imports = bytearray(), [], {}, {}, {}
     for tag, lk in parts.items():
         at = -(-len(code) // 64) * 64
         code += bytes(at - len(code)) + lk.code
@@ -157,8 +174,10 @@ def _combine(parts: dict[str, Linked]) -> tuple[Linked, dict[str, list[int]]]:
             struct.pack_into("<Q", code, at + f, (v + at) & 0xFFFFFFFFFFFFFFFF)
         fixups.append(fx + at)
         entries.update({f"{tag}/{name}": at + off for name, off in lk.entries.items()})
+        for name, slots in lk.imports.items():
+            imports.setdefault(name, []).append(slots.astype(np.int64) + at)
     fx = np.concatenate(fixups).astype(np.uint32) if fixups else np.zeros(0, np.uint32)
-    return Linked(bytes(code), fx, entries), spans
+    return Linked(bytes(code), fx, entries, {n: np.concatenate(v).astype(np.uint32) for n, v in imports.items()}), spans
 
 
 MAGIC = b"amdq-linked-1\n"
@@ -184,7 +203,8 @@ def _body(magic: bytes, blob: bytes, what: str) -> memoryview:
 def pack(lk: Linked) -> bytes:
     """A linked object as the disk cache stores it: MAGIC, a CRC-32 of the rest, msgpack of the fields."""
     return _framed(MAGIC, msgpack.packb({"code": lk.code, "fixups": lk.fixups.astype("<u4").tobytes(),
-                                         "entries": lk.entries}))
+                                         "entries": lk.entries,
+                                         "imports": {n: v.astype("<u4").tobytes() for n, v in lk.imports.items()}}))
 
 
 def unpack(blob: bytes) -> Linked:
@@ -193,13 +213,15 @@ def unpack(blob: bytes) -> Linked:
     try:
         f = msgpack.unpackb(body)
         code, fixups, entries = f["code"], np.frombuffer(f["fixups"], "<u4"), f["entries"]
+        imports = {n: np.frombuffer(v, "<u4") for n, v in f.get("imports", {}).items()}
         ok = isinstance(code, bytes) and isinstance(entries, dict) and \
-            all(isinstance(k, str) and isinstance(v, int) and 0 <= v < len(code) for k, v in entries.items())
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+            all(isinstance(k, str) and isinstance(v, int) and 0 <= v < len(code) for k, v in entries.items()) and \
+            all(isinstance(n, str) for n in imports)
+    except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException):
         ok = False
-    if not ok or (len(fixups) and int(fixups.max()) + 8 > len(code)):
+    if not ok or any(len(x) and int(x.max()) + 8 > len(code) for x in (fixups, *imports.values())):
         raise Unsupported("damaged linked object (fields)")
-    return Linked(code, fixups, entries)
+    return Linked(code, fixups, entries, imports)
 
 
 def pack_image(parts: dict[str, Linked]) -> bytes:
@@ -234,14 +256,20 @@ def split(lk: Linked, tag: str, start: int, end: int) -> Linked:
     for f in fx.tolist():
         struct.pack_into("<Q", code, f, (struct.unpack_from("<Q", code, f)[0] - start) & 0xFFFFFFFFFFFFFFFF)
     prefix = tag + "/"
+    imports = {}
+    for name, slots in lk.imports.items():
+        mine = slots.astype(np.int64)
+        mine = mine[(mine >= start) & (mine < end)] - start
+        if len(mine):
+            imports[name] = mine.astype(np.uint32)
     return Linked(bytes(code), fx.astype(np.uint32),
-                  {n[len(prefix):]: off - start for n, off in lk.entries.items() if n.startswith(prefix)})
+                  {n[len(prefix):]: off - start for n, off in lk.entries.items() if n.startswith(prefix)}, imports)
 
 
 STT_FUNC, STB_GLOBAL = 2, 1
 
 
-def _link(objs: list[bytes], names: list[str]) -> Linked:
+def _link(objs: list[bytes], names: list[str], imports=frozenset()) -> Linked:
     parts, at = [], 0
     for obj in objs:
         parts.append(_Part(obj, at))
@@ -255,10 +283,14 @@ def _link(objs: list[bytes], names: list[str]) -> Linked:
     missing = {n.encode() for n in names} - exports.keys()
     if missing:
         raise Unsupported(f"functions missing: {sorted(n.decode() for n in missing)}")
+    allowed = {n.encode() for n in imports} - exports.keys()
     image = np.zeros(at, np.uint8)
-    fixups = [p.relocate(image, exports) for p in parts]
+    fixups, bound = [], {}
+    for p in parts:
+        fixups.append(p.relocate(image, exports, allowed, bound))
     return Linked(image.tobytes(), np.concatenate(fixups).astype(np.uint32),
-                  {n.decode(): off for n, off in exports.items()})
+                  {n.decode(): off for n, off in exports.items()},
+                  {n: np.concatenate(v).astype(np.uint32) for n, v in bound.items()})
 
 
 class _Part:
@@ -325,19 +357,29 @@ class _Part:
         self.value = np.where(sect == UNBOUND, UNBOUND, sect + syms["value"])
         self.moves = (sect != UNBOUND) & (shndx != shnum)
 
-    def relocate(self, image: np.ndarray, exports: dict[bytes, int]) -> np.ndarray:
+    def relocate(self, image: np.ndarray, exports: dict[bytes, int], imports=frozenset(),
+                 bound: dict | None = None) -> np.ndarray:
         """Write the sections, the GOT and the relocated values into the image (undefined symbols resolved from
         `exports`, the other objects' functions); the offsets of the 8-byte slots holding an address. A value that
         moves with the mapping is only allowed where it is a whole 8-byte address (R_X86_64_64, a GOT entry); PC-
-        and GOT-relative ones do not move."""
+        and GOT-relative ones do not move. An undefined symbol named in `imports` is bound when the image is placed:
+        its GOT entry or R_X86_64_64 slot holds the addend now, and its offset is added to bound[name]."""
         obj, sh, syms, strtab = self.obj, self.sh, self.syms, self.strtab
         value, moves, got_entry, got_off = self.value, self.moves, self.got_entry, self.got_off
+        imported = np.zeros(len(syms), bool)
+        names: dict[int, bytes] = {}
         for j in np.flatnonzero(self.shndx == SHN_UNDEF).tolist():
             name = _cstr(strtab, int(syms[j]["name"]))
             if name == GOT_SYMBOL:
                 value[j], moves[j] = got_off, True
             elif name in exports:
                 value[j], moves[j] = exports[name], True
+            elif name in imports:
+                value[j], moves[j], imported[j], names[j] = 0, False, True, name
+
+        def bind(idx: np.ndarray, at: np.ndarray) -> None:
+            for j, a in zip(idx.tolist(), at.tolist()):
+                bound.setdefault(names[j].decode(), []).append(np.array([a], np.int64))
         for i, off in self.base.items():
             _, kind, _, _, at, length = sh[i][:6]
             if kind != SHT_NOBITS:
@@ -350,6 +392,7 @@ class _Part:
         slots = got_off + got_entry[has_entry].astype(np.int64)
         _put(image, slots, value[has_entry], 8)
         fixups = [slots[moves[has_entry]]]
+        bind(has_entry[imported[has_entry]], slots[imported[has_entry]])
 
         for target, length, r in self.relas:
             kind = (r["info"] & 0xFFFFFFFF).astype(np.int64)
@@ -377,6 +420,12 @@ class _Part:
                 if (r["offset"][rows] + np.uint64(width) > np.uint64(length)).any():
                     raise Unsupported(f"{RELOCS[k][0]} outside its section")
                 at = (target + r["offset"][rows]).astype(np.int64)
+                if "S" in calc and imported[idx[rows]].any():
+                    if calc != "S+A" or width != 8:
+                        bad = int(idx[rows][imported[idx[rows]]][0])
+                        raise Unsupported(f"{RELOCS[k][0]} against import {names[bad].decode()!r} (only its GOT "
+                                          "entry or an 8-byte address is bound when placed)")
+                    bind(idx[rows][imported[idx[rows]]], at[imported[idx[rows]]])
                 absolute = moves[idx[rows]] if calc == "S+A" else np.zeros(len(at), bool)
                 if absolute.any():
                     if width != 8:

@@ -1111,9 +1111,10 @@ def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
 def forget() -> None:
     """Forget what this process compiled and found (compiled.MEMORY, KNOWN; shader cores made from now on start
     afresh): what a new process starts with (tests, benchmarks of cold and disk-cached compiles)."""
-    from . import compiled
+    from . import compiled, library
     prefetched()                        # (what it reads ahead belongs to the process before)
     compiled.MEMORY.clear()
+    library.forget()
     KNOWN.clear()
     SEEN_PAGES.clear()
     PREFETCHED.clear()

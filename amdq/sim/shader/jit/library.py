@@ -1,0 +1,155 @@
+"""The fast tier's shared functions, compiled once per wave size and host, and called by every region.
+
+A region's first-tier module calls functions every region needs alike: the tile loop (`tiles`), the translated-range
+search (`lookup`), the NaN fix-ups, the lane-by-lane loads and stores, and the global and LDS accesses' functions
+(block.ModuleGen: `gm_*`, `dsl_*`, `dss`). They used to be compiled into each region's module, ~1,500 lines of IR
+(~11 ms of instruction selection) in a region that uses the global accesses. Here they are one module per wave size,
+compiled once (LLVM, as a region; cached on disk like one, under its own key) and placed once per process; a region
+declares what it calls, under the library's names (`<name>_l<lanes>`: the wave size a function was made for is in
+its name, so a linked region's imports say which library binds them), and loader.py binds those calls when the region
+is placed (compiled.py passes `address`). The second tier keeps its own copies: it inlines them.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+HELPERS = ("lookup", "tiles", "nan2_fix", "nanfma_fix", "gather_lanes", "scatter_lanes")     # block.ModuleGen.header
+GLOBAL = tuple((f"gm_{'w' if write else 'r'}{words}{'s' if sb else 'v'}", words, write, sb)
+               for write in (False, True) for words in (1, 2, 3, 4) for sb in (False, True))    # ModuleGen._gm
+DS_LOADS = tuple((f"dsl_{nw}_{n}", nw, n) for nw, n in ((1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (2, 2)))   # _ds
+NAMES = (*HELPERS, *(g[0] for g in GLOBAL), *(d[0] for d in DS_LOADS), "dss")
+_CALLED = re.compile(r"@(" + "|".join(NAMES) + r")(?=\()")
+_SYMBOL = re.compile(r"^(\w+)_l(32|64)$")
+
+_lock = threading.RLock()
+_made: dict[int, tuple[str, dict[str, str]]] = {}     # lanes -> (the module's text, each symbol's declaration)
+_placed: dict[int, dict[str, int]] = {}               # lanes -> each symbol's address (this process)
+stats = {"compiled": 0, "compile_seconds": 0.0, "loaded": 0}
+
+
+def symbol(name: str, lanes: int) -> str:
+    """The library's name of shared function `name` made for waves of `lanes`."""
+    return f"{name}_l{lanes}"
+
+
+def rename(text: str, lanes: int) -> str:
+    """IR text with its calls of (and definitions of) the shared functions under the library's names."""
+    return _CALLED.sub(lambda m: f"@{m.group(1)}_l{lanes}", text)
+
+
+def symbols(lanes: int) -> list[str]:
+    return [symbol(n, lanes) for n in NAMES]
+
+
+def imports() -> frozenset[str]:
+    """Every name a region may leave for the library to bind (loader.link's imports)."""
+    return _IMPORTS
+
+
+_IMPORTS = frozenset(symbol(n, lanes) for n in NAMES for lanes in (32, 64))
+
+
+def _make(lanes: int) -> tuple[str, dict[str, str]]:
+    """The library's module for waves of `lanes` (every function exported, under its library name), and the
+    declaration of each of its functions (what a region that calls it says)."""
+    got = _made.get(lanes)
+    if got is None:
+        from .block import _DEFINED, ModuleGen
+        gen = ModuleGen(lanes, 0)
+        gen.own_shared = True
+        head = gen.header()
+        for name, words, write, sb in GLOBAL:
+            gen._use(name, lambda name=name, words=words, write=write, sb=sb: gen._gm_text(name, words, write, sb))
+        for name, nw, n in DS_LOADS:
+            gen._use(name, lambda name=name, nw=nw, n=n: gen._dsl_text(name, nw, n))
+        gen._use("dss", gen._dss_text)
+        text = head.rstrip("\n") + "\n" + "".join(t.rstrip("\n") + "\n" for t in gen.shared.values())
+        text = rename(text.replace("define internal ", "define "), lanes)
+        decls = {}
+        for m in _DEFINED.finditer(text):
+            line = text[m.start():text.index("\n", m.start())]
+            decls[m.group(1)] = "declare" + line[len("define"):line.rindex(")") + 1]
+        if set(decls) != set(symbols(lanes)):
+            raise RuntimeError(f"the JIT library defines {sorted(decls)}, not {sorted(symbols(lanes))}")
+        got = _made[lanes] = text, decls
+    return got
+
+
+def declarations(text: str, lanes: int) -> str:
+    """The declarations of the library functions `text` (renamed) calls."""
+    decls = _make(lanes)[1]
+    return "".join(decls[s] + "\n" for s in decls if f"@{s}(" in text)
+
+
+def text_parts(lanes: int, parts: int) -> list[str]:
+    """The library's module in up to `parts` modules (its functions shared out by size; one calls another's
+    through its declaration), compiled on as many threads and linked together."""
+    from .block import _DEFINED, _decls, _functions
+    text = _make(lanes)[0]
+    if parts <= 1:
+        return [text]
+    funcs = _functions(text)
+    out, load = [[] for _ in range(parts)], [0] * parts
+    for name in sorted(funcs, key=lambda n: -funcs[n].count("\n")):
+        k = min(range(parts), key=load.__getitem__)
+        out[k].append(name)
+        load[k] += funcs[name].count("\n")
+    decls = _make(lanes)[1]
+    head = _decls(text)
+    texts = []
+    for mine in out:
+        if not mine:
+            continue
+        body = "".join(funcs[n] for n in mine)
+        texts.append(head + "".join(decls[s] + "\n" for s in decls if s not in mine and f"@{s}(" in body) + body)
+    assert all(_DEFINED.search(t) for t in texts)
+    return texts
+
+
+def key(lanes: int) -> str:
+    """The library's key (compiled.py's cache: memory and disk) for waves of `lanes` on this host and JIT version."""
+    from . import compiled
+    from .block import code_version
+    return compiled.tier_key(f"library|{lanes}", code_version(), compiled.FAST)
+
+
+def address(name: str) -> int:
+    """The address of library function `name` (a symbol() name) in this process: its library placed from memory,
+    from the disk cache or compiled now. LookupError: not a library function, or its library cannot be made."""
+    m = _SYMBOL.match(name)
+    if m is None or m.group(1) not in NAMES:
+        raise LookupError(f"{name} is not a JIT library function")
+    lanes = int(m.group(2))
+    placed = _placed.get(lanes)
+    if placed is None:
+        placed = _place(lanes)
+    return placed[name]
+
+
+def _place(lanes: int) -> dict[str, int]:
+    from . import compiled
+    with _lock:
+        placed = _placed.get(lanes)
+        if placed is not None:
+            return placed
+        names = symbols(lanes)
+        try:
+            t = time.perf_counter()
+            c, made = compiled.get_library(key(lanes), names, lambda: text_parts(lanes, compiled.compile_threads()))
+        except Exception as e:          # (LLVM failed, or a library that does not load: its regions cannot either)
+            raise LookupError(f"the JIT library for wave{lanes}: {e}") from None
+        if made:
+            stats["compiled"] += 1
+            stats["compile_seconds"] += time.perf_counter() - t
+        else:
+            stats["loaded"] += 1
+        placed = _placed[lanes] = {n: c.address(n) for n in names}
+        return placed
+
+
+def forget() -> None:
+    """Nothing placed (what a new process starts with; compiled.MEMORY is cleared with it)."""
+    with _lock:
+        _placed.clear()
