@@ -21,7 +21,8 @@ each kernel's figures are the JIT's, with `interp_*` beside them (the same measu
 recompiled at -O2 (the second tier, jit/compiled.py TIERS); `jit_fast_seconds` and `jit_fast_speedup` are the same
 runs with the first tier's code. JIT compile time per kernel: `jit_compile_ms` (cold, first tier: an empty memory and
 disk cache), `jit_disk_ms` (a fresh process's load from the disk cache), `jit_cached_ms` (compiled code in memory:
-the next dispatch pays nothing), `jit_opt_ms` (the -O2 recompile, cold). Compiled code runs on `jit_threads` threads (the dispatch's host
+the next dispatch pays nothing), `jit_opt_ms` (the -O2 recompile, cold), `jit_library_ms` (the JIT library, the first
+tier's shared functions for both wave sizes: compiled once per machine before the cold compile, in no other figure). Compiled code runs on `jit_threads` threads (the dispatch's host
 thread, plus AMDQ_SIM_JIT_THREADS - 1 workers for calls over whole workgroups without global memory access; the
 ctypes calls release the interpreter lock). `jit_coverage`: the share of wave-instructions that ran as compiled code
 (the rest ran in the interpreter). The JIT's efficiency counts its steps as the interpreter's.
@@ -112,7 +113,7 @@ class Meter:
 
 def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: int = 5, arch: str = "gfx1100"):
     """The interpreter's figures (`interp_*`) beside the JIT's (see the module docstring)."""
-    from amdq.sim.shader.jit import compiled, runtime
+    from amdq.sim.shader.jit import compiled, library, runtime
     old, old_opt = os.environ.get("AMDQ_SIM_JIT"), runtime.OPT_HOT
     try:
         os.environ["AMDQ_SIM_JIT"] = "0"
@@ -128,6 +129,7 @@ def bench(name, src, kernel, args, grid, block, meter: Meter, flags=(), repeat: 
                 for what in ("compile", "disk", "cached", "opt"):
                     if what in ("compile", "disk"):
                         runtime.forget()
+                        times.setdefault("library", library.ready())     # (once per machine: in no kernel's figure)
                     if what == "opt":                         # then every region again at -O2, cold
                         runtime.OPT_HOT = 0.0
                     c0 = sum(compiled.stats[k] for k in ("compile_seconds", "load_seconds", "recompile_seconds"))

@@ -149,6 +149,15 @@ def _place(lanes: int) -> dict[str, int]:
         return placed
 
 
+def ready(lanes=(32, 64)) -> float:
+    """Place the libraries of these wave sizes now (from disk, or compiled): the seconds their compiles took (0 when
+    they were placed already or loaded), what a machine's first JIT compile pays once."""
+    before = stats["compile_seconds"]
+    for n in lanes:
+        address(symbol("lookup", n))
+    return stats["compile_seconds"] - before
+
+
 def forget() -> None:
     """Nothing placed (what a new process starts with; compiled.MEMORY is cleared with it)."""
     with _lock:
