@@ -80,7 +80,11 @@ def _make(lanes: int) -> tuple[str, dict[str, str]]:
 def declarations(text: str, lanes: int) -> str:
     """The declarations of the library functions `text` (renamed) calls."""
     decls = _make(lanes)[1]
-    return "".join(decls[s] + "\n" for s in decls if f"@{s}(" in text)
+    called = set(_RENAMED.findall(text))
+    return "".join(decls[s] + "\n" for s in decls if s in called)
+
+
+_RENAMED = re.compile(r"@(\w+_l(?:32|64))\(")
 
 
 def text_parts(lanes: int, parts: int) -> list[str]:
