@@ -269,7 +269,7 @@ CHILD = textwrap.dedent("""
     import numpy as np
     sys.path[:0] = [{root!r}, {tests!r}]
     import harness
-    from amdq.sim.shader.jit import compiled, runtime
+    from amdq.sim.shader.jit import compiled, library, runtime
     src = "__kernel void k(__global float *a) {{ int i = get_global_id(0); a[i] = a[i] * 3.0f + 1.0f; }}"
     a = np.arange(256, dtype=np.float32)
     runtime.prepare()                   # (what making a simulated GPU does: the read-ahead starts)
@@ -277,14 +277,16 @@ CHILD = textwrap.dedent("""
     (out,), _ = harness.run_cl(src, "k", [a], (4, 1, 1), (64, 1, 1))
     print(json.dumps({{"ok": bool(np.array_equal(out, a * np.float32(3) + np.float32(1))),
                       "llvm": "llvmlite.binding" in sys.modules, "stats": compiled.stats,
-                      "used": runtime.counts["wave_instructions"], "prefetched": runtime.counts["prefetched"]}}))
+                      "used": runtime.counts["wave_instructions"], "prefetched": runtime.counts["prefetched"],
+                      "library": library.stats}}))
 """)
 
 
 def test_a_warm_process_runs_compiled_code_without_llvm(tmp_path):
-    """A first process compiles (and writes the host down, and at exit its code pages' images and the index of the
-    pages it ran); a second one reads that page's record and image ahead (when its simulated GPU is made), keys and
-    loads that code without ever importing LLVM, and runs it compiled from its first dispatch."""
+    """A first process compiles (and writes the host down, the JIT library, and at exit its code pages' images and
+    the index of the pages it ran); a second one places the library and reads that page's record and image ahead
+    (when its simulated GPU is made), keys and loads that code without ever importing LLVM, and runs it compiled from
+    its first dispatch."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "AMDQ_SIM_JIT_CACHE": str(tmp_path), "PYTHONPATH": root}
     code = CHILD.format(root=root, tests=os.path.join(root, "tests"))
@@ -301,6 +303,7 @@ def test_a_warm_process_runs_compiled_code_without_llvm(tmp_path):
     assert second["ok"] and not second["llvm"], "the warm process started LLVM"
     assert second["stats"]["image_loads"] > 0 and second["stats"]["compiled"] == 0 and second["used"] > 0
     assert first["prefetched"] == 0 and second["prefetched"] == 1
+    assert first["library"]["compiled"] == 1 and (second["library"]["compiled"], second["library"]["loaded"]) == (0, 1)
 
 
 def test_a_host_written_down_wrongly_is_asked_again(tmp_path, monkeypatch):

@@ -162,6 +162,20 @@ def ready(lanes=(32, 64)) -> float:
     return stats["compile_seconds"] - before
 
 
+def preload() -> None:
+    """Place the libraries the disk cache holds (no compile, no LLVM): what a warm process's first region or image
+    binds (prepare()'s read-ahead does it in the background)."""
+    from . import compiled
+    if not compiled.host_known():       # (its key needs LLVM then: the first region's load starts it anyway)
+        return
+    for n in (32, 64):
+        if n not in _placed and compiled.available(key(n)):
+            try:
+                address(symbol("lookup", n))
+            except LookupError:
+                pass
+
+
 def forget() -> None:
     """Nothing placed (what a new process starts with; compiled.MEMORY is cleared with it)."""
     with _lock:

@@ -67,7 +67,8 @@ def prepare() -> None:
     """A simulated GPU is being made: when earlier processes left records of compiled code (records.py) on a host
     not written down yet (compiled.host_id), LLVM starts now on the JIT's worker thread, so a first dispatch that
     loads their code does not wait for the keys; on a known host their code loads without LLVM (loader.py). The
-    records of the pages the program's last run looked up are read ahead on a thread of their own (_prefetch)."""
+    records of the pages the program's last run looked up are read ahead on a thread of their own (_prefetch), after
+    the JIT library the disk cache holds is placed (library.preload)."""
     from . import compiled
     if not enabled() or not records.any_on_disk():
         return
@@ -93,6 +94,8 @@ def _prefetch() -> None:
     and place their images, one page at a time under the lock (PREFETCHED): a program that runs the same kernels
     again finds them ready at its first dispatch of each (a JSON parse and an image load, ~0.5-1.5 ms a page, then
     spent while the host loads and uploads). Only reads: a page never looked up costs its memory, no write."""
+    from . import library
+    library.preload()                   # (what the images and regions placed below bind)
     folder = records.folder()
     for key in records.recent():
         with _lock:
