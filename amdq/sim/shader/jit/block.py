@@ -24,7 +24,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 44          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 45          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -617,6 +617,7 @@ class ModuleGen:
         b.name = name
         self.blocks.append(b)
         f = Fn(self.lanes)
+        f.direct = not self.whole               # (the fast tier: no IR pass would promote the allocas)
         start = "%start_arg" if b.fused else "%start"
         f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 {start}, i32 %end, i32 %s0arg) "
                        "alwaysinline {")

@@ -505,6 +505,7 @@ class Fn:
         self.FT = f"<{self.W} x float>"
         self.MT = f"<{self.W} x i1>"
         self.IT = f"i{lanes}"
+        self.direct = False           # a VALU run works on the VGPR rows themselves, not on allocas (valu_run)
 
     def alloca(self, ty: str) -> str:
         r = self.t("a")
@@ -546,7 +547,8 @@ class Emitter:
         self.inst_pc = inst_pc     # pc -> offset from the region's root (for branch targets)
         self.writes_exec = False
         self.c = None              # the chunk index (i64) inside a VALU run's chunk loop
-        self.regs: dict[int, str] | None = None    # inside a run: VGPR -> alloca of its chunk
+        self.regs: dict[int, str] | None = None    # inside a run: VGPR -> alloca of its chunk (or the chunk itself)
+        self.ra = ""                               # those pointers' alignment (", align 4": the rows')
         self.masks: dict[int, str] | None = None   # inside a run: SGPR (pair) -> alloca of its lane mask's chunk
         self.pre: list[str] | None = None          # inside a run: lines hoisted before the chunk loop
         self.scache: dict = {}
@@ -691,7 +693,7 @@ class Emitter:
         f = self.f
         if op.kind == "v":
             if self.regs is not None:
-                return f.op(f"load {f.VT}, ptr {self.regs[op.reg]}")
+                return f.op(f"load {f.VT}, ptr {self.regs[op.reg]}{self.ra}")
             return f.op(f"load {f.VT}, ptr {self.chunk_ptr(op.reg)}, align 4")
         return f.splat(self.sget(op))
 
@@ -722,9 +724,9 @@ class Emitter:
             return
         f = self.f
         p = self.regs[r]
-        old = f.op(f"load {f.VT}, ptr {p}")
+        old = f.op(f"load {f.VT}, ptr {p}{self.ra}")
         new = f.op(f"select {f.MT} {self.exec_vec()}, {f.VT} {val}, {f.VT} {old}")
-        f.e(f"store {f.VT} {new}, ptr {p}")
+        f.e(f"store {f.VT} {new}, ptr {p}{self.ra}")
 
     def vput64(self, r: int, val: str) -> None:
         f = self.f
@@ -960,7 +962,9 @@ class Emitter:
         wave's chunks of W lanes: per chunk every VGPR it touches is loaded once, the instructions work on allocas
         (SSA values once promoted), the VGPRs written are stored back once; EXEC and the lane masks written are
         <W x i1> chunks the later instructions read, written to their SGPRs after the loop. Each instruction keeps
-        its own start/end guard (loop-invariant)."""
+        its own start/end guard (loop-invariant). In the fast tier (f.direct) the instructions load and store the
+        VGPR rows' chunks themselves: without the IR passes the allocas would be memory too, and their copies in and
+        out cost instruction selection (~10-15% of a region's IR)."""
         f = self.f
         nm = 2 if f.L == 64 else 1
         touched, written = set(), set()
@@ -981,7 +985,7 @@ class Emitter:
             go.append(f.op(f"and i1 {c1}, {c2}"))
         bits0 = {r: self.mask_bits(Operand("s", r, nm)) for r in mkeys}
         rows = {r: self.vrow(r) for r in sorted(touched)}
-        self.regs = {r: f.alloca(f.VT) for r in rows}
+        self.regs = None if f.direct else {r: f.alloca(f.VT) for r in rows}
         self.masks = {r: f.alloca(f.MT) for r in mkeys}
         acc = {r: f.alloca(f.IT) for r in wkeys}
         for r in wkeys:
@@ -993,8 +997,11 @@ class Emitter:
         self.c = c
         off = f.op(f"shl i64 {c}, {f.LOGW}")
         ptr = {r: f.op(f"getelementptr i32, ptr {row}, i64 {off}") for r, row in rows.items()}
-        for r, p in ptr.items():
-            f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 4')}, ptr {self.regs[r]}")
+        if f.direct:
+            self.regs, self.ra = ptr, ", align 4"
+        else:
+            for r, p in ptr.items():
+                f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {p}, align 4')}, ptr {self.regs[r]}")
         for r in mkeys:
             f.e(f"store {f.MT} {self.mask_vec(bits0[r])}, ptr {self.masks[r]}")
         if EXEC not in wkeys:
@@ -1008,7 +1015,7 @@ class Emitter:
             f.label(no)
         f.e(f"br label {tail}")
         f.label(tail)
-        for r in sorted(written):
+        for r in sorted(written) if not f.direct else ():
             f.e(f"store {f.VT} {f.op(f'load {f.VT}, ptr {self.regs[r]}')}, ptr {ptr[r]}, align 4")
         sh = f.op(f"trunc i64 {off} to {f.IT}") if f.L == 32 else off
         for r in wkeys:
@@ -1023,6 +1030,7 @@ class Emitter:
         f.label(done)
         f.lines[at:at] = self.pre
         self.c = self.regs = self.masks = self.pre = self.exec_now = None
+        self.ra = ""
         self.scache = {}
         for r in wkeys:
             bits = f.op(f"load {f.IT}, ptr {acc[r]}")
