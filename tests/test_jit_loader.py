@@ -446,7 +446,7 @@ def test_regions_call_the_jit_library(tmp_path, monkeypatch):
     run()
     assert library.stats["compiled"] == before["compiled"] + 1
     assert texts and all(not re.search(r"^define .*@(gm_|lookup|tiles)", t, re.M) for t in texts)
-    assert any(re.search(r"^declare .*@gm_r1[sv]_l(32|64)\(", t, re.M) for t in texts)
+    assert any(re.search(r"^declare .*@gm_r1[sv]_l(32|64)w(8|16)\(", t, re.M) for t in texts)
     made = [c for c in compiled.MEMORY.values() if c.source == "compiled" and c.linked is not None and c.linked.imports]
     assert made and all(set(c.linked.imports) <= library.imports() for c in made)
     (lib_file,) = [tmp_path / f"{library.key(lanes)}{compiled.LINKED}" for lanes in (32, 64)

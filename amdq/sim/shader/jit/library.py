@@ -5,8 +5,8 @@ search (`lookup`), the NaN fix-ups, the lane-by-lane loads and stores, and the g
 (block.ModuleGen: `gm_*`, `dsl_*`, `dss`). They used to be compiled into each region's module, ~1,500 lines of IR
 (~11 ms of instruction selection) in a region that uses the global accesses. Here they are one module per wave size,
 compiled once (LLVM, as a region; cached on disk like one, under its own key) and placed once per process; a region
-declares what it calls, under the library's names (`<name>_l<lanes>`: the wave size a function was made for is in
-its name, so a linked region's imports say which library binds them), and loader.py binds those calls when the region
+declares what it calls, under the library's names (`<name>_l<lanes>w<width>`: the wave size and the lanes per vector
+operation a function was made for are in its name, so a linked region's imports say which library binds them), and loader.py binds those calls when the region
 is placed (compiled.py passes `address`). The second tier keeps its own copies: it inlines them.
 """
 from __future__ import annotations
@@ -21,26 +21,35 @@ GLOBAL = tuple((f"gm_{'w' if write else 'r'}{words}{'s' if sb else 'v'}", words,
 DS_LOADS = tuple((f"dsl_{nw}_{n}", nw, n) for nw, n in ((1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (2, 2)))   # _ds
 NAMES = (*HELPERS, *(g[0] for g in GLOBAL), *(d[0] for d in DS_LOADS), "dss")
 _CALLED = re.compile(r"@(" + "|".join(NAMES) + r")(?=\()")
-_SYMBOL = re.compile(r"^(\w+)_l(32|64)$")
+_SYMBOL = re.compile(r"^(\w+)_l(32|64)w(8|16)$")
+WIDTHS = (8, 16)                                       # ir.lanes_per_op's choices
 
 _lock = threading.RLock()
-_made: dict[int, tuple[str, dict[str, str]]] = {}     # lanes -> (the module's text, each symbol's declaration)
-_placed: dict[int, dict[str, int]] = {}               # lanes -> each symbol's address (this process)
+_made: dict[tuple, tuple[str, dict[str, str]]] = {}   # flavor -> (the module's text, each symbol's declaration)
+_placed: dict[tuple, dict[str, int]] = {}             # flavor -> each symbol's address (this process)
 stats = {"compiled": 0, "compile_seconds": 0.0, "loaded": 0}
 
 
-def symbol(name: str, lanes: int) -> str:
-    """The library's name of shared function `name` made for waves of `lanes`."""
-    return f"{name}_l{lanes}"
+def flavor(lanes: int) -> tuple[int, int]:
+    """(wave size, lanes per vector operation now): what a library's code depends on besides the JIT's version."""
+    from .ir import lanes_per_op
+    return lanes, min(lanes_per_op(), lanes)
+
+
+def symbol(name: str, lanes: int, width: int | None = None) -> str:
+    """The library's name of shared function `name` made for waves of `lanes` (`width` lanes per vector operation:
+    now's by default)."""
+    return f"{name}_l{lanes}w{width or flavor(lanes)[1]}"
 
 
 def rename(text: str, lanes: int) -> str:
-    """IR text with its calls of (and definitions of) the shared functions under the library's names."""
-    return _CALLED.sub(lambda m: f"@{m.group(1)}_l{lanes}", text)
+    """IR text with its calls of (and definitions of) the shared functions under the library's names (now's width)."""
+    suffix = symbol("", lanes)
+    return _CALLED.sub(lambda m: f"@{m.group(1)}{suffix}", text)
 
 
-def symbols(lanes: int) -> list[str]:
-    return [symbol(n, lanes) for n in NAMES]
+def symbols(lanes: int, width: int | None = None) -> list[str]:
+    return [symbol(n, lanes, width) for n in NAMES]
 
 
 def imports() -> frozenset[str]:
@@ -48,13 +57,14 @@ def imports() -> frozenset[str]:
     return _IMPORTS
 
 
-_IMPORTS = frozenset(symbol(n, lanes) for n in NAMES for lanes in (32, 64))
+_IMPORTS = frozenset(symbol(n, lanes, min(w, lanes)) for n in NAMES for lanes in (32, 64) for w in WIDTHS)
 
 
 def _make(lanes: int) -> tuple[str, dict[str, str]]:
-    """The library's module for waves of `lanes` (every function exported, under its library name), and the
-    declaration of each of its functions (what a region that calls it says)."""
-    got = _made.get(lanes)
+    """The library's module for waves of `lanes` at now's width (every function exported, under its library name),
+    and the declaration of each of its functions (what a region that calls it says)."""
+    fl = flavor(lanes)
+    got = _made.get(fl)
     if got is None:
         from .block import _DEFINED, ModuleGen
         gen = ModuleGen(lanes, 0)
@@ -73,7 +83,7 @@ def _make(lanes: int) -> tuple[str, dict[str, str]]:
             decls[m.group(1)] = "declare" + line[len("define"):line.rindex(")") + 1]
         if set(decls) != set(symbols(lanes)):
             raise RuntimeError(f"the JIT library defines {sorted(decls)}, not {sorted(symbols(lanes))}")
-        got = _made[lanes] = text, decls
+        got = _made[fl] = text, decls
     return got
 
 
@@ -84,7 +94,7 @@ def declarations(text: str, lanes: int) -> str:
     return "".join(decls[s] + "\n" for s in decls if s in called)
 
 
-_RENAMED = re.compile(r"@(\w+_l(?:32|64))\(")
+_RENAMED = re.compile(r"@(\w+_l(?:32|64)w(?:8|16))\(")
 
 
 def text_parts(lanes: int, parts: int) -> list[str]:
@@ -112,44 +122,51 @@ def text_parts(lanes: int, parts: int) -> list[str]:
     return texts
 
 
-def key(lanes: int) -> str:
-    """The library's key (compiled.py's cache: memory and disk) for waves of `lanes` on this host and JIT version."""
+def key(lanes: int, width: int | None = None) -> str:
+    """The library's key (compiled.py's cache: memory and disk) for waves of `lanes` at `width` lanes per vector
+    operation (now's by default) on this host and JIT version."""
     from . import compiled
-    from .block import code_version
-    return compiled.tier_key(f"library|{lanes}", code_version(), compiled.FAST)
+    from .block import VERSION
+    return compiled.tier_key(f"library|{lanes}|w{width or flavor(lanes)[1]}", str(VERSION), compiled.FAST)
 
 
 def address(name: str) -> int:
     """The address of library function `name` (a symbol() name) in this process: its library placed from memory,
-    from the disk cache or compiled now. LookupError: not a library function, or its library cannot be made."""
+    from the disk cache or compiled now (at now's width only). LookupError: not a library function, or its library
+    cannot be made."""
     m = _SYMBOL.match(name)
     if m is None or m.group(1) not in NAMES:
         raise LookupError(f"{name} is not a JIT library function")
-    lanes = int(m.group(2))
-    placed = _placed.get(lanes)
+    fl = int(m.group(2)), int(m.group(3))
+    placed = _placed.get(fl)
     if placed is None:
-        placed = _place(lanes)
+        placed = _place(*fl)
     return placed[name]
 
 
-def _place(lanes: int) -> dict[str, int]:
+def _place(lanes: int, width: int) -> dict[str, int]:
     from . import compiled
     with _lock:
-        placed = _placed.get(lanes)
+        placed = _placed.get((lanes, width))
         if placed is not None:
             return placed
-        names = symbols(lanes)
+        names = symbols(lanes, width)
+
+        def make() -> list[str]:
+            if flavor(lanes)[1] != width:
+                raise LookupError(f"made at {width} lanes per operation, {flavor(lanes)[1]} now")
+            return text_parts(lanes, compiled.compile_threads())
         try:
             t = time.perf_counter()
-            c, made = compiled.get_library(key(lanes), names, lambda: text_parts(lanes, compiled.compile_threads()))
+            c, made = compiled.get_library(key(lanes, width), names, make)
         except Exception as e:          # (LLVM failed, or a library that does not load: its regions cannot either)
-            raise LookupError(f"the JIT library for wave{lanes}: {e}") from None
+            raise LookupError(f"the JIT library for wave{lanes} ({width} lanes an operation): {e}") from None
         if made:
             stats["compiled"] += 1
             stats["compile_seconds"] += time.perf_counter() - t
         else:
             stats["loaded"] += 1
-        placed = _placed[lanes] = {n: c.address(n) for n in names}
+        placed = _placed[(lanes, width)] = {n: c.address(n) for n in names}
         return placed
 
 
@@ -169,7 +186,7 @@ def preload() -> None:
     if not compiled.host_known():       # (its key needs LLVM then: the first region's load starts it anyway)
         return
     for n in (32, 64):
-        if n not in _placed and compiled.available(key(n)):
+        if flavor(n) not in _placed and compiled.available(key(n)):
             try:
                 address(symbol("lookup", n))
             except LookupError:
