@@ -24,7 +24,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 46          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 47          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -642,6 +642,7 @@ class ModuleGen:
         if b.fused:                     # one loop over the waves, each running every phase (see fusable)
             self._fused_head(f, nxt)
         else:
+            self._span(f)
             f.e(f"br label {nxt}")
         for kind, idx in phases:
             f.label(nxt)
@@ -698,9 +699,16 @@ class ModuleGen:
         f.e(f"br i1 {f.op('icmp ult i64 %fi, %nw')}, label %fb, label %fd")
         f.label("%fb")
         f.e(f"%start = select i1 {f.op('icmp eq i64 %fi, 0')}, i32 %start_arg, i32 {s0}")
+        self._span(f)
         f.e(f"%fw = load i64, ptr {f.op('getelementptr i64, ptr %waves, i64 %fi')}")
         self.fused = True
         f.e(f"br label {first}")
+
+    @staticmethod
+    def _span(f: Fn) -> None:
+        """%span: the instructions of the call's range (%end - %start, 0 when %end < %start), for Fn.inside."""
+        ok = f.op("icmp sle i32 %start, %end")
+        f.e(f"%span = select i1 {ok}, i32 {f.op('sub i32 %end, %start')}, i32 0")
 
     def _fused_tail(self, f: Fn) -> None:
         self.fused = False
@@ -762,9 +770,7 @@ class ModuleGen:
                     valu.append((i, inst))
                     continue
                 flush()
-                c1 = f.op(f"icmp sle i32 %start, {i}")
-                c2 = f.op(f"icmp sgt i32 %end, {i}")
-                go = f.op(f"and i1 {c1}, {c2}")
+                go = f.inside(i)
                 yes, no = f.t("x"), f.t("y")
                 f.e(f"br i1 {go}, label {yes}, label {no}")
                 f.label(yes)

@@ -507,6 +507,11 @@ class Fn:
         self.IT = f"i{lanes}"
         self.direct = False           # a VALU run works on the VGPR rows themselves, not on allocas (valu_run)
 
+    def inside(self, i: int) -> str:
+        """i1: instruction i of the block lies in the call's [%start, %end) (one unsigned compare against %span,
+        end - start or 0: ModuleGen.add defines it)."""
+        return self.op(f"icmp ult i32 {self.op(f'sub i32 {i}, %start')}, %span")
+
     def alloca(self, ty: str) -> str:
         r = self.t("a")
         self.allocas.append(f"  {r} = alloca {ty}")
@@ -984,8 +989,7 @@ class Emitter:
         self.pre, self.scache = [], {}
         go = []
         for i, _ in run:
-            c1, c2 = f.op(f"icmp sle i32 %start, {i}"), f.op(f"icmp sgt i32 %end, {i}")
-            go.append(f.op(f"and i1 {c1}, {c2}"))
+            go.append(f.inside(i))
         bits0 = {r: self.mask_bits(Operand("s", r, nm)) for r in mkeys}
         rows = {r: self.vrow(r) for r in sorted(touched)}
         self.regs = None if f.direct else {r: f.alloca(f.VT) for r in rows}
