@@ -6,6 +6,9 @@
   (compiled code goes on from block to block, loop back-edges included, while every wave of the call stays at one
   PC of the region).
 - compiled.py: IR -> machine code, cached in memory and on disk (keyed by the code bytes).
+- library.py: the first tier's shared functions (tile loop, range lookup, memory accesses), compiled once per wave
+  size and imported by every region (loader.py binds the calls when it places the region).
+- loader.py: relocatable objects placed in executable memory without LLVM (what a warm process loads).
 - runtime.py: the scheduler's hook (core.Batch.run asks for the block at a PC, falls back to the interpreter), and
   what gets compiled when: code is interpreted first, and compiled once it is hot (two tiers, compiled.py).
 
