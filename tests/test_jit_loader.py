@@ -459,3 +459,28 @@ def test_regions_call_the_jit_library(tmp_path, monkeypatch):
     run()
     assert library.stats["compiled"] == before["compiled"] + 2
     runtime.forget()
+
+
+def test_a_region_mcjit_maps_binds_the_library(tmp_path, monkeypatch):
+    """A region the loader refuses is mapped by MCJIT, its calls of the JIT library resolved to the placed library's
+    functions: the interpreter's results."""
+    import harness
+    from amdq.sim.shader.jit import runtime
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    runtime.forget()
+    orig = loader.link
+
+    def link(objs, names, imports=frozenset()):
+        if any(n.startswith("blk_") for n in names):      # (a region's link: refused, as for an unknown relocation)
+            raise loader.Unsupported("refused by the test")
+        return orig(objs, names, imports)
+    monkeypatch.setattr(loader, "link", link)
+    src = "__kernel void k(__global uint *a, __global const uint *b) { int i = get_global_id(0); " \
+          "a[i] = a[i] * b[i & 15] + 7u; }"
+    a, b = np.arange(256, dtype=np.uint32) * 977, np.arange(16, dtype=np.uint32) + 3
+    before = compiled.stats["mcjit_loads"]
+    (out, _), _ = harness.run_cl(src, "k", [a.copy(), b], (4, 1, 1), (64, 1, 1))
+    assert np.array_equal(out, a * b[np.arange(256) & 15] + np.uint32(7))
+    assert compiled.stats["mcjit_loads"] > before and runtime.counts["wave_instructions"] > 0
+    runtime.forget()
