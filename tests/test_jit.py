@@ -568,7 +568,7 @@ def test_blocks_of_a_record_compile_from_their_bytes(monkeypatch, tmp_path, arch
     assert compiled.stats["compiled"] > before["compiled"]
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "wrong fields"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "wrong fields", "gap"])
 def test_a_damaged_record_is_ignored(monkeypatch, tmp_path, damage):
     """A record that is damaged (a flipped or missing byte: its checksum fails), not JSON, or JSON that does not
     describe blocks breaks no dispatch: the page is searched and compiled as without one."""
@@ -586,8 +586,9 @@ def test_a_damaged_record_is_ignored(monkeypatch, tmp_path, damage):
         data = bytearray(b"not a record\n\x00\xff")
     else:
         from amdq.sim.shader.jit import records
-        records.write(rec.name, [{"blocks": [[0, [[0, 99, 0]], ["alu"], 0, 0, 0, 0, 0, []]], "lines": [], "empty": [],
-                                  "regions": [[0]]}, {"blocks": "?"}])
+        insts = [[0, 99, 0]] if damage == "wrong fields" else [[0, 4, 0], [8, 4, 0]]   # (gap: not one after another)
+        records.write(rec.name, [{"blocks": [[0, insts, ["alu"] * len(insts), 0, 0, 0, 0, 0, []]], "lines": [],
+                                  "empty": [], "regions": [[0]]}, {"blocks": "?"}])
         data = bytearray(rec.read_bytes())
     rec.write_bytes(bytes(data))
     runtime.forget()

@@ -106,10 +106,20 @@ def finish(b: Block) -> Block:
 
 def shape(b: Block) -> Block:
     """What follows from its kinds and flags alone (a block a record describes has no decoded instructions yet):
-    its work counts and whether it is fused."""
-    b.work = list(itertools.accumulate((k == "alu" or k == "ds" for k in b.kinds), initial=0))
-    b.fused = fusable(b)
+    its work counts and whether it is fused (the same for every block of those kinds and flags: _SHAPES)."""
+    key = (tuple(b.kinds), b.gstores, b.lstores)
+    got = _SHAPES.get(key) if not b.lstores else None      # (LDS stores: the phases read the instructions)
+    if got is None:
+        got = (list(itertools.accumulate((k == "alu" or k == "ds" for k in b.kinds), initial=0)), fusable(b))
+        if not b.lstores:
+            if len(_SHAPES) >= 4096:
+                _SHAPES.clear()
+            _SHAPES[key] = got
+    b.work, b.fused = list(got[0]), got[1]
     return b
+
+
+_SHAPES: dict[tuple, tuple[list[int], bool]] = {}
 
 
 def _store(inst: Inst, kind: str) -> bool:

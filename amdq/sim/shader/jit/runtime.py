@@ -528,13 +528,16 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
         # the block's instructions follow each other: its bytes are read once, from the lines they lie in (and the
         # line after the last one, when it does not start a line)
         first, last = base + insts[0][0], base + insts[-1][0]
-        if any(not 0 < size <= 16 for _, size, _ in insts) or \
-                any(a[0] + a[1] != b[0] for a, b in zip(insts, insts[1:])):
-            return None
+        at = insts[0][0]
+        for off, size, _ in insts:
+            if off != at or not 0 < size <= 16:
+                return None
+            at += size
         lo = first & ~(size_line - 1)
         hi = (last & ~(size_line - 1)) + (size_line if last & (size_line - 1) else 0)
         code = b"".join(line_at(line) for line in range(lo, hi + size_line, size_line))
-        stored = [Stored(base + off, code[base + off - lo:base + off - lo + size], bool(dead)) for off, size, dead in insts]
+        skip = base - lo
+        stored = [Stored(base + off, code[skip + off:skip + off + size], bool(dead)) for off, size, dead in insts]
         if stored[-1].size != insts[-1][1]:
             return None
         b = Block(base + pc, stored, list(kinds))
