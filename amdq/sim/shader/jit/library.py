@@ -6,8 +6,9 @@ search (`lookup`), the NaN fix-ups, the lane-by-lane loads and stores, and the g
 (~11 ms of instruction selection) in a region that uses the global accesses. Here they are one module per wave size,
 compiled once (LLVM, as a region; cached on disk like one, under its own key) and placed once per process; a region
 declares what it calls, under the library's names (`<name>_l<lanes>w<width>`: the wave size and the lanes per vector
-operation a function was made for are in its name, so a linked region's imports say which library binds them), and loader.py binds those calls when the region
-is placed (compiled.py passes `address`). The second tier keeps its own copies: it inlines them.
+operation a function was made for are in its name, so a linked region's imports say which library binds them), and
+loader.py binds those calls when the region is placed (compiled.py passes `address`). The second tier keeps its own
+copies: it inlines them.
 """
 from __future__ import annotations
 
