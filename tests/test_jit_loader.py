@@ -484,3 +484,27 @@ def test_a_region_mcjit_maps_binds_the_library(tmp_path, monkeypatch):
     assert np.array_equal(out, a * b[np.arange(256) & 15] + np.uint32(7))
     assert compiled.stats["mcjit_loads"] > before and runtime.counts["wave_instructions"] > 0
     runtime.forget()
+
+
+def test_a_library_that_cannot_be_made_leaves_the_regions_to_the_interpreter(tmp_path, monkeypatch):
+    """When the JIT library cannot be compiled (LLVM fails) nor loaded, the regions that import it are not placed:
+    they run in the interpreter, with its results, and the compile failure is counted; nothing crashes."""
+    import harness
+    from amdq.sim.shader.jit import library, runtime
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    runtime.forget()
+
+    def broken(key, names, make_parts):
+        raise RuntimeError("LLVM code generation error (the test)")
+    monkeypatch.setattr(compiled, "get_library", broken)
+    src = "__kernel void k(__global uint *a, __global const uint *b) { int i = get_global_id(0); " \
+          "a[i] = a[i] * b[i & 15] + 7u; }"
+    a, b = np.arange(256, dtype=np.uint32) * 977, np.arange(16, dtype=np.uint32) + 3
+    before, used = compiled.stats["compile_failures"], runtime.counts["wave_instructions"]
+    (out, _), _ = harness.run_cl(src, "k", [a.copy(), b], (4, 1, 1), (64, 1, 1))
+    assert np.array_equal(out, a * b[np.arange(256) & 15] + np.uint32(7))
+    assert compiled.stats["compile_failures"] > before and runtime.counts["wave_instructions"] == used
+    with pytest.raises(LookupError, match="LLVM code generation error"):
+        library.address(library.symbol("lookup", 32))
+    runtime.forget()
