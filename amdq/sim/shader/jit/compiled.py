@@ -457,6 +457,16 @@ def available(key: str) -> bool:
     return any(p is not None and os.path.exists(p) for p in (_path(key, LINKED), _path(key, OBJECT)))
 
 
+def in_memory(key: str) -> Compiled | None:
+    """The region of `key` if this process holds it (compiled, loaded, or placed by a page's image), else None: no
+    file looked for."""
+    hit = MEMORY.get(key)
+    if hit is not None:
+        with _stats_lock:
+            stats["memory_hits"] += 1
+    return hit
+
+
 def _cached(key: str, names: list[str]) -> Compiled | None:
     """The region of `key` from memory, or its linked object on disk placed (no lock), else None."""
     hit = MEMORY.get(key)

@@ -583,13 +583,19 @@ def _load_stored(cand: Candidate, now: bool = True) -> None:
 
 
 def _loader(cand: Candidate, blocks: list[Block]):
-    """A function loading the region of `blocks` from the disk cache: (key, tier, Compiled) or None."""
+    """A function loading the region of `blocks` from memory (a page's image) or the disk cache, -O2 code first:
+    (key, tier, Compiled) or None."""
+    from . import compiled
     names = _named(blocks)
 
     def load():
         code = _code(cand.family, cand.wave64, blocks)
-        for tier in (OPT, FAST):
-            key = tier_key(code, code_version(), tier)
+        keys = [(tier_key(code, code_version(), tier), tier) for tier in (OPT, FAST)]
+        for key, tier in keys:          # (in memory first: a page's image placed it, no file to look for)
+            c = compiled.in_memory(key)
+            if c is not None:
+                return key, tier, c
+        for key, tier in keys:
             try:
                 c = stored(key, names)
             except Exception:
