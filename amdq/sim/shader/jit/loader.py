@@ -177,7 +177,8 @@ def _combine(parts: dict[str, Linked]) -> tuple[Linked, dict[str, list[int]]]:
         for name, slots in lk.imports.items():
             imports.setdefault(name, []).append(slots.astype(np.int64) + at)
     fx = np.concatenate(fixups).astype(np.uint32) if fixups else np.zeros(0, np.uint32)
-    return Linked(bytes(code), fx, entries, {n: np.concatenate(v).astype(np.uint32) for n, v in imports.items()}), spans
+    imports = {n: np.concatenate(v).astype(np.uint32) for n, v in imports.items()}
+    return Linked(bytes(code), fx, entries, imports), spans
 
 
 MAGIC = b"amdq-linked-1\n"
