@@ -15,7 +15,10 @@ child below compiled its kernels, loaded from that disk cache), what a user's la
 runs left in the cache's records paid for compiling the demo's kernels (jit/records.py); and `demo.cli`: the
 command `amdq demo` itself, as a user runs it (DEV=SIM:<first arch>, a new process each of CLI_RUNS times, the
 simulated GPU's default asynchronous engines, that same disk cache), the median run (`runs_gpu_ms_per_launch`: each
-run's, in the order they ran: the first has no index of its own pages to read ahead). The warm figure is a process
+run's, in the order they ran: the first has no index of its own pages to read ahead); and `demo.fresh`: the same
+command FRESH_RUNS times in a row from an empty disk cache, what a user's first runs on a machine pay (the JIT
+library's compile, then code interpreted until the heat the runs leave in the records pays for compiling it: these
+runs are slower than `cli`, whose cache the compile-time child filled). The warm figure is a process
 that ran the whole suite first; the command's includes what a new process pays on its first launches (loading the
 compiled code from disk, first-touch memory) and the asynchronous engines' thread hand-overs.
 
@@ -267,6 +270,7 @@ def _child_env(**extra: str) -> dict:
 
 
 CLI_RUNS = 5          # (the median of five: this VM's runs minutes apart differ by up to 30%)
+FRESH_RUNS = 5        # the demo's first runs on a machine (demo.fresh)
 
 
 def cli_demo(arch: str, cache: str, runs: int = CLI_RUNS) -> dict:
@@ -345,6 +349,8 @@ def main() -> None:
             _merge(got, mode, json.loads(lines[-1]), round(time.perf_counter() - t, 1))
         if jit:
             cli = cli_demo(a.arch.split(",")[0], made)
+            with tempfile.TemporaryDirectory() as empty:      # a user's first runs: nothing compiled yet
+                fresh = cli_demo(a.arch.split(",")[0], empty, FRESH_RUNS)
     cases: dict[str, dict] = {}
     for cid in got["interp"]["suite"]:
         row = {"kernels": got["interp"]["suite"][cid].get("kernels", [])}
@@ -374,8 +380,10 @@ def main() -> None:
     if jit:
         demo["warm"] = got["disk"]["demo"]
         demo["cli"] = cli
+        demo["fresh"] = fresh
     labels = {"warm": "warm: its code compiled by an earlier process, loaded from the disk cache",
-              "cli": f"`amdq demo` as a user runs it, a new process each, that disk cache: the median of {CLI_RUNS}"}
+              "cli": f"`amdq demo` as a user runs it, a new process each, that disk cache: the median of {CLI_RUNS}",
+              "fresh": f"`amdq demo` from an empty disk cache, {FRESH_RUNS} runs in a row: the median"}
     for m, d in demo.items():
         label = labels.get(m, m)
         print(f"demo ({label}): {d['seconds']:.2f} s end to end, {d['launches']} launches, "
