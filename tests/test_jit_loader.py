@@ -461,14 +461,23 @@ def test_regions_call_the_jit_library(tmp_path, monkeypatch):
     runtime.forget()
 
 
-def test_a_region_mcjit_maps_binds_the_library(tmp_path, monkeypatch):
+@pytest.mark.parametrize("split", [False, True])
+def test_a_region_mcjit_maps_binds_the_library(tmp_path, monkeypatch, split):
     """A region the loader refuses is mapped by MCJIT, its calls of the JIT library resolved to the placed library's
-    functions: the interpreter's results."""
+    functions: the interpreter's results. A region compiled in parts is compiled again whole for MCJIT (which
+    resolves calls between large-code-model objects wrongly)."""
     import harness
-    from amdq.sim.shader.jit import runtime
+    from amdq.sim.shader.jit import block, runtime
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
     monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
     runtime.forget()
+    made: list[int] = []
+    orig_parts = block.ModuleGen.text_parts
+    monkeypatch.setattr(block.ModuleGen, "text_parts", lambda self, n: made.append(len(got := orig_parts(self, n)))
+                        or got)
+    if split:
+        monkeypatch.setattr(block, "SPLIT_LINES", 0)
+        monkeypatch.setattr(runtime, "compile_threads", lambda: 2)
     orig = loader.link
 
     def link(objs, names, imports=frozenset()):
@@ -483,19 +492,24 @@ def test_a_region_mcjit_maps_binds_the_library(tmp_path, monkeypatch):
     (out, _), _ = harness.run_cl(src, "k", [a.copy(), b], (4, 1, 1), (64, 1, 1))
     assert np.array_equal(out, a * b[np.arange(256) & 15] + np.uint32(7))
     assert compiled.stats["mcjit_loads"] > before and runtime.counts["wave_instructions"] > 0
+    assert made == ([2, 1] if split else [1])          # (in parts, then whole for MCJIT)
     runtime.forget()
 
 
 def test_a_library_that_cannot_be_made_leaves_the_regions_to_the_interpreter(tmp_path, monkeypatch):
     """When the JIT library cannot be compiled (LLVM fails) nor loaded, the regions that import it are not placed:
-    they run in the interpreter, with its results, and the compile failure is counted; nothing crashes."""
+    they run in the interpreter, with its results, and the compile failure is counted; nothing crashes, and the
+    library is not tried again until the process forgets (runtime.forget)."""
     import harness
     from amdq.sim.shader.jit import library, runtime
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
     monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
     runtime.forget()
 
+    tried = []
+
     def broken(key, names, make_parts):
+        tried.append(key)
         raise RuntimeError("LLVM code generation error (the test)")
     monkeypatch.setattr(compiled, "get_library", broken)
     src = "__kernel void k(__global uint *a, __global const uint *b) { int i = get_global_id(0); " \
@@ -507,4 +521,53 @@ def test_a_library_that_cannot_be_made_leaves_the_regions_to_the_interpreter(tmp
     assert compiled.stats["compile_failures"] > before and runtime.counts["wave_instructions"] == used
     with pytest.raises(LookupError, match="LLVM code generation error"):
         library.address(library.symbol("lookup", 32))
+    assert len(tried) == 1                  # (the failure is remembered: no compile again per region or image)
+    runtime.forget()
+
+
+def test_an_import_in_an_absolute_slot_is_bound():
+    """An object calling an import through 8-byte absolute addresses in its code (large code model, not position
+    independent: R_X86_64_64 against the import, one slot per call) gets the import's address in each slot."""
+    llvm, _ = compiled._llvm(compiled.FAST)
+    cpu, feats = compiled._state["cpu"]
+    tm = compiled._state["target"].create_target_machine(cpu=cpu, features=feats, opt=0, codemodel="large",
+                                                         reloc="static")
+    mod = llvm.parse_assembly(CALLER)
+    mod.triple = tm.triple
+    lk = loader.link(tm.emit_object(mod), ["twice"], imports={"mix"})
+    assert len(lk.imports["mix"]) == 2 and len(lk.fixups) == 0         # (the two calls' movabs immediates)
+    lib = loader.place(loader.link(_object(IR), ["mix"]))
+    mix, twice = MIX(lib["mix"]), MIX(loader.place(lk, lib.__getitem__)["twice"])
+    assert all(twice(x, k) == mix(mix(x, k), k) for x in (0, 7, -1, 99991) for k in range(9))
+
+
+def test_the_library_mcjit_maps(tmp_path, monkeypatch):
+    """A JIT library the loader refuses is mapped by MCJIT, compiled once (its own functions are not imports: no
+    compile of it from inside its own), and the regions placed natively bind it: the interpreter's results."""
+    import harness
+    from amdq.sim.shader.jit import library, runtime
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    runtime.forget()
+    orig_link, made = loader.link, []
+
+    def link(objs, names, imports=frozenset()):
+        if any(n.startswith("lookup_l") for n in names):      # (the library's link: refused)
+            raise loader.Unsupported("refused by the test")
+        return orig_link(objs, names, imports)
+    orig_get = compiled.get_library
+
+    def get_library(key, names, make_parts):
+        made.append(key)
+        return orig_get(key, names, make_parts)
+    monkeypatch.setattr(loader, "link", link)
+    monkeypatch.setattr(compiled, "get_library", get_library)
+    before = compiled.stats["mcjit_loads"]
+    library.ready((32,))
+    assert len(made) == 1 and compiled.stats["mcjit_loads"] == before + 1
+    src = "__kernel void k(__global uint *a, __global const uint *b) { int i = get_global_id(0); " \
+          "a[i] = a[i] * b[i & 15] + 7u; }"
+    a, b = np.arange(256, dtype=np.uint32) * 977, np.arange(16, dtype=np.uint32) + 3
+    (out, _), _ = harness.run_cl(src, "k", [a.copy(), b], (4, 1, 1), (64, 1, 1))
+    assert np.array_equal(out, a * b[np.arange(256) & 15] + np.uint32(7)) and len(made) == 1
     runtime.forget()

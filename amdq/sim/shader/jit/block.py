@@ -24,7 +24,7 @@ GM_CHECK, GM_ACCESS = 1, 2   # a global access's shared function (ModuleGen._gm)
 SPLIT_LINES = 1000   # a region's IR is split for parallel compiles from this many lines of blocks on (ModuleGen;
                      # with the shared access functions and constant splats: vec_fma 38-51 -> 25-27 ms, vadd
                      # 30-37 -> 22-26 ms against 3000)
-VERSION = 47          # bump when the generated code changes meaning or what translates (part of every cache key and record)
+VERSION = 48          # bump when the generated code changes meaning or what translates (part of every cache key and record)
 
 
 def code_version() -> str:
@@ -481,13 +481,11 @@ class ModuleGen:
 
     def header(self) -> str:
         L = self.lanes
-        W = min(lanes_per_op(), L)
         return "\n".join([
             f"declare <{L} x float> @llvm.fma.v{L}f32(<{L} x float>, <{L} x float>, <{L} x float>)",
             f"declare <{L} x float> @llvm.fabs.v{L}f32(<{L} x float>)",
             *(f"declare <{L} x i32> @llvm.{m}.v{L}i32(<{L} x i32>, <{L} x i32>)" for m in ("umin", "umax", "smin", "smax")),
             *(f"declare i32 @llvm.{m}.i32(i32, i32)" for m in ("umin", "umax", "smin", "smax")),
-            f"declare void @llvm.masked.store.v{W}i32.p0(<{W} x i32>, ptr, <{W} x i1>)",
             "",
             "define internal i64 @lookup(ptr %tab, i64 %cnt, i64 %a, i64 %nb, ptr %hint) noinline {",
             "entry:",

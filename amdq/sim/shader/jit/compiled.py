@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import struct
 import tempfile
 import threading
 import time
@@ -207,35 +208,65 @@ def _engine(llvm, tm):
     return eng
 
 
-def _add(llvm, eng, obj: bytes) -> None:
-    ref = llvm.ObjectFileRef.from_data(obj)
-    _KEEP.append((ref, obj))
-    eng.add_object_file(ref)
+def _add(llvm, eng, *objs: bytes) -> None:
+    """Add the objects to the engine, then finalize it once: a part's references to another part's functions are
+    resolved only when all of them are in (finalizing after the first part aborts the process on the others')."""
+    for obj in objs:
+        ref = llvm.ObjectFileRef.from_data(obj)
+        _KEEP.append((ref, obj))
+        eng.add_object_file(ref)
     eng.finalize_object()
 
 
-def _map(obj: bytes | list[bytes], names: list[str], tier: str) -> tuple[dict[str, int], str, loader.Linked | None]:
+def _map(obj: bytes | list[bytes], names: list[str], tier: str,
+         imports: bool = True) -> tuple[dict[str, int], str, loader.Linked | None]:
     """The object's (or objects', linked together) functions mapped executable: linked and placed by loader.py (no
     LLVM needed), else through MCJIT (an object that needs more than that loader does: raises when neither can); and
-    the linked object when loader.py took it (what the disk cache keeps then)."""
+    the linked object when loader.py took it (what the disk cache keeps then). `imports`: the objects may call the
+    JIT library (a region's; the library's own objects call nothing outside them)."""
     objs = obj if isinstance(obj, list) else [obj]
+    allowed = library.imports() if imports else frozenset()
     try:
-        lk = loader.link(objs, names, library.imports())
+        lk = loader.link(objs, names, allowed)
         return loader.place(lk, library.address), "native", lk
     except loader.Unsupported as e:
         _state["unsupported"] = str(e)
+    if len(objs) > 1:                   # (RuntimeDyld resolves calls between large-code-model objects wrongly)
+        raise _OneObject("MCJIT maps one object: the module is compiled whole")
     llvm, tm = _llvm(tier)
-    for name in library.imports():      # (the library functions the objects call, for MCJIT's resolver)
-        if any(name.encode() + b"\0" in o for o in objs):
-            llvm.add_symbol(name, library.address(name))
+    for name in _undefined(objs) & allowed:     # (the library functions the objects call, for MCJIT's resolver)
+        llvm.add_symbol(name, library.address(name))
     eng = _engine(llvm, tm)
-    for o in objs:
-        _add(llvm, eng, o)
+    _add(llvm, eng, *objs)
     addresses = {n: eng.get_function_address(n) for n in [*names, "chain"]}
     if not all(addresses[n] for n in names):
         raise ValueError("functions missing")
     stats["mcjit_loads"] += 1
     return {n: a for n, a in addresses.items() if a}, "mcjit", None
+
+
+class _OneObject(Exception):
+    """MCJIT is to map a module compiled in parts: _build compiles it whole instead."""
+
+
+def _undefined(objs: list[bytes]) -> set[str]:
+    """The symbols the objects name that none of them defines (what MCJIT's resolver must be given); empty for what
+    is not an ELF object (MCJIT then says what is missing)."""
+    import io
+
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+    defined, named = set(), set()
+    try:
+        for o in objs:
+            for sec in ELFFile(io.BytesIO(o)).iter_sections():
+                if isinstance(sec, SymbolTableSection):
+                    for sym in sec.iter_symbols():
+                        (named if sym["st_shndx"] == "SHN_UNDEF" else defined).add(sym.name)
+    except (ELFError, ValueError, struct.error):
+        return set()
+    return named - defined
 
 
 def compile_threads() -> int:
@@ -559,13 +590,13 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
 
 def get_library(key: str, names: list[str], make_parts) -> tuple[Compiled, bool]:
     """The JIT library's module of `key` (library.py): from memory, from its linked object on disk, or compiled now
-    from make_parts() (and stored); (it, whether it was compiled now). Without _lock: a region's compile holding it
+    from make_parts(parts) (and stored; parts None: as many as compile threads); (it, whether it was compiled now). Without _lock: a region's compile holding it
     places its code, which binds the library's functions (this compile's LLVM work is its threads' own)."""
     c = MEMORY.get(key) or _native(key, names, counted=False)
     if c is not None:
         return c, False
     t = time.perf_counter()
-    objs, addresses, how, linked, _ = _build(lambda tier: make_parts(), names, FAST)
+    objs, addresses, how, linked, _ = _build(lambda tier, parts=None: make_parts(parts), names, FAST, imports=False)
     if linked is not None:
         path = _path(key, LINKED)
         if path:
@@ -624,15 +655,17 @@ def load_image(page_key: str) -> set[str]:
     return set(regions)
 
 
-def _build(make_ir, names: list[str], tier: str) -> tuple[list[bytes], dict[str, int], str, "loader.Linked | None",
-                                                          float]:
-    """Compile make_ir(tier) and map it: (its objects, get's _map results, the CPU seconds its other threads spent)."""
+def _build(make_ir, names: list[str], tier: str, imports: bool = True) -> tuple[list[bytes], dict[str, int], str,
+                                                                             "loader.Linked | None", float]:
+    """Compile make_ir(tier) and map it (`imports`: as _map): (its objects, get's _map results, the CPU seconds its
+    other threads spent). make_ir(tier, 1): the module in one part (what MCJIT maps when the loader refuses it)."""
     llvm, tm = _llvm(tier)
     clock = _Stages()
     ir = make_ir(tier)
     parts = ir if isinstance(ir, list) else [ir]
     clock("ir")
-    stats["ir_lines"] += sum(x.count("\n") for x in parts)
+    with _stats_lock:
+        stats["ir_lines"] += sum(x.count("\n") for x in parts)
     aside = [_aside_pool().submit(_emit_aside, x, tier) for x in parts[1:]]
     objs = [_emit_aside(parts[0], tier, clock)[0] if aside else _emit(llvm, tm, parts[0], tier, clock)]
     cpu = 0.0
@@ -641,7 +674,12 @@ def _build(make_ir, names: list[str], tier: str) -> tuple[list[bytes], dict[str,
         objs.append(obj)
         cpu += t
     clock("emit")
-    addresses, how, linked = _map(objs, names, tier)
+    try:
+        addresses, how, linked = _map(objs, names, tier, imports)
+    except _OneObject:                  # (the loader refused the parts: MCJIT takes the module as one object)
+        whole = make_ir(tier, 1)
+        objs = [_emit(llvm, tm, whole[0] if isinstance(whole, list) else whole, tier, clock)]
+        addresses, how, linked = _map(objs, names, tier, imports)
     clock("load")
     return objs, addresses, how, linked, cpu
 
@@ -654,7 +692,8 @@ class _Stages:
 
     def __call__(self, stage: str) -> None:
         t = time.perf_counter()
-        stage_seconds[stage] += t - self.t
+        with _stats_lock:               # (a region's compile and the library's may run at once)
+            stage_seconds[stage] += t - self.t
         self.t = t
 
 

@@ -729,9 +729,6 @@ class Emitter:
             return
         f = self.f
         p = self.regs[r]
-        if f.direct:                    # (the row's chunk: its active lanes written, one masked store)
-            f.e(f"call void @llvm.masked.store.v{f.W}i32.p0({f.VT} {val}, ptr align 4 {p}, {f.MT} {self.exec_vec()})")
-            return
         old = f.op(f"load {f.VT}, ptr {p}{self.ra}")
         new = f.op(f"select {f.MT} {self.exec_vec()}, {f.VT} {val}, {f.VT} {old}")
         f.e(f"store {f.VT} {new}, ptr {p}{self.ra}")

@@ -28,6 +28,7 @@ WIDTHS = (8, 16)                                       # ir.lanes_per_op's choic
 _lock = threading.RLock()
 _made: dict[tuple, tuple[str, dict[str, str]]] = {}   # flavor -> (the module's text, each symbol's declaration)
 _placed: dict[tuple, dict[str, int]] = {}             # flavor -> each symbol's address (this process)
+_failed: dict[tuple, str] = {}                        # flavor -> why it could not be made (until forget())
 stats = {"compiled": 0, "compile_seconds": 0.0, "loaded": 0}
 
 
@@ -151,17 +152,21 @@ def _place(lanes: int, width: int) -> dict[str, int]:
         placed = _placed.get((lanes, width))
         if placed is not None:
             return placed
+        why = _failed.get((lanes, width))
+        if why is not None:             # (made once and failed: every region needing it is interpreted, no retry)
+            raise LookupError(why)
         names = symbols(lanes, width)
 
-        def make() -> list[str]:
+        def make(parts: int | None = None) -> list[str]:
             if flavor(lanes)[1] != width:
                 raise LookupError(f"made at {width} lanes per operation, {flavor(lanes)[1]} now")
-            return text_parts(lanes, compiled.compile_threads())
+            return text_parts(lanes, parts or compiled.compile_threads())
         try:
             t = time.perf_counter()
             c, made = compiled.get_library(key(lanes, width), names, make)
         except Exception as e:          # (LLVM failed, or a library that does not load: its regions cannot either)
-            raise LookupError(f"the JIT library for wave{lanes} ({width} lanes an operation): {e}") from None
+            why = _failed[(lanes, width)] = f"the JIT library for wave{lanes} ({width} lanes an operation): {e}"
+            raise LookupError(why) from None
         if made:
             stats["compiled"] += 1
             stats["compile_seconds"] += time.perf_counter() - t
@@ -198,3 +203,4 @@ def forget() -> None:
     """Nothing placed (what a new process starts with; compiled.MEMORY is cleared with it)."""
     with _lock:
         _placed.clear()
+        _failed.clear()

@@ -181,7 +181,7 @@ def _combine(parts: dict[str, Linked]) -> tuple[Linked, dict[str, list[int]]]:
     return Linked(bytes(code), fx, entries, imports), spans
 
 
-MAGIC = b"amdq-linked-1\n"
+MAGIC = b"amdq-linked-2\n"                # (2: with imports)
 IMAGE_MAGIC = b"amdq-image-1\n"
 
 

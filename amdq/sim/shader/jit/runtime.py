@@ -252,11 +252,11 @@ def _make_ir(cand: Candidate, blocks: list[Block]):
     _named(blocks)
     root = min(b.pc for b in blocks)
 
-    def make_ir(tier: str = FAST) -> list[str]:
+    def make_ir(tier: str = FAST, parts: int | None = None) -> list[str]:
         gen = ModuleGen(64 if cand.wave64 else 32, root, whole=tier == OPT)
         for b in _decoded(cand, blocks):
             gen.add(b)
-        return gen.text_parts(compile_threads() if tier == FAST else 1)
+        return gen.text_parts(parts or (compile_threads() if tier == FAST else 1))
     return make_ir
 
 
@@ -583,8 +583,9 @@ def _load_stored(cand: Candidate, now: bool = True) -> None:
 
 
 def _loader(cand: Candidate, blocks: list[Block]):
-    """A function loading the region of `blocks` from memory (a page's image) or the disk cache, -O2 code first:
-    (key, tier, Compiled) or None."""
+    """A function loading the region of `blocks`: from memory (a page's image placed it) at either tier, -O2 first,
+    else from the disk cache, -O2 first (an image holds each region at the tier it last ran at): (key, tier,
+    Compiled) or None."""
     from . import compiled
     names = _named(blocks)
 
