@@ -535,14 +535,14 @@ class ModuleGen:
         library's in the fast tier (library.py: declared, under its names), the first module's in the second (which
         the others declare). One module below SPLIT_LINES lines of blocks (the threads would not pay for the
         split)."""
-        head, chain = self.header(), self.chain()
-        groups = [self.funcs[i:i + 2] for i in range(0, len(self.funcs), 2)]       # (a block's body, its wrapper)
-        sizes = [sum(x.count("\n") for x in g) for g in groups]
+        head, chain, funcs = self.header(), self.chain(), self.funcs
         if not self.whole:
             from . import library
-            funcs = [library.rename(x, self.lanes) for x in self.funcs]
-            groups = [funcs[i:i + 2] for i in range(0, len(funcs), 2)]
+            funcs = [library.rename(x, self.lanes) for x in funcs]
             chain = library.rename(chain, self.lanes)
+        groups = [funcs[i:i + 2] for i in range(0, len(funcs), 2)]       # (a block's body, its wrapper)
+        sizes = [sum(x.count("\n") for x in g) for g in groups]
+        if not self.whole:
             if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
                 rest = "\n".join(funcs) + "\n" + chain
                 return [_decls(head) + library.declarations(rest, self.lanes) + rest]

@@ -500,12 +500,8 @@ def in_memory(key: str) -> Compiled | None:
 
 def _cached(key: str, names: list[str]) -> Compiled | None:
     """The region of `key` from memory, or its linked object on disk placed (no lock), else None."""
-    hit = MEMORY.get(key)
-    if hit is not None:
-        with _stats_lock:
-            stats["memory_hits"] += 1
-        return hit
-    return _native(key, names)
+    hit = in_memory(key)
+    return hit if hit is not None else _native(key, names)
 
 
 def stored(key: str, names: list[str]) -> Compiled | None:
@@ -590,8 +586,9 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
 
 def get_library(key: str, names: list[str], make_parts) -> tuple[Compiled, bool]:
     """The JIT library's module of `key` (library.py): from memory, from its linked object on disk, or compiled now
-    from make_parts(parts) (and stored; parts None: as many as compile threads); (it, whether it was compiled now). Without _lock: a region's compile holding it
-    places its code, which binds the library's functions (this compile's LLVM work is its threads' own)."""
+    from make_parts(parts) (and stored; parts None: as many as compile threads); (it, whether it was compiled now).
+    Without _lock: a region's compile holding it places its code, which binds the library's functions (this
+    compile's LLVM work is its threads' own)."""
     c = MEMORY.get(key) or _native(key, names, counted=False)
     if c is not None:
         return c, False

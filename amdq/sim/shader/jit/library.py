@@ -102,8 +102,8 @@ _RENAMED = re.compile(r"@(\w+_l(?:32|64)w(?:8|16))\(")
 def text_parts(lanes: int, parts: int) -> list[str]:
     """The library's module in up to `parts` modules (its functions shared out by size; one calls another's
     through its declaration), compiled on as many threads and linked together."""
-    from .block import _DEFINED, _decls, _functions
-    text = _make(lanes)[0]
+    from .block import _decls, _functions
+    text, decls = _make(lanes)
     if parts <= 1:
         return [text]
     funcs = _functions(text)
@@ -112,15 +112,14 @@ def text_parts(lanes: int, parts: int) -> list[str]:
         k = min(range(parts), key=load.__getitem__)
         out[k].append(name)
         load[k] += funcs[name].count("\n")
-    decls = _make(lanes)[1]
     head = _decls(text)
     texts = []
     for mine in out:
         if not mine:
             continue
         body = "".join(funcs[n] for n in mine)
-        texts.append(head + "".join(decls[s] + "\n" for s in decls if s not in mine and f"@{s}(" in body) + body)
-    assert all(_DEFINED.search(t) for t in texts)
+        called = set(_RENAMED.findall(body)) - set(mine)
+        texts.append(head + "".join(decls[s] + "\n" for s in decls if s in called) + body)
     return texts
 
 
