@@ -470,14 +470,17 @@ def _declared(defined: str, body: str) -> str:
 class ModuleGen:
     """Functions of one region (all blocks discovered from a root PC), as IR text."""
 
-    def __init__(self, lanes: int, root: int, whole: bool = False):
+    def __init__(self, lanes: int, root: int, whole: bool = False, library=None):
         self.lanes, self.root = lanes, root
         self.whole = whole              # each block's whole call through its own copy (WHOLE_CALL)
         self.funcs: list[str] = []
         self.blocks: list[Block] = []
         self.fused = False              # emitting a fused block's phases (inside its wave loop)
         self.shared: dict[str, str] = {}    # the memory accesses' shared functions (_use): name -> text
-        self.own_shared = whole             # their texts made here (the second tier; the first's: library.py)
+        # where the first tier's shared functions are (library.py: its rename and declarations; the second tier
+        # inlines its own): None keeps their texts in the module
+        self.library = None if whole else library
+        self.own_shared = self.library is None
 
     def header(self) -> str:
         L = self.lanes
@@ -532,24 +535,22 @@ class ModuleGen:
         """The module as up to `parts` modules compiled apart (on as many threads) and linked together
         (loader.link): the blocks, each with its wrapper, shared out by size; the first one holds the chain. The
         functions shared by the blocks (the header's helpers, the memory accesses' functions: _use) are the JIT
-        library's in the fast tier (library.py: declared, under its names), the first module's in the second (which
-        the others declare). One module below SPLIT_LINES lines of blocks (the threads would not pay for the
-        split)."""
-        head, chain, funcs = self.header(), self.chain(), self.funcs
-        if not self.whole:
-            from . import library
+        library's when there is one (self.library: declared, under its names), else the first module's (which the
+        others declare). One module below SPLIT_LINES lines of blocks (the threads would not pay for the split)."""
+        head, chain, funcs, library = self.header(), self.chain(), self.funcs, self.library
+        if library is not None:
             funcs = [library.rename(x, self.lanes) for x in funcs]
             chain = library.rename(chain, self.lanes)
         groups = [funcs[i:i + 2] for i in range(0, len(funcs), 2)]       # (a block's body, its wrapper)
         sizes = [sum(x.count("\n") for x in g) for g in groups]
-        if not self.whole:
+        if library is not None:
             if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
                 rest = "\n".join(funcs) + "\n" + chain
                 return [_decls(head) + library.declarations(rest, self.lanes) + rest]
             shared = ""
             declare = lambda body: library.declarations(body, self.lanes)      # noqa: E731
         else:
-            rest = "\n".join([*self.shared.values(), *self.funcs]) + "\n" + chain
+            rest = "\n".join([*self.shared.values(), *funcs]) + "\n" + chain
             if parts <= 1 or len(groups) < 2 or sum(sizes) < SPLIT_LINES:
                 return [_decls(head) + _called(head, rest) + rest]
             shared = "".join(t.rstrip("\n") + "\n" for t in (_called(head, rest), *self.shared.values()) if t)
@@ -627,7 +628,7 @@ class ModuleGen:
         b.name = name
         self.blocks.append(b)
         f = Fn(self.lanes)
-        f.direct = not self.whole               # (the fast tier: no IR pass would promote the allocas)
+        f.direct = not self.whole               # (the first tier: no IR pass would promote the allocas)
         start = "%start_arg" if b.fused else "%start"
         f.lines.append(f"define internal i32 @{name}_b(ptr %ctx, ptr %waves, i64 %nw, i32 {start}, i32 %end, i32 %s0arg) "
                        "alwaysinline {")
@@ -950,8 +951,8 @@ class ModuleGen:
         return "\n".join(f.lines)
 
     def _use(self, name: str, make) -> str:
-        """`name`, a shared function of the module: its text made by make() the first time a block calls it (in the
-        second tier: the first tier's are the JIT library's, library.py)."""
+        """`name`, a shared function of the module: its text made by make() the first time a block calls it (unless
+        the JIT library holds it, self.library)."""
         if name not in self.shared:
             self.shared[name] = make() if self.own_shared else ""
         return name

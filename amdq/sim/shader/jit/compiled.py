@@ -28,7 +28,23 @@ import tempfile
 import threading
 import time
 
-from . import library, loader
+from . import loader
+
+_IMPORTS: dict = {"names": frozenset(), "resolve": None}   # what a region may call in another placed object
+
+
+def importable(names: frozenset[str], resolve) -> None:
+    """The functions a region's code may leave undefined, and resolve(name): the address of one (LookupError: it
+    cannot be had). library.py registers its own when it is imported."""
+    _IMPORTS["names"], _IMPORTS["resolve"] = names, resolve
+
+
+def _resolve(name: str) -> int:
+    resolve = _IMPORTS["resolve"]
+    if resolve is None:
+        raise LookupError(f"{name}: nothing resolves imports")
+    return resolve(name)
+
 
 _lock = threading.Lock()
 _stats_lock = threading.Lock()               # stats and MEMORY for loads made outside _lock (_native)
@@ -223,19 +239,20 @@ def _map(obj: bytes | list[bytes], names: list[str], tier: str,
     """The object's (or objects', linked together) functions mapped executable: linked and placed by loader.py (no
     LLVM needed), else through MCJIT (an object that needs more than that loader does: raises when neither can); and
     the linked object when loader.py took it (what the disk cache keeps then). `imports`: the objects may call the
-    JIT library (a region's; the library's own objects call nothing outside them)."""
+    functions registered as importable (a region's may: the JIT library's; the library's own call nothing outside
+    them)."""
     objs = obj if isinstance(obj, list) else [obj]
-    allowed = library.imports() if imports else frozenset()
+    allowed = _IMPORTS["names"] if imports else frozenset()
     try:
         lk = loader.link(objs, names, allowed)
-        return loader.place(lk, library.address), "native", lk
+        return loader.place(lk, _resolve), "native", lk
     except loader.Unsupported as e:
         _state["unsupported"] = str(e)
     if len(objs) > 1:                   # (RuntimeDyld resolves calls between large-code-model objects wrongly)
         raise _OneObject("MCJIT maps one object: the module is compiled whole")
     llvm, tm = _llvm(tier)
     for name in _undefined(objs) & allowed:     # (the library functions the objects call, for MCJIT's resolver)
-        llvm.add_symbol(name, library.address(name))
+        llvm.add_symbol(name, _resolve(name))
     eng = _engine(llvm, tm)
     _add(llvm, eng, *objs)
     addresses = {n: eng.get_function_address(n) for n in [*names, "chain"]}
@@ -426,7 +443,7 @@ def _native(key: str, names: list[str], counted: bool = True) -> Compiled | None
             lk = loader.unpack(f.read())
         if not set(names) <= lk.entries.keys():
             return None
-        addresses = loader.place(lk, library.address)
+        addresses = loader.place(lk, _resolve)
     except (OSError, loader.Unsupported):
         return None
     dt = time.perf_counter() - t
@@ -634,7 +651,7 @@ def load_image(page_key: str) -> set[str]:
     try:
         with open(path, "rb") as f:
             image, spans = loader.unpack_image(f.read())
-        placed = loader.place(image, library.address)
+        placed = loader.place(image, _resolve)
     except (OSError, loader.Unsupported):
         return set()
     regions: dict[str, dict[str, int]] = {}

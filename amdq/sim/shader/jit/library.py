@@ -7,7 +7,8 @@ search (`lookup`), the NaN fix-ups, the lane-by-lane loads and stores, and the g
 compiled once (LLVM, as a region; cached on disk like one, under its own key) and placed once per process; a region
 declares what it calls, under the library's names (`<name>_l<lanes>w<width>`: the wave size and the lanes per vector
 operation a function was made for are in its name, so a linked region's imports say which library binds them), and
-loader.py binds those calls when the region is placed (compiled.py passes `address`). The second tier keeps its own
+loader.py binds those calls when the region is placed (this module registers `address` with compiled.py, which
+imports nothing of it: compiled.importable). The second tier keeps its own
 copies: it inlines them.
 """
 from __future__ import annotations
@@ -15,6 +16,10 @@ from __future__ import annotations
 import re
 import threading
 import time
+
+from . import compiled
+from .block import _DEFINED, VERSION, ModuleGen, _decls, _functions
+from .ir import lanes_per_op
 
 HELPERS = ("lookup", "tiles", "nan2_fix", "nanfma_fix", "gather_lanes", "scatter_lanes")     # block.ModuleGen.header
 GLOBAL = tuple((f"gm_{'w' if write else 'r'}{words}{'s' if sb else 'v'}", words, write, sb)
@@ -34,7 +39,6 @@ stats = {"compiled": 0, "compile_seconds": 0.0, "loaded": 0}
 
 def flavor(lanes: int) -> tuple[int, int]:
     """(wave size, lanes per vector operation now): what a library's code depends on besides the JIT's version."""
-    from .ir import lanes_per_op
     return lanes, min(lanes_per_op(), lanes)
 
 
@@ -68,9 +72,7 @@ def _make(lanes: int) -> tuple[str, dict[str, str]]:
     fl = flavor(lanes)
     got = _made.get(fl)
     if got is None:
-        from .block import _DEFINED, ModuleGen
-        gen = ModuleGen(lanes, 0)
-        gen.own_shared = True
+        gen = ModuleGen(lanes, 0)                   # (no library: it makes the shared functions' texts)
         head = gen.header()
         for name, words, write, sb in GLOBAL:
             gen._use(name, lambda name=name, words=words, write=write, sb=sb: gen._gm_text(name, words, write, sb))
@@ -102,7 +104,6 @@ _RENAMED = re.compile(r"@(\w+_l(?:32|64)w(?:8|16))\(")
 def text_parts(lanes: int, parts: int) -> list[str]:
     """The library's module in up to `parts` modules (its functions shared out by size; one calls another's
     through its declaration), compiled on as many threads and linked together."""
-    from .block import _decls, _functions
     text, decls = _make(lanes)
     if parts <= 1:
         return [text]
@@ -126,8 +127,6 @@ def text_parts(lanes: int, parts: int) -> list[str]:
 def key(lanes: int, width: int | None = None) -> str:
     """The library's key (compiled.py's cache: memory and disk) for waves of `lanes` at `width` lanes per vector
     operation (now's by default) on this host and JIT version."""
-    from . import compiled
-    from .block import VERSION
     return compiled.tier_key(f"library|{lanes}|w{width or flavor(lanes)[1]}", str(VERSION), compiled.FAST)
 
 
@@ -146,7 +145,6 @@ def address(name: str) -> int:
 
 
 def _place(lanes: int, width: int) -> dict[str, int]:
-    from . import compiled
     with _lock:
         placed = _placed.get((lanes, width))
         if placed is not None:
@@ -187,7 +185,6 @@ def ready(lanes=(32, 64)) -> float:
 def preload() -> None:
     """Place the libraries the disk cache holds (no compile, no LLVM): what a warm process's first region or image
     binds (prepare()'s read-ahead does it in the background)."""
-    from . import compiled
     if not compiled.host_known():       # (its key needs LLVM then: the first region's load starts it anyway)
         return
     for n in (32, 64):
@@ -203,3 +200,6 @@ def forget() -> None:
     with _lock:
         _placed.clear()
         _failed.clear()
+
+
+compiled.importable(_IMPORTS, address)     # (what compiled.py lets a region call, and how it binds the calls)

@@ -37,7 +37,7 @@ from time import perf_counter as _clock
 
 import numpy as np
 
-from . import records
+from . import library, records
 from .block import Block, ModuleGen, code_version, finish, shape, splits_before
 from .compiled import FAST, OPT, Compiled, available, compile_threads, get, region_code, stored, submit, tier_key
 from ..core import PAGE
@@ -94,7 +94,6 @@ def _prefetch() -> None:
     and place their images, one page at a time under the lock (PREFETCHED): a program that runs the same kernels
     again finds them ready at its first dispatch of each (a JSON parse and an image load, ~0.5-1.5 ms a page, then
     spent while the host loads and uploads). Only reads: a page never looked up costs its memory, no write."""
-    from . import library
     library.preload()                   # (what the images and regions placed below bind)
     folder = records.folder()
     for key in records.recent():
@@ -253,7 +252,7 @@ def _make_ir(cand: Candidate, blocks: list[Block]):
     root = min(b.pc for b in blocks)
 
     def make_ir(tier: str = FAST, parts: int | None = None) -> list[str]:
-        gen = ModuleGen(64 if cand.wave64 else 32, root, whole=tier == OPT)
+        gen = ModuleGen(64 if cand.wave64 else 32, root, whole=tier == OPT, library=library)
         for b in _decoded(cand, blocks):
             gen.add(b)
         return gen.text_parts(parts or (compile_threads() if tier == FAST else 1))
@@ -1124,7 +1123,7 @@ def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
 def forget() -> None:
     """Forget what this process compiled and found (compiled.MEMORY, KNOWN; shader cores made from now on start
     afresh): what a new process starts with (tests, benchmarks of cold and disk-cached compiles)."""
-    from . import compiled, library
+    from . import compiled
     prefetched()                        # (what it reads ahead belongs to the process before)
     compiled.MEMORY.clear()
     library.forget()
