@@ -571,3 +571,43 @@ def test_the_library_mcjit_maps(tmp_path, monkeypatch):
     (out, _), _ = harness.run_cl(src, "k", [a.copy(), b], (4, 1, 1), (64, 1, 1))
     assert np.array_equal(out, a * b[np.arange(256) & 15] + np.uint32(7)) and len(made) == 1
     runtime.forget()
+
+
+COLD_CHILD = textwrap.dedent("""
+    import atexit, json, os, sys
+    atexit.register(lambda: print(json.dumps({{"llvm": "llvmlite.binding" in sys.modules}})))   # (runs last)
+    import numpy as np
+    sys.path[:0] = [{root!r}, {tests!r}]
+    import harness
+    from amdq.sim.shader.jit import runtime
+    runtime.HOT = float("inf")          # (nothing gets compiled: the interpreter heats the code, and that is noted)
+    src = "__kernel void k(__global float *a) {{ int i = get_global_id(0); a[i] = a[i] * 3.0f + 1.0f; }}"
+    a = np.arange(4096, dtype=np.float32)
+    for _ in range(20):
+        (out,), _ = harness.run_cl(src, "k", [a], (64, 1, 1), (64, 1, 1))
+    assert np.array_equal(out, a * np.float32(3) + np.float32(1))
+""")
+
+
+def test_a_cold_process_that_compiles_nothing_never_starts_llvm(tmp_path):
+    """A first process on a machine (empty disk cache, the host not written down) whose code never gets hot enough
+    to compile: it names its code pages and writes their heat down at exit without starting LLVM (the vector width
+    comes from the kernel's CPU flags until LLVM named the host)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "AMDQ_SIM_JIT_CACHE": str(tmp_path), "PYTHONPATH": root, "AMDQ_SIM_JIT": "1"}
+    env.pop("AMDQ_SIM_JIT_WIDTH", None)
+    p = subprocess.run([sys.executable, "-c", COLD_CHILD.format(root=root, tests=os.path.join(root, "tests"))],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=root)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"llvm": False}, "the cold process started LLVM"
+    assert list((tmp_path / "pages").iterdir()), "no heat written down"
+    assert not (tmp_path / "hosts").exists()
+
+
+def test_the_cpu_flags_give_llvms_vector_width():
+    """The width a process picks before LLVM named the host (the kernel's CPU flags) is the one LLVM's features give:
+    the page keys of both kinds of process agree."""
+    flags = compiled.cpu_flags()
+    if flags is None:
+        pytest.skip("no /proc/cpuinfo flags: the width is always LLVM's")
+    assert ("avx512f" in flags) == ("+avx512f" in compiled.host_features())

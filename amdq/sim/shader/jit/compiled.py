@@ -131,20 +131,39 @@ def host_fingerprint() -> str | None:
     fp = _state.get("fingerprint", False)
     if fp is False:
         fp = None
+        keep = _cpuinfo()
         try:
             import llvmlite
-            with open("/proc/cpuinfo") as f:
-                first = f.read().split("\n\n", 1)[0]
-            keep = [line for line in first.splitlines()
-                    if line.split(":", 1)[0].strip() in ("vendor_id", "cpu family", "model", "model name", "stepping",
-                                                         "flags")]
             if keep:
                 text = f"{llvmlite.__version__}|{os.uname().machine}|" + "\n".join(keep)
                 fp = hashlib.sha256(text.encode()).hexdigest()[:32]
-        except (OSError, ImportError, AttributeError):
+        except (ImportError, AttributeError):
             fp = None
         _state["fingerprint"] = fp
     return fp
+
+
+def _cpuinfo() -> list[str]:
+    """The lines of /proc/cpuinfo's first processor that name the CPU and its flags ([]: none)."""
+    keep = _state.get("cpuinfo")
+    if keep is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                first = f.read().split("\n\n", 1)[0]
+        except OSError:
+            first = ""
+        keep = _state["cpuinfo"] = [line for line in first.splitlines() if line.split(":", 1)[0].strip() in
+                                    ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")]
+    return keep
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU flags the kernel enabled (/proc/cpuinfo: avx512f, ...), read without LLVM; None where it does not
+    say."""
+    for line in _cpuinfo():
+        if line.split(":", 1)[0].strip() == "flags":
+            return set(line.split(":", 1)[1].split())
+    return None
 
 
 def _host_path() -> str | None:

@@ -478,8 +478,10 @@ def lanes_per_op() -> int:
     if v in ("8", "16"):
         return int(v)
     if not _WIDTH:
-        from .compiled import host_features
-        _WIDTH.append(16 if "+avx512f" in host_features() else 8)
+        from .compiled import cpu_flags, host_features, host_known
+        flags = None if host_known() else cpu_flags()   # (the kernel's flags until LLVM named the host: they agree,
+        wide = "+avx512f" in host_features() if flags is None else "avx512f" in flags   # and naming a page of code
+        _WIDTH.append(16 if wide else 8)                # does not start LLVM)
     return _WIDTH[0]
 
 
