@@ -41,6 +41,9 @@ ENV = {
     "AMDQ_FIRMWARE_CACHE": "where scripts/fetch_firmware.sh unpacks firmware (default ~/.cache/amdq)",
     "AMDQ_SYSFS_PCI": "the sysfs PCI device directory the PCI interface scans (default /sys/bus/pci/devices)",
     "AMDQ_SIM_JIT": "unset or `1` (the default): the shader core interprets code first and runs the code that gets hot as host code compiled by llvmlite (in the background); `sync`: every kernel compiled before its first use; `0`: the interpreter only (the reference)",
+    "AMDQ_SIM_JIT_HELPER": "`0`: the shader JIT's background compiles run in this process (on its worker thread) "
+                           "instead of in the compile helper, a child process (the default where there is a second "
+                           "core and a disk cache)",
     "AMDQ_SIM_JIT_PERFMAP": "`1`: name the shader JIT's compiled functions for `perf` in `/tmp/perf-<pid>.map`",
     "AMDQ_SIM_JIT_THREADS": "host threads the shader JIT's compiled blocks may run on (default: up to 2)",
     "AMDQ_SIM_JIT_WIDTH": "lanes per vector operation in the shader JIT's code: `16` (the default on hosts with AVX-512) "

@@ -52,7 +52,8 @@ _state: dict = {}
 MEMORY: dict[str, "Compiled"] = {}          # key -> compiled region (this process)
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0, "load_seconds": 0.0,
          "compile_cpu_seconds": 0.0, "ir_lines": 0, "recompiled": 0, "recompile_seconds": 0.0,
-         "compiled_instructions": 0, "mcjit_loads": 0, "compile_failures": 0, "image_loads": 0, "image_regions": 0}
+         "compiled_instructions": 0, "mcjit_loads": 0, "compile_failures": 0, "image_loads": 0, "image_regions": 0,
+         "helper_compiles": 0}
 # seconds of the compiles by stage (this process, both tiers): IR text, parse, verify, IR passes, machine code, loading
 STAGES = ("ir", "parse", "verify", "passes", "emit", "load")
 stage_seconds = dict.fromkeys(STAGES, 0.0)
@@ -433,10 +434,12 @@ _pool_lock = threading.Lock()
 
 
 def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
-    """A future of (key, get(key, names, make_ir, tier, size)), compiled on the JIT's worker thread (LLVM releases the
-    interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key`
-    is in memory. `key` may be a function making it: then it is made on the worker too (making the first key of a
-    process on a host not written down yet starts LLVM, ~70 ms)."""
+    """A future of (key, get(key, names, make_ir, tier, size)), compiled in the background: by the compile helper
+    (helper.py: another process, so that LLVM's work does not hold this one's interpreter lock) where there is one,
+    else on the JIT's worker thread (LLVM releases the interpreter lock while it works, so the dispatch goes on in the
+    interpreter meanwhile); already done when `key` is in memory. `key` may be (region code, code version) instead:
+    then it is named in the background too (naming the first key of a process on a host not written down yet starts
+    LLVM, ~70 ms)."""
     from concurrent.futures import Future
     hit = MEMORY.get(key) if isinstance(key, str) else None
     if hit is not None:
@@ -445,9 +448,44 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
         return f
 
     def job():
-        k = key if isinstance(key, str) else key()
+        from . import helper
+        if helper.exiting():            # (a compile queued when the process ended: its heat is on record)
+            raise helper.Abandoned("exiting: not compiled")
+        if helper.wanted():
+            got = _by_helper(key, names, make_ir, tier, size)
+            if got is not None:
+                return got
+        k = key if isinstance(key, str) else tier_key(*key, tier)
         return k, get(k, names, make_ir, tier, size)
     return _worker().submit(job)
+
+
+def _by_helper(key, names: list[str], make_ir, tier: str, size: int) -> tuple[str, Compiled] | None:
+    """(key, the region) compiled by the helper and placed from the disk cache, or None: it could not (this process
+    compiles it then, from the IR made here once)."""
+    from . import helper
+    parts = make_ir(tier, max(1, min(compile_threads(), helper.cores() - 1)))   # (a core left to the interpreter)
+    parts = parts if isinstance(parts, list) else [parts]
+    try:
+        ans = helper.compile_region(key, tier, names, parts, size)
+    except helper.Abandoned:            # (the process is exiting: nothing compiled here either)
+        raise
+    except RuntimeError:
+        return None
+    if not ans.get("ok"):
+        return None
+    k = ans["key"]
+    c = MEMORY.get(k) or _native(k, names, counted=False)
+    if c is None:
+        return None
+    with _stats_lock:
+        stats["helper_compiles"] += 1
+        if ans["seconds"]:
+            stats["compiled" if tier == FAST else "recompiled"] += 1
+            stats["compile_seconds" if tier == FAST else "recompile_seconds"] += ans["seconds"]
+            if tier == FAST:
+                stats["compiled_instructions"] += size
+    return k, c
 
 
 def _native(key: str, names: list[str], counted: bool = True) -> Compiled | None:

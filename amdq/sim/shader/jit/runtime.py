@@ -64,16 +64,17 @@ def enabled() -> bool:
 
 
 def prepare() -> None:
-    """A simulated GPU is being made: when earlier processes left records of compiled code (records.py) on a host
-    not written down yet (compiled.host_id), LLVM starts now on the JIT's worker thread, so a first dispatch that
-    loads their code does not wait for the keys; on a known host their code loads without LLVM (loader.py). The
+    """A simulated GPU is being made: when earlier processes left records (records.py) on a host that cannot be
+    written down (compiled.host_fingerprint: no /proc/cpuinfo), LLVM starts now on the JIT's worker thread, so a
+    first dispatch that loads their code does not wait for the keys; on a known host their code loads without LLVM
+    (loader.py), and a host not written down yet has no compiled code on disk (its records hold heat). The
     records of the pages the program's last run looked up are read ahead on a thread of their own (_prefetch), after
     the JIT library the disk cache holds is placed (library.preload)."""
     from . import compiled
     if not enabled() or not records.any_on_disk():
         return
-    if not compiled.started() and not compiled.host_known():
-        compiled.start()
+    if not compiled.started() and compiled.host_fingerprint() is None:
+        compiled.start()                # (elsewhere a host not written down has no code on disk: nothing to name)
     if not _prefetching:
         _prefetching.append(threading.Thread(target=_prefetch, name="amdq-jit-prefetch", daemon=True))
         _prefetching[0].start()
@@ -273,7 +274,8 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     names = [b.name for b in blocks]
     size = sum(len(b.insts) for b in blocks)
     if not now and not compiled.host_known():
-        cand.job = (submit(lambda: _key(cand.family, cand.wave64, blocks), names, make_ir, FAST, size), blocks)
+        cand.job = (submit((_code(cand.family, cand.wave64, blocks), code_version()), names, make_ir, FAST, size),
+                    blocks)
         return
     key = _key(cand.family, cand.wave64, blocks)
     if now or available(key):

@@ -1,0 +1,212 @@
+"""The compile helper: a child process that compiles the regions the JIT's worker thread is asked for in the
+background (compiled.submit), so that LLVM's start, the JIT library's making and every region's compile run beside
+the interpreter instead of inside its process, where they held its interpreter lock about half of their time (a
+numpy-and-Python loop ran at 15-31% of its speed while LLVM started on the worker thread, 46-69% while the library
+compiled; the run of `amdq demo` that compiles its first regions: 46 ms a launch, median of 10, against 27.5 with
+the helper, the cache the same before each).
+
+The worker thread makes a region's IR (its blocks live here) and sends it; the helper names the key (LLVM's host),
+compiles, links and stores the region in the disk cache, and answers with the key; the worker then places the stored
+object as a warm process would (loader.py, no LLVM here). A request carries the settings the code depends on (the
+disk cache's directory, the vector width), so one helper serves a process whose settings change (the tests').
+Anything the helper cannot do (no disk cache, a module the loader refuses, the helper gone) is compiled in this
+process as before; the synchronous mode (AMDQ_SIM_JIT=sync) never uses it. AMDQ_SIM_JIT_HELPER=0 turns it off.
+
+Messages are msgpack maps, one per request and one per answer, each after its 4-byte little-endian length:
+request {key | code+version, tier, names, parts, size, env}, answer {ok, key, seconds, error}.
+
+    python -m amdq.sim.shader.jit.helper        (started by this module: requests on stdin, answers on stdout)
+"""
+from __future__ import annotations
+
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+import concurrent.futures.thread  # noqa: F401  (its exit hook first: see _exiting)
+
+import msgpack
+
+ENV = ("AMDQ_SIM_JIT_CACHE", "AMDQ_CACHE", "AMDQ_SIM_JIT_WIDTH")     # what a request carries of this process's settings
+
+
+def wanted() -> bool:
+    """A background compile goes to the helper: it is not turned off, there is a disk cache to hand the code over in,
+    and a core for it besides the interpreter's."""
+    from .compiled import directory
+    if os.environ.get("AMDQ_SIM_JIT_HELPER", "1").strip().lower() in ("0", "off", "no", "false"):
+        return False
+    return cores() >= 2 and directory() is not None and not _gone
+
+
+def cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_gone: list[str] = []           # why the helper cannot be used (it died, or would not start): compiles stay here
+_proc: list = []                # the helper process, once started
+_lock = threading.Lock()        # (requests come from the worker thread alone; tests may ask from theirs)
+
+
+def _send(f, obj) -> None:
+    data = msgpack.packb(obj, use_bin_type=True)
+    f.write(struct.pack("<I", len(data)) + data)
+    f.flush()
+
+
+def _recv(f):
+    head = f.read(4)
+    if len(head) < 4:
+        raise EOFError("the compile helper closed its end")
+    (n,) = struct.unpack("<I", head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError("the compile helper closed its end")
+    return msgpack.unpackb(data, raw=False)
+
+
+class Abandoned(RuntimeError):
+    """The process is exiting: the answer is not waited for (the helper still stores the region for the next run)."""
+
+
+POLL_SECONDS = 0.05
+ANSWER_SECONDS = 300.0      # a helper silent this long is taken for hung: it is ended, the process compiles itself
+
+
+def exiting() -> bool:
+    """This process is exiting: background compiles are dropped, not waited for."""
+    return _exiting.is_set() or not threading.main_thread().is_alive()
+
+
+_exiting = threading.Event()
+# (set where the interpreter's exit begins: before it joins the JIT's worker thread, which is concurrent.futures's
+# hook registered before this one; threading calls them last first)
+getattr(threading, "_register_atexit", lambda fn: None)(_exiting.set)
+
+
+def _answer(p: subprocess.Popen):
+    """The helper's next answer, read as it comes, polling whether this process is exiting meanwhile (its exit waits
+    for the worker thread: it must not wait for a compile too)."""
+    fd, got, need = p.stdout.fileno(), b"", 4
+    until = time.monotonic() + ANSWER_SECONDS
+    while len(got) < need:
+        if not select.select([fd], [], [], POLL_SECONDS)[0]:
+            if exiting():
+                raise Abandoned("exiting: the helper's answer is not waited for")
+            if time.monotonic() > until:
+                raise EOFError(f"the compile helper did not answer in {ANSWER_SECONDS:.0f} s")
+            continue
+        chunk = os.read(fd, need - len(got))
+        if not chunk:
+            raise EOFError("the compile helper closed its end")
+        got += chunk
+        if need == 4 and len(got) == 4:
+            need += struct.unpack("<I", got)[0]
+    return msgpack.unpackb(got[4:], raw=False)
+
+
+def _start() -> subprocess.Popen:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))))))      # (the directory holding the amdq package this process runs: the helper runs the same)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return subprocess.Popen([sys.executable, "-m", "amdq.sim.shader.jit.helper"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True, bufsize=0)
+
+
+def compile_region(key, tier: str, names: list[str], parts: list[str], size: int) -> dict:
+    """Have the helper compile and store one region: `key` its key, or (region code, code version) for the helper to
+    name it. The answer (ok, key, seconds, error); RuntimeError when the helper cannot be used (then never again)."""
+    req = {"tier": tier, "names": names, "parts": parts, "size": size,
+           "env": {k: os.environ.get(k) for k in ENV}}
+    if isinstance(key, str):
+        req["key"] = key
+    else:
+        req["code"], req["version"] = key
+    with _lock:
+        if _gone:
+            raise RuntimeError(_gone[0])
+        try:
+            if not _proc:
+                _proc.append(_start())
+            p = _proc[0]
+            _send(p.stdin, req)
+            return _answer(p)
+        except Abandoned:
+            raise
+        except (OSError, EOFError, ValueError, msgpack.UnpackException) as e:
+            _gone.append(f"the compile helper failed: {e}")
+            _stop()
+            raise RuntimeError(_gone[0]) from e
+
+
+def _stop() -> None:
+    if _proc:
+        p = _proc.pop()
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+        try:
+            p.kill()
+        except OSError:
+            pass
+
+
+def stop() -> None:
+    """End the helper (a new one starts with the next request); what it was doing is dropped."""
+    with _lock:
+        _stop()
+        _gone.clear()
+
+
+# ---------------------------------------------------------------- the helper's side
+
+
+def serve(inp, out) -> None:
+    """Answer requests until the input ends."""
+    from . import compiled, library, loader       # noqa: F401  (library: what resolves a region's imports)
+    while True:
+        try:
+            req = _recv(inp)
+        except EOFError:
+            return
+        try:
+            for k, v in req["env"].items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            tier, parts = req["tier"], req["parts"]
+            key = req.get("key") or compiled.tier_key(req["code"], req["version"], tier)
+
+            def make_ir(t: str, n: int | None = None) -> list[str]:
+                if t != tier or (n is not None and n < len(parts)):
+                    raise LookupError("the helper has the module in its parts only")   # (MCJIT wants it whole)
+                return parts
+            c = compiled.get(key, req["names"], make_ir, tier, req["size"])
+            path = compiled._path(key, compiled.LINKED)
+            if c.linked is None or not path:
+                raise LookupError("the region does not link: it is compiled where it runs")
+            if not os.path.exists(path):        # (compiled before, for another cache directory)
+                compiled._store(path, loader.pack(c.linked))
+            ans = {"ok": True, "key": key, "seconds": c.seconds if c.source == "compiled" else 0.0}
+        except Exception as e:          # (the asking process compiles it itself)
+            ans = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        try:
+            _send(out, ans)
+        except OSError:                 # (the asking process is gone: what was compiled is on disk for the next)
+            return
+
+
+if __name__ == "__main__":
+    _out = os.fdopen(os.dup(1), "wb")   # (the answers' channel: anything else printed goes where stderr goes)
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, _out)

@@ -1,0 +1,128 @@
+"""The compile helper (sim/shader/jit/helper.py): background compiles run in a child process, the asking process
+places what it stored without LLVM, and every way the helper can fail leaves the compile to the process itself."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from amdq.sim.shader.jit import compiled, helper, runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SRC = "__kernel void k(__global float *a) { int i = get_global_id(0); a[i] = a[i] * 3.0f + 1.0f; }"
+
+
+def _run_hot():
+    """The kernel run in the default mode with every candidate compiled at its first trigger (in the background),
+    then again once those compiles are done: (both outputs right, wave-instructions run compiled the second time)."""
+    import harness
+    a = np.arange(4096, dtype=np.float32)
+    want = a * np.float32(3) + np.float32(1)
+    ok = True
+    for _ in range(3):
+        (out,), _ = harness.run_cl(SRC, "k", [a], (64, 1, 1), (64, 1, 1))
+        ok &= bool(np.array_equal(out, want))
+    compiled.drain(120)
+    before = runtime.counts["wave_instructions"]
+    (out,), _ = harness.run_cl(SRC, "k", [a], (64, 1, 1), (64, 1, 1))
+    return ok and bool(np.array_equal(out, want)), runtime.counts["wave_instructions"] - before
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    sys.path[:0] = [{root!r}, {tests!r}]
+    from amdq.sim.shader.jit import compiled, runtime
+    import test_jit_helper as t
+    runtime.HOT = runtime.SEARCH_SECONDS = 0.0      # (compile at once: in the background, by the helper)
+    runtime.START_SECONDS = 0.0
+    ok, used = t._run_hot()
+    print(json.dumps({{"ok": ok, "used": used, "llvm": "llvmlite.binding" in sys.modules,
+                      "helper": compiled.stats["helper_compiles"], "compiled": compiled.stats["compiled"]}}))
+""")
+
+
+def test_the_helper_compiles_and_the_process_places_without_llvm(tmp_path):
+    """A process in the default mode hands its compiles to the helper, which names the host, makes the JIT library
+    and stores each region; the process places them from the disk cache and runs them, never importing LLVM."""
+    env = {**os.environ, "AMDQ_SIM_JIT_CACHE": str(tmp_path), "AMDQ_SIM_JIT": "1", "PYTHONPATH": ROOT}
+    env.pop("AMDQ_SIM_JIT_HELPER", None)
+    if helper.cores() < 2:
+        pytest.skip("one CPU: compiles stay in the process")
+    p = subprocess.run([sys.executable, "-c", CHILD.format(root=ROOT, tests=os.path.join(ROOT, "tests"))], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["ok"] and got["used"] > 0, got
+    assert got["helper"] >= 1 and got["compiled"] >= 1, got
+    assert not got["llvm"], "the process started LLVM itself"
+    assert list((tmp_path / "hosts").iterdir()) and list(tmp_path.glob("*.lnk"))
+
+
+@pytest.fixture
+def hot(monkeypatch, tmp_path):
+    """This process in the default mode, compiling at the first trigger, with a fresh helper and disk cache."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.delenv("AMDQ_SIM_JIT_HELPER", raising=False)
+    monkeypatch.setattr(helper, "cores", lambda: 2)
+    for k in ("HOT", "SEARCH_SECONDS", "START_SECONDS"):
+        monkeypatch.setattr(runtime, k, 0.0)
+    runtime.forget()
+    helper.stop()
+    yield tmp_path
+    helper.stop()
+    runtime.forget()
+
+
+def test_a_helper_that_dies_leaves_the_compiles_to_the_process(hot, monkeypatch):
+    """A helper that is gone (here: one that exits at once) is not asked again, and the process compiles itself."""
+    monkeypatch.setattr(helper, "_start", lambda: subprocess.Popen(
+        [sys.executable, "-c", "pass"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0))
+    h0, c0 = compiled.stats["helper_compiles"], compiled.stats["compiled"]
+    ok, used = _run_hot()
+    assert ok and used > 0
+    assert compiled.stats["helper_compiles"] == h0 and compiled.stats["compiled"] > c0
+    assert helper._gone and not helper.wanted()
+
+
+def test_the_helper_follows_the_process_settings(hot, monkeypatch, tmp_path_factory):
+    """One helper serves a process whose disk cache and vector width change between compiles: each request carries
+    them, and what it stores is where, and at the width, the process looks for it."""
+    got = []
+    for width in ("8", "16"):
+        d = tmp_path_factory.mktemp(f"cache{width}")
+        monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(d))
+        monkeypatch.setenv("AMDQ_SIM_JIT_WIDTH", width)
+        runtime.forget()
+        h0 = compiled.stats["helper_compiles"]
+        ok, used = _run_hot()
+        got.append((ok, used > 0, compiled.stats["helper_compiles"] > h0, bool(list(d.glob("*.lnk")))))
+    assert got == [(True, True, True, True)] * 2, got
+    assert len(helper._proc) == 1
+
+
+def test_an_exiting_process_drops_its_background_compiles(hot, monkeypatch):
+    """A compile still queued when the process exits is dropped, not run (its heat is on record for the next run)."""
+    monkeypatch.setattr(helper._exiting, "is_set", lambda: True)
+    fut = compiled.submit(("0" * 64, "x"), ["f"], lambda *a: pytest.fail("made IR while exiting"))
+    with pytest.raises(helper.Abandoned):
+        fut.result(60)
+
+
+def test_the_helper_is_off_when_asked_or_without_a_disk_cache(monkeypatch):
+    monkeypatch.setattr(helper, "cores", lambda: 2)
+    monkeypatch.setattr(helper, "_gone", [])
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", "/tmp/amdq-helper-test")
+    monkeypatch.delenv("AMDQ_SIM_JIT_HELPER", raising=False)
+    assert helper.wanted()
+    monkeypatch.setenv("AMDQ_SIM_JIT_HELPER", "0")
+    assert not helper.wanted()
+    monkeypatch.delenv("AMDQ_SIM_JIT_HELPER")
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", "off")
+    assert not helper.wanted()
+    monkeypatch.setattr(helper, "cores", lambda: 1)
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", "/tmp/amdq-helper-test")
+    assert not helper.wanted()
