@@ -20,6 +20,7 @@ from amdq.errors import GPUException
 from amdq.sim.shader import core as C
 from amdq.sim.shader import wave as W
 from amdq.sim.shader.jit import compiled, records, runtime
+from amdq.sim.shader.jit import helper as jit_helper
 from test_targets_suite import _cases
 
 ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,), "gfx950": (64,)}
@@ -1484,11 +1485,16 @@ def test_compiled_time_adds_up_over_processes(monkeypatch, tmp_path):
     assert any(p.tier == runtime.OPT and p.compiled.source == "disk" for c in _candidates() for p in c.parts)
 
 
-def test_a_hot_loop_compiles_what_ran(monkeypatch):
-    """Default mode: a loop that runs long enough is compiled (on the worker thread) and then runs compiled, with
-    the interpreter's results; only code the interpreter ran is compiled (the whole-kernel compile of sync mode
-    also compiles the branch that never runs)."""
+@pytest.mark.parametrize("helper", ["0", "1"])
+def test_a_hot_loop_compiles_what_ran(monkeypatch, tmp_path, helper):
+    """Default mode: a loop that runs long enough is compiled (in the background) and then runs compiled, with the
+    interpreter's results. Compiled in this process, only code the interpreter ran is compiled (the whole-kernel
+    compile of sync mode also compiles the branch that never runs); by the compile helper, which costs this process
+    the IR only, the whole candidate is, the branch that never runs too."""
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setenv("AMDQ_SIM_JIT_HELPER", helper)
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(jit_helper, "cores", lambda: 2)
     runtime.forget()
     fetched, recording = set(), [True]              # the PCs the interpreter fetched (not the searches)
     orig_get, orig_discover = C.ICache.get, runtime._discover
@@ -1517,11 +1523,41 @@ def test_a_hot_loop_compiles_what_ran(monkeypatch):
     def compiled_pcs():
         return {i.pc for c in _candidates() for p in c.parts for b in p.blocks for i in b.insts}
     hot = compiled_pcs()
+    if helper == "1":
+        assert compiled.stats["helper_compiles"] and hot - fetched, "the helper compiled only what ran"
+        return
     assert hot and hot <= fetched
     monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
     runtime.forget()
     _loop(2)
     assert compiled_pcs() - fetched, "the whole kernel holds no code that did not run: its cold branch is not cold"
+
+
+def test_a_search_made_inside_a_loop_starts_at_the_kernels_entry_too(monkeypatch):
+    """Default mode: when a page gets hot while the interpreter is inside the loop, the search also starts at the
+    kernel's entry, so the candidate holds the kernel from its first instruction (its prologue is not left to a
+    later, separate candidate that would chain no further than its end)."""
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", float("inf"))
+    monkeypatch.setattr(runtime, "HOT", float("inf"))
+    runtime.forget()
+    pcs, found = [], []
+    orig_lookup, orig_find = runtime.lookup, runtime._find
+
+    def lookup(icache, pc, *a, **k):
+        pcs.append(pc)
+        if len(pcs) == 40:                          # (well inside the loop: the page's search is due now)
+            for heat in runtime.PAGE_HEAT.values():
+                heat.trigger = 0.0
+        return orig_lookup(icache, pc, *a, **k)
+    monkeypatch.setattr(runtime, "lookup", lookup)
+    monkeypatch.setattr(runtime, "_find", lambda cache, icache, pc, *a: found.append(pc) or
+                        orig_find(cache, icache, pc, *a))
+    _loop(50)
+    entry = pcs[0]                                  # (a dispatch's first lookup: where its waves start)
+    assert found and found[0] != entry
+    held = [c for c in _candidates() if found[0] in {i.pc for b in c.blocks for i in b.insts}]
+    assert held and entry in held[0].by_pc, "the search left the kernel's entry out"
 
 
 @pytest.mark.parametrize("case", ["matmul_tiled", "lds_reduce", "divergent_loop", "atomics_lds"])

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -126,3 +127,29 @@ def test_the_helper_is_off_when_asked_or_without_a_disk_cache(monkeypatch):
     monkeypatch.setattr(helper, "cores", lambda: 1)
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", "/tmp/amdq-helper-test")
     assert not helper.wanted()
+
+
+def test_a_region_description_gives_the_same_ir(monkeypatch, tmp_path):
+    """What the helper makes from a region's description (runtime.describe_region: instructions as PCs, bytes and
+    flags, the code lines) is the IR this process makes from the region's decoded blocks, at both tiers; a
+    description whose bytes do not decode to what it says is refused."""
+    import harness
+    monkeypatch.setenv("AMDQ_SIM_JIT", "sync")
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    runtime.forget()
+    a = np.arange(256, dtype=np.float32)
+    harness.run_cl(SRC, "k", [a], (4, 1, 1), (64, 1, 1))
+    cands = [c for cs in runtime.KNOWN.values() for c in cs if c.parts]
+    assert cands
+    for cand in cands:
+        blocks = cand.parts[0].blocks
+        desc = runtime.describe_region(cand, blocks)
+        desc = msgpack.unpackb(msgpack.packb(desc, use_bin_type=True), raw=False)    # (as the helper gets it)
+        for tier, parts in ((runtime.FAST, 1), (runtime.FAST, 2), (runtime.OPT, 1)):
+            assert runtime.region_ir(desc)(tier, parts) == runtime._make_ir(cand, blocks)(tier, parts)
+        raw = bytearray(desc["blocks"][0][1][0][1])
+        raw[-1] ^= 0xFF
+        desc["blocks"][0][1][0][1] = bytes(raw)
+        with pytest.raises(ValueError):
+            runtime.region_ir(desc)(runtime.FAST, 1)
+    runtime.forget()

@@ -433,13 +433,13 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
+def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0, region: dict | None = None):
     """A future of (key, get(key, names, make_ir, tier, size)), compiled in the background: by the compile helper
-    (helper.py: another process, so that LLVM's work does not hold this one's interpreter lock) where there is one,
-    else on the JIT's worker thread (LLVM releases the interpreter lock while it works, so the dispatch goes on in the
-    interpreter meanwhile); already done when `key` is in memory. `key` may be (region code, code version) instead:
-    then it is named in the background too (naming the first key of a process on a host not written down yet starts
-    LLVM, ~70 ms)."""
+    (helper.py: another process, which makes the IR from `region`, the region's description, so that neither the IR
+    nor LLVM's work holds this process's interpreter lock) where there is one, else on the JIT's worker thread (LLVM
+    releases the interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done
+    when `key` is in memory. `key` may be (region code, code version) instead: then it is named in the background
+    too (naming the first key of a process on a host not written down yet starts LLVM, ~70 ms)."""
     from concurrent.futures import Future
     hit = MEMORY.get(key) if isinstance(key, str) else None
     if hit is not None:
@@ -451,8 +451,8 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
         from . import helper
         if helper.exiting():            # (a compile queued when the process ended: its heat is on record)
             raise helper.Abandoned("exiting: not compiled")
-        if helper.wanted():
-            got = _by_helper(key, names, make_ir, tier, size)
+        if region is not None and helper.wanted():
+            got = _by_helper(key, names, region, tier, size)
             if got is not None:
                 return got
         k = key if isinstance(key, str) else tier_key(*key, tier)
@@ -460,14 +460,13 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
     return _worker().submit(job)
 
 
-def _by_helper(key, names: list[str], make_ir, tier: str, size: int) -> tuple[str, Compiled] | None:
+def _by_helper(key, names: list[str], region: dict, tier: str, size: int) -> tuple[str, Compiled] | None:
     """(key, the region) compiled by the helper and placed from the disk cache, or None: it could not (this process
-    compiles it then, from the IR made here once)."""
+    compiles it then)."""
     from . import helper
-    parts = make_ir(tier, max(1, min(compile_threads(), helper.cores() - 1)))   # (a core left to the interpreter)
-    parts = parts if isinstance(parts, list) else [parts]
-    try:
-        ans = helper.compile_region(key, tier, names, parts, size)
+    parts = max(1, min(compile_threads(), helper.cores() - 1)) if tier == FAST else 1   # (a core left to the
+    try:                                                                                  # interpreter)
+        ans = helper.compile_region(key, tier, names, region, parts, size)
     except helper.Abandoned:            # (the process is exiting: nothing compiled here either)
         raise
     except RuntimeError:

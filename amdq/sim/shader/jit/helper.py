@@ -5,15 +5,17 @@ numpy-and-Python loop ran at 15-31% of its speed while LLVM started on the worke
 compiled; the run of `amdq demo` that compiles its first regions: 46 ms a launch, median of 10, against 27.5 with
 the helper, the cache the same before each).
 
-The worker thread makes a region's IR (its blocks live here) and sends it; the helper names the key (LLVM's host),
-compiles, links and stores the region in the disk cache, and answers with the key; the worker then places the stored
-object as a warm process would (loader.py, no LLVM here). A request carries the settings the code depends on (the
+The worker thread sends a region's description (its blocks' instructions as PCs, bytes and flags, and the code lines
+they lie in: what a page's record holds of a candidate); the helper decodes it again, makes the IR, names the key
+(LLVM's host), compiles, links and stores the region in the disk cache, and answers with the key; the worker then
+places the stored object as a warm process would (loader.py, no LLVM here). A request carries the settings the code depends on (the
 disk cache's directory, the vector width), so one helper serves a process whose settings change (the tests').
 Anything the helper cannot do (no disk cache, a module the loader refuses, the helper gone) is compiled in this
 process as before; the synchronous mode (AMDQ_SIM_JIT=sync) never uses it. AMDQ_SIM_JIT_HELPER=0 turns it off.
 
-Messages are msgpack maps, one per request and one per answer, each after its 4-byte little-endian length:
-request {key | code+version, tier, names, parts, size, env}, answer {ok, key, seconds, error}.
+Messages are msgpack maps, one per request and one per answer, each after its 4-byte little-endian length: a request
+names a file in the disk cache's requests/ that holds {key | code+version, tier, names, region, parts, size, env}
+(msgpack; the helper deletes it), an answer is {ok, key, seconds, error}.
 
     python -m amdq.sim.shader.jit.helper        (started by this module: requests on stdin, answers on stdout)
 """
@@ -43,11 +45,16 @@ def wanted() -> bool:
 
 
 def cores() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The CPUs this process may run on (asked once)."""
+    if not _cores:
+        try:
+            _cores.append(len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            _cores.append(os.cpu_count() or 1)
+    return _cores[0]
+
+
+_cores: list[int] = []
 
 
 _gone: list[str] = []           # why the helper cannot be used (it died, or would not start): compiles stay here
@@ -91,6 +98,31 @@ _exiting = threading.Event()
 getattr(threading, "_register_atexit", lambda fn: None)(_exiting.set)
 
 
+def _request(p: subprocess.Popen, obj) -> None:
+    """Send a request as the helper takes it (a region's IR outgrows the pipe, and a new helper reads nothing while
+    it starts), polling whether this process is exiting meanwhile."""
+    data = msgpack.packb(obj, use_bin_type=True)
+    view, fd = memoryview(struct.pack("<I", len(data)) + data), p.stdin.fileno()
+    os.set_blocking(fd, False)
+    until = time.monotonic() + ANSWER_SECONDS
+    while view:
+        if not select.select([], [fd], [], POLL_SECONDS)[1]:
+            _waiting(until)
+            continue
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            continue
+
+
+def _waiting(until: float) -> None:
+    """Between two polls of the helper's pipe: Abandoned when this process is exiting, EOFError past `until`."""
+    if exiting():
+        raise Abandoned("exiting: the helper is not waited for")
+    if time.monotonic() > until:
+        raise EOFError(f"the compile helper did not answer in {ANSWER_SECONDS:.0f} s")
+
+
 def _answer(p: subprocess.Popen):
     """The helper's next answer, read as it comes, polling whether this process is exiting meanwhile (its exit waits
     for the worker thread: it must not wait for a compile too)."""
@@ -98,10 +130,7 @@ def _answer(p: subprocess.Popen):
     until = time.monotonic() + ANSWER_SECONDS
     while len(got) < need:
         if not select.select([fd], [], [], POLL_SECONDS)[0]:
-            if exiting():
-                raise Abandoned("exiting: the helper's answer is not waited for")
-            if time.monotonic() > until:
-                raise EOFError(f"the compile helper did not answer in {ANSWER_SECONDS:.0f} s")
+            _waiting(until)
             continue
         chunk = os.read(fd, need - len(got))
         if not chunk:
@@ -121,30 +150,52 @@ def _start() -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True, bufsize=0)
 
 
-def compile_region(key, tier: str, names: list[str], parts: list[str], size: int) -> dict:
-    """Have the helper compile and store one region: `key` its key, or (region code, code version) for the helper to
-    name it. The answer (ok, key, seconds, error); RuntimeError when the helper cannot be used (then never again)."""
-    req = {"tier": tier, "names": names, "parts": parts, "size": size,
+def compile_region(key, tier: str, names: list[str], region: dict, parts: int, size: int) -> dict:
+    """Have the helper compile and store one region (`region`: runtime.describe_region's; its IR in `parts` modules):
+    `key` its key, or (region code, code version) for the helper to name it. The answer (ok, key, seconds, error);
+    RuntimeError when the helper cannot be used (then never again)."""
+    from .compiled import _store, directory
+    req = {"tier": tier, "names": names, "region": region, "parts": parts, "size": size,
            "env": {k: os.environ.get(k) for k in ENV}}
     if isinstance(key, str):
         req["key"] = key
     else:
         req["code"], req["version"] = key
+    # the request goes in a file, the pipe names it: a message that small never waits for the helper to read it, so
+    # a process that exits right after asking leaves the helper its work (it compiles what it was sent, then ends)
+    path = os.path.join(directory(), "requests", f"{os.getpid()}-{next(_serial)}.req")
+    _store(path, msgpack.packb(req, use_bin_type=True))
     with _lock:
         if _gone:
+            _unlink(path)
             raise RuntimeError(_gone[0])
         try:
-            if not _proc:
-                _proc.append(_start())
-            p = _proc[0]
-            _send(p.stdin, req)
+            p = _started()
+            _request(p, {"file": path})
             return _answer(p)
         except Abandoned:
             raise
         except (OSError, EOFError, ValueError, msgpack.UnpackException) as e:
+            _unlink(path)
             _gone.append(f"the compile helper failed: {e}")
             _stop()
             raise RuntimeError(_gone[0]) from e
+
+
+_serial = iter(range(1, 1 << 62))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _started() -> subprocess.Popen:
+    if not _proc:
+        _proc.append(_start())
+    return _proc[0]
 
 
 def _stop() -> None:
@@ -172,13 +223,16 @@ def stop() -> None:
 
 def serve(inp, out) -> None:
     """Answer requests until the input ends."""
-    from . import compiled, library, loader       # noqa: F401  (library: what resolves a region's imports)
+    from . import compiled, library, loader, runtime     # noqa: F401  (library: what resolves a region's imports)
     while True:
         try:
             req = _recv(inp)
         except EOFError:
             return
         try:
+            with open(req["file"], "rb") as f:
+                req = msgpack.unpackb(f.read(), raw=False)
+            _unlink(f.name)
             for k, v in req["env"].items():
                 if v is None:
                     os.environ.pop(k, None)
@@ -186,12 +240,8 @@ def serve(inp, out) -> None:
                     os.environ[k] = v
             tier, parts = req["tier"], req["parts"]
             key = req.get("key") or compiled.tier_key(req["code"], req["version"], tier)
-
-            def make_ir(t: str, n: int | None = None) -> list[str]:
-                if t != tier or (n is not None and n < len(parts)):
-                    raise LookupError("the helper has the module in its parts only")   # (MCJIT wants it whole)
-                return parts
-            c = compiled.get(key, req["names"], make_ir, tier, req["size"])
+            make = runtime.region_ir(req["region"])
+            c = compiled.get(key, req["names"], lambda t, n=None: make(t, n or parts), tier, req["size"])
             path = compiled._path(key, compiled.LINKED)
             if c.linked is None or not path:
                 raise LookupError("the region does not link: it is compiled where it runs")

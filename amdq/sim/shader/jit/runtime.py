@@ -126,10 +126,12 @@ def synchronous() -> bool:
 #
 # Interpreted steps heat the code they run: the time from one lookup to the next. Code no candidate holds heats its
 # page, which is searched for blocks once it spent what a search costs; the blocks found from a PC (a Candidate) heat
-# together: past what compiling the blocks that ran is expected to cost (ski rental: never more than twice the better of
-# interpreting and compiling), those blocks are compiled as one region on the worker thread; the blocks that did not
-# run stay with the interpreter (and are compiled the same way if they become hot). A region is compiled again at
-# -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is expected to cost.
+# together: past what compiling the blocks that ran is expected to cost this process (ski rental: never more than twice
+# the better of interpreting and compiling; HELPER_SHARE of it when the compile helper compiles), those blocks are
+# compiled as one region in the background; the blocks that did not run stay with the interpreter (and are compiled
+# the same way if they become hot), except where the helper compiles or earlier runs paid: then the whole candidate.
+# A region is compiled again at -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is
+# expected to cost (this process: HELPER_SHARE of it with the helper).
 # AMDQ_SIM_JIT=sync searches and compiles every candidate whole before its first use, and promotes at the same
 # threshold, synchronously (tests, benchmarks).
 GAP_SECONDS = 0.002      # at most this much of the time between two lookups is the interpreter's step (a longer gap
@@ -153,6 +155,24 @@ OPT_RATIO = 8.0          # an -O2 compile costs about this many fast ones (bench
 HOT = 1.0                # compile once the interpreter spent HOT x the compile's expected seconds in the blocks
 JUDGE_SECONDS = 0.02     # compiled code is compared with the interpreter after this long (and again after each window)
 OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x that compile's expected seconds
+
+
+HELPER_SHARE = 0.2       # of a compile's expected seconds, what this process pays when the compile helper makes it
+                         # (helper.py): the region's IR is made here, 15-20% of a first-tier compile (compiled.
+                         # stage_seconds' "ir" against the whole, the suite's kernels); LLVM's start and work are the
+                         # helper's, on another core. From an empty cache the demo's code then runs compiled from its
+                         # second or third run (from its sixth to eighth at 1.0, several candidates never)
+
+
+def _helped() -> bool:
+    """Background compiles go to the compile helper (helper.wanted)."""
+    from . import helper
+    return helper.wanted()
+
+
+def _charged(seconds: float) -> float:
+    """What a background compile expected to take `seconds` costs this process."""
+    return seconds * HELPER_SHARE if _helped() else seconds
 
 
 def _expected(insts: int) -> float:
@@ -191,7 +211,7 @@ class Part:
         self.chain = FN(compiled.address("chain"))     # block.CHAIN: on from block to block
         self.judged, self.work = self.seconds, 0       # compiled seconds and wave-instructions since this code came
         self.off = False                                # (new code: a new trial)
-        self.cost = OPT_RATIO * _expected(self.insts) if tier == FAST else float("inf")   # of its -O2 compile
+        self.cost = _charged(OPT_RATIO * _expected(self.insts)) if tier == FAST else float("inf")   # (its -O2 compile)
 
 
 class Candidate:
@@ -225,7 +245,8 @@ class Candidate:
         from . import compiled
         ran = self.ran & self.left
         start = 0.0 if compiled.started() else START_SECONDS
-        self.trigger = HOT * (_expected(sum(len(self.by_pc[p].insts) for p in ran)) + start) if ran else float("inf")
+        cost = _charged(_expected(sum(len(self.by_pc[p].insts) for p in ran)) + start)
+        self.trigger = HOT * cost if ran else float("inf")
 
 
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
@@ -260,6 +281,29 @@ def _make_ir(cand: Candidate, blocks: list[Block]):
     return make_ir
 
 
+def describe_region(cand: Candidate, blocks: list[Block]) -> dict:
+    """A region as the compile helper rebuilds it (region_ir): its candidate's ISA family, wave size and code lines,
+    and its blocks with their instructions' PCs, bytes and dead-SGPR flags, kinds, flags and registers."""
+    return {"family": cand.family, "wave64": cand.wave64, "lines": [[line, data] for line, data in cand.lines],
+            "blocks": [[b.pc, [[i.pc, bytes(i.raw), bool(i.dead_sdst)] for i in b.insts], b.kinds, b.floats,
+                        b.gstores, b.lstores, b.max_vgpr, b.max_sgpr, b.barriers] for b in blocks]}
+
+
+def region_ir(desc: dict):
+    """make_ir(tier, parts) of a region describe_region described (its instructions decoded again from its lines
+    and checked against the description, as a record's are)."""
+    from types import SimpleNamespace
+    blocks = []
+    for pc, insts, kinds, floats, gstores, lstores, max_vgpr, max_sgpr, barriers in desc["blocks"]:
+        b = Block(pc, [Stored(p, raw, dead) for p, raw, dead in insts], list(kinds))
+        b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
+        b.max_vgpr, b.max_sgpr, b.barriers = int(max_vgpr), int(max_sgpr), [int(x) for x in barriers]
+        blocks.append(shape(b))
+    cand = SimpleNamespace(family=desc["family"], wave64=desc["wave64"],
+                           lines=tuple((line, data) for line, data in desc["lines"]))
+    return _make_ir(cand, blocks)
+
+
 def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     """Compile `blocks` of cand as one region: at once (now, or when it is on disk) or on the worker thread (which
     also makes the key when LLVM has not started yet: starting it is the worker's work too). Blocks holding an
@@ -274,8 +318,8 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     names = [b.name for b in blocks]
     size = sum(len(b.insts) for b in blocks)
     if not now and not compiled.host_known():
-        cand.job = (submit((_code(cand.family, cand.wave64, blocks), code_version()), names, make_ir, FAST, size),
-                    blocks)
+        cand.job = (submit((_code(cand.family, cand.wave64, blocks), code_version()), names, make_ir, FAST, size,
+                           describe_region(cand, blocks)), blocks)
         return
     key = _key(cand.family, cand.wave64, blocks)
     if now or available(key):
@@ -285,7 +329,7 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
             return
         _adopt(cand, blocks, key, c)
         return
-    cand.job = (submit(key, names, make_ir, FAST, size), blocks)
+    cand.job = (submit(key, names, make_ir, FAST, size, describe_region(cand, blocks)), blocks)
 
 
 def _buildable(cand: Candidate, blocks: list[Block]) -> list[Block]:
@@ -687,7 +731,7 @@ def _promote(part: Part) -> None:
         except Exception:
             part.cost = float("inf")
         return
-    part.job = submit(key, names, make_ir, OPT, part.insts)
+    part.job = submit(key, names, make_ir, OPT, part.insts, describe_region(part.cand, part.blocks))
 
 
 def _key_of(part: Part) -> str:
@@ -887,15 +931,15 @@ def _shared(isa) -> frozenset:
     return s
 
 
-def _discover(icache, root: int, wave64: bool, covered, read: list | None = None,
+def _discover(icache, roots: list[int], wave64: bool, covered, read: list | None = None,
               refused: list | None = None, ran_only: bool = False) -> list[Block]:
-    """The blocks reachable from root that are not covered yet; `read` collects the PCs whose instructions were
+    """The blocks reachable from the roots that are not covered yet; `read` collects the PCs whose instructions were
     looked at (None appended for one that did not decode), `refused` those that do not translate. ran_only: past
-    root, only instructions the ICache decoded already (those the interpreter ran): a block ends before the first
+    a root, only instructions the ICache decoded already (those the interpreter ran): a block ends before the first
     other one, and the search decodes nothing the interpreter would not."""
     shared, handlers = _shared(icache.isa), icache.isa.handlers
     blocks: list[Block] = []
-    work, seen = [root], set()
+    work, seen = list(roots), set()
     while work and len(blocks) < MAX_BLOCKS:
         pc = work.pop(0)
         if pc in seen or (pc, wave64) in covered:
@@ -906,7 +950,7 @@ def _discover(icache, root: int, wave64: bool, covered, read: list | None = None
             if insts and (p in seen or (p, wave64) in covered):
                 work.append(p)
                 break
-            if ran_only and p != root and (p, wave64) not in icache.steps:
+            if ran_only and p not in roots and (p, wave64) not in icache.steps:
                 break
             try:                        # (decoded only: the interpreter builds a step when it runs one)
                 inst, control = icache.decoded(p, wave64)
@@ -977,16 +1021,20 @@ def _know(cand: Candidate) -> None:
     known.append(cand)
 
 
-def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
+def _find(cache: Cache, icache, pc: int, wave64: bool, entry: int | None = None) -> None:
     """Search for the blocks reachable from pc and hold them as a new candidate (compiled whole at once in sync mode,
-    from the disk cache where it is there). PCs the search found that no block can hold are noted as such."""
+    from the disk cache where it is there). PCs the search found that no block can hold are noted as such. The
+    search starts at the kernel's `entry` too when no candidate holds it yet: a search started where the interpreter
+    happens to be when the page got hot (inside a loop, past a prologue) would leave the code before that PC to
+    another, later candidate, and the kernel in pieces that chain no further than their ends."""
     family = icache.isa.name
     key = (pc, wave64)
     read: list = []
     refused: list = []
     covered = {k: True for k in (*cache.at, *cache.cold)}
     sync = synchronous()
-    blocks = _discover(icache, pc, wave64, covered, read, refused, ran_only=RAN_ONLY and not sync)
+    roots = [pc] if entry is None or entry == pc or (entry, wave64) in covered else [entry, pc]
+    blocks = _discover(icache, roots, wave64, covered, read, refused, ran_only=RAN_ONLY and not sync)
     for p in refused:
         cache.none[(p, wave64)] = (icache.gen, icache.deps.get((p, wave64)))
     if not blocks:
@@ -995,7 +1043,7 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
     # the candidate depends on every line its search read (the same bytes give the same blocks)
     deps = tuple({d for p in read if p is not None for d in icache.deps.get((p, wave64), ())})
     lines = tuple((line, icache.lines[line][0]) for line, _ in deps)
-    page = pc & ~(PAGE - 1)
+    page = roots[0] & ~(PAGE - 1)       # (the page whose record names it: the one the kernel starts in)
     cand = Candidate(family, wave64, blocks, lines, (page, icache._page(page)))
     cand.empty = sorted({p for p in read if p is not None} - {i.pc for b in blocks for i in b.insts})
     _know(cand)
@@ -1006,9 +1054,10 @@ def _find(cache: Cache, icache, pc: int, wave64: bool) -> None:
         _note_none(cache, icache, key, read)
 
 
-def lookup(icache, pc: int, wave64: bool, waves: int = 1):
+def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = None):
     """(region, block, index) of the compiled code holding pc, or None: the interpreter runs it for `waves` waves
-    (the time until the next lookup heats the candidate holding pc, or its page: see the tiering comment above)."""
+    (the time until the next lookup heats the candidate holding pc, or its page: see the tiering comment above);
+    `entry`: where the waves' kernel starts (a search from pc starts there too)."""
     try:
         cache = icache.jit
     except AttributeError:
@@ -1059,7 +1108,7 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1):
         return None
     heat, page.heat = page.heat, 0.0
     with _lock:
-        _find(cache, icache, pc, wave64)
+        _find(cache, icache, pc, wave64, entry)
     cold = cache.cold.get(key)
     if cold is None:
         return cache.at.get(key)
@@ -1115,7 +1164,11 @@ def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
         if cand.job[0].done():
             _collect(cand)
     elif cand.heat >= cand.trigger and blk.pc in cand.left:
-        _compile(cand, [cand.by_pc[p] for p in cand.ran & cand.left], False)
+        # the whole candidate when earlier runs paid for it (they ran more of it than this one has yet) or when the
+        # helper compiles it (it costs this process the IR only): one region the size of the kernel chains through
+        # it, where pieces compiled as they first ran end the chain at each piece's end
+        whole = cand.noted >= cand.trigger or _helped()
+        _compile(cand, [cand.by_pc[p] for p in (cand.left if whole else cand.ran & cand.left)], False)
     if held.parts != len(cand.parts):
         cache.install(held)
         return cache.at.get(key)
@@ -1440,7 +1493,7 @@ def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1
     blocks of its region every wave of the call goes on to together (block.CHAIN) while fewer than `budget`
     instructions ran. None: not here. Else (instruction steps, bytes the PC advanced, whether the PCs were set per
     wave, wave-instructions executed)."""
-    hit = lookup(icache, pc, batch.lanes == 64, k)
+    hit = lookup(icache, pc, batch.lanes == 64, k, batch.d.pgm_addr)
     if hit is None:
         return None
     region, blk, i = hit
