@@ -158,10 +158,10 @@ OPT_HOT = 1.0            # recompile at -O2 once the compiled code ran OPT_HOT x
 
 
 HELPER_SHARE = 0.2       # of a compile's expected seconds, what this process pays when the compile helper makes it
-                         # (helper.py): the region's IR is made here, 15-20% of a first-tier compile (compiled.
-                         # stage_seconds' "ir" against the whole, the suite's kernels); LLVM's start and work are the
-                         # helper's, on another core. From an empty cache the demo's code then runs compiled from its
-                         # second or third run (from its sixth to eighth at 1.0, several candidates never)
+                         # (helper.py: the IR, LLVM's start and work run in another process, on another core; this one
+                         # describes the region and places the result, and shares the machine with the helper). From
+                         # an empty cache the demo's code then runs compiled from its third to fifth run (from its
+                         # sixth to eighth at 1.0, and several of its candidates never)
 
 
 def _helped() -> bool:
