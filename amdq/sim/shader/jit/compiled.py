@@ -433,9 +433,9 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0, region: dict | None = None):
+def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0, region=None):
     """A future of (key, get(key, names, make_ir, tier, size)), compiled in the background: by the compile helper
-    (helper.py: another process, which makes the IR from `region`, the region's description, so that neither the IR
+    (helper.py: another process, which makes the IR from region(), the region's description, so that neither the IR
     nor LLVM's work holds this process's interpreter lock) where there is one, else on the JIT's worker thread (LLVM
     releases the interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done
     when `key` is in memory. `key` may be (region code, code version) instead: then it is named in the background
@@ -452,7 +452,7 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0, regi
         if helper.exiting():            # (a compile queued when the process ended: its heat is on record)
             raise helper.Abandoned("exiting: not compiled")
         if region is not None and helper.wanted():
-            got = _by_helper(key, names, region, tier, size)
+            got = _by_helper(key, names, region(), tier, size)
             if got is not None:
                 return got
         k = key if isinstance(key, str) else tier_key(*key, tier)

@@ -129,7 +129,7 @@ def synchronous() -> bool:
 # together: past what compiling the blocks that ran is expected to cost this process (ski rental: never more than twice
 # the better of interpreting and compiling; HELPER_SHARE of it when the compile helper compiles), those blocks are
 # compiled as one region in the background; the blocks that did not run stay with the interpreter (and are compiled
-# the same way if they become hot), except where the helper compiles or earlier runs paid: then the whole candidate.
+# the same way if they become hot), except where the helper compiles: then the whole candidate.
 # A region is compiled again at -O2 (compiled.TIERS) once its compiled code ran as long as that second compile is
 # expected to cost (this process: HELPER_SHARE of it with the helper).
 # AMDQ_SIM_JIT=sync searches and compiles every candidate whole before its first use, and promotes at the same
@@ -305,9 +305,10 @@ def region_ir(desc: dict):
 
 
 def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
-    """Compile `blocks` of cand as one region: at once (now, or when it is on disk) or on the worker thread (which
-    also makes the key when LLVM has not started yet: starting it is the worker's work too). Blocks holding an
-    instruction the interpreter cannot build (the search only decodes) stay with the interpreter."""
+    """Compile `blocks` of cand as one region: at once (now, or when it is on disk) or in the background (the
+    compile helper or the worker thread, which also name the key when this process has not named the host: that
+    starts LLVM). Blocks holding an instruction the interpreter cannot build (the search only decodes) stay with the
+    interpreter."""
     from . import compiled
     blocks = sorted(blocks, key=lambda b: b.pc)
     cand.left -= {b.pc for b in blocks}
@@ -319,7 +320,7 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     size = sum(len(b.insts) for b in blocks)
     if not now and not compiled.host_known():
         cand.job = (submit((_code(cand.family, cand.wave64, blocks), code_version()), names, make_ir, FAST, size,
-                           describe_region(cand, blocks)), blocks)
+                           lambda: describe_region(cand, blocks)), blocks)
         return
     key = _key(cand.family, cand.wave64, blocks)
     if now or available(key):
@@ -329,7 +330,7 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
             return
         _adopt(cand, blocks, key, c)
         return
-    cand.job = (submit(key, names, make_ir, FAST, size, describe_region(cand, blocks)), blocks)
+    cand.job = (submit(key, names, make_ir, FAST, size, lambda: describe_region(cand, blocks)), blocks)
 
 
 def _buildable(cand: Candidate, blocks: list[Block]) -> list[Block]:
@@ -731,7 +732,7 @@ def _promote(part: Part) -> None:
         except Exception:
             part.cost = float("inf")
         return
-    part.job = submit(key, names, make_ir, OPT, part.insts, describe_region(part.cand, part.blocks))
+    part.job = submit(key, names, make_ir, OPT, part.insts, lambda: describe_region(part.cand, part.blocks))
 
 
 def _key_of(part: Part) -> str:
@@ -1164,11 +1165,10 @@ def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
         if cand.job[0].done():
             _collect(cand)
     elif cand.heat >= cand.trigger and blk.pc in cand.left:
-        # the whole candidate when earlier runs paid for it (they ran more of it than this one has yet) or when the
-        # helper compiles it (it costs this process the IR only): one region the size of the kernel chains through
-        # it, where pieces compiled as they first ran end the chain at each piece's end
-        whole = cand.noted >= cand.trigger or _helped()
-        _compile(cand, [cand.by_pc[p] for p in (cand.left if whole else cand.ran & cand.left)], False)
+        # the whole candidate when the helper compiles it (it costs this process a description of it): one region
+        # the size of the kernel chains through it, where pieces compiled as they first ran (earlier processes' runs
+        # included: cand.ran is in the record) end the chain at each piece's end
+        _compile(cand, [cand.by_pc[p] for p in (cand.left if _helped() else cand.ran & cand.left)], False)
     if held.parts != len(cand.parts):
         cache.install(held)
         return cache.at.get(key)
