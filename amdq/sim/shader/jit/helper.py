@@ -84,6 +84,7 @@ class Abandoned(RuntimeError):
 
 
 POLL_SECONDS = 0.05
+NICE = 10                   # the helper's scheduling priority below the process it compiles for
 ANSWER_SECONDS = 300.0      # a helper silent this long is taken for hung: it is ended, the process compiles itself
 
 
@@ -169,11 +170,15 @@ def compile_region(key, tier: str, names: list[str], region: dict, parts: int, s
         if _gone:
             _unlink(path)
             raise RuntimeError(_gone[0])
+        sent = False
         try:
             p = _started()
             _request(p, {"file": path})
+            sent = True                 # (the file is the helper's now: it deletes it)
             return _answer(p)
         except Abandoned:
+            if not sent:
+                _unlink(path)
             raise
         except (OSError, EOFError, ValueError, msgpack.UnpackException) as e:
             _unlink(path)
@@ -259,4 +264,8 @@ def serve(inp, out) -> None:
 if __name__ == "__main__":
     _out = os.fdopen(os.dup(1), "wb")   # (the answers' channel: anything else printed goes where stderr goes)
     os.dup2(2, 1)
+    try:
+        os.nice(NICE)                   # (on a busy machine the process it compiles for goes first)
+    except OSError:
+        pass
     serve(sys.stdin.buffer, _out)
