@@ -20,7 +20,6 @@ from amdq.errors import GPUException
 from amdq.sim.shader import core as C
 from amdq.sim.shader import wave as W
 from amdq.sim.shader.jit import compiled, records, runtime
-from amdq.sim.shader.jit import helper as jit_helper
 from test_targets_suite import _cases
 
 ARCHS = {"gfx1100": (32, 64), "gfx1201": (32, 64), "gfx942": (64,), "gfx950": (64,)}
@@ -1494,7 +1493,7 @@ def test_a_hot_loop_compiles_what_ran(monkeypatch, tmp_path, helper):
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
     monkeypatch.setenv("AMDQ_SIM_JIT_HELPER", helper)
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
-    monkeypatch.setattr(jit_helper, "cores", lambda: 2)
+    monkeypatch.setitem(compiled._state, "cores", 2)
     runtime.forget()
     fetched, recording = set(), [True]              # the PCs the interpreter fetched (not the searches)
     orig_get, orig_discover = C.ICache.get, runtime._discover

@@ -50,7 +50,7 @@ def test_the_helper_compiles_and_the_process_places_without_llvm(tmp_path):
     and stores each region; the process places them from the disk cache and runs them, never importing LLVM."""
     env = {**os.environ, "AMDQ_SIM_JIT_CACHE": str(tmp_path), "AMDQ_SIM_JIT": "1", "PYTHONPATH": ROOT}
     env.pop("AMDQ_SIM_JIT_HELPER", None)
-    if helper.cores() < 2:
+    if compiled.cores() < 2:
         pytest.skip("one CPU: compiles stay in the process")
     p = subprocess.run([sys.executable, "-c", CHILD.format(root=ROOT, tests=os.path.join(ROOT, "tests"))], env=env,
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -68,7 +68,7 @@ def hot(monkeypatch, tmp_path):
     monkeypatch.setenv("AMDQ_SIM_JIT", "1")
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
     monkeypatch.delenv("AMDQ_SIM_JIT_HELPER", raising=False)
-    monkeypatch.setattr(helper, "cores", lambda: 2)
+    monkeypatch.setitem(compiled._state, "cores", 2)
     for k in ("HOT", "SEARCH_SECONDS", "START_SECONDS"):
         monkeypatch.setattr(runtime, k, 0.0)
     runtime.forget()
@@ -86,7 +86,7 @@ def test_a_helper_that_dies_leaves_the_compiles_to_the_process(hot, monkeypatch)
     ok, used = _run_hot()
     assert ok and used > 0
     assert compiled.stats["helper_compiles"] == h0 and compiled.stats["compiled"] > c0
-    assert helper._gone and not helper.wanted()
+    assert compiled._state.get("helper_gone") and not compiled.helper_wanted()
 
 
 def test_the_helper_follows_the_process_settings(hot, monkeypatch, tmp_path_factory):
@@ -114,19 +114,22 @@ def test_an_exiting_process_drops_its_background_compiles(hot, monkeypatch):
 
 
 def test_the_helper_is_off_when_asked_or_without_a_disk_cache(monkeypatch):
-    monkeypatch.setattr(helper, "cores", lambda: 2)
-    monkeypatch.setattr(helper, "_gone", [])
+    monkeypatch.setitem(compiled._state, "cores", 2)
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", "/tmp/amdq-helper-test")
     monkeypatch.delenv("AMDQ_SIM_JIT_HELPER", raising=False)
-    assert helper.wanted()
+    monkeypatch.delitem(compiled._state, "helper_gone", raising=False)
+    assert compiled.helper_wanted()
     monkeypatch.setenv("AMDQ_SIM_JIT_HELPER", "0")
-    assert not helper.wanted()
+    assert not compiled.helper_wanted()
     monkeypatch.delenv("AMDQ_SIM_JIT_HELPER")
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", "off")
-    assert not helper.wanted()
-    monkeypatch.setattr(helper, "cores", lambda: 1)
+    assert not compiled.helper_wanted()
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", "/tmp/amdq-helper-test")
-    assert not helper.wanted()
+    monkeypatch.setitem(compiled._state, "helper_gone", "it died")
+    assert not compiled.helper_wanted()
+    monkeypatch.delitem(compiled._state, "helper_gone")
+    monkeypatch.setitem(compiled._state, "cores", 1)
+    assert not compiled.helper_wanted()
 
 
 def test_a_region_description_gives_the_same_ir(monkeypatch, tmp_path):

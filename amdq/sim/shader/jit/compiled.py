@@ -316,11 +316,7 @@ def compile_threads() -> int:
         if v in ("1", "2"):
             n = int(v)
         else:
-            try:
-                cores = len(os.sched_getaffinity(0))
-            except (AttributeError, OSError):
-                cores = os.cpu_count() or 1
-            n = max(1, min(2, cores))
+            n = max(1, min(2, cores()))
         _state["threads"] = n
     return n
 
@@ -451,7 +447,7 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0, regi
         from . import helper
         if helper.exiting():            # (a compile queued when the process ended: its heat is on record)
             raise helper.Abandoned("exiting: not compiled")
-        if region is not None and helper.wanted():
+        if region is not None and helper_wanted():
             got = _by_helper(key, names, region(), tier, size)
             if got is not None:
                 return got
@@ -460,11 +456,31 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0, regi
     return _worker().submit(job)
 
 
+def helper_wanted() -> bool:
+    """Background compiles go to the compile helper (helper.py): it is not turned off (AMDQ_SIM_JIT_HELPER=0) nor gone,
+    there is a disk cache to hand the code over in, and a core for it besides the interpreter's."""
+    if os.environ.get("AMDQ_SIM_JIT_HELPER", "1").strip().lower() in ("0", "off", "no", "false"):
+        return False
+    return cores() >= 2 and directory() is not None and "helper_gone" not in _state
+
+
+def cores() -> int:
+    """The CPUs this process may run on (asked once)."""
+    n = _state.get("cores")
+    if n is None:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            n = os.cpu_count() or 1
+        _state["cores"] = n
+    return n
+
+
 def _by_helper(key, names: list[str], region: dict, tier: str, size: int) -> tuple[str, Compiled] | None:
     """(key, the region) compiled by the helper and placed from the disk cache, or None: it could not (this process
     compiles it then)."""
     from . import helper
-    parts = max(1, min(compile_threads(), helper.cores() - 1)) if tier == FAST else 1   # (a core left to the
+    parts = max(1, min(compile_threads(), cores() - 1)) if tier == FAST else 1   # (a core left to the
     try:                                                                                  # interpreter)
         ans = helper.compile_region(key, tier, names, region, parts, size)
     except helper.Abandoned:            # (the process is exiting: nothing compiled here either)

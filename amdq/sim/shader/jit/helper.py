@@ -35,30 +35,8 @@ import msgpack
 ENV = ("AMDQ_SIM_JIT_CACHE", "AMDQ_CACHE", "AMDQ_SIM_JIT_WIDTH")     # what a request carries of this process's settings
 
 
-def wanted() -> bool:
-    """A background compile goes to the helper: it is not turned off, there is a disk cache to hand the code over in,
-    and a core for it besides the interpreter's."""
-    from .compiled import directory
-    if os.environ.get("AMDQ_SIM_JIT_HELPER", "1").strip().lower() in ("0", "off", "no", "false"):
-        return False
-    return cores() >= 2 and directory() is not None and not _gone
-
-
-def cores() -> int:
-    """The CPUs this process may run on (asked once)."""
-    if not _cores:
-        try:
-            _cores.append(len(os.sched_getaffinity(0)))
-        except (AttributeError, OSError):
-            _cores.append(os.cpu_count() or 1)
-    return _cores[0]
-
-
-_cores: list[int] = []
-
-
-_gone: list[str] = []           # why the helper cannot be used (it died, or would not start): compiles stay here
-_proc: list = []                # the helper process, once started
+_proc: list = []                # the helper process, once started (compiled._state["helper_gone"]: why it cannot be
+                                # used, once it died or would not start: compiles stay in this process then)
 _lock = threading.Lock()        # (requests come from the worker thread alone; tests may ask from theirs)
 
 
@@ -155,7 +133,7 @@ def compile_region(key, tier: str, names: list[str], region: dict, parts: int, s
     """Have the helper compile and store one region (`region`: runtime.describe_region's; its IR in `parts` modules):
     `key` its key, or (region code, code version) for the helper to name it. The answer (ok, key, seconds, error);
     RuntimeError when the helper cannot be used (then never again)."""
-    from .compiled import _store, directory
+    from . import compiled
     req = {"tier": tier, "names": names, "region": region, "parts": parts, "size": size,
            "env": {k: os.environ.get(k) for k in ENV}}
     if isinstance(key, str):
@@ -164,12 +142,13 @@ def compile_region(key, tier: str, names: list[str], region: dict, parts: int, s
         req["code"], req["version"] = key
     # the request goes in a file, the pipe names it: a message that small never waits for the helper to read it, so
     # a process that exits right after asking leaves the helper its work (it compiles what it was sent, then ends)
-    path = os.path.join(directory(), "requests", f"{os.getpid()}-{next(_serial)}.req")
-    _store(path, msgpack.packb(req, use_bin_type=True))
+    path = os.path.join(compiled.directory(), "requests", f"{os.getpid()}-{next(_serial)}.req")
+    compiled._store(path, msgpack.packb(req, use_bin_type=True))
     with _lock:
-        if _gone:
+        why = compiled._state.get("helper_gone")
+        if why:
             _unlink(path)
-            raise RuntimeError(_gone[0])
+            raise RuntimeError(why)
         sent = False
         try:
             p = _started()
@@ -182,9 +161,9 @@ def compile_region(key, tier: str, names: list[str], region: dict, parts: int, s
             raise
         except (OSError, EOFError, ValueError, msgpack.UnpackException) as e:
             _unlink(path)
-            _gone.append(f"the compile helper failed: {e}")
+            why = compiled._state["helper_gone"] = f"the compile helper failed: {e}"
             _stop()
-            raise RuntimeError(_gone[0]) from e
+            raise RuntimeError(why) from e
 
 
 _serial = iter(range(1, 1 << 62))
@@ -218,9 +197,10 @@ def _stop() -> None:
 
 def stop() -> None:
     """End the helper (a new one starts with the next request); what it was doing is dropped."""
+    from . import compiled
     with _lock:
         _stop()
-        _gone.clear()
+        compiled._state.pop("helper_gone", None)
 
 
 # ---------------------------------------------------------------- the helper's side

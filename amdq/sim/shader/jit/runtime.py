@@ -165,9 +165,9 @@ HELPER_SHARE = 0.2       # of a compile's expected seconds, what this process pa
 
 
 def _helped() -> bool:
-    """Background compiles go to the compile helper (helper.wanted)."""
-    from . import helper
-    return helper.wanted()
+    """Background compiles go to the compile helper (compiled.helper_wanted)."""
+    from .compiled import helper_wanted
+    return helper_wanted()
 
 
 def _charged(seconds: float) -> float:
