@@ -386,8 +386,10 @@ def main() -> None:
               "fresh": f"`amdq demo` from an empty disk cache, {FRESH_RUNS} runs in a row: the median"}
     for m, d in demo.items():
         label = labels.get(m, m)
+        runs = d.get("runs_gpu_ms_per_launch")
         print(f"demo ({label}): {d['seconds']:.2f} s end to end, {d['launches']} launches, "
-              f"{d['gpu_ms_per_launch']:.2f} ms simulated GPU time per launch{'' if d['valid'] else '  WRONG'}")
+              f"{d['gpu_ms_per_launch']:.2f} ms simulated GPU time per launch{'' if d['valid'] else '  WRONG'}"
+              + (f" (the runs in order: {', '.join(f'{x:.2f}' for x in runs)})" if runs else ""))
     failed = sorted(c for c, r in cases.items() if any(k.endswith("_error") for k in r))
     compile_summary = None
     if jit:
