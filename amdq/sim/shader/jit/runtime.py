@@ -932,15 +932,15 @@ def _shared(isa) -> frozenset:
     return s
 
 
-def _discover(icache, roots: list[int], wave64: bool, covered, read: list | None = None,
+def _discover(icache, root: int, wave64: bool, covered, read: list | None = None,
               refused: list | None = None, ran_only: bool = False) -> list[Block]:
-    """The blocks reachable from the roots that are not covered yet; `read` collects the PCs whose instructions were
-    looked at (None appended for one that did not decode), `refused` those that do not translate. ran_only: past
-    a root, only instructions the ICache decoded already (those the interpreter ran): a block ends before the first
-    other one, and the search decodes nothing the interpreter would not."""
+    """The blocks reachable from root that are not covered yet (found ones are added to `covered`); `read` collects
+    the PCs whose instructions were looked at (None appended for one that did not decode), `refused` those that do
+    not translate. ran_only: past root, only instructions the ICache decoded already (those the interpreter ran): a
+    block ends before the first other one, and the search decodes nothing the interpreter would not."""
     shared, handlers = _shared(icache.isa), icache.isa.handlers
     blocks: list[Block] = []
-    work, seen = list(roots), set()
+    work, seen = [root], set()
     while work and len(blocks) < MAX_BLOCKS:
         pc = work.pop(0)
         if pc in seen or (pc, wave64) in covered:
@@ -951,7 +951,7 @@ def _discover(icache, roots: list[int], wave64: bool, covered, read: list | None
             if insts and (p in seen or (p, wave64) in covered):
                 work.append(p)
                 break
-            if ran_only and p not in roots and (p, wave64) not in icache.steps:
+            if ran_only and p != root and (p, wave64) not in icache.steps:
                 break
             try:                        # (decoded only: the interpreter builds a step when it runs one)
                 inst, control = icache.decoded(p, wave64)
@@ -1035,7 +1035,9 @@ def _find(cache: Cache, icache, pc: int, wave64: bool, entry: int | None = None)
     covered = {k: True for k in (*cache.at, *cache.cold)}
     sync = synchronous()
     roots = [pc] if entry is None or entry == pc or (entry, wave64) in covered else [entry, pc]
-    blocks = _discover(icache, roots, wave64, covered, read, refused, ran_only=RAN_ONLY and not sync)
+    blocks = []
+    for root in roots:                  # (the entry's search first, whole: pc, reached from it, starts no block there)
+        blocks += _discover(icache, root, wave64, covered, read, refused, ran_only=RAN_ONLY and not sync)
     for p in refused:
         cache.none[(p, wave64)] = (icache.gen, icache.deps.get((p, wave64)))
     if not blocks:
