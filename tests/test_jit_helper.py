@@ -106,11 +106,14 @@ def test_the_helper_follows_the_process_settings(hot, monkeypatch, tmp_path_fact
 
 
 def test_an_exiting_process_drops_its_background_compiles(hot, monkeypatch):
-    """A compile still queued when the process exits is dropped, not run (its heat is on record for the next run)."""
-    monkeypatch.setattr(helper._exiting, "is_set", lambda: True)
-    fut = compiled.submit(("0" * 64, "x"), ["f"], lambda *a: pytest.fail("made IR while exiting"))
-    with pytest.raises(helper.Abandoned):
-        fut.result(60)
+    """A compile still queued when the process exits is dropped, not run (its heat is on record for the next run),
+    by the helper or by the worker thread."""
+    monkeypatch.setattr(compiled._exiting, "is_set", lambda: True)
+    for fut in (compiled.submit(("0" * 64, "x"), ["f"], lambda *a: pytest.fail("made IR while exiting")),
+                helper.submit(("0" * 64, "x"), ["f"], lambda *a: pytest.fail("made IR while exiting"), runtime.FAST,
+                              1, lambda: pytest.fail("described while exiting"))):
+        with pytest.raises(compiled.Abandoned):
+            fut.result(60)
 
 
 def test_the_helper_is_off_when_asked_or_without_a_disk_cache(monkeypatch):

@@ -429,13 +429,12 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0, region=None):
-    """A future of (key, get(key, names, make_ir, tier, size)), compiled in the background: by the compile helper
-    (helper.py: another process, which makes the IR from region(), the region's description, so that neither the IR
-    nor LLVM's work holds this process's interpreter lock) where there is one, else on the JIT's worker thread (LLVM
-    releases the interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done
-    when `key` is in memory. `key` may be (region code, code version) instead: then it is named in the background
-    too (naming the first key of a process on a host not written down yet starts LLVM, ~70 ms)."""
+def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0):
+    """A future of (key, get(key, names, make_ir, tier, size)), compiled on the JIT's worker thread (LLVM releases the
+    interpreter lock while it works, so the dispatch goes on in the interpreter meanwhile); already done when `key`
+    is in memory. `key` may be (region code, code version) instead: then it is named on the worker too (naming the
+    first key of a process on a host not written down yet starts LLVM, ~70 ms). (helper.submit: the same in the
+    compile helper.)"""
     from concurrent.futures import Future
     hit = MEMORY.get(key) if isinstance(key, str) else None
     if hit is not None:
@@ -444,16 +443,23 @@ def submit(key, names: list[str], make_ir, tier: str = FAST, size: int = 0, regi
         return f
 
     def job():
-        from . import helper
-        if helper.exiting():            # (a compile queued when the process ended: its heat is on record)
-            raise helper.Abandoned("exiting: not compiled")
-        if region is not None and helper_wanted():
-            got = _by_helper(key, names, region(), tier, size)
-            if got is not None:
-                return got
+        if exiting():                   # (a compile queued when the process ended: its heat is on record)
+            raise Abandoned("exiting: not compiled")
         k = key if isinstance(key, str) else tier_key(*key, tier)
         return k, get(k, names, make_ir, tier, size)
     return _worker().submit(job)
+
+
+class Abandoned(RuntimeError):
+    """The process is exiting: a background compile is dropped, or its answer is not waited for."""
+
+
+def exiting() -> bool:
+    """This process is exiting: background compiles are dropped, not waited for (its exit joins the worker thread)."""
+    return _exiting.is_set() or not threading.main_thread().is_alive()
+
+
+_exiting = threading.Event()             # (set where the interpreter's exit begins: _worker)
 
 
 def helper_wanted() -> bool:
@@ -474,33 +480,6 @@ def cores() -> int:
             n = os.cpu_count() or 1
         _state["cores"] = n
     return n
-
-
-def _by_helper(key, names: list[str], region: dict, tier: str, size: int) -> tuple[str, Compiled] | None:
-    """(key, the region) compiled by the helper and placed from the disk cache, or None: it could not (this process
-    compiles it then)."""
-    from . import helper
-    parts = max(1, min(compile_threads(), cores() - 1)) if tier == FAST else 1   # (a core left to the
-    try:                                                                                  # interpreter)
-        ans = helper.compile_region(key, tier, names, region, parts, size)
-    except helper.Abandoned:            # (the process is exiting: nothing compiled here either)
-        raise
-    except RuntimeError:
-        return None
-    if not ans.get("ok"):
-        return None
-    k = ans["key"]
-    c = MEMORY.get(k) or _native(k, names, counted=False)
-    if c is None:
-        return None
-    with _stats_lock:
-        stats["helper_compiles"] += 1
-        if ans["seconds"]:
-            stats["compiled" if tier == FAST else "recompiled"] += 1
-            stats["compile_seconds" if tier == FAST else "recompile_seconds"] += ans["seconds"]
-            if tier == FAST:
-                stats["compiled_instructions"] += size
-    return k, c
 
 
 def _native(key: str, names: list[str], counted: bool = True) -> Compiled | None:
@@ -546,6 +525,9 @@ def _worker():
     with _pool_lock:                 # not _lock: the worker holds that for a whole compilation
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amdq-jit")
+            # the exit's first step: registered after concurrent.futures's hook, which joins the worker (threading
+            # calls them last first), so a job sees exiting() before that join waits for it
+            getattr(threading, "_register_atexit", lambda fn: None)(_exiting.set)
         return _pool
 
 

@@ -1,23 +1,25 @@
-"""The compile helper: a child process that compiles the regions the JIT's worker thread is asked for in the
-background (compiled.submit), so that LLVM's start, the JIT library's making and every region's compile run beside
-the interpreter instead of inside its process, where they held its interpreter lock about half of their time (a
-numpy-and-Python loop ran at 15-31% of its speed while LLVM started on the worker thread, 46-69% while the library
-compiled; the run of `amdq demo` that compiles its first regions: 46 ms a launch, median of 10, against 27.5 with
-the helper, the cache the same before each).
+"""The compile helper: a child process that compiles the regions this process compiles in the background
+(runtime._submit sends them here where the helper is wanted, compiled.helper_wanted), so that the IR's making,
+LLVM's start, the JIT library's making and every region's compile run beside the interpreter instead of inside its
+process, where they held its interpreter lock about half of their time (a numpy-and-Python loop ran at 15-31% of
+its speed while LLVM started on the worker thread, 46-69% while the library compiled; the run of `amdq demo` that
+compiles its first regions: 46 ms a launch, median of 10, against 27.5 with the helper, the cache the same before
+each).
 
-The worker thread sends a region's description (its blocks' instructions as PCs, bytes and flags, and the code lines
-they lie in: what a page's record holds of a candidate); the helper decodes it again, makes the IR, names the key
-(LLVM's host), compiles, links and stores the region in the disk cache, and answers with the key; the worker then
-places the stored object as a warm process would (loader.py, no LLVM here). A request carries the settings the code depends on (the
-disk cache's directory, the vector width), so one helper serves a process whose settings change (the tests').
-Anything the helper cannot do (no disk cache, a module the loader refuses, the helper gone) is compiled in this
-process as before; the synchronous mode (AMDQ_SIM_JIT=sync) never uses it. AMDQ_SIM_JIT_HELPER=0 turns it off.
+The worker thread sends a region's description (runtime.describe_region: its blocks' instructions as PCs, bytes and
+flags, and the code lines they lie in, what a page's record holds of a candidate); the helper decodes it again,
+makes the IR, names the key (LLVM's host), compiles, links and stores the region in the disk cache, and answers with
+the key; the worker then places the stored object as a warm process would (loader.py, no LLVM here). A request
+carries the settings the code depends on (the disk cache's directory, the vector width), so one helper serves a
+process whose settings change (the tests'). Anything the helper cannot do (a module the loader refuses, the helper
+gone) is compiled in this process as before; the synchronous mode (AMDQ_SIM_JIT=sync) never uses it;
+AMDQ_SIM_JIT_HELPER=0 turns it off.
 
 Messages are msgpack maps, one per request and one per answer, each after its 4-byte little-endian length: a request
 names a file in the disk cache's requests/ that holds {key | code+version, tier, names, region, parts, size, env}
 (msgpack; the helper deletes it), an answer is {ok, key, seconds, error}.
 
-    python -m amdq.sim.shader.jit.helper        (started by this module: requests on stdin, answers on stdout)
+    python -m amdq.sim.shader.jit.helper_main   (started by this module: requests on stdin, answers on stdout)
 """
 from __future__ import annotations
 
@@ -28,12 +30,15 @@ import subprocess
 import sys
 import threading
 import time
-import concurrent.futures.thread  # noqa: F401  (its exit hook first: see _exiting)
 
 import msgpack
 
-ENV = ("AMDQ_SIM_JIT_CACHE", "AMDQ_CACHE", "AMDQ_SIM_JIT_WIDTH")     # what a request carries of this process's settings
+from . import compiled
 
+ENV = ("AMDQ_SIM_JIT_CACHE", "AMDQ_CACHE", "AMDQ_SIM_JIT_WIDTH")     # what a request carries of this process's settings
+POLL_SECONDS = 0.05
+ANSWER_SECONDS = 300.0      # a helper silent this long is taken for hung: it is ended, the process compiles itself
+NICE = 10                   # the helper's scheduling priority below the process it compiles for
 
 _proc: list = []                # the helper process, once started (compiled._state["helper_gone"]: why it cannot be
                                 # used, once it died or would not start: compiles stay in this process then)
@@ -57,26 +62,6 @@ def _recv(f):
     return msgpack.unpackb(data, raw=False)
 
 
-class Abandoned(RuntimeError):
-    """The process is exiting: the answer is not waited for (the helper still stores the region for the next run)."""
-
-
-POLL_SECONDS = 0.05
-NICE = 10                   # the helper's scheduling priority below the process it compiles for
-ANSWER_SECONDS = 300.0      # a helper silent this long is taken for hung: it is ended, the process compiles itself
-
-
-def exiting() -> bool:
-    """This process is exiting: background compiles are dropped, not waited for."""
-    return _exiting.is_set() or not threading.main_thread().is_alive()
-
-
-_exiting = threading.Event()
-# (set where the interpreter's exit begins: before it joins the JIT's worker thread, which is concurrent.futures's
-# hook registered before this one; threading calls them last first)
-getattr(threading, "_register_atexit", lambda fn: None)(_exiting.set)
-
-
 def _request(p: subprocess.Popen, obj) -> None:
     """Send a request as the helper takes it (a region's IR outgrows the pipe, and a new helper reads nothing while
     it starts), polling whether this process is exiting meanwhile."""
@@ -96,8 +81,8 @@ def _request(p: subprocess.Popen, obj) -> None:
 
 def _waiting(until: float) -> None:
     """Between two polls of the helper's pipe: Abandoned when this process is exiting, EOFError past `until`."""
-    if exiting():
-        raise Abandoned("exiting: the helper is not waited for")
+    if compiled.exiting():
+        raise compiled.Abandoned("exiting: the helper is not waited for")
     if time.monotonic() > until:
         raise EOFError(f"the compile helper did not answer in {ANSWER_SECONDS:.0f} s")
 
@@ -125,15 +110,55 @@ def _start() -> subprocess.Popen:
         __file__))))))      # (the directory holding the amdq package this process runs: the helper runs the same)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return subprocess.Popen([sys.executable, "-m", "amdq.sim.shader.jit.helper"], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "amdq.sim.shader.jit.helper_main"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True, bufsize=0)
+
+
+def submit(key, names: list[str], make_ir, tier: str, size: int, region):
+    """compiled.submit's future, compiled by the helper from region() (runtime.describe_region's) on the JIT's
+    worker thread; by this process (make_ir) where the helper cannot."""
+    def job():
+        if compiled.exiting():          # (a compile queued when the process ended: its heat is on record)
+            raise compiled.Abandoned("exiting: not compiled")
+        got = _by_helper(key, names, region(), tier, size)
+        if got is not None:
+            return got
+        k = key if isinstance(key, str) else compiled.tier_key(*key, tier)
+        return k, compiled.get(k, names, make_ir, tier, size)
+    return compiled.submit_call(job)
+
+
+def _by_helper(key, names: list[str], region: dict, tier: str, size: int) -> tuple | None:
+    """(key, the region) compiled by the helper and placed from the disk cache, or None: it could not (this process
+    compiles it then)."""
+    parts = 1 if tier != compiled.FAST else max(1, min(compiled.compile_threads(), compiled.cores() - 1))
+    try:                                # (one core at least left to the interpreter)
+        ans = compile_region(key, tier, names, region, parts, size)
+    except compiled.Abandoned:          # (the process is exiting: nothing compiled here either)
+        raise
+    except RuntimeError:
+        return None
+    if not ans.get("ok"):
+        return None
+    k = ans["key"]
+    c = compiled.MEMORY.get(k) or compiled._native(k, names, counted=False)
+    if c is None:
+        return None
+    stats, fast = compiled.stats, tier == compiled.FAST
+    with compiled._stats_lock:
+        stats["helper_compiles"] += 1
+        if ans["seconds"]:
+            stats["compiled" if fast else "recompiled"] += 1
+            stats["compile_seconds" if fast else "recompile_seconds"] += ans["seconds"]
+            if fast:
+                stats["compiled_instructions"] += size
+    return k, c
 
 
 def compile_region(key, tier: str, names: list[str], region: dict, parts: int, size: int) -> dict:
     """Have the helper compile and store one region (`region`: runtime.describe_region's; its IR in `parts` modules):
     `key` its key, or (region code, code version) for the helper to name it. The answer (ok, key, seconds, error);
     RuntimeError when the helper cannot be used (then never again)."""
-    from . import compiled
     req = {"tier": tier, "names": names, "region": region, "parts": parts, "size": size,
            "env": {k: os.environ.get(k) for k in ENV}}
     if isinstance(key, str):
@@ -155,7 +180,7 @@ def compile_region(key, tier: str, names: list[str], region: dict, parts: int, s
             _request(p, {"file": path})
             sent = True                 # (the file is the helper's now: it deletes it)
             return _answer(p)
-        except Abandoned:
+        except compiled.Abandoned:
             if not sent:
                 _unlink(path)
             raise
@@ -197,7 +222,6 @@ def _stop() -> None:
 
 def stop() -> None:
     """End the helper (a new one starts with the next request); what it was doing is dropped."""
-    from . import compiled
     with _lock:
         _stop()
         compiled._state.pop("helper_gone", None)
@@ -206,9 +230,9 @@ def stop() -> None:
 # ---------------------------------------------------------------- the helper's side
 
 
-def serve(inp, out) -> None:
-    """Answer requests until the input ends."""
-    from . import compiled, library, loader, runtime     # noqa: F401  (library: what resolves a region's imports)
+def serve(inp, out, region_ir) -> None:
+    """Answer requests until the input ends; region_ir(description) gives a region's make_ir (runtime.region_ir)."""
+    from . import library, loader       # noqa: F401  (library: what resolves a region's imports)
     while True:
         try:
             req = _recv(inp)
@@ -225,7 +249,7 @@ def serve(inp, out) -> None:
                     os.environ[k] = v
             tier, parts = req["tier"], req["parts"]
             key = req.get("key") or compiled.tier_key(req["code"], req["version"], tier)
-            make = runtime.region_ir(req["region"])
+            make = region_ir(req["region"])
             c = compiled.get(key, req["names"], lambda t, n=None: make(t, n or parts), tier, req["size"])
             path = compiled._path(key, compiled.LINKED)
             if c.linked is None or not path:
@@ -239,13 +263,3 @@ def serve(inp, out) -> None:
             _send(out, ans)
         except OSError:                 # (the asking process is gone: what was compiled is on disk for the next)
             return
-
-
-if __name__ == "__main__":
-    _out = os.fdopen(os.dup(1), "wb")   # (the answers' channel: anything else printed goes where stderr goes)
-    os.dup2(2, 1)
-    try:
-        os.nice(NICE)                   # (on a busy machine the process it compiles for goes first)
-    except OSError:
-        pass
-    serve(sys.stdin.buffer, _out)

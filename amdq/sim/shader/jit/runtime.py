@@ -319,8 +319,8 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
     names = [b.name for b in blocks]
     size = sum(len(b.insts) for b in blocks)
     if not now and not compiled.host_known():
-        cand.job = (submit((_code(cand.family, cand.wave64, blocks), code_version()), names, make_ir, FAST, size,
-                           lambda: describe_region(cand, blocks)), blocks)
+        cand.job = (_submit((_code(cand.family, cand.wave64, blocks), code_version()), names, make_ir, FAST, size,
+                            cand, blocks), blocks)
         return
     key = _key(cand.family, cand.wave64, blocks)
     if now or available(key):
@@ -330,7 +330,16 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
             return
         _adopt(cand, blocks, key, c)
         return
-    cand.job = (submit(key, names, make_ir, FAST, size, lambda: describe_region(cand, blocks)), blocks)
+    cand.job = (_submit(key, names, make_ir, FAST, size, cand, blocks), blocks)
+
+
+def _submit(key, names: list[str], make_ir, tier: str, size: int, cand: Candidate, blocks: list[Block]):
+    """The compile of a region of cand in the background: by the compile helper where it is wanted (from the region's
+    description), else on the worker thread (compiled.submit)."""
+    if _helped():
+        from . import helper
+        return helper.submit(key, names, make_ir, tier, size, lambda: describe_region(cand, blocks))
+    return submit(key, names, make_ir, tier, size)
 
 
 def _buildable(cand: Candidate, blocks: list[Block]) -> list[Block]:
@@ -732,7 +741,7 @@ def _promote(part: Part) -> None:
         except Exception:
             part.cost = float("inf")
         return
-    part.job = submit(key, names, make_ir, OPT, part.insts, lambda: describe_region(part.cand, part.blocks))
+    part.job = _submit(key, names, make_ir, OPT, part.insts, part.cand, part.blocks)
 
 
 def _key_of(part: Part) -> str:
