@@ -121,11 +121,9 @@ def place(lk: Linked, resolve=None) -> dict[str, int]:
     addr = ctypes.addressof(cb)
     del cb                                          # (no export left: m can still be closed on a failure)
     m.write(code)
-    for at in lk.fixups.tolist():                   # (a few: the GOT's entries, absolute addresses)
-        struct.pack_into("<Q", m, at, (struct.unpack_from("<Q", m, at)[0] + addr) & 0xFFFFFFFFFFFFFFFF)
+    _add64(m, lk.fixups, addr)                      # (a few: the GOT's entries, absolute addresses)
     for name, slots in lk.imports.items():          # (a few: the GOT entries of the library functions it calls)
-        for at in slots.tolist():
-            struct.pack_into("<Q", m, at, (struct.unpack_from("<Q", m, at)[0] + bound[name]) & 0xFFFFFFFFFFFFFFFF)
+        _add64(m, slots, bound[name])
     if _libc.mprotect(addr, total, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
         m.close()
         raise Unsupported(f"mprotect: errno {ctypes.get_errno()}")
@@ -168,11 +166,9 @@ def _combine(parts: dict[str, Linked]) -> tuple[Linked, dict[str, list[int]]]:
         at = -(-len(code) // 64) * 64
         code += bytes(at - len(code)) + lk.code
         spans[tag] = [at, len(code)]
-        fx = lk.fixups.astype(np.int64)
-        for f in fx.tolist():                       # (a few per part: its GOT's entries, offsets in the part)
-            v = struct.unpack_from("<Q", code, at + f)[0]
-            struct.pack_into("<Q", code, at + f, (v + at) & 0xFFFFFFFFFFFFFFFF)
-        fixups.append(fx + at)
+        fx = lk.fixups.astype(np.int64) + at
+        _add64(code, fx, at)                        # (a few per part: its GOT's entries, offsets in the part)
+        fixups.append(fx)
         entries.update({f"{tag}/{name}": at + off for name, off in lk.entries.items()})
         for name, slots in lk.imports.items():
             imports.setdefault(name, []).append(slots.astype(np.int64) + at)
@@ -252,19 +248,24 @@ def unpack_image(blob: bytes) -> tuple[Linked, dict[str, tuple[int, int]]]:
 def split(lk: Linked, tag: str, start: int, end: int) -> Linked:
     """The part `tag` of a combined object, at [start, end) in it, as the linked object it was (combine's inverse)."""
     code = bytearray(lk.code[start:end])
-    fx = lk.fixups.astype(np.int64)
-    fx = fx[(fx >= start) & (fx < end)] - start
-    for f in fx.tolist():
-        struct.pack_into("<Q", code, f, (struct.unpack_from("<Q", code, f)[0] - start) & 0xFFFFFFFFFFFFFFFF)
+    fx = _within(lk.fixups, start, end)
+    _add64(code, fx, -start)
     prefix = tag + "/"
-    imports = {}
-    for name, slots in lk.imports.items():
-        mine = slots.astype(np.int64)
-        mine = mine[(mine >= start) & (mine < end)] - start
-        if len(mine):
-            imports[name] = mine.astype(np.uint32)
-    return Linked(bytes(code), fx.astype(np.uint32),
+    imports = {name: mine for name, mine in ((n, _within(v, start, end)) for n, v in lk.imports.items()) if len(mine)}
+    return Linked(bytes(code), fx,
                   {n[len(prefix):]: off - start for n, off in lk.entries.items() if n.startswith(prefix)}, imports)
+
+
+def _add64(buf, slots: np.ndarray, delta: int) -> None:
+    """Add `delta` (modulo 2^64) to the 8-byte little-endian values at the offsets `slots` of buf."""
+    for at in slots.tolist():
+        struct.pack_into("<Q", buf, at, (struct.unpack_from("<Q", buf, at)[0] + delta) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _within(slots: np.ndarray, start: int, end: int) -> np.ndarray:
+    """The offsets of `slots` in [start, end), as offsets from start."""
+    at = slots.astype(np.int64)
+    return (at[(at >= start) & (at < end)] - start).astype(np.uint32)
 
 
 STT_FUNC, STB_GLOBAL = 2, 1
