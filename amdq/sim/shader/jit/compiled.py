@@ -619,7 +619,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
                 with _stats_lock:
                     stats["disk_hits"] += 1
                 if linked is not None:          # (an object file of an earlier version: linked from now on)
-                    _store(_path(key, LINKED), loader.pack(linked))
+                    keep_linked(key, linked)
             except Exception:        # a damaged file: compile again (and replace it)
                 obj = None
         if not obj:
@@ -636,9 +636,7 @@ def get(key: str, names: list[str], make_ir, tier: str = FAST, size: int = 0) ->
             with _stats_lock:
                 stats["compiled" if tier == FAST else "recompiled"] += 1
             if linked is not None:
-                path = _path(key, LINKED)
-                if path:
-                    _store(path, loader.pack(linked))
+                keep_linked(key, linked)
             elif path and len(objs) == 1:
                 _store(path, objs[0])
         dt = time.perf_counter() - t
@@ -666,9 +664,7 @@ def get_library(key: str, names: list[str], make_parts) -> tuple[Compiled, bool]
     t = time.perf_counter()
     objs, addresses, how, linked, _ = _build(lambda tier, parts=None: make_parts(parts), names, FAST, imports=False)
     if linked is not None:
-        path = _path(key, LINKED)
-        if path:
-            _store(path, loader.pack(linked))
+        keep_linked(key, linked)
     with _stats_lock:
         c = MEMORY.setdefault(key, Compiled(addresses, [], time.perf_counter() - t, "compiled", how, linked))
     return c, True
@@ -763,6 +759,13 @@ class _Stages:
         with _stats_lock:               # (a region's compile and the library's may run at once)
             stage_seconds[stage] += t - self.t
         self.t = t
+
+
+def keep_linked(key: str, linked: "loader.Linked") -> None:
+    """Store the linked object of `key` in the disk cache (when there is one), where _native finds it."""
+    path = _path(key, LINKED)
+    if path:
+        _store(path, loader.pack(linked))
 
 
 def _store(path: str, obj: bytes) -> None:

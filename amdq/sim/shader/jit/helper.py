@@ -232,7 +232,7 @@ def stop() -> None:
 
 def serve(inp, out, region_ir) -> None:
     """Answer requests until the input ends; region_ir(description) gives a region's make_ir (runtime.region_ir)."""
-    from . import library, loader       # noqa: F401  (library: what resolves a region's imports)
+    from . import library               # noqa: F401  (what resolves a region's imports)
     while True:
         try:
             req = _recv(inp)
@@ -255,7 +255,7 @@ def serve(inp, out, region_ir) -> None:
             if c.linked is None or not path:
                 raise LookupError("the region does not link: it is compiled where it runs")
             if not os.path.exists(path):        # (compiled before, for another cache directory)
-                compiled._store(path, loader.pack(c.linked))
+                compiled.keep_linked(key, c.linked)
             ans = {"ok": True, "key": key, "seconds": c.seconds if c.source == "compiled" else 0.0}
         except Exception as e:          # (the asking process compiles it itself)
             ans = {"ok": False, "error": f"{type(e).__name__}: {e}"}
