@@ -39,7 +39,8 @@ import numpy as np
 
 from . import library, records
 from .block import Block, ModuleGen, code_version, finish, shape, splits_before
-from .compiled import FAST, OPT, Compiled, available, compile_threads, get, region_code, stored, submit, tier_key
+from .compiled import (FAST, OPT, Compiled, available, compile_threads, get, helper_wanted, region_code, stored,
+                       submit, tier_key)
 from ..core import PAGE
 from .ir import CTX, CTX_SLOTS, ENDS, GFX9_KEYS, RDNA4_KEYS, WAITS, WORK, kind_of
 
@@ -164,15 +165,9 @@ HELPER_SHARE = 0.2       # of a compile's expected seconds, what this process pa
                          # sixth to eighth at 1.0, and several of its candidates never)
 
 
-def _helped() -> bool:
-    """Background compiles go to the compile helper (compiled.helper_wanted)."""
-    from .compiled import helper_wanted
-    return helper_wanted()
-
-
 def _charged(seconds: float) -> float:
     """What a background compile expected to take `seconds` costs this process."""
-    return seconds * HELPER_SHARE if _helped() else seconds
+    return seconds * HELPER_SHARE if helper_wanted() else seconds
 
 
 def _expected(insts: int) -> float:
@@ -293,12 +288,8 @@ def region_ir(desc: dict):
     """make_ir(tier, parts) of a region describe_region described (its instructions decoded again from its lines
     and checked against the description, as a record's are)."""
     from types import SimpleNamespace
-    blocks = []
-    for pc, insts, kinds, floats, gstores, lstores, max_vgpr, max_sgpr, barriers in desc["blocks"]:
-        b = Block(pc, [Stored(p, raw, dead) for p, raw, dead in insts], list(kinds))
-        b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
-        b.max_vgpr, b.max_sgpr, b.barriers = int(max_vgpr), int(max_sgpr), [int(x) for x in barriers]
-        blocks.append(shape(b))
+    blocks = [_stored_block(pc, [Stored(p, raw, dead) for p, raw, dead in insts], *rest)
+              for pc, insts, *rest in desc["blocks"]]
     cand = SimpleNamespace(family=desc["family"], wave64=desc["wave64"],
                            lines=tuple((line, data) for line, data in desc["lines"]))
     return _make_ir(cand, blocks)
@@ -336,7 +327,7 @@ def _compile(cand: Candidate, blocks: list[Block], now: bool) -> None:
 def _submit(key, names: list[str], make_ir, tier: str, size: int, cand: Candidate, blocks: list[Block]):
     """The compile of a region of cand in the background: by the compile helper where it is wanted (from the region's
     description), else on the worker thread (compiled.submit)."""
-    if _helped():
+    if helper_wanted():
         from . import helper
         return helper.submit(key, names, make_ir, tier, size, lambda: describe_region(cand, blocks))
     return submit(key, names, make_ir, tier, size)
@@ -595,10 +586,8 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
         stored = [Stored(base + off, code[skip + off:skip + off + size], bool(dead)) for off, size, dead in insts]
         if stored[-1].size != insts[-1][1]:
             return None
-        b = Block(base + pc, stored, list(kinds))
-        b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
-        b.max_vgpr, b.max_sgpr, b.barriers = int(max_vgpr), int(max_sgpr), [int(x) for x in barriers]
-        blocks.append(shape(b))
+        blocks.append(_stored_block(base + pc, stored, kinds, floats, gstores, lstores, max_vgpr, max_sgpr,
+                                    barriers))
     empty = [base + p for p in rec["empty"]]
     for p in empty:
         line_at(p & ~(size_line - 1))
@@ -617,6 +606,15 @@ def _from_record(icache, base: int, data: bytes, wave64: bool, rec: dict) -> Can
     cand.ran = {base + p for p in rec.get("ran", ()) if base + p in cand.by_pc}
     cand.retrigger()
     return cand
+
+
+def _stored_block(pc: int, stored: list, kinds, floats, gstores, lstores, max_vgpr, max_sgpr, barriers) -> Block:
+    """A block of Stored instructions with the kinds, flags and registers a record (or a region's description) gives
+    it, shaped."""
+    b = Block(pc, stored, list(kinds))
+    b.floats, b.gstores, b.lstores = bool(floats), bool(gstores), bool(lstores)
+    b.max_vgpr, b.max_sgpr, b.barriers = int(max_vgpr), int(max_sgpr), [int(x) for x in barriers]
+    return shape(b)
 
 
 def _load_stored(cand: Candidate, now: bool = True) -> None:
@@ -1179,7 +1177,7 @@ def _warm_locked(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
         # the whole candidate when the helper compiles it (it costs this process a description of it): one region
         # the size of the kernel chains through it, where pieces compiled as they first ran (earlier processes' runs
         # included: cand.ran is in the record) end the chain at each piece's end
-        _compile(cand, [cand.by_pc[p] for p in (cand.left if _helped() else cand.ran & cand.left)], False)
+        _compile(cand, [cand.by_pc[p] for p in (cand.left if helper_wanted() else cand.ran & cand.left)], False)
     if held.parts != len(cand.parts):
         cache.install(held)
         return cache.at.get(key)
