@@ -45,28 +45,32 @@ _proc: list = []                # the helper process, once started (compiled._st
 _lock = threading.Lock()        # (requests come from the worker thread alone; tests may ask from theirs)
 
 
-def _send(f, obj) -> None:
+def _frame(obj) -> bytes:
+    """A message as the pipe carries it: its length, then msgpack of obj."""
     data = msgpack.packb(obj, use_bin_type=True)
-    f.write(struct.pack("<I", len(data)) + data)
+    return struct.pack("<I", len(data)) + data
+
+
+def _send(f, obj) -> None:
+    f.write(_frame(obj))
     f.flush()
 
 
 def _recv(f):
     head = f.read(4)
     if len(head) < 4:
-        raise EOFError("the compile helper closed its end")
+        raise EOFError("the other end closed the pipe")
     (n,) = struct.unpack("<I", head)
     data = f.read(n)
     if len(data) < n:
-        raise EOFError("the compile helper closed its end")
+        raise EOFError("the other end closed the pipe")
     return msgpack.unpackb(data, raw=False)
 
 
 def _request(p: subprocess.Popen, obj) -> None:
-    """Send a request as the helper takes it (a region's IR outgrows the pipe, and a new helper reads nothing while
-    it starts), polling whether this process is exiting meanwhile."""
-    data = msgpack.packb(obj, use_bin_type=True)
-    view, fd = memoryview(struct.pack("<I", len(data)) + data), p.stdin.fileno()
+    """Send a request as the helper takes it (a new helper reads nothing while it starts), polling whether this
+    process is exiting meanwhile."""
+    view, fd = memoryview(_frame(obj)), p.stdin.fileno()
     os.set_blocking(fd, False)
     until = time.monotonic() + ANSWER_SECONDS
     while view:
