@@ -171,13 +171,12 @@ def compile_region(key, tier: str, names: list[str], region: dict, parts: int, s
         req["code"], req["version"] = key
     # the request goes in a file, the pipe names it: a message that small never waits for the helper to read it, so
     # a process that exits right after asking leaves the helper its work (it compiles what it was sent, then ends)
-    path = os.path.join(compiled.directory(), "requests", f"{os.getpid()}-{next(_serial)}.req")
-    compiled._store(path, msgpack.packb(req, use_bin_type=True))
     with _lock:
         why = compiled._state.get("helper_gone")
         if why:
-            _unlink(path)
             raise RuntimeError(why)
+        path = os.path.join(compiled.directory(), "requests", f"{os.getpid()}-{next(_serial)}.req")
+        compiled._store(path, msgpack.packb(req, use_bin_type=True))
         sent = False
         try:
             p = _started()
