@@ -1379,6 +1379,32 @@ def test_a_short_kernel_is_not_compiled(monkeypatch):
     assert all(c.job is None and not c.parts and c.heat < c.trigger for c in _candidates())
 
 
+@pytest.mark.parametrize("search", [float("inf"), 0.0])
+def test_the_interpreter_asks_once_a_block(monkeypatch, search):
+    """Default mode, nothing compiled: the interpreter asks the JIT where it enters a block (of a candidate; before a
+    search, after each branch), not at every instruction; what it ran without asking still heats the code: the page
+    (no search yet) or the candidates were charged every wave-instruction it ran, and some of its time."""
+    import amdq.sim.shader.jit as jit
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "COMPILE_SECONDS", (1e9, 1e9))
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", search)
+    runtime.forget()
+    asked = []
+    orig = jit.step
+    monkeypatch.setattr(jit, "step", lambda *a: asked.append(a[3]) or orig(*a))
+    n = 1024
+    x = np.arange(n, dtype=np.float32)
+    (_, _, out), st = harness.run(harness.compile_cl("vadd.cl", "gfx1100"), "vadd",
+                                  [x, x, np.zeros(n, np.float32), 2.0, n], (n // 256, 1, 1), (256, 1, 1))
+    assert np.array_equal(out, 3 * x)
+    assert not any(c.parts or c.job for c in _candidates())
+    assert 1 <= len(asked) <= st.steps // 4, (len(asked), st.steps)
+    pages, cands = list(runtime.PAGE_HEAT.values()), _candidates()
+    assert bool(cands) == (search == 0.0)
+    assert sum(h.work for h in pages) + sum(c.work for c in cands) == st.wave_instructions
+    assert sum(h.heat for h in pages) + sum(c.heat for c in cands) > 0
+
+
 def test_a_searched_kernel_is_not_searched_again(monkeypatch):
     """A kernel searched once (its loop ran for longer than a search costs; never compiled here) is not searched
     again by the next dispatch's new shader core where it was: it takes the candidates, whose heat goes on

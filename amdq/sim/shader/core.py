@@ -530,8 +530,11 @@ class Batch:
         uniform = self.uniform          # the PC every wave is at while all run together, else None
         group = None                    # (waves, PC, lowest PC of the other runnable waves) in straight-line code
         jit = self.jit
+        ask = jit.step if jit is not None else None
         limit = None                    # lowest PC of the runnable waves not in this step (None: every wave is in it)
         get = icache.get
+        quiet_lo = quiet_hi = 0         # the JIT has nothing compiled in [lo, hi) while the waves run straight on
+        skipped = skipped_work = 0      # interpreted steps (wave-instructions) since the JIT was last asked
         try:
             while True:
                 if uniform is not None:
@@ -576,9 +579,18 @@ class Batch:
                         rest = pcs[pcs != pc]
                         group = (sel, pc, int(rest.min()) if len(rest) else 1 << 64)
                         limit = group[2]
-                if jit is not None:         # ---- JIT hook: the compiled block at pc, if there is one (jit/runtime.py)
-                    done = jit(self, icache, sel, pc, k, limit, limit_steps - steps)
-                    if done is not None:
+                if ask is None:
+                    pass
+                elif quiet_lo <= pc < quiet_hi:     # (nothing compiled here: jit/runtime.py lookup)
+                    skipped += 1
+                    skipped_work += k
+                else:                       # ---- JIT hook: the compiled block at pc, if there is one (jit/runtime.py)
+                    done = ask(self, icache, sel, pc, k, limit, limit_steps - steps, skipped, skipped_work)
+                    skipped = skipped_work = 0
+                    if done.__class__ is int:
+                        quiet_lo, quiet_hi = pc, done
+                    elif done is not None:
+                        quiet_hi = 0
                         ninst, nbytes, control, wave_instructions = done
                         if control:
                             uniform = group = None
@@ -616,6 +628,7 @@ class Batch:
                     raise
                 if control:
                     uniform = group = None
+                    quiet_hi = 0
                 elif uniform is not None:       # every wave is at this PC: all move on together
                     uniform += inst.size
                     w.pc.fill(uniform)
@@ -629,6 +642,7 @@ class Batch:
                 if w.barrier_pending:
                     w.barrier_pending = False
                     uniform = group = None
+                    quiet_hi = 0
                     self._release_barriers()
                 if steps >= limit_steps:
                     self.uniform = uniform
@@ -637,6 +651,8 @@ class Batch:
             counts[0] += steps
             counts[1] += wave_insts
             counts[2] += lane_steps
+            if skipped:
+                jit.settle(icache, skipped, skipped_work)
 
     def _release_barriers(self) -> None:
         w = self.w
@@ -658,8 +674,8 @@ _JIT: list = []                         # the jit package once imported (None: i
 
 
 def jit_hook():
-    """The JIT's step function (jit/runtime.py), or None when AMDQ_SIM_JIT=0 or the JIT cannot load. The first call
-    imports the JIT (the simulated GPU makes it when it is made, not in a first dispatch)."""
+    """The JIT (its hooks: step and settle, jit/runtime.py), or None when AMDQ_SIM_JIT=0 or the JIT cannot load. The
+    first call imports the JIT (the simulated GPU makes it when it is made, not in a first dispatch)."""
     if not _JIT:
         try:
             from . import jit
@@ -669,7 +685,7 @@ def jit_hook():
             jit.prepare()               # (LLVM started in the background when there is compiled code to load)
         _JIT.append(jit)
     jit = _JIT[0]
-    return jit.step if jit is not None and jit.enabled() else None
+    return jit if jit is not None and jit.enabled() else None
 
 
 class ShaderCore:

@@ -17,6 +17,6 @@ The JIT is on by default; AMDQ_SIM_JIT=0 forces the interpreter.
 """
 from __future__ import annotations
 
-from .runtime import enabled, prepare, step
+from .runtime import enabled, prepare, settle, step
 
-__all__ = ["enabled", "prepare", "step"]
+__all__ = ["enabled", "prepare", "settle", "step"]

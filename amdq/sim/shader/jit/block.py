@@ -83,15 +83,39 @@ def _vregs(inst: Inst) -> int:
     return top
 
 
-def _sregs(x, depth: int = 0) -> int:
-    """1 + the highest SGPR below VCC that an instruction's operands name (0: none)."""
-    if isinstance(x, Operand):
-        return x.reg + max(x.n, 1) if x.kind == "s" and x.reg < SGPR_SPECIAL else 0
-    if isinstance(x, (tuple, list)):
-        return max((_sregs(y, depth) for y in x), default=0)
-    if depth < 2 and hasattr(x, "dst") and hasattr(x, "src"):          # an instruction, or a VOPD half
-        return max((_sregs(getattr(x, name, None), depth + 1) for name in type(x).__slots__), default=0)
-    return 0
+def _sregs(inst, depth: int = 0) -> int:
+    """1 + the highest SGPR below VCC that an instruction's operands name (0: none): every field of it (or of a VOPD
+    half) that holds an operand or a tuple of them. (The search calls it for every instruction: one loop over the
+    fields, not a call per field.)"""
+    top = 0
+    for name in type(inst).__slots__:
+        v = getattr(inst, name, None)
+        c = v.__class__
+        if c is Operand:
+            v = (v,)
+        elif c is not tuple and c is not list:
+            if depth == 0 and hasattr(v, "dst") and hasattr(v, "src"):     # a VOPD half
+                top = max(top, _sregs(v, 1))
+            continue
+        for o in v:
+            if o.__class__ is Operand:
+                if o.kind == "s" and o.reg < SGPR_SPECIAL:
+                    top = max(top, o.reg + max(o.n, 1))
+            elif o.__class__ is tuple or o.__class__ is list:
+                top = max(top, _sregs_of(o))
+    return top
+
+
+def _sregs_of(ops) -> int:
+    """_sregs over a nested tuple of operands."""
+    top = 0
+    for o in ops:
+        if o.__class__ is Operand:
+            if o.kind == "s" and o.reg < SGPR_SPECIAL:
+                top = max(top, o.reg + max(o.n, 1))
+        elif o.__class__ is tuple or o.__class__ is list:
+            top = max(top, _sregs_of(o))
+    return top
 
 
 def finish(b: Block) -> Block:

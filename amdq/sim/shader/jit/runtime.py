@@ -136,7 +136,12 @@ def synchronous() -> bool:
 # AMDQ_SIM_JIT=sync searches and compiles every candidate whole before its first use, and promotes at the same
 # threshold, synchronously (tests, benchmarks).
 GAP_SECONDS = 0.002      # at most this much of the time between two lookups is the interpreter's step (a longer gap
-                         # spans a batch's or a dispatch's set-up, or the host between dispatches)
+                         # spans a batch's or a dispatch's set-up, or the host between dispatches), per instruction
+                         # it ran without asking
+# QUIET: where nothing is compiled, a lookup tells the interpreter the PC before which it need not ask again while it
+# runs straight on (no branch, taken or not; no barrier; the PC not below the one it asked at): the end of pc's block
+# in a candidate, the end of the code page before a search. Code compiled meanwhile is taken at the next block. (The
+# demo's first run from an empty cache asked 5,568 times, at every interpreted instruction, for ~2 us each; 464 now.)
 COMPILE_SECONDS = (0.015, 0.0006)   # the fast tier's compile: seconds per region and per instruction (measured on
                                     # the suite's kernels, quiet: 18 ms for the smallest, 77 for the matmul's 104
                                     # instructions; scaled by this process's own compiles, see _expected)
@@ -1064,20 +1069,20 @@ def _find(cache: Cache, icache, pc: int, wave64: bool, entry: int | None = None)
         _note_none(cache, icache, key, read)
 
 
-def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = None):
-    """(region, block, index) of the compiled code holding pc, or None: the interpreter runs it for `waves` waves
-    (the time until the next lookup heats the candidate holding pc, or its page: see the tiering comment above);
-    `entry`: where the waves' kernel starts (a search from pc starts there too)."""
+def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = None, skipped: int = 0,
+           skipped_work: int = 0):
+    """(region, block, index) of the compiled code holding pc; else the interpreter runs it for `waves` waves (the
+    time until the next lookup heats the candidate holding pc, or its page: see the tiering comment above), and the
+    result is None, or a PC before which the interpreter need not ask again while it runs straight on (QUIET).
+    `entry`: where the waves' kernel starts (a search from pc starts there too); `skipped`, `skipped_work`: the
+    instructions and wave-instructions the interpreter ran since the last lookup without asking."""
     try:
         cache = icache.jit
     except AttributeError:
         cache = icache.jit = Cache()
     now = _clock()
-    warming = cache.warming                 # what the interpreter ran since the last lookup: its time heats it
-    if warming is not None:
-        gap = now - cache.t
-        warming.heat += gap if gap < GAP_SECONDS else GAP_SECONDS
-        cache.warming = None
+    if cache.warming is not None:           # what the interpreter ran since the last lookup: its time heats it
+        _heat(cache, now, skipped, skipped_work)
     cache.t = now
     key = (pc, wave64)
     hit = cache.at.get(key)
@@ -1097,8 +1102,9 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = No
             cand.work += waves
             if cand.heat < cand.trigger and blk.pc in cand.ran and cand.job is None and held.parts == len(cand.parts) \
                     and not cand.loads and not cand.stored:
-                return None             # (the common case: interpreted, not hot yet)
-            return _warm(cache, held, blk, key)
+                return blk.end_pc       # (the common case: interpreted, not hot yet)
+            hit = _warm(cache, held, blk, key)
+            return blk.end_pc if hit is None else hit
     else:
         no = cache.none.get(key)
         if no is not None and (no[0] == icache.gen or _known_none(cache, icache, key)):
@@ -1112,10 +1118,11 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = No
             _take_known(cache, icache, pk[0], wave64)
             _take_record(cache, icache, pk[0], wave64, pc)
         if key in cache.cold or key in cache.at or key in cache.none:
-            return lookup(icache, pc, wave64)
+            return lookup(icache, pc, wave64, waves)
     if page.heat < page.trigger:
         cache.warming = page
-        return None
+        page.work += waves
+        return pk[0] + PAGE             # (no candidate holds code of this page before a search)
     heat, page.heat = page.heat, 0.0
     with _lock:
         _find(cache, icache, pc, wave64, entry)
@@ -1126,7 +1133,28 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = No
     if not cand.heat:                   # a new candidate: the page's heat was spent in it (mostly: at most the
         cand.heat = heat                # search's threshold of it in code elsewhere in the page)
     cand.work += waves
-    return _warm(cache, cold[0], cold[1], key)
+    hit = _warm(cache, cold[0], cold[1], key)
+    return cold[1].end_pc if hit is None else hit
+
+
+def _heat(cache: Cache, now: float, skipped: int, skipped_work: int) -> None:
+    """The time since the last lookup (at most GAP_SECONDS for each instruction the interpreter ran meanwhile) and
+    the wave-instructions it ran heat what that lookup warmed."""
+    warming = cache.warming
+    gap, cap = now - cache.t, GAP_SECONDS * (1 + skipped)
+    warming.heat += gap if gap < cap else cap
+    warming.work += skipped_work
+    cache.warming = None
+
+
+def settle(icache, skipped: int, skipped_work: int) -> None:
+    """The interpreter leaves a batch (it ended, or its slice did) after `skipped` instructions (`skipped_work`
+    wave-instructions) it ran without asking (QUIET): their time heats what the last lookup warmed."""
+    cache = getattr(icache, "jit", None)
+    if cache is not None and cache.warming is not None:
+        now = _clock()
+        _heat(cache, now, skipped, skipped_work)
+        cache.t = now
 
 
 def _page_heat(icache, page: int, wave64: bool) -> "Heat":
@@ -1153,6 +1181,7 @@ class Heat:
     def __init__(self, trigger: float):
         self.heat, self.trigger = 0.0, trigger
         self.noted = 0.0                # the heat the page's record holds (records.py)
+        self.work = 0                   # interpreted wave-instructions (as a Candidate's)
 
 
 def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
@@ -1497,14 +1526,16 @@ NO_LIMIT = (1 << 63) - 1
 CHAIN_WAVE_INSTRUCTIONS = 1 << 21   # per call at most (about 10-20 ms of compiled code): a host call stays short
 
 
-def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1 << 62):
+def step(batch, icache, sel, pc: int, k: int, limit: int | None, budget: int = 1 << 62, skipped: int = 0,
+         skipped_work: int = 0):
     """Run the compiled code at pc for the waves sel (see the module docstring): the block holding pc, then the
     blocks of its region every wave of the call goes on to together (block.CHAIN) while fewer than `budget`
-    instructions ran. None: not here. Else (instruction steps, bytes the PC advanced, whether the PCs were set per
-    wave, wave-instructions executed)."""
-    hit = lookup(icache, pc, batch.lanes == 64, k, batch.d.pgm_addr)
-    if hit is None:
-        return None
+    instructions ran. None: not here; an int: not here, nor before that PC while the interpreter runs straight on
+    (lookup). Else (instruction steps, bytes the PC advanced, whether the PCs were set per wave, wave-instructions
+    executed). `skipped`, `skipped_work`: as lookup's."""
+    hit = lookup(icache, pc, batch.lanes == 64, k, batch.d.pgm_addr, skipped, skipped_work)
+    if hit is None or hit.__class__ is int:
+        return hit
     region, blk, i = hit
     w = batch.w
     part = region.part
