@@ -62,6 +62,46 @@ def test_the_helper_compiles_and_the_process_places_without_llvm(tmp_path):
     assert list((tmp_path / "hosts").iterdir()) and list(tmp_path.glob("*.lnk"))
 
 
+EXIT_CHILD = textwrap.dedent("""
+    import json, sys
+    sys.path[:0] = [{root!r}, {tests!r}]
+    import numpy as np
+    import harness
+    from amdq.sim.shader.jit import helper, runtime
+    runtime.HOT = runtime.SEARCH_SECONDS = 0.0      # (compile at once: in the background, by the helper)
+    runtime.START_SECONDS = 0.0
+    sent = []
+    submit = helper.submit
+    helper.submit = lambda *a: sent.append(a[0]) or submit(*a)
+    a = np.arange(4096, dtype=np.float32)
+    for op in ("*", "+", "-"):
+        src = "__kernel void k(__global float *a) {{ int i = get_global_id(0); a[i] = a[i] %s 3.0f; }}" % op
+        harness.run_cl(src, "k", [a], (64, 1, 1), (64, 1, 1))
+    print(json.dumps({{"sent": len(sent), "queued": len(helper._queued)}}))   # (and exit at once)
+""")
+
+
+def test_an_exiting_process_leaves_its_queued_compiles_to_the_helper(tmp_path):
+    """A process that exits while compiles wait for the helper (it answers one at a time) sends them all at exit;
+    the helper compiles every one after the process is gone, and stores it for the next run."""
+    if compiled.cores() < 2:
+        pytest.skip("one CPU: compiles stay in the process")
+    env = {**os.environ, "AMDQ_SIM_JIT_CACHE": str(tmp_path), "AMDQ_SIM_JIT": "1", "PYTHONPATH": ROOT}
+    env.pop("AMDQ_SIM_JIT_HELPER", None)
+    p = subprocess.run([sys.executable, "-c", EXIT_CHILD.format(root=ROOT, tests=os.path.join(ROOT, "tests"))],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["sent"] >= 2 and got["queued"] >= 1, got     # (the helper was still starting: the rest queued)
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:                      # every region, and the JIT library
+        if len(list(tmp_path.glob("*.lnk"))) >= got["sent"] + 1 and not list((tmp_path / "requests").iterdir()):
+            break
+        time.sleep(0.2)
+    assert len(list(tmp_path.glob("*.lnk"))) == got["sent"] + 1, (got, sorted(tmp_path.iterdir()))
+
+
 @pytest.fixture
 def hot(monkeypatch, tmp_path):
     """This process in the default mode, compiling at the first trigger, with a fresh helper and disk cache."""
@@ -106,7 +146,7 @@ def test_the_helper_follows_the_process_settings(hot, monkeypatch, tmp_path_fact
 
 
 def test_an_exiting_process_drops_its_background_compiles(hot, monkeypatch):
-    """A compile still queued when the process exits is dropped, not run (its heat is on record for the next run),
+    """A compile asked for once the process is exiting is dropped, not run (its heat is on record for the next run),
     by the helper or by the worker thread."""
     monkeypatch.setattr(compiled._exiting, "is_set", lambda: True)
     for fut in (compiled.submit(("0" * 64, "x"), ["f"], lambda *a: pytest.fail("made IR while exiting")),

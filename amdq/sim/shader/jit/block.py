@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ....hw.isa.decode import Inst, Operand
+from ....hw.isa.decode import Half, Inst, Operand
 from ..wave import SGPR_SPECIAL
 from .ir import (CTX, DS_2, DS_LOAD, DS_STORE, EXEC, GWIDTH, LANE_OPS, NULL, VCC, WORK, Emitter, Fn, fuse, halves,
                  helpers, is_float, lanes_per_op)
@@ -83,7 +83,7 @@ def _vregs(inst: Inst) -> int:
     return top
 
 
-def _sregs(inst, depth: int = 0) -> int:
+def _sregs(inst) -> int:
     """1 + the highest SGPR below VCC that an instruction's operands name (0: none): every field of it (or of a VOPD
     half) that holds an operand or a tuple of them. (The search calls it for every instruction: one loop over the
     fields, not a call per field.)"""
@@ -94,8 +94,8 @@ def _sregs(inst, depth: int = 0) -> int:
         if c is Operand:
             v = (v,)
         elif c is not tuple and c is not list:
-            if depth == 0 and hasattr(v, "dst") and hasattr(v, "src"):     # a VOPD half
-                top = max(top, _sregs(v, 1))
+            if c is Half:
+                top = max(top, _sregs(v))
             continue
         for o in v:
             if o.__class__ is Operand:

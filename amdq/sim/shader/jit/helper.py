@@ -9,7 +9,8 @@ each).
 The worker thread sends a region's description (runtime.describe_region: its blocks' instructions as PCs, bytes and
 flags, and the code lines they lie in, what a page's record holds of a candidate); the helper decodes it again,
 makes the IR, names the key (LLVM's host), compiles, links and stores the region in the disk cache, and answers with
-the key; the worker then places the stored object as a warm process would (loader.py, no LLVM here). A request
+the key; the worker then places the stored object as a warm process would (loader.py, no LLVM here). Requests still
+queued when the process exits are all sent then, and the helper compiles them after it is gone (_flush). A request
 carries the settings the code depends on (the disk cache's directory, the vector width), so one helper serves a
 process whose settings change (the tests'). Anything the helper cannot do (a module the loader refuses, the helper
 gone) is compiled in this process as before; the synchronous mode (AMDQ_SIM_JIT=sync) never uses it;
@@ -119,12 +120,26 @@ def _start() -> subprocess.Popen:
 
 
 def submit(key, names: list[str], make_ir, tier: str, size: int, region):
-    """compiled.submit's future, compiled by the helper from region() (runtime.describe_region's) on the JIT's
-    worker thread; by this process (make_ir) where the helper cannot."""
+    """compiled.submit's future, compiled by the helper from region() (runtime.describe_region's, taken now) on the
+    JIT's worker thread; by this process (make_ir) where the helper cannot. A request still queued when the process
+    exits is sent to the helper then (_flush), which compiles it for the next process."""
+    if compiled.exiting():              # (the exit's flush is done or under way: dropped, its heat is on record)
+        return compiled.submit_call(_abandoned)
+    parts = 1 if tier != compiled.FAST else max(1, min(compiled.compile_threads(), compiled.cores() - 1))
+    req = request(key, tier, names, region(), parts, size)      # (one core at least left to the interpreter)
+    with _queue_lock:
+        _queued.append(req)             # (found again by identity: two requests may be equal)
+        if not _flushing:
+            _flushing.append(True)
+            getattr(threading, "_register_atexit", lambda fn: None)(_flush)
+
     def job():
-        if compiled.exiting():          # (a compile queued when the process ended: its heat is on record)
-            raise compiled.Abandoned("exiting: not compiled")
-        got = _by_helper(key, names, region(), tier, size)
+        with _queue_lock:
+            at = [j for j, r in enumerate(_queued) if r is req]
+            if not at or compiled.exiting():        # (the exit sends it, or sent it: not waited for)
+                raise compiled.Abandoned("exiting: sent to the helper at exit")
+            del _queued[at[0]]
+        got = _by_helper(key, names, req, tier, size)
         if got is not None:
             return got
         k = key if isinstance(key, str) else compiled.tier_key(*key, tier)
@@ -132,12 +147,41 @@ def submit(key, names: list[str], make_ir, tier: str, size: int, region):
     return compiled.submit_call(job)
 
 
-def _by_helper(key, names: list[str], region: dict, tier: str, size: int) -> tuple | None:
-    """(key, the region) compiled by the helper and placed from the disk cache, or None: it could not (this process
-    compiles it then)."""
-    parts = 1 if tier != compiled.FAST else max(1, min(compiled.compile_threads(), compiled.cores() - 1))
-    try:                                # (one core at least left to the interpreter)
-        ans = compile_region(key, tier, names, region, parts, size)
+def _abandoned():
+    raise compiled.Abandoned("exiting: not compiled")
+
+
+_queue_lock = threading.Lock()
+_queued: list[dict] = []        # requests submitted and not yet sent (the worker sends them one at a time, in order)
+_flushing: list = []            # (the exit hook is registered)
+
+
+def _flush() -> None:
+    """The process is exiting: every request still queued goes to the helper at once (written, named on its pipe,
+    not waited for), which compiles them after this process is gone: the next run finds them on disk (a first run
+    of `amdq demo` used to hand over one of its three hot candidates, the others waited to get hot again)."""
+    compiled._exiting.set()             # (the worker stops waiting for an answer: it gives _lock back)
+    with _queue_lock:
+        reqs, _queued[:] = list(_queued), []
+    if not reqs:
+        return
+    with _lock:
+        if compiled._state.get("helper_gone") or not compiled.directory():
+            return
+        try:
+            fd = _started().stdin.fileno()
+            os.set_blocking(fd, True)
+            for req in reqs:
+                os.write(fd, _frame({"file": _write(req)}))
+        except (OSError, ValueError):
+            pass
+
+
+def _by_helper(key, names: list[str], req: dict, tier: str, size: int) -> tuple | None:
+    """(key, the region) compiled by the helper from request `req` and placed from the disk cache, or None: it could
+    not (this process compiles it then)."""
+    try:
+        ans = compile_region(req)
     except compiled.Abandoned:          # (the process is exiting: nothing compiled here either)
         raise
     except RuntimeError:
@@ -159,24 +203,35 @@ def _by_helper(key, names: list[str], region: dict, tier: str, size: int) -> tup
     return k, c
 
 
-def compile_region(key, tier: str, names: list[str], region: dict, parts: int, size: int) -> dict:
-    """Have the helper compile and store one region (`region`: runtime.describe_region's; its IR in `parts` modules):
-    `key` its key, or (region code, code version) for the helper to name it. The answer (ok, key, seconds, error);
-    RuntimeError when the helper cannot be used (then never again)."""
+def request(key, tier: str, names: list[str], region: dict, parts: int, size: int) -> dict:
+    """The request to compile and store one region (`region`: runtime.describe_region's; its IR in `parts` modules):
+    `key` its key, or (region code, code version) for the helper to name it."""
     req = {"tier": tier, "names": names, "region": region, "parts": parts, "size": size,
            "env": {k: os.environ.get(k) for k in ENV}}
     if isinstance(key, str):
         req["key"] = key
     else:
         req["code"], req["version"] = key
+    return req
+
+
+def _write(req: dict) -> str:
+    """The request's file in the disk cache's requests/ (the helper deletes it once read)."""
+    path = os.path.join(compiled.directory(), "requests", f"{os.getpid()}-{next(_serial)}.req")
+    compiled._store(path, msgpack.packb(req, use_bin_type=True))
+    return path
+
+
+def compile_region(req: dict) -> dict:
+    """Have the helper compile and store the region of `req` (request()). The answer (ok, key, seconds, error);
+    RuntimeError when the helper cannot be used (then never again)."""
     # the request goes in a file, the pipe names it: a message that small never waits for the helper to read it, so
     # a process that exits right after asking leaves the helper its work (it compiles what it was sent, then ends)
     with _lock:
         why = compiled._state.get("helper_gone")
         if why:
             raise RuntimeError(why)
-        path = os.path.join(compiled.directory(), "requests", f"{os.getpid()}-{next(_serial)}.req")
-        compiled._store(path, msgpack.packb(req, use_bin_type=True))
+        path = _write(req)
         sent = False
         try:
             p = _started()
@@ -234,7 +289,8 @@ def stop() -> None:
 
 
 def serve(inp, out, region_ir) -> None:
-    """Answer requests until the input ends; region_ir(description) gives a region's make_ir (runtime.region_ir)."""
+    """Answer requests until the input ends (compile them all: once the asking process is gone, without answering);
+    region_ir(description) gives a region's make_ir (runtime.region_ir)."""
     from . import library               # noqa: F401  (what resolves a region's imports)
     while True:
         try:
@@ -262,7 +318,9 @@ def serve(inp, out, region_ir) -> None:
             ans = {"ok": True, "key": key, "seconds": c.seconds if c.source == "compiled" else 0.0}
         except Exception as e:          # (the asking process compiles it itself)
             ans = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        if out is None:
+            continue
         try:
             _send(out, ans)
-        except OSError:                 # (the asking process is gone: what was compiled is on disk for the next)
-            return
+        except OSError:                 # (the asking process is gone: what it sent is compiled, on disk for the next)
+            out = None
