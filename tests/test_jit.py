@@ -1405,6 +1405,40 @@ def test_the_interpreter_asks_once_a_block(monkeypatch, search):
     assert sum(h.heat for h in pages) + sum(c.heat for c in cands) > 0
 
 
+TWO_KERNELS = """
+__kernel void first(__global float *a) { int i = get_global_id(0); a[i] = a[i] * 3.0f + 1.0f; }
+__kernel void second(__global float *a) { int i = get_global_id(0); a[i] = a[i] * 0.5f - 2.0f; }
+"""
+
+
+def test_a_search_starts_at_every_kernel_that_heated_the_page(monkeypatch):
+    """Two kernels of one code page, the first interpreted while the page stays below the search's threshold: the
+    search the second one triggers starts at both entries (the heat that pays for it was both kernels'), so the
+    first does not wait for the page to get hot again."""
+    import amdq.sim.shader.jit as jit
+    monkeypatch.setenv("AMDQ_SIM_JIT", "1")
+    monkeypatch.setattr(runtime, "COMPILE_SECONDS", (1e9, 1e9))
+    monkeypatch.setattr(runtime, "SEARCH_SECONDS", 1e9)
+    runtime.forget()
+    entries = []                                    # (the kernels' entry PCs, in the order they ran)
+    orig = jit.step
+
+    def step(batch, *a):
+        if batch.d.pgm_addr not in entries:
+            entries.append(batch.d.pgm_addr)
+        return orig(batch, *a)
+    monkeypatch.setattr(jit, "step", step)
+    co = harness.compile_cl(TWO_KERNELS, "gfx1100")
+    x = np.arange(256, dtype=np.float32)
+    for name, want in (("first", x * np.float32(3) + np.float32(1)), ("second", x * np.float32(0.5) - np.float32(2))):
+        (out,), _ = harness.run(co, name, [x], (4, 1, 1), (64, 1, 1))
+        assert np.array_equal(out, want)
+        assert not _candidates() if name == "first" else _candidates()
+        monkeypatch.setattr(runtime, "SEARCH_SECONDS", 0.0)         # (the second kernel's first lookup searches)
+    held = {b.pc for c in _candidates() for b in c.blocks}
+    assert len(entries) == 2 and set(entries) <= held, (entries, sorted(held))
+
+
 def test_a_searched_kernel_is_not_searched_again(monkeypatch):
     """A kernel searched once (its loop ran for longer than a search costs; never compiled here) is not searched
     again by the next dispatch's new shader core where it was: it takes the candidates, whose heat goes on

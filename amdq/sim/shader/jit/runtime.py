@@ -1034,12 +1034,15 @@ def _know(cand: Candidate) -> None:
     known.append(cand)
 
 
-def _find(cache: Cache, icache, pc: int, wave64: bool, entry: int | None = None) -> None:
+def _find(cache: Cache, icache, pc: int, wave64: bool, entry: int | None = None, others=()) -> None:
     """Search for the blocks reachable from pc and hold them as a new candidate (compiled whole at once in sync mode,
     from the disk cache where it is there). PCs the search found that no block can hold are noted as such. The
     search starts at the kernel's `entry` too when no candidate holds it yet: a search started where the interpreter
     happens to be when the page got hot (inside a loop, past a prologue) would leave the code before that PC to
-    another, later candidate, and the kernel in pieces that chain no further than their ends."""
+    another, later candidate, and the kernel in pieces that chain no further than their ends. It starts at the
+    `others` too, the entries of the other kernels whose interpreted time heated the page, those in the first root's
+    page (whose record names the candidate): the heat that pays for the search was theirs as well, and a kernel
+    left out waited for the page to get hot again (the demo's third kernel on its page: two more runs)."""
     family = icache.isa.name
     key = (pc, wave64)
     read: list = []
@@ -1047,6 +1050,8 @@ def _find(cache: Cache, icache, pc: int, wave64: bool, entry: int | None = None)
     covered = {k: True for k in (*cache.at, *cache.cold)}
     sync = synchronous()
     roots = [pc] if entry is None or entry == pc or (entry, wave64) in covered else [entry, pc]
+    home = roots[0] & ~(PAGE - 1)
+    roots += sorted(e for e in others if e & ~(PAGE - 1) == home and e not in roots and (e, wave64) not in covered)
     blocks = []
     for root in roots:                  # (the entry's search first, whole: pc, reached from it, starts no block there)
         blocks += _discover(icache, root, wave64, covered, read, refused, ran_only=RAN_ONLY and not sync)
@@ -1119,13 +1124,15 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = No
             _take_record(cache, icache, pk[0], wave64, pc)
         if key in cache.cold or key in cache.at or key in cache.none:
             return lookup(icache, pc, wave64, waves)
+    if entry is not None and entry not in page.entries:
+        page.entries.add(entry)
     if page.heat < page.trigger:
         cache.warming = page
         page.work += waves
         return pk[0] + PAGE             # (no candidate holds code of this page before a search)
     heat, page.heat = page.heat, 0.0
     with _lock:
-        _find(cache, icache, pc, wave64, entry)
+        _find(cache, icache, pc, wave64, entry, page.entries)
     cold = cache.cold.get(key)
     if cold is None:
         return cache.at.get(key)
@@ -1182,6 +1189,7 @@ class Heat:
         self.heat, self.trigger = 0.0, trigger
         self.noted = 0.0                # the heat the page's record holds (records.py)
         self.work = 0                   # interpreted wave-instructions (as a Candidate's)
+        self.entries: set[int] = set()  # the kernels (their entry PCs) whose interpreted code heated it
 
 
 def _warm(cache: Cache, held: Held, blk: Block, key: tuple[int, bool]):
