@@ -156,6 +156,29 @@ def test_an_exiting_process_drops_its_background_compiles(hot, monkeypatch):
             fut.result(60)
 
 
+def test_llvms_start_is_charged_until_the_helper_runs(monkeypatch, tmp_path):
+    """A candidate's compile threshold includes LLVM's start only until LLVM runs where the compiles run: with the
+    helper, until it started (then every later candidate is compiled at the heat its own compile costs)."""
+    from amdq.sim.shader.jit.block import Block
+    monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", str(tmp_path))
+    monkeypatch.delenv("AMDQ_SIM_JIT_HELPER", raising=False)
+    monkeypatch.setitem(compiled._state, "cores", 2)
+    monkeypatch.delitem(compiled._state, "helper_gone", raising=False)
+    monkeypatch.setattr(compiled, "started", lambda: False)
+    monkeypatch.setattr(runtime, "HOT", 1.0)
+    from types import SimpleNamespace
+    blk = Block(0x1000, [SimpleNamespace(pc=0x1000 + 4 * j, size=4) for j in range(30)], ["alu"] * 30)
+    triggers = []
+    for proc in ([], [object()]):
+        monkeypatch.setattr(helper, "_proc", proc)
+        cand = runtime.Candidate("rdna3", False, [blk], (), (0x1000, b""))
+        cand.saw(blk)
+        triggers.append(cand.trigger)
+    assert triggers[0] - triggers[1] == pytest.approx(runtime.START_SECONDS * runtime.HELPER_SHARE)
+    monkeypatch.setenv("AMDQ_SIM_JIT_HELPER", "0")      # (compiles in this process: LLVM's start is this process's)
+    assert not runtime._llvm_started()
+
+
 def test_the_helper_is_off_when_asked_or_without_a_disk_cache(monkeypatch):
     monkeypatch.setitem(compiled._state, "cores", 2)
     monkeypatch.setenv("AMDQ_SIM_JIT_CACHE", "/tmp/amdq-helper-test")

@@ -259,6 +259,11 @@ def _unlink(path: str) -> None:
         pass
 
 
+def started() -> bool:
+    """This process's helper was started (and has not been found gone)."""
+    return bool(_proc) and not compiled._state.get("helper_gone")
+
+
 def _started() -> subprocess.Popen:
     if not _proc:
         _proc.append(_start())

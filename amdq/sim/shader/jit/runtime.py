@@ -241,12 +241,23 @@ class Candidate:
 
     def retrigger(self) -> None:
         """The heat at which the blocks that ran and are not compiled get compiled (HOT x the compile's cost, LLVM's
-        start the first time)."""
-        from . import compiled
+        start the first time: until it runs where the compiles run, in this process or in the compile helper)."""
         ran = self.ran & self.left
-        start = 0.0 if compiled.started() else START_SECONDS
+        start = 0.0 if _llvm_started() else START_SECONDS
         cost = _charged(_expected(sum(len(self.by_pc[p].insts) for p in ran)) + start)
         self.trigger = HOT * cost if ran else float("inf")
+
+
+def _llvm_started() -> bool:
+    """LLVM runs where this process's next compile runs: in this process, or in the compile helper once it started
+    (charged to every candidate before, the helper's start kept the demo's vadd interpreted for ~5 more runs)."""
+    from . import compiled
+    if compiled.started():
+        return True
+    if not helper_wanted():
+        return False
+    from . import helper
+    return helper.started()
 
 
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
