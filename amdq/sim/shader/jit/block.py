@@ -87,34 +87,21 @@ def _sregs(inst) -> int:
     """1 + the highest SGPR below VCC that an instruction's operands name (0: none): every field of it (or of a VOPD
     half) that holds an operand or a tuple of them. (The search calls it for every instruction: one loop over the
     fields, not a call per field.)"""
+    return _sregs_of(getattr(inst, name, None) for name in type(inst).__slots__)
+
+
+def _sregs_of(fields) -> int:
+    """_sregs over values that are operands, (nested) tuples of them, VOPD halves, or anything else (no SGPR)."""
     top = 0
-    for name in type(inst).__slots__:
-        v = getattr(inst, name, None)
-        c = v.__class__
+    for o in fields:
+        c = o.__class__
         if c is Operand:
-            v = (v,)
-        elif c is not tuple and c is not list:
-            if c is Half:
-                top = max(top, _sregs(v))
-            continue
-        for o in v:
-            if o.__class__ is Operand:
-                if o.kind == "s" and o.reg < SGPR_SPECIAL:
-                    top = max(top, o.reg + max(o.n, 1))
-            elif o.__class__ is tuple or o.__class__ is list:
-                top = max(top, _sregs_of(o))
-    return top
-
-
-def _sregs_of(ops) -> int:
-    """_sregs over a nested tuple of operands."""
-    top = 0
-    for o in ops:
-        if o.__class__ is Operand:
             if o.kind == "s" and o.reg < SGPR_SPECIAL:
                 top = max(top, o.reg + max(o.n, 1))
-        elif o.__class__ is tuple or o.__class__ is list:
+        elif c is tuple or c is list:
             top = max(top, _sregs_of(o))
+        elif c is Half:
+            top = max(top, _sregs(o))
     return top
 
 
