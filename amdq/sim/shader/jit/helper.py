@@ -159,7 +159,7 @@ _flushing: list = []            # (the exit hook is registered)
 def _flush() -> None:
     """The process is exiting: every request still queued goes to the helper at once (written, named on its pipe,
     not waited for), which compiles them after this process is gone: the next run finds them on disk (a first run
-    of `amdq demo` used to hand over one of its three hot candidates, the others waited to get hot again)."""
+    of `amdq demo` used to hand over one of its two hot candidates; the other was compiled a run later)."""
     compiled._exiting.set()             # (the worker stops waiting for an answer: it gives _lock back)
     with _queue_lock:
         reqs, _queued[:] = list(_queued), []
