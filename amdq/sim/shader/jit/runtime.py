@@ -32,6 +32,7 @@ import bisect
 from concurrent.futures import wait as wait_for
 import ctypes
 import os
+import sys
 import threading
 from time import perf_counter as _clock
 
@@ -254,10 +255,8 @@ def _llvm_started() -> bool:
     from . import compiled
     if compiled.started():
         return True
-    if not helper_wanted():
-        return False
-    from . import helper
-    return helper.started()
+    helper = sys.modules.get(f"{__package__}.helper")       # (not imported: not started; a warm process that
+    return helper is not None and helper_wanted() and helper.started()     # loads everything never imports it)
 
 
 def _key(family: str, wave64: bool, blocks: list[Block], tier: str = FAST) -> str:
