@@ -128,17 +128,13 @@ def submit(key, names: list[str], make_ir, tier: str, size: int, region):
     parts = 1 if tier != compiled.FAST else max(1, min(compiled.compile_threads(), compiled.cores() - 1))
     req = request(key, tier, names, region(), parts, size)      # (one core at least left to the interpreter)
     with _queue_lock:
-        _queued.append(req)             # (found again by identity: two requests may be equal)
-        if not _flushing:
-            _flushing.append(True)
-            getattr(threading, "_register_atexit", lambda fn: None)(_flush)
+        _queued[id(req)] = req          # (by identity: two requests may be equal; the job keeps req alive)
 
     def job():
         with _queue_lock:
-            at = [j for j, r in enumerate(_queued) if r is req]
-            if not at or compiled.exiting():        # (the exit sends it, or sent it: not waited for)
+            if id(req) not in _queued or compiled.exiting():    # (the exit sends it, or sent it: not waited for)
                 raise compiled.Abandoned("exiting: sent to the helper at exit")
-            del _queued[at[0]]
+            del _queued[id(req)]
         got = _by_helper(key, names, req, tier, size)
         if got is not None:
             return got
@@ -152,29 +148,33 @@ def _abandoned():
 
 
 _queue_lock = threading.Lock()
-_queued: list[dict] = []        # requests submitted and not yet sent (the worker sends them one at a time, in order)
-_flushing: list = []            # (the exit hook is registered)
+_queued: dict[int, dict] = {}   # requests submitted and not yet sent, in order (the worker sends them one at a time)
 
 
 def _flush() -> None:
     """The process is exiting: every request still queued goes to the helper at once (written, named on its pipe,
     not waited for), which compiles them after this process is gone: the next run finds them on disk (a first run
-    of `amdq demo` used to hand over one of its two hot candidates; the other was compiled a run later)."""
+    of `amdq demo` used to hand over one of its two hot candidates; the other was compiled a run later). A helper
+    whose pipe stays full gets no more (_request gives up while exiting): the exit does not hang on it."""
     compiled._exiting.set()             # (the worker stops waiting for an answer: it gives _lock back)
     with _queue_lock:
-        reqs, _queued[:] = list(_queued), []
+        reqs = list(_queued.values())
+        _queued.clear()
     if not reqs:
         return
     with _lock:
         if compiled._state.get("helper_gone") or not compiled.directory():
             return
-        try:
-            fd = _started().stdin.fileno()
-            os.set_blocking(fd, True)
-            for req in reqs:
-                os.write(fd, _frame({"file": _write(req)}))
-        except (OSError, ValueError):
-            pass
+        for req in reqs:
+            path = _write(req)
+            try:
+                _request(_started(), {"file": path})
+            except (OSError, ValueError, compiled.Abandoned):
+                _unlink(path)
+                return
+
+
+getattr(threading, "_register_atexit", lambda fn: None)(_flush)     # (this module is imported by a first request)
 
 
 def _by_helper(key, names: list[str], req: dict, tier: str, size: int) -> tuple | None:

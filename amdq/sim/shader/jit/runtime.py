@@ -1095,10 +1095,7 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = No
         cache = icache.jit
     except AttributeError:
         cache = icache.jit = Cache()
-    now = _clock()
-    if cache.warming is not None:           # what the interpreter ran since the last lookup: its time heats it
-        _heat(cache, now, skipped, skipped_work)
-    cache.t = now
+    _tick(cache, skipped, skipped_work)
     key = (pc, wave64)
     hit = cache.at.get(key)
     if hit is not None:
@@ -1134,7 +1131,7 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = No
             _take_record(cache, icache, pk[0], wave64, pc)
         if key in cache.cold or key in cache.at or key in cache.none:
             return lookup(icache, pc, wave64, waves)
-    if entry is not None and entry not in page.entries:
+    if entry is not None:
         page.entries.add(entry)
     if page.heat < page.trigger:
         cache.warming = page
@@ -1154,24 +1151,25 @@ def lookup(icache, pc: int, wave64: bool, waves: int = 1, entry: int | None = No
     return cold[1].end_pc if hit is None else hit
 
 
-def _heat(cache: Cache, now: float, skipped: int, skipped_work: int) -> None:
-    """The time since the last lookup (at most GAP_SECONDS for each instruction the interpreter ran meanwhile) and
-    the wave-instructions it ran heat what that lookup warmed."""
+def _tick(cache: Cache, skipped: int, skipped_work: int) -> None:
+    """What the interpreter ran since the last lookup heats what that lookup warmed: the time since (at most
+    GAP_SECONDS for each instruction it ran meanwhile, `skipped` of them without asking) and `skipped_work`."""
+    now = _clock()
     warming = cache.warming
-    gap, cap = now - cache.t, GAP_SECONDS * (1 + skipped)
-    warming.heat += gap if gap < cap else cap
-    warming.work += skipped_work
-    cache.warming = None
+    if warming is not None:
+        gap, cap = now - cache.t, GAP_SECONDS * (1 + skipped)
+        warming.heat += gap if gap < cap else cap
+        warming.work += skipped_work
+        cache.warming = None
+    cache.t = now
 
 
 def settle(icache, skipped: int, skipped_work: int) -> None:
     """The interpreter leaves a batch (it ended, or its slice did) after `skipped` instructions (`skipped_work`
     wave-instructions) it ran without asking (QUIET): their time heats what the last lookup warmed."""
     cache = getattr(icache, "jit", None)
-    if cache is not None and cache.warming is not None:
-        now = _clock()
-        _heat(cache, now, skipped, skipped_work)
-        cache.t = now
+    if cache is not None:
+        _tick(cache, skipped, skipped_work)
 
 
 def _page_heat(icache, page: int, wave64: bool) -> "Heat":
